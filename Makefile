@@ -1,0 +1,57 @@
+# Thermostat — `make run` starts the whole stack on embedded defaults, `make test` runs every test.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+GEN_STAMP := build/.proto
+PROTOS := $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
+$(STAMP): requirements.txt requirements-dev.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing Python dependencies into $(VENV) ..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n')"
+	@touch $@
+
+proto: $(GEN_STAMP) ## generate Python code, stubs and descriptor sets from protos/
+$(GEN_STAMP): $(STAMP) $(PROTOS)
+	@$(BIN)/python -m thermostat.devstack.protogen
+	@touch $@
+
+node_modules/.bin/buf: package.json
+	@echo "installing buf (npm) ..."
+	@npm install --silent --no-audit --no-fund
+	@touch $@
+
+run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
+	@$(BIN)/python -m thermostat.devstack
+
+test: proto ## run the whole test suite
+	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
+	@$(BIN)/ruff check .
+	@$(BIN)/mypy
+	@$(BIN)/lint-imports
+	@node_modules/.bin/buf lint
+	@if git rev-parse -q --verify HEAD~1 >/dev/null; then \
+	  node_modules/.bin/buf breaking --against '.git#ref=HEAD~1'; \
+	else echo "buf breaking: no previous commit to compare with"; fi
+
+bench: proto ## run the benchmarks under bench/ (prints ratios measured in one run)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+
+clean: ## remove generated code, build outputs and local data
+	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
+	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
+
+.PHONY: help venv proto run test lint bench clean
