@@ -1,0 +1,2 @@
+"""Service chassis: what every Thermostat service process shares (server, health, reflection, auth,
+settings, logging, request context)."""

@@ -1,0 +1,83 @@
+"""Request id and W3C trace context, carried from incoming metadata into logs and outgoing calls.
+
+A request id that arrives (x-request-id, as Envoy sets it) is kept; one that does not is minted, so every
+log line of an RPC can be tied together. traceparent/tracestate pass through unchanged: Thermostat does not
+sample or open spans itself, it only keeps the caller's trace intact across services.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc import aio
+
+REQUEST_ID = "x-request-id"
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+
+_TRACEPARENT_SHAPE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_REQUEST_ID_SHAPE = re.compile(r"^[\w.:-]{1,128}$")
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+traceparent_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("traceparent", default=None)
+tracestate_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("tracestate", default=None)
+
+
+def outgoing_metadata() -> tuple[tuple[str, str], ...]:
+    """The metadata an outgoing call carries so the callee logs under the same request and trace."""
+    pairs: list[tuple[str, str]] = []
+    for key, var in ((REQUEST_ID, request_id_var), (TRACEPARENT, traceparent_var), (TRACESTATE, tracestate_var)):
+        value = var.get()
+        if value:
+            pairs.append((key, value))
+    return tuple(pairs)
+
+
+def adopt(metadata: Sequence[tuple[str, str | bytes]] | None) -> None:
+    """Set this task's request context from incoming metadata, minting a request id when absent."""
+    found = {k.lower(): v for k, v in (metadata or ()) if isinstance(v, str)}
+    rid = found.get(REQUEST_ID, "")
+    request_id_var.set(rid if _REQUEST_ID_SHAPE.match(rid) else uuid.uuid4().hex)
+    tp = found.get(TRACEPARENT, "")
+    traceparent_var.set(tp if _TRACEPARENT_SHAPE.match(tp) else None)
+    traceparent_ok = traceparent_var.get() is not None
+    tracestate_var.set(found.get(TRACESTATE) if traceparent_ok else None)
+
+
+class RequestContextInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
+    """Adopts the caller's request id and trace context for the duration of each RPC."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        # grpc.aio runs each RPC in its own task, so a context variable set here is scoped to the RPC.
+        adopt(handler_call_details.invocation_metadata)
+        return await continuation(handler_call_details)
+
+
+class _Propagate(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    async def _with_context(self, details: Any) -> Any:
+        metadata = list(details.metadata or ())
+        present = {k for k, _ in metadata}
+        metadata.extend(p for p in outgoing_metadata() if p[0] not in present)
+        return aio.ClientCallDetails(
+            details.method, details.timeout, tuple(metadata), details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await continuation(await self._with_context(client_call_details), request)
+
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await continuation(await self._with_context(client_call_details), request)
+
+
+def insecure_channel(target: str) -> aio.Channel:
+    """A client channel whose calls carry the current request id and trace context."""
+    return aio.insecure_channel(target, interceptors=[_Propagate()])

@@ -1,0 +1,237 @@
+"""The chassis: health follows dependencies, reflection for grpcurl, auth, request context, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from thermostat.chassis.auth import TokenRule
+from thermostat.chassis.request_context import insecure_channel, outgoing_metadata, request_id_var
+from thermostat.chassis.server import ServiceHost, ServiceSpec
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _echo_handlers(seen: list[dict[str, str]]) -> grpc.GenericRpcHandler:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        seen.append({"request_id": request_id_var.get() or "", **dict(outgoing_metadata())})
+        return request
+
+    handlers = {name: grpc.unary_unary_rpc_method_handler(echo) for name in ("Open", "Guarded", "Wake")}
+    return grpc.method_handlers_generic_handler("test.Echo", handlers)
+
+
+async def _health(port: int, service: str = "") -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=2
+        )
+        return int(reply.status)
+
+
+async def _wait_for_status(port: int, status: int, service: str = "") -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if await _health(port, service) == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"health never became {status}")
+
+
+async def test_health_is_serving_only_while_the_dependency_answers() -> None:
+    """The service turns NOT_SERVING when its store stops answering and SERVING again when it returns."""
+    reachable = {"ok": True}
+
+    async def check() -> bool:
+        return reachable["ok"]
+
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
+        probe_seconds=0.05,
+    )
+    port = await host.start()
+    try:
+        assert await _health(port) == SERVING
+        assert await _health(port, "test.Echo") == SERVING
+        reachable["ok"] = False
+        await _wait_for_status(port, NOT_SERVING)
+        await _wait_for_status(port, NOT_SERVING, "test.Echo")
+        reachable["ok"] = True
+        await _wait_for_status(port, SERVING)
+    finally:
+        await host.stop(0.1)
+
+
+async def test_a_dependency_check_that_raises_reads_as_not_serving() -> None:
+    """An exception from the store ping is 'not reachable', not a crash of the probe loop."""
+
+    async def check() -> bool:
+        raise OSError("connection refused")
+
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
+        probe_seconds=0.05,
+    )
+    port = await host.start()
+    try:
+        assert await _health(port) == NOT_SERVING
+    finally:
+        await host.stop(0.1)
+
+
+async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
+    """grpcurl (the dev dependency) lists the services and calls a method through server reflection."""
+    seen: list[dict[str, str]] = []
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: s.add_generic_rpc_handlers(
+            (_echo_handlers(seen),)))
+    )
+    port = await host.start()
+    grpcurl = str(Path(sys.executable).parent / "grpcurl")
+    try:
+        listed = await asyncio.to_thread(
+            subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", "list"],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert listed.returncode == 0, listed.stderr
+        names = listed.stdout.split()
+        assert "grpc.health.v1.Health" in names
+        assert "grpc.reflection.v1alpha.ServerReflection" in names
+        assert "test.Echo" in names
+        called = await asyncio.to_thread(
+            subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert called.returncode == 0, called.stderr
+        assert json.loads(called.stdout) == {"status": "SERVING"}
+    finally:
+        await host.stop(0.1)
+
+
+@pytest.fixture
+async def guarded_host():
+    seen: list[dict[str, str]] = []
+    rules = {
+        "/test.Echo/Guarded": TokenRule(tokens=("operator-secret",), headers=("x-rig-operator-token",)),
+        "/test.Echo/Wake": TokenRule(tokens=("operator-secret", "wake-secret"), headers=("x-rig-operator-token",)),
+    }
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], auth_rules=rules,
+                    register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)))
+    )
+    port = await host.start()
+    yield port, seen
+    await host.stop(0.1)
+
+
+@pytest.mark.parametrize(
+    ("method", "metadata", "expected"),
+    [
+        pytest.param("Open", (), grpc.StatusCode.OK, id="an-undeclared-method-is-open"),
+        pytest.param("Guarded", (), grpc.StatusCode.UNAUTHENTICATED, id="missing-token-is-unauthenticated"),
+        pytest.param("Guarded", (("x-rig-operator-token", "nope"),), grpc.StatusCode.PERMISSION_DENIED,
+                     id="wrong-token-is-permission-denied"),
+        pytest.param("Guarded", (("x-rig-operator-token", "operator-secret"),), grpc.StatusCode.OK,
+                     id="operator-header-admits"),
+        pytest.param("Guarded", (("authorization", "Bearer operator-secret"),), grpc.StatusCode.OK,
+                     id="bearer-admits"),
+        pytest.param("Guarded", (("authorization", "Bearer wake-secret"),), grpc.StatusCode.PERMISSION_DENIED,
+                     id="wake-token-does-not-admit-an-operator-route"),
+        pytest.param("Wake", (("authorization", "Bearer wake-secret"),), grpc.StatusCode.OK,
+                     id="wake-token-admits-the-wake-route"),
+        pytest.param("Guarded", (("authorization", "Basic operator-secret"),), grpc.StatusCode.UNAUTHENTICATED,
+                     id="a-non-bearer-scheme-is-no-token"),
+    ],
+)
+async def test_auth_rules_per_method(guarded_host, method, metadata, expected) -> None:
+    """Each declared method admits exactly its tokens: none → UNAUTHENTICATED, wrong → PERMISSION_DENIED."""
+    port, _ = guarded_host
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary(f"/test.Echo/{method}")
+        try:
+            await call(b"x", metadata=metadata, timeout=5)
+            code = grpc.StatusCode.OK
+        except grpc.aio.AioRpcError as error:
+            code = error.code()
+    assert code == expected
+
+
+async def test_a_rule_with_no_configured_token_refuses_everyone() -> None:
+    """An unset secret fails closed: the route is refused rather than opened."""
+    rule = TokenRule(tokens=(None, ""), headers=("x-rig-operator-token",))
+    assert not rule.admits(["", "anything"])
+
+
+async def test_request_id_and_traceparent_carry_into_outgoing_calls(guarded_host) -> None:
+    """A caller's x-request-id and traceparent reach the handler and its outgoing calls unchanged."""
+    port, seen = guarded_host
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        await channel.unary_unary("/test.Echo/Open")(
+            b"x", metadata=(("x-request-id", "req-123"), ("traceparent", traceparent)), timeout=5
+        )
+    assert seen[-1] == {"request_id": "req-123", "x-request-id": "req-123", "traceparent": traceparent}
+
+    # a hop through the propagating client channel keeps them
+    request_id_var.set("req-456")
+    from thermostat.chassis.request_context import traceparent_var
+
+    traceparent_var.set(traceparent)
+    async with insecure_channel(f"127.0.0.1:{port}") as channel:
+        await channel.unary_unary("/test.Echo/Open")(b"y", timeout=5)
+    assert seen[-1]["request_id"] == "req-456"
+    assert seen[-1]["traceparent"] == traceparent
+
+
+async def test_a_missing_request_id_is_minted_and_a_malformed_traceparent_dropped(guarded_host) -> None:
+    """Every RPC gets a request id; a traceparent that is not W3C-shaped is not propagated."""
+    port, seen = guarded_host
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        await channel.unary_unary("/test.Echo/Open")(b"x", metadata=(("traceparent", "garbage"),), timeout=5)
+    assert len(seen[-1]["request_id"]) == 32
+    assert "traceparent" not in seen[-1]
+
+
+def test_sigterm_drains_in_flight_rpcs_and_refuses_new_ones() -> None:
+    """On SIGTERM an in-flight RPC finishes, the server turns NOT_SERVING and the process exits cleanly."""
+    port = free_port()
+    script = Path(__file__).with_name("slow_service.py")
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=15)
+            in_flight = channel.unary_unary("/test.Slow/Sleep").future(b"1.0", timeout=10)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            assert in_flight.result() == b"finished"
+        _, stderr = proc.communicate(timeout=10)
+        assert proc.returncode == 0
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel, pytest.raises(grpc.RpcError):
+            channel.unary_unary("/test.Slow/Sleep")(b"0", timeout=1)
+        log_lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        messages = [line["message"] for line in log_lines]
+        assert any("draining" in m for m in messages)
+        assert messages[-1] == "slow stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
