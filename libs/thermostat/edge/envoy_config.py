@@ -1,0 +1,288 @@
+"""The Envoy edge's configuration, built from the upstream services and the descriptor set.
+
+One listener serves native gRPC (passed through to the service that owns the path) and REST (JSON
+transcoding from the same descriptor set). `build_envoy_config` is pure: same arguments, same dict.
+The config is written as JSON, which is valid YAML, so no YAML library is needed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
+DEFAULT_LISTEN_PORT: Final = 8080
+DEFAULT_ADMIN_PORT: Final = 9901
+DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[3] / "deploy" / "envoy" / "envoy.yaml"
+REFLECTION_SERVICES: Final = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
+
+HCM: Final = "envoy.filters.network.http_connection_manager"
+TRANSCODER: Final = "envoy.filters.http.grpc_json_transcoder"
+_TYPES: Final = "type.googleapis.com/envoy.extensions"
+_LUA_SOURCE: Final = resources.files(__package__).joinpath("rest_responses.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Upstream:
+    """A gRPC server behind the edge: the services it owns and the health service Envoy checks."""
+
+    cluster: str
+    services: tuple[str, ...]
+    host: str
+    port: int
+    health_service: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JsonFamily:
+    """REST routes under `prefix` print JSON one way: proto field names (snake_case) or lowerCamelCase."""
+
+    prefix: str
+    proto_field_names: bool
+
+
+# The pod controller's seed speaks lowerCamelCase (`podId`, `readySince`); the worker pool's seed speaks
+# snake_case (`machine_type`, `has_result`). Both clients read false/zero fields, so those are printed.
+SEED_FAMILIES: Final = (
+    JsonFamily(prefix="/api/", proto_field_names=False),
+    JsonFamily(prefix="/v1/", proto_field_names=True),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthCheckTiming:
+    """Active gRPC health checking of every upstream; one failed check turns /health to 503."""
+
+    interval_s: float = 1.0
+    timeout_s: float = 1.0
+    # Envoy checks a cluster that carries no traffic every no_traffic_interval, 60 s by default, and
+    # /health is not traffic: it kept answering 200 for >8 s after the server went NOT_SERVING (spike).
+    no_traffic_interval_s: float = 1.0
+    unhealthy_threshold: int = 1
+    healthy_threshold: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeSpec:
+    """Everything the edge's config depends on."""
+
+    upstreams: tuple[Upstream, ...]
+    descriptor_set: Path
+    reflection_cluster: str | None = None
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    listen_port: int = DEFAULT_LISTEN_PORT
+    admin_address: str = "127.0.0.1"
+    admin_port: int = DEFAULT_ADMIN_PORT
+    families: tuple[JsonFamily, ...] = SEED_FAMILIES
+    health: HealthCheckTiming = field(default_factory=HealthCheckTiming)
+    health_path: str = "/health"
+    # Cloudflare Access closes an origin connection at 100 s (seed: 524); the edge waits a little longer
+    # so the service, not Envoy, decides what a slow request answers.
+    route_timeout_s: float = 120.0
+    # The transcoder buffers a whole REST body. Unset, its limit is the 1 MiB stream buffer (a 2 MB job
+    # payload was a 413); 4 MiB matches a gRPC server's default max receive message size.
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+def listen_port_from_env(environ: Mapping[str, str], default: int = DEFAULT_LISTEN_PORT) -> int:
+    """The edge's port: EDGE_PORT when set, else `default`."""
+    raw = environ.get("EDGE_PORT", "").strip()
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ValueError(f"EDGE_PORT={raw!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"EDGE_PORT={raw!r} is outside 0..65535")
+    return port
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}s"
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _transcoder(spec: EdgeSpec, services: list[str], *, proto_field_names: bool) -> dict[str, Any]:
+    return {
+        "@type": f"{_TYPES}.filters.http.grpc_json_transcoder.v3.GrpcJsonTranscoder",
+        "proto_descriptor": str(spec.descriptor_set),
+        "services": services,
+        "print_options": {
+            "preserve_proto_field_names": proto_field_names,
+            "always_print_primitive_fields": True,
+        },
+        # Without this a gRPC error reaches the client as an empty body with grpc-* headers only.
+        "convert_grpc_status": True,
+        "max_request_body_size": spec.max_body_bytes,
+        "max_response_body_size": spec.max_body_bytes,
+        # Each default is a silent pass-through of the raw REST request to a gRPC server, which resets
+        # the stream: the client sees 503 "upstream connect error" instead of 404/400 (toolchain spike).
+        "request_validation_options": {
+            "reject_unknown_method": True,
+            "reject_unknown_query_parameters": True,
+            "reject_binding_body_field_collisions": True,
+        },
+    }
+
+
+def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
+    timeout = _duration(spec.route_timeout_s)
+    grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
+    routes: list[dict[str, Any]] = []
+    # Native gRPC, and transcoded REST once the transcoder has rewritten :path to /pkg.Service/Method.
+    for upstream in spec.upstreams:
+        routes.extend(
+            {"match": {"prefix": f"/{service}/"}, "route": {"cluster": upstream.cluster, **grpc_action}}
+            for service in upstream.services
+        )
+    if spec.reflection_cluster is not None:
+        routes.extend(
+            {"match": {"prefix": f"/{service}/"}, "route": {"cluster": spec.reflection_cluster, **grpc_action}}
+            for service in REFLECTION_SERVICES
+        )
+    # REST: the route matched on the original path chooses the transcoder's print options. A request
+    # the transcoder accepts is re-routed by its rewritten path (the route cache is cleared); one it
+    # rejects is answered locally, so the direct response below is only a backstop.
+    routes.extend(
+        {
+            "match": {"prefix": family.prefix},
+            "direct_response": {"status": 404, "body": {"inline_string": "no route for this path"}},
+            "typed_per_filter_config": {
+                TRANSCODER: _transcoder(spec, services, proto_field_names=family.proto_field_names)
+            },
+        }
+        for family in spec.families
+    )
+    return routes
+
+
+def _health_filter(spec: EdgeSpec) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.health_check",
+        "typed_config": {
+            "@type": f"{_TYPES}.filters.http.health_check.v3.HealthCheck",
+            "pass_through_mode": False,
+            "headers": [{"name": ":path", "string_match": {"exact": spec.health_path}}],
+            "cluster_min_healthy_percentages": {u.cluster: {"value": 100} for u in spec.upstreams},
+        },
+    }
+
+
+def _cluster(spec: EdgeSpec, upstream: Upstream) -> dict[str, Any]:
+    timing = spec.health
+    return {
+        "name": upstream.cluster,
+        "type": "STATIC" if _is_ip(upstream.host) else "STRICT_DNS",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": upstream.cluster,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(upstream.host, upstream.port)}}]}],
+        },
+        "health_checks": [
+            {
+                "timeout": _duration(timing.timeout_s),
+                "interval": _duration(timing.interval_s),
+                "no_traffic_interval": _duration(timing.no_traffic_interval_s),
+                "unhealthy_threshold": timing.unhealthy_threshold,
+                "healthy_threshold": timing.healthy_threshold,
+                "grpc_health_check": {"service_name": upstream.health_service},
+            }
+        ],
+    }
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _check(spec: EdgeSpec) -> None:
+    if not spec.descriptor_set.is_absolute():
+        raise ValueError(f"descriptor set path must be absolute (Envoy's cwd is not ours): {spec.descriptor_set}")
+    clusters = [u.cluster for u in spec.upstreams]
+    if not clusters:
+        raise ValueError("the edge needs at least one upstream")
+    if len(set(clusters)) != len(clusters):
+        raise ValueError(f"cluster names must be unique: {clusters}")
+    services = [s for u in spec.upstreams for s in u.services]
+    if len(set(services)) != len(services):
+        raise ValueError(f"a service is owned by exactly one upstream: {services}")
+    if spec.reflection_cluster is not None and spec.reflection_cluster not in clusters:
+        raise ValueError(f"reflection cluster {spec.reflection_cluster!r} is not one of {clusters}")
+    prefixes = [f.prefix for f in spec.families]
+    if any(not p.startswith("/") or not p.endswith("/") for p in prefixes) or len(set(prefixes)) != len(prefixes):
+        raise ValueError(f"family prefixes must be distinct and look like /name/: {prefixes}")
+
+
+def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
+    """Envoy's bootstrap config for the edge described by `spec`."""
+    _check(spec)
+    services = [s for u in spec.upstreams for s in u.services]
+    hcm = {
+        "@type": f"{_TYPES}.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "edge",
+        "codec_type": "AUTO",
+        "route_config": {
+            "name": "edge",
+            "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": _routes(spec, services)}],
+        },
+        "http_filters": [
+            _health_filter(spec),
+            # Before the transcoder: the response path runs in reverse, so Lua sees transcoded responses.
+            {
+                "name": "envoy.filters.http.lua",
+                "typed_config": {
+                    "@type": f"{_TYPES}.filters.http.lua.v3.Lua",
+                    "default_source_code": {"inline_string": _LUA_SOURCE},
+                },
+            },
+            {"name": TRANSCODER, "typed_config": _transcoder(spec, services, proto_field_names=False)},
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}},
+        ],
+    }
+    return {
+        "admin": {"address": _address(spec.admin_address, spec.admin_port)},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "edge",
+                    "address": _address(spec.listen_address, spec.listen_port),
+                    "filter_chains": [{"filters": [{"name": HCM, "typed_config": hcm}]}],
+                }
+            ],
+            "clusters": [_cluster(spec, u) for u in spec.upstreams],
+        },
+    }
+
+
+def render_envoy_config(spec: EdgeSpec) -> str:
+    """The config as JSON text (valid YAML), stable for diffs."""
+    return json.dumps(build_envoy_config(spec), indent=2) + "\n"
+
+
+def write_envoy_config(spec: EdgeSpec, path: Path = DEFAULT_CONFIG_PATH) -> Path:
+    """Write the config to `path` atomically and return the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(render_envoy_config(spec), encoding="utf-8")
+    tmp.replace(path)
+    return path

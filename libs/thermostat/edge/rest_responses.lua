@@ -1,0 +1,109 @@
+-- REST responses at the edge: HTTP statuses gRPC lacks, problem+json errors, no gRPC plumbing headers.
+--
+-- Listed before grpc_json_transcoder, so on the response path it sees what the transcoder produced.
+-- Native gRPC responses (content-type application/grpc*) go through the same listener and are left
+-- exactly as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code".
+
+local REASONS = {
+  [200] = "OK", [201] = "Created", [202] = "Accepted", [204] = "No Content",
+  [400] = "Bad Request", [401] = "Unauthorized", [403] = "Forbidden", [404] = "Not Found",
+  [405] = "Method Not Allowed", [408] = "Request Timeout", [409] = "Conflict", [410] = "Gone",
+  [412] = "Precondition Failed", [413] = "Content Too Large", [415] = "Unsupported Media Type",
+  [422] = "Unprocessable Content", [429] = "Too Many Requests", [431] = "Request Header Fields Too Large",
+  [499] = "Client Closed Request", [500] = "Internal Server Error", [501] = "Not Implemented",
+  [502] = "Bad Gateway", [503] = "Service Unavailable", [504] = "Gateway Timeout",
+}
+
+local function json_escape(s)
+  return (s:gsub('[%c"\\]', function(c)
+    if c == '"' then return '\\"' end
+    if c == "\\" then return "\\\\" end
+    if c == "\n" then return "\\n" end
+    if c == "\r" then return "\\r" end
+    if c == "\t" then return "\\t" end
+    return string.format("\\u%04x", c:byte())
+  end))
+end
+
+local function percent_decode(s)
+  return (s:gsub("%%(%x%x)", function(hex) return string.char(tonumber(hex, 16)) end))
+end
+
+-- The transcoder's error body is google.rpc.Status as JSON: {"code":5,"message":"...","details":[]}.
+-- The message's value is already a valid JSON string body, so it is copied without decoding.
+local function status_message(body)
+  local first = body:find('"message":"', 1, true)
+  if first == nil then return nil end
+  local i = first + 11
+  local j = i
+  while j <= #body do
+    local c = body:sub(j, j)
+    if c == "\\" then
+      j = j + 2
+    elseif c == '"' then
+      return body:sub(i, j - 1)
+    else
+      j = j + 1
+    end
+  end
+  return nil
+end
+
+function envoy_on_response(handle)
+  local headers = handle:headers()
+  local content_type = headers:get("content-type") or ""
+  if content_type:sub(1, 16) == "application/grpc" then
+    return
+  end
+
+  local code = headers:get("x-http-code")
+  local title = headers:get("x-problem-title")
+  local grpc_message = headers:get("grpc-message")
+  local plumbing = {}
+  for name, _ in pairs(headers) do
+    if name:sub(1, 5) == "grpc-" then
+      plumbing[#plumbing + 1] = name
+    end
+  end
+  for _, name in ipairs(plumbing) do
+    headers:remove(name)
+  end
+  headers:remove("x-http-code")
+  headers:remove("x-problem-title")
+
+  -- Every successful RPC leaves the transcoder as 200, so any other status is an error: a failed RPC
+  -- (the transcoder's google.rpc.Status JSON) or a reply Envoy made itself (text/plain). A success
+  -- that names a 4xx/5xx through x-http-code keeps its own body.
+  local original = tonumber(headers:get(":status")) or 500
+  if code ~= nil and code:match("^[1-5]%d%d$") then
+    headers:replace(":status", code)
+  end
+  if original < 400 or content_type:sub(1, 24) == "application/problem+json" then
+    return
+  end
+
+  local status = tonumber(headers:get(":status")) or original
+  -- A reply without a body (the /health 503, any HEAD) stays as it is: Lua cannot add a body to it.
+  local body = handle:body()
+  if body == nil then
+    return
+  end
+  local text = body:getBytes(0, body:length())
+  local detail = nil
+  if content_type:sub(1, 16) == "application/json" then
+    detail = status_message(text)
+  end
+  if detail == nil and grpc_message ~= nil then
+    detail = json_escape(percent_decode(grpc_message))
+  end
+  if detail == nil then
+    detail = json_escape((text:gsub("%s+$", "")))
+  end
+  local problem = string.format('{"type":"about:blank","status":%d,"title":"%s","detail":"%s"}',
+    status, json_escape(title or REASONS[status] or "Error"), detail)
+  body:setBytes(problem)
+  -- body() yields until the whole response is buffered; the header handle taken before is then stale.
+  headers = handle:headers()
+  headers:replace("content-type", "application/problem+json")
+  headers:replace("content-length", tostring(#problem))
+end

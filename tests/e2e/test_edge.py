@@ -1,0 +1,405 @@
+"""The Envoy edge, for real: a grpc.aio server behind a real Envoy, spoken to over HTTP and native gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from google.protobuf import descriptor_pool
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
+from thermostat.edge.envoy_config import (
+    DEFAULT_LISTEN_PORT,
+    EdgeSpec,
+    HealthCheckTiming,
+    Upstream,
+    build_envoy_config,
+    listen_port_from_env,
+    write_envoy_config,
+)
+from thermostat.edge.process import EnvoyError, EnvoyProcess, start_envoy, validate_config
+from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+DESCRIPTORS = ROOT / "build" / "edgetest.pb"
+FAST_CHECKS = HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2)
+BODY_LIMIT = 2 * 1024 * 1024
+
+
+def _spec(*upstreams: Upstream, **overrides: object) -> EdgeSpec:
+    return EdgeSpec(upstreams=upstreams, descriptor_set=DESCRIPTORS, **overrides)  # type: ignore[arg-type]
+
+
+def _upstream(cluster: str, port: int, *services: str) -> Upstream:
+    return Upstream(cluster=cluster, services=services, host="127.0.0.1", port=port, health_service=services[0])
+
+
+def _hcm(config: dict) -> dict:
+    return config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+# --- the config builder, without Envoy ---------------------------------------------------------------
+
+
+def test_config_routes_each_service_to_its_owner_and_reflection_to_the_designated_one() -> None:
+    """Each service's gRPC prefix goes to the cluster owning it; reflection goes to the designated one."""
+    config = build_envoy_config(
+        _spec(
+            _upstream("pods", 1, "a.v1.Pods"),
+            _upstream("pool", 2, "b.v1.Pool", "b.v1.Admin"),
+            reflection_cluster="pool",
+        )
+    )
+    routes = {
+        r["match"]["prefix"]: r.get("route", {}).get("cluster")
+        for r in _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
+    }
+    assert routes["/a.v1.Pods/"] == "pods"
+    assert routes["/b.v1.Pool/"] == "pool"
+    assert routes["/b.v1.Admin/"] == "pool"
+    assert routes["/grpc.reflection.v1alpha.ServerReflection/"] == "pool"
+    transcoder = next(f for f in _hcm(config)["http_filters"] if f["name"].endswith("grpc_json_transcoder"))
+    assert transcoder["typed_config"]["services"] == ["a.v1.Pods", "b.v1.Pool", "b.v1.Admin"]
+
+
+def test_config_health_checks_every_cluster_and_requires_all_of_them_for_health() -> None:
+    """Every cluster has an active gRPC health check with a short no-traffic interval and counts at 100 %."""
+    config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods"), _upstream("pool", 2, "b.v1.Pool")))
+    for cluster in config["static_resources"]["clusters"]:
+        (check,) = cluster["health_checks"]
+        assert check["grpc_health_check"]["service_name"] in {"a.v1.Pods", "b.v1.Pool"}
+        assert check["no_traffic_interval"] == "1.000s"
+    health = next(f for f in _hcm(config)["http_filters"] if f["name"] == "envoy.filters.http.health_check")
+    assert health["typed_config"]["cluster_min_healthy_percentages"] == {"pods": {"value": 100}, "pool": {"value": 100}}
+
+
+def test_config_prints_proto_names_only_on_the_v1_family() -> None:
+    """/api/ routes print lowerCamelCase and /v1/ routes snake_case, both printing zero values."""
+    config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods")))
+    routes = _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
+    options = {
+        r["match"]["prefix"]: r["typed_per_filter_config"]["envoy.filters.http.grpc_json_transcoder"]["print_options"]
+        for r in routes
+        if "typed_per_filter_config" in r
+    }
+    assert options == {
+        "/api/": {"preserve_proto_field_names": False, "always_print_primitive_fields": True},
+        "/v1/": {"preserve_proto_field_names": True, "always_print_primitive_fields": True},
+    }
+
+
+@pytest.mark.parametrize(
+    ("host", "discovery"),
+    [
+        pytest.param("127.0.0.1", "STATIC", id="ipv4"),
+        pytest.param("::1", "STATIC", id="ipv6"),
+        pytest.param("pool.thermostat.svc.cluster.local", "STRICT_DNS", id="dns-name"),
+    ],
+)
+def test_upstream_named_by_dns_is_resolved_by_envoy(host: str, discovery: str) -> None:
+    """An IP upstream is a static endpoint; a DNS name (a Kubernetes service) is resolved by Envoy."""
+    upstream = Upstream(cluster="pool", services=("b.v1.Pool",), host=host, port=50051, health_service="")
+    (cluster,) = build_envoy_config(_spec(upstream))["static_resources"]["clusters"]
+    assert cluster["type"] == discovery
+
+
+def test_relative_descriptor_path_is_refused() -> None:
+    """Envoy resolves a relative descriptor path against its own cwd, so the builder refuses one."""
+    with pytest.raises(ValueError, match="absolute"):
+        build_envoy_config(
+            EdgeSpec(upstreams=(_upstream("pods", 1, "a.v1.Pods"),), descriptor_set=Path("build/edgetest.pb"))
+        )
+
+
+@pytest.mark.parametrize(
+    ("environ", "port"),
+    [
+        pytest.param({}, DEFAULT_LISTEN_PORT, id="unset-is-8080"),
+        pytest.param({"EDGE_PORT": ""}, DEFAULT_LISTEN_PORT, id="blank-is-8080"),
+        pytest.param({"EDGE_PORT": "18181"}, 18181, id="set-overrides"),
+    ],
+)
+def test_edge_port_env_overrides_the_listener_port(environ: dict[str, str], port: int) -> None:
+    """EDGE_PORT, when set, is the listener's port in the written config."""
+    config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods"), listen_port=listen_port_from_env(environ)))
+    assert config["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] == port
+
+
+@pytest.mark.parametrize("raw", [pytest.param("http", id="not-a-number"), pytest.param("70000", id="too-big")])
+def test_edge_port_env_that_is_not_a_port_is_refused(raw: str) -> None:
+    """A malformed EDGE_PORT stops the edge instead of binding somewhere unexpected."""
+    with pytest.raises(ValueError, match="EDGE_PORT"):
+        listen_port_from_env({"EDGE_PORT": raw})
+
+
+def test_written_config_is_accepted_by_envoy_validate(tmp_path: Path) -> None:
+    """`envoy --mode validate` accepts the generated config, transcoder descriptors included."""
+    path = write_envoy_config(
+        _spec(_upstream("edgetest", 50051, SERVICE), reflection_cluster="edgetest"), tmp_path / "envoy.yaml"
+    )
+    json.loads(path.read_text())  # JSON is the YAML subset Envoy reads
+    validate_config(path)
+
+
+def test_config_naming_a_service_missing_from_the_descriptors_is_rejected(tmp_path: Path) -> None:
+    """Envoy refuses a transcoder service the descriptor set does not define."""
+    path = write_envoy_config(_spec(_upstream("x", 50051, "thermostat.nothing.v1.Missing")), tmp_path / "envoy.yaml")
+    with pytest.raises(EnvoyError, match=re.escape("thermostat.nothing.v1.Missing")):
+        validate_config(path)
+
+
+# --- the real edge -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def upstream() -> AsyncIterator[RunningServer]:
+    server = await start_edge_test_server()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture(scope="module")
+async def edge(upstream: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[EnvoyProcess]:
+    spec = _spec(
+        _upstream("edgetest", upstream.port, SERVICE),
+        reflection_cluster="edgetest",
+        listen_port=0,
+        admin_port=0,
+        health=FAST_CHECKS,
+        max_body_bytes=BODY_LIMIT,
+    )
+    path = write_envoy_config(spec, tmp_path_factory.mktemp("edge") / "envoy.yaml")
+    envoy = await start_envoy(path, concurrency=1)
+    yield envoy
+    assert await envoy.stop() == 0
+
+
+@pytest.fixture(scope="module")
+async def http(edge: EnvoyProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{edge.listeners['edge']}", timeout=5.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+async def stub(edge: EnvoyProcess) -> AsyncIterator[edgetest_pb2_grpc.EdgeTestServiceStub]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.listeners['edge']}") as channel:
+        yield edgetest_pb2_grpc.EdgeTestServiceStub(channel)
+
+
+async def _health_becomes(http: httpx.AsyncClient, status: int, within_s: float = 5.0) -> int:
+    deadline = time.monotonic() + within_s
+    while True:
+        code = (await http.get("/health")).status_code
+        if code == status or time.monotonic() > deadline:
+            return code
+        await asyncio.sleep(0.05)
+
+
+def _no_grpc_plumbing(response: httpx.Response) -> list[str]:
+    return [
+        name
+        for name in response.headers
+        if name.startswith("grpc-") or name.startswith("x-http-code") or name == "x-problem-title"
+    ]
+
+
+@pytest.mark.e2e
+async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncClient, upstream: RunningServer) -> None:
+    """/health is 200 while the upstream is SERVING, 503 once it is NOT_SERVING, 200 again after."""
+    assert await _health_becomes(http, 200) == 200
+    try:
+        await upstream.set_serving(False)
+        assert await _health_becomes(http, 503) == 503
+    finally:
+        await upstream.set_serving(True)
+    assert await _health_becomes(http, 200) == 200
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("method", "path", "status", "title", "detail"),
+    [
+        pytest.param("POST", "/api/pods/other/start", 404, "Not Found", "pod 'other' is not known", id="not-found"),
+        pytest.param(
+            "POST",
+            "/api/pods/failed/start",
+            409,
+            "Wake failed",
+            'no GPU under 2.00 USD/h: A100 "80GB" 2.49',
+            id="409-with-title",
+        ),
+        pytest.param(
+            "GET", "/v1/jobs/crashed/result", 502, "Bad Gateway", "worker exited with status 1", id="502-worker-failed"
+        ),
+    ],
+)
+async def test_grpc_error_becomes_problem_json_with_the_service_status(
+    http: httpx.AsyncClient, method: str, path: str, status: int, title: str, detail: str
+) -> None:
+    """A failed RPC answers application/problem+json with the status, the title and the gRPC message."""
+    response = await http.request(method, path)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json() == {"type": "about:blank", "status": status, "title": title, "detail": detail}
+    assert _no_grpc_plumbing(response) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "detail"),
+    [
+        pytest.param("GET", "/nowhere", None, 404, "Could not resolve /nowhere to a method.", id="unknown-route"),
+        pytest.param(
+            "GET", "/api/pods", None, 404, "Could not resolve /api/pods to a method.", id="unknown-route-in-a-family"
+        ),
+        pytest.param(
+            "GET",
+            "/api/pods/qwen?colour=red",
+            None,
+            400,
+            'Could not find field "colour" in the type "thermostat.edgetest.v1.GetPodRequest".',
+            id="unknown-query-parameter",
+        ),
+        pytest.param(
+            "POST",
+            "/api/pods/qwen/start",
+            {"name": "other"},
+            400,
+            'The binding value "qwen" of the field name is conflicting with the value "other" in the body.',
+            id="body-path-collision",
+        ),
+        pytest.param("PUT", "/v1/machine-types", [{"name": "cpu", "max_workers": "many"}], 400, None, id="bad-value"),
+    ],
+)
+async def test_envoy_own_rejections_are_problem_json(
+    http: httpx.AsyncClient, method: str, path: str, body: object, status: int, detail: str | None
+) -> None:
+    """Envoy's local replies (no such route, unknown parameter, collision, bad value) are problem+json too."""
+    response = await http.request(method, path, json=body)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert (problem["status"], problem["title"]) == (status, "Not Found" if status == 404 else "Bad Request")
+    if detail is None:
+        assert "max_workers" in problem["detail"]
+    else:
+        assert problem["detail"] == detail
+
+
+@pytest.mark.e2e
+async def test_x_http_code_sets_the_rest_status_and_leaves_native_grpc_alone(
+    http: httpx.AsyncClient, stub: edgetest_pb2_grpc.EdgeTestServiceStub
+) -> None:
+    """x-http-code 202 makes the REST answer 202, while a gRPC client on the same port gets a plain OK."""
+    response = await http.post("/api/pods/waiting/start", json={})
+    assert (response.status_code, response.json()) == (202, {"name": "waiting", "outcome": "Waiting"})
+    assert _no_grpc_plumbing(response) == []
+
+    call = stub.StartPod(edgetest_pb2.StartPodRequest(name="waiting"))
+    assert (await call).outcome == "Waiting"
+    assert await call.code() == grpc.StatusCode.OK
+    assert ("x-http-code", "202") in tuple(await call.initial_metadata())
+
+
+@pytest.mark.e2e
+async def test_native_grpc_error_through_the_edge_keeps_its_grpc_status(
+    stub: edgetest_pb2_grpc.EdgeTestServiceStub,
+) -> None:
+    """A gRPC client through the edge sees FAILED_PRECONDITION and the message, not a 409 or problem+json."""
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        await stub.StartPod(edgetest_pb2.StartPodRequest(name="failed"))
+    assert failure.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert failure.value.details() == 'no GPU under 2.00 USD/h: A100 "80GB" 2.49'
+
+
+@pytest.mark.e2e
+async def test_server_reflection_is_reachable_through_the_edge(edge: EnvoyProcess) -> None:
+    """grpc.reflection.v1alpha through the edge lists the upstream's services."""
+
+    # The reflection descriptor database is synchronous; run it on a worker thread.
+    def services() -> list[str]:
+        with grpc.insecure_channel(f"127.0.0.1:{edge.listeners['edge']}") as sync_channel:
+            database = ProtoReflectionDescriptorDatabase(sync_channel)
+            names = list(database.get_services())
+            descriptor_pool.DescriptorPool(database).FindServiceByName(SERVICE)
+            return names
+
+    assert SERVICE in await asyncio.to_thread(services)
+
+
+@pytest.mark.e2e
+async def test_http_body_passes_byte_for_byte_both_ways(http: httpx.AsyncClient, upstream: RunningServer) -> None:
+    """A raw request body reaches the service verbatim with its content type, and comes back verbatim."""
+    payload = bytes(range(256)) + b"\x00\xff{not json"
+    response = await http.post(
+        "/v1/jobs",
+        params={"machine_type": "gpu"},
+        content=payload,
+        headers={"content-type": "application/x-thermostat-test"},
+    )
+    assert response.status_code == 202
+    job = response.json()
+    assert job == {
+        "job_id": job["job_id"],
+        "payload_size": len(payload),
+        "payload_content_type": "application/x-thermostat-test",
+        "machine_type": "gpu",
+    }
+    assert upstream.received.payloads[job["job_id"]].data == payload
+
+    result = await http.get(f"/v1/jobs/{job['job_id']}/result")
+    assert result.status_code == 200
+    assert result.headers["content-type"] == "application/x-thermostat-test"
+    assert result.content == payload
+
+
+@pytest.mark.e2e
+async def test_bodies_beyond_envoys_1_mib_buffer_pass_up_to_the_configured_limit(http: httpx.AsyncClient) -> None:
+    """A 1.5 MiB payload and result pass (the transcoder's default limit is 1 MiB); past the limit is 413."""
+    payload = b"\xff" * (3 * BODY_LIMIT // 4)
+    job = (await http.post("/v1/jobs", content=payload, headers={"content-type": "application/octet-stream"})).json()
+    assert (await http.get(f"/v1/jobs/{job['job_id']}/result")).content == payload
+
+    response = await http.post("/v1/jobs", content=b"\x00" * (BODY_LIMIT + 1))
+    assert response.status_code == 413
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["title"] == "Content Too Large"
+
+
+@pytest.mark.e2e
+async def test_api_family_prints_camel_case_and_false_and_zero(http: httpx.AsyncClient) -> None:
+    """/api/ answers lowerCamelCase, prints false and 0, and leaves an unset optional field out."""
+    response = await http.get("/api/pods/qwen")
+    assert response.json() == {
+        "name": "qwen",
+        "podId": "pod-123",
+        "configured": False,
+        "gpuCount": 0,
+        "readySince": READY_SINCE_JSON,
+        "pricePerHour": 0,
+    }
+
+
+@pytest.mark.e2e
+async def test_v1_family_prints_snake_case_and_false_and_zero(http: httpx.AsyncClient) -> None:
+    """/v1/ answers the proto field names and prints false and 0."""
+    response = await http.get("/v1/jobs/j-1")
+    assert response.json() == {"job_id": "j-1", "machine_type": "cpu", "has_result": False, "attempt_count": 0}
+
+
+@pytest.mark.e2e
+async def test_top_level_json_array_maps_to_a_repeated_field_both_ways(http: httpx.AsyncClient) -> None:
+    """A JSON array request body fills `items`; the HttpBody response_body answers an array again."""
+    catalogue = [{"name": "cpu", "max_workers": 3, "gpu": False}, {"name": "a100", "max_workers": 0, "gpu": True}]
+    response = await http.put("/v1/machine-types", json=catalogue)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == catalogue
