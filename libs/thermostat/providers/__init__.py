@@ -1,0 +1,1 @@
+"""Outbound adapters: HTTP clients that shape provider answers into the policy package's value types."""

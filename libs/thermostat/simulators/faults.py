@@ -1,0 +1,119 @@
+"""Scripted failure injection for the simulator: the next N requests on a route misbehave in a chosen way.
+
+Each kind is an answer the seeds say a client must survive: a bare (non-problem) 404 from a proxy page or a
+base URL missing /v2, a 2xx with a body that is not JSON, a 429 with Retry-After, a request that hangs past
+the client timeout, and a create that RunPod committed but whose answer was a gateway 5xx (the pod exists
+and bills; the caller saw a failure).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from http import HTTPStatus
+
+BODY_KINDS = ("problem", "text", "malformed", "json", "empty")
+
+
+@dataclass(slots=True, kw_only=True)
+class Fault:
+    """Fault is one scripted misbehaviour.
+
+    `path` is a glob over the raw request path (`/v2/pods/*`); `remaining` None means every matching request.
+    With `status` None and no hang the request is only delayed, then served normally. `commit_then_fail`
+    serves the request (state changes happen) and then answers `status` (502 by default) instead.
+    """
+
+    path: str
+    method: str = "*"
+    remaining: int | None = 1
+    status: int | None = None
+    body: str = "problem"
+    json_body: object = None
+    retry_after: str | None = None
+    delay_seconds: float = 0.0
+    hang: bool = False
+    commit_then_fail: bool = False
+
+    def __post_init__(self) -> None:
+        if self.body not in BODY_KINDS:
+            raise ValueError(f"body must be one of {BODY_KINDS}")
+        if self.remaining is not None and self.remaining < 1:
+            raise ValueError("remaining must be at least 1 (or None for every request)")
+        if self.commit_then_fail and self.status is None:
+            self.status = 502
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method == "*" or self.method.upper() == method) and fnmatchcase(path, self.path)
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        status = self.status or 500
+        headers: dict[str, str] = {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = self.retry_after
+        if self.body == "problem":
+            headers["Content-Type"] = "application/problem+json"
+            content = json.dumps({"title": _phrase(status), "status": status, "detail": "injected fault"}).encode()
+        elif self.body == "text":
+            headers["Content-Type"] = "text/plain; charset=utf-8"
+            content = f"{status} {_phrase(status).lower()}\n".encode()
+        elif self.body == "malformed":
+            headers["Content-Type"] = "application/json"
+            content = b'{"id": "trunc'
+        elif self.body == "json":
+            headers["Content-Type"] = "application/json"
+            content = json.dumps(self.json_body).encode()
+        else:
+            content = b""
+        return status, headers, content
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "method": self.method,
+            "path": self.path,
+            "remaining": self.remaining,
+            "status": self.status,
+            "body": self.body,
+            "json": self.json_body,
+            "retryAfter": self.retry_after,
+            "delaySeconds": self.delay_seconds,
+            "hang": self.hang,
+            "commitThenFail": self.commit_then_fail,
+        }
+
+
+def fault_from_json(data: Mapping[str, object]) -> Fault:
+    path = data.get("path")
+    if not isinstance(path, str) or not path:
+        raise ValueError("a fault needs a path glob")
+    remaining = data.get("remaining", data.get("count", 1))
+    status = data.get("status")
+    retry_after = data.get("retryAfter")
+    delay = data.get("delaySeconds", 0.0)
+    if remaining is not None and not isinstance(remaining, int):
+        raise ValueError("remaining must be an integer or null")
+    if status is not None and not isinstance(status, int):
+        raise ValueError("status must be an integer")
+    if not isinstance(delay, int | float):
+        raise ValueError("delaySeconds must be a number")
+    return Fault(
+        path=path,
+        method=str(data.get("method", "*")).upper(),
+        remaining=remaining,
+        status=status,
+        body=str(data.get("body", "problem")),
+        json_body=data.get("json"),
+        retry_after=None if retry_after is None else str(retry_after),
+        delay_seconds=float(delay),
+        hang=bool(data.get("hang", False)),
+        commit_then_fail=bool(data.get("commitThenFail", False)),
+    )
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

@@ -1,0 +1,658 @@
+"""RunPod REST v2 + pod-proxy simulator over a real socket, for the tests and `make run`.
+
+One threaded HTTP server on loopback serves three surfaces:
+  /v2/...                       the REST v2 paths and shapes (bearer auth, problem+json errors)
+  /proxy/{podId}-{port}/metrics each pod's public proxy in front of vLLM (Cloudflare's UA rule, 404 while
+                                not RUNNING, 502 while the model loads or vLLM is dead)
+  /_sim/...                     JSON control: volumes, catalogue, faults, pods, vLLM driving, request log
+
+Clients point RUNPOD_V2_BASE_URL at `{url}/v2` and the proxy template at `{url}/proxy/{podId}-{port}`.
+Standalone: `python -m thermostat.simulators.runpod --port 9100`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType, TracebackType
+from typing import Any, Self
+from urllib.parse import parse_qs, unquote
+
+from thermostat.simulators.faults import Fault, fault_from_json
+from thermostat.simulators.runpod_catalog import (
+    DEFAULT_TEMPLATE_ID,
+    DEFAULT_VOLUME_ID,
+    SimGpu,
+    default_catalogue,
+    default_volumes,
+    gpu_from_control,
+)
+from thermostat.simulators.runpod_world import ApiError, PodWorld, SimSettings
+
+DEFAULT_API_KEY = "sim-runpod-key"
+
+_log = logging.getLogger(__name__)
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedRequest:
+    """RecordedRequest is one request as it arrived, for pinning exact shapes in tests.
+
+    `path` is the raw, still percent-encoded path; `headers` have lower-cased names; `json_body` is the decoded
+    body or None when there was none or it was not JSON.
+    """
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: str
+    json_body: object
+    received_at: float
+
+    @property
+    def params(self) -> dict[str, list[str]]:
+        return parse_qs(self.query, keep_blank_values=True)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "headers": self.headers,
+            "body": self.body,
+            "json": self.json_body,
+            "receivedAt": self.received_at,
+        }
+
+
+def _json_answer(status: int, body: object, *, problem: bool = False) -> Answer:
+    content_type = "application/problem+json" if problem else "application/json"
+    return status, {"Content-Type": content_type}, json.dumps(body).encode()
+
+
+def _problem(error: ApiError) -> Answer:
+    return _json_answer(error.status, error.problem(), problem=True)
+
+
+def _decode(content: bytes) -> object:
+    if not content:
+        return None
+    try:
+        decoded: object = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return decoded
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # A hanging fault must not block shutdown: handler threads are not joined on close.
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], simulator: RunPodSimulator) -> None:
+        self.simulator = simulator
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out and hung up mid-answer is expected under fault injection.
+        _log.debug("runpod simulator: connection from %s ended abruptly", client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # idle keep-alive connections release their thread
+    # Headers and body leave in one segment: written separately, Nagle plus delayed ACK add ~40 ms a request.
+    wbufsize = 64 * 1024
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Request lines only (method, path, status); headers, and with them any bearer, are never logged.
+        _log.debug("runpod simulator: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        simulator = self.server.simulator
+        raw_path, _, query = self.path.partition("?")
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            # Bodies are read by Content-Length only; an unread chunked body would corrupt the next request.
+            self.close_connection = True
+        length = int(self.headers.get("Content-Length") or 0)
+        content = self.rfile.read(length) if length > 0 else b""
+        request = RecordedRequest(
+            method=self.command,
+            path=raw_path,
+            query=query,
+            headers={name.lower(): value for name, value in self.headers.items()},
+            body=content.decode("utf-8", errors="replace"),
+            json_body=_decode(content),
+            received_at=time.time(),
+        )
+        simulator._record(request)
+        fault = None if raw_path.startswith("/_sim") else simulator._take_fault(self.command, raw_path)
+        if fault is not None:
+            if fault.delay_seconds > 0 and simulator._stopping.wait(fault.delay_seconds):
+                return
+            if fault.hang:
+                simulator._stopping.wait(simulator.world.settings.hang_seconds)
+                self.close_connection = True
+                return
+            if fault.status is not None and not fault.commit_then_fail:
+                self._send(fault.response())
+                return
+        try:
+            answer = simulator._route(request)
+        except Exception:
+            _log.exception("runpod simulator: %s %s failed", self.command, raw_path)
+            answer = _problem(ApiError(500, "Internal Server Error", "simulator error"))
+        if fault is not None and fault.commit_then_fail:
+            # The gateway-5xx-after-commit incident: the pod now exists and bills, the caller sees a 502.
+            answer = fault.response()
+        self._send(answer)
+
+    def _send(self, answer: Answer) -> None:
+        status, headers, content = answer
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if content and self.command != "HEAD":
+            self.wfile.write(content)
+
+
+class RunPodSimulator:
+    """RunPodSimulator runs the server in a background thread and exposes the control API in-process.
+
+    Every control method has an HTTP twin under /_sim (see `_control`), so a test in another process or the
+    demo can drive the same world.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = DEFAULT_API_KEY,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        settings: SimSettings | None = None,
+        catalogue: Iterable[SimGpu] | None = None,
+        volumes: Mapping[str, str] | None = None,
+        request_log_size: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping."""
+        self._api_key = api_key
+        self._host = host
+        self._requested_port = port
+        self._initial_settings = copy.deepcopy(settings or SimSettings())
+        self._initial_catalogue = tuple(catalogue) if catalogue is not None else default_catalogue()
+        self._initial_volumes = dict(volumes) if volumes is not None else default_volumes()
+        self.world = PodWorld(
+            settings=copy.deepcopy(self._initial_settings),
+            catalogue=self._initial_catalogue,
+            volumes=self._initial_volumes,
+            clock=clock,
+        )
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=request_log_size)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- server --------------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._server is not None:
+            raise RuntimeError("the simulator is already running")
+        self._stopping.clear()
+        self._server = _Server((self._host, self._requested_port), self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="runpod-sim", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the simulator is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """base_url is RUNPOD_V2_BASE_URL for a client of this simulator."""
+        return f"{self.url}/v2"
+
+    @property
+    def proxy_url_template(self) -> str:
+        return f"{self.url}/proxy/{{podId}}-{{port}}"
+
+    # --- control: the world --------------------------------------------------------------------------------
+
+    def configure(self, **changes: object) -> None:
+        """configure changes settings by their snake_case names, e.g. configure(model_ready_seconds=0.2)."""
+        camel = {}
+        for name, value in changes.items():
+            head, *rest = name.split("_")
+            camel[head + "".join(part.title() for part in rest)] = value
+        with self.world.lock:
+            self.world.settings.update(camel)
+
+    @property
+    def settings(self) -> SimSettings:
+        with self.world.lock:
+            return copy.deepcopy(self.world.settings)
+
+    def add_volume(self, volume_id: str, datacenter_id: str) -> None:
+        self.world.add_volume(volume_id, datacenter_id)
+
+    def set_catalogue(self, gpus: Iterable[SimGpu]) -> None:
+        self.world.set_catalogue(gpus)
+
+    def set_next_pod_ids(self, pod_ids: Iterable[str]) -> None:
+        """set_next_pod_ids fixes the ids the next creates get (else random 14-character ids)."""
+        self.world.set_next_pod_ids(pod_ids)
+
+    def add_pod(self, **kwargs: Any) -> str:
+        """add_pod seeds a pod (defaults: EXITED, one A100, no volume); see PodWorld.add_pod."""
+        return self.world.add_pod(**kwargs)
+
+    def set_pod_status(self, pod_id: str, status: str) -> None:
+        self.world.set_pod_status(pod_id, status)
+
+    def patch_pod(self, pod_id: str, fields: Mapping[str, object] | None) -> None:
+        """patch_pod overlays fields on the pod's v2 JSON, e.g. {"runtime": {}}; None clears the overlay."""
+        self.world.patch_pod(pod_id, fields)
+
+    def set_pod_lifecycle(
+        self,
+        pod_id: str,
+        *,
+        provisioning_seconds: float | None = None,
+        starting_seconds: float | None = None,
+        model_ready_seconds: float | None = None,
+    ) -> None:
+        """set_pod_lifecycle overrides one pod's delays (negative holds the status); None keeps the global."""
+        self.world.set_pod_lifecycle(
+            pod_id, provisioning=provisioning_seconds, starting=starting_seconds, model_ready=model_ready_seconds
+        )
+
+    def record_turn(self, pod_id: str, prompt_tokens: int, gen_tokens: int, finished_reason: str = "stop") -> None:
+        """record_turn is one finished chat turn on the pod's vLLM: success + token counters advance."""
+        self.world.record_turn(pod_id, prompt_tokens, gen_tokens, finished_reason)
+
+    def set_in_flight(self, pod_id: str, running: int, waiting: int = 0) -> None:
+        self.world.set_in_flight(pod_id, running, waiting)
+
+    def kill_vllm(self, pod_id: str) -> None:
+        self.world.set_vllm_alive(pod_id, False)
+
+    def revive_vllm(self, pod_id: str) -> None:
+        self.world.set_vllm_alive(pod_id, True)
+
+    def pod(self, pod_id: str) -> dict[str, object]:
+        """pod is the pod's current v2 JSON (as GET /v2/pods/{id} would answer), KeyError if unknown."""
+        for state in self.world.pods_state():
+            if state["id"] == pod_id:
+                v2 = state["v2"]
+                assert isinstance(v2, dict)
+                return v2
+        raise KeyError(pod_id)
+
+    def pods(self) -> list[dict[str, object]]:
+        """pods is the control view of every pod: v2 JSON, vLLM counters, liveness, model readiness."""
+        return self.world.pods_state()
+
+    # --- control: faults and the request log ---------------------------------------------------------------
+
+    def inject(
+        self,
+        method: str,
+        path: str,
+        *,
+        status: int | None = None,
+        count: int | None = 1,
+        body: str = "problem",
+        json_body: object = None,
+        retry_after: str | None = None,
+        delay_seconds: float = 0.0,
+        hang: bool = False,
+        commit_then_fail: bool = False,
+    ) -> Fault:
+        """inject scripts the next `count` requests (None: all) matching method + path glob; see Fault."""
+        fault = Fault(
+            method=method.upper(),
+            path=path,
+            remaining=count,
+            status=status,
+            body=body,
+            json_body=json_body,
+            retry_after=retry_after,
+            delay_seconds=delay_seconds,
+            hang=hang,
+            commit_then_fail=commit_then_fail,
+        )
+        self._add_fault(fault)
+        return fault
+
+    def _add_fault(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def faults(self) -> list[Fault]:
+        with self._lock:
+            return list(self._faults)
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(method, path):
+                    if fault.remaining is not None:
+                        fault.remaining -= 1
+                        if fault.remaining == 0:
+                            self._faults.remove(fault)
+                    return fault
+        return None
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def requests(self, prefix: str | None = None, *, include_control: bool = False) -> list[RecordedRequest]:
+        """requests lists received requests oldest first; /_sim control calls only when asked for."""
+        with self._lock:
+            return [
+                request
+                for request in self._requests
+                if (prefix is None or request.path.startswith(prefix))
+                and (include_control or not request.path.startswith("/_sim"))
+            ]
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    def reset(self) -> None:
+        """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""
+        self.world.reset(
+            catalogue=self._initial_catalogue,
+            volumes=self._initial_volumes,
+            settings=copy.deepcopy(self._initial_settings),
+        )
+        with self._lock:
+            self._faults.clear()
+            self._requests.clear()
+
+    def state(self) -> dict[str, object]:
+        return {
+            "settings": self.settings.to_json(),
+            "volumes": self.world.volumes(),
+            "catalog": [gpu.to_control() for gpu in self.world.catalogue()],
+            "pods": self.pods(),
+            "faults": [fault.to_json() for fault in self.faults()],
+            "urls": {"base": self.base_url, "proxyTemplate": self.proxy_url_template},
+        }
+
+    # --- routing -------------------------------------------------------------------------------------------
+
+    def _route(self, request: RecordedRequest) -> Answer:
+        segments = [unquote(segment) for segment in request.path.split("/")[1:]]
+        surface, rest = (segments[0], segments[1:]) if segments else ("", [])
+        if surface == "v2":
+            if self._api_key is not None and request.headers.get("authorization") != f"Bearer {self._api_key}":
+                return _problem(ApiError(401, "Unauthorized", "a valid API key is required"))
+            try:
+                return self._v2(request, rest)
+            except ApiError as error:
+                return _problem(error)
+        if surface == "proxy":
+            return self._proxy(request, rest)
+        if surface == "_sim":
+            return self._control(request, rest)
+        return 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
+
+    def _v2(self, request: RecordedRequest, path: list[str]) -> Answer:
+        method, world = request.method, self.world
+        if path == ["catalog", "gpus"] and method == "GET":
+            return _json_answer(200, world.catalog(request.params))
+        if path == ["pods"] and method == "GET":
+            return _json_answer(200, world.list_pods())
+        if path == ["pods"] and method == "POST":
+            if request.body and request.json_body is None:
+                raise ApiError(400, "Bad Request", "the body is not valid JSON")
+            return _json_answer(201, world.create_pod(request.json_body))
+        if len(path) == 2 and path[0] == "pods" and method == "GET":
+            return _json_answer(200, world.get_pod(path[1]))
+        if len(path) == 2 and path[0] == "pods" and method == "DELETE":
+            world.delete_pod(path[1])
+            return 204, {}, b""
+        if len(path) == 3 and path[0] == "pods" and path[2] == "action" and method == "POST":
+            pod = world.action(path[1], request.json_body)
+            return (204, {}, b"") if pod is None else _json_answer(200, pod)
+        raise ApiError(404, "Not Found", f"no route {method} /v2/{'/'.join(path)}")
+
+    def _proxy(self, request: RecordedRequest, path: list[str]) -> Answer:
+        not_found: Answer = 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
+        if len(path) != 2 or path[1] != "metrics" or request.method != "GET" or "-" not in path[0]:
+            return not_found
+        pod_id, _, port = path[0].rpartition("-")
+        if not port.isdigit():
+            return not_found
+        return self.world.metrics(pod_id, int(port), request.headers.get("user-agent", ""))
+
+    def _control(self, request: RecordedRequest, path: list[str]) -> Answer:
+        body = request.json_body if isinstance(request.json_body, dict) else {}
+        try:
+            return _json_answer(*self._control_call(request.method, path, body, request.params))
+        except KeyError as error:
+            return _json_answer(404, {"error": f"no pod {error.args[0]}"})
+        except (ValueError, TypeError) as error:
+            return _json_answer(400, {"error": str(error)})
+
+    def _control_call(
+        self, method: str, path: list[str], body: dict[str, Any], params: dict[str, list[str]]
+    ) -> tuple[int, object]:
+        """_control_call is the /_sim HTTP API; each route mirrors one Python control method."""
+        ok: dict[str, object] = {"ok": True}
+        route = (method, *path)
+        if method == "POST" and len(path) == 3 and path[0] == "pods":
+            return self._pod_control(path[1], path[2], body)
+        if route == ("GET", "state"):
+            return 200, self.state()
+        if route == ("POST", "reset"):
+            self.reset()
+        elif route == ("GET", "settings"):
+            return 200, self.settings.to_json()
+        elif route == ("PUT", "settings"):
+            with self.world.lock:
+                self.world.settings.update(body)
+            return 200, self.settings.to_json()
+        elif route == ("GET", "catalog"):
+            return 200, {"gpus": [gpu.to_control() for gpu in self.world.catalogue()]}
+        elif route == ("PUT", "catalog"):
+            self._put_catalog(body)
+        elif route == ("GET", "volumes"):
+            return 200, self.world.volumes()
+        elif route == ("POST", "volumes"):
+            self.add_volume(str(body["id"]), str(body["dataCenterId"]))
+        elif route == ("GET", "faults"):
+            return 200, [fault.to_json() for fault in self.faults()]
+        elif route == ("POST", "faults"):
+            fault = fault_from_json(body)
+            self._add_fault(fault)
+            return 201, fault.to_json()
+        elif route == ("DELETE", "faults"):
+            self.clear_faults()
+        elif route == ("GET", "requests"):
+            return 200, self._requests_json(params)
+        elif route == ("DELETE", "requests"):
+            self.clear_requests()
+        elif route == ("GET", "pods"):
+            return 200, self.pods()
+        elif route == ("POST", "pods"):
+            return 201, self.pod(self._add_pod_json(body))
+        elif route == ("POST", "next-pod-ids"):
+            self.set_next_pod_ids([str(pod_id) for pod_id in body["ids"]])
+        else:
+            raise ValueError(f"no control route {method} /_sim/{'/'.join(path)}")
+        return 200, ok
+
+    def _pod_control(self, pod_id: str, verb: str, body: dict[str, Any]) -> tuple[int, object]:
+        if verb == "status":
+            self.set_pod_status(pod_id, str(body["status"]))
+        elif verb == "patch":
+            self.patch_pod(pod_id, body.get("fields"))
+        elif verb == "lifecycle":
+            self.set_pod_lifecycle(
+                pod_id,
+                provisioning_seconds=body.get("provisioningSeconds"),
+                starting_seconds=body.get("startingSeconds"),
+                model_ready_seconds=body.get("modelReadySeconds"),
+            )
+        elif verb == "turn":
+            self.record_turn(
+                pod_id,
+                int(body.get("promptTokens", 0)),
+                int(body.get("generationTokens", 0)),
+                str(body.get("finishedReason", "stop")),
+            )
+        elif verb == "in-flight":
+            self.set_in_flight(pod_id, int(body.get("running", 0)), int(body.get("waiting", 0)))
+        elif verb == "vllm":
+            self.world.set_vllm_alive(pod_id, bool(body.get("alive", True)))
+        else:
+            raise ValueError(f"unknown pod control {verb!r}")
+        return 200, next(state for state in self.pods() if state["id"] == pod_id)
+
+    def _put_catalog(self, body: Mapping[str, object]) -> None:
+        gpus = body.get("gpus")
+        if not isinstance(gpus, list):
+            raise ValueError("the body needs a gpus list")
+        self.set_catalogue([gpu_from_control(row) for row in gpus if isinstance(row, Mapping)])
+
+    def _add_pod_json(self, body: Mapping[str, Any]) -> str:
+        return self.add_pod(
+            pod_id=body.get("id"),
+            name=body.get("name", "qwen-seeded"),
+            status=body.get("status", "EXITED"),
+            gpu_id=body.get("gpuId", "NVIDIA A100 80GB PCIe"),
+            gpu_count=int(body.get("gpuCount", 1)),
+            volume_id=body.get("volumeId"),
+            datacenter_id=body.get("dataCenterId"),
+            template_id=body.get("templateId", DEFAULT_TEMPLATE_ID),
+            price_per_hour=body.get("pricePerHour"),
+        )
+
+    def _requests_json(self, params: dict[str, list[str]]) -> list[dict[str, object]]:
+        prefix = params["prefix"][0] if params.get("prefix") else None
+        include_control = (params.get("includeControl") or ["false"])[0] == "true"
+        return [request.to_json() for request in self.requests(prefix, include_control=include_control)]
+
+
+# --- standalone ----------------------------------------------------------------------------------------------
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m thermostat.simulators.runpod", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100, help="0 picks a free port (printed)")
+    parser.add_argument("--api-key", default=DEFAULT_API_KEY, help="the bearer the /v2 API expects")
+    parser.add_argument("--provisioning-seconds", type=float, default=2.0)
+    parser.add_argument("--starting-seconds", type=float, default=3.0)
+    parser.add_argument("--model-ready-seconds", type=float, default=8.0, help="vLLM load time after RUNNING")
+    parser.add_argument("--terminated-linger-seconds", type=float, default=30.0)
+    parser.add_argument("--allow-any-user-agent", action="store_true", help="turn off the Cloudflare UA rule")
+    parser.add_argument("--volume", action="append", default=[], metavar="ID=DATACENTER", help="add a network volume")
+    parser.add_argument("--stopped-pod", action="store_true", help=f"seed an EXITED pod on volume {DEFAULT_VOLUME_ID}")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    settings = SimSettings(
+        provisioning_seconds=args.provisioning_seconds,
+        starting_seconds=args.starting_seconds,
+        model_ready_seconds=args.model_ready_seconds,
+        terminated_linger_seconds=args.terminated_linger_seconds,
+        require_browser_user_agent=not args.allow_any_user_agent,
+    )
+    volumes = default_volumes()
+    for entry in args.volume:
+        volume_id, _, datacenter_id = entry.partition("=")
+        volumes[volume_id] = datacenter_id
+    simulator = RunPodSimulator(
+        api_key=args.api_key, host=args.host, port=args.port, settings=settings, volumes=volumes
+    ).start()
+    if args.stopped_pod:
+        simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    print("runpod simulator ready", flush=True)
+    print(f"RUNPOD_V2_BASE_URL={simulator.base_url}", flush=True)
+    print(f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}", flush=True)
+    print(f"control: {simulator.url}/_sim/state", flush=True)
+    stop.wait()
+    simulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,629 @@
+"""The simulated RunPod account: pods, network volumes, the catalogue and each pod's vLLM process.
+
+Shapes follow the REST v2 spec as recorded in notes/provider-apis.md §1. Lifecycle is lazy: a pod's status is
+advanced from the clock whenever it is read, so there is no background thread. Every public method takes the
+one lock — the HTTP server is threaded and tests drive the world from another thread at the same time.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+
+from thermostat.simulators.runpod_catalog import (
+    DEFAULT_DATACENTER_ID,
+    DEFAULT_TEMPLATE_ID,
+    SimGpu,
+)
+from thermostat.simulators.vllm_exposition import (
+    CONTENT_TYPE as METRICS_CONTENT_TYPE,
+)
+from thermostat.simulators.vllm_exposition import (
+    EXPOSITION_STYLES,
+    VllmCounters,
+    render,
+)
+
+POD_STATUSES = ("PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR", "TERMINATED")
+# v2 `actions`: which transitions each status allows; anything else is 409.
+ALLOWED_ACTIONS: dict[str, tuple[str, ...]] = {
+    "PROVISIONING": ("stop", "terminate"),
+    "STARTING": ("stop", "terminate"),
+    "RUNNING": ("stop", "restart", "terminate"),
+    "EXITED": ("start", "terminate"),
+    "ERROR": ("start", "terminate"),
+    "TERMINATED": (),
+}
+_BILLING = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+class ApiError(Exception):
+    """ApiError is a v2 error answer: application/problem+json {title, status, detail}."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+
+    def problem(self) -> dict[str, object]:
+        return {"title": self.title, "status": self.status, "detail": self.detail}
+
+
+@dataclass(slots=True, kw_only=True)
+class SimSettings:
+    """SimSettings are the world's knobs. A negative lifecycle delay holds the pod in that status."""
+
+    provisioning_seconds: float = 0.0
+    starting_seconds: float = 0.0
+    model_ready_seconds: float = 0.0
+    terminated_linger_seconds: float = 0.0
+    require_browser_user_agent: bool = True
+    list_newest_first: bool = False
+    hang_seconds: float = 30.0
+    model_name: str = "Qwen/Qwen2.5-Coder-32B-Instruct"
+    metrics_style: str = "recent"
+    vllm_port: int = 8000
+
+    def to_json(self) -> dict[str, object]:
+        return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
+
+    def update(self, changes: Mapping[str, object]) -> None:
+        """update applies camelCase changes all-or-nothing: one bad value leaves every setting as it was."""
+        by_camel = {_camel(f.name): f.name for f in fields(self)}
+        coerced: dict[str, object] = {}
+        for key, value in changes.items():
+            name = by_camel.get(key)
+            if name is None:
+                raise ValueError(f"unknown setting {key!r}")
+            if key == "metricsStyle" and value not in EXPOSITION_STYLES:
+                raise ValueError(f"metricsStyle must be one of {EXPOSITION_STYLES}")
+            coerced[name] = _coerce(key, getattr(self, name), value)
+        for name, value in coerced.items():
+            setattr(self, name, value)
+
+
+def _coerce(key: str, current: object, value: object) -> object:
+    """_coerce checks a control-API value against the setting's type (JSON has one number type)."""
+    if isinstance(current, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(current, float):
+            return float(value)
+        if isinstance(current, int) and float(value).is_integer():
+            return int(value)
+    elif isinstance(current, str) and isinstance(value, str):
+        return value
+    raise ValueError(f"{key} must be a {type(current).__name__}")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True, kw_only=True)
+class SimPod:
+    id: str
+    name: str
+    status: str
+    status_since: float
+    created_at: float
+    datacenter_id: str
+    price_per_hour: float
+    gpu_id: str | None = None
+    gpu_count: int = 0
+    vcpu_count: int | None = None
+    cloud: str = "SECURE"
+    template_id: str | None = None
+    image: str | None = None
+    ports: list[str] = field(default_factory=list)
+    network_mounts: list[dict[str, str]] = field(default_factory=list)
+    started_at: float | None = None
+    terminated_at: float | None = None
+    delays: dict[str, float] = field(default_factory=dict)
+    vllm: VllmCounters = field(default_factory=lambda: VllmCounters(started_at=0.0))
+    vllm_dead: bool = False
+    patch: dict[str, object] = field(default_factory=dict)
+
+    def serves_port(self, port: int) -> bool:
+        return any(_port_number(entry) == port for entry in self.ports)
+
+
+def _port_number(entry: str) -> int | None:
+    try:
+        return int(entry.split("/", 1)[0])
+    except ValueError:
+        return None
+
+
+class PodWorld:
+    """PodWorld is the simulated account. Methods raise ApiError (v2 answers), KeyError (unknown pod on the
+    control side) or ValueError (a control request that makes no sense)."""
+
+    def __init__(
+        self,
+        *,
+        settings: SimSettings,
+        catalogue: Iterable[SimGpu],
+        volumes: Mapping[str, str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.settings = settings
+        self._catalogue: dict[str, SimGpu] = {gpu.id: gpu for gpu in catalogue}
+        self._volumes: dict[str, str] = dict(volumes)
+        self._pods: dict[str, SimPod] = {}
+        self._next_ids: deque[str] = deque()
+        self._clock = clock
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    def _delay(self, pod: SimPod, key: str) -> float:
+        value = pod.delays.get(key, getattr(self.settings, f"{key}_seconds"))
+        return math.inf if value < 0 else float(value)
+
+    def _enter(self, pod: SimPod, status: str, at: float) -> None:
+        was_running = pod.status == "RUNNING"
+        pod.status = status
+        pod.status_since = at
+        if status == "RUNNING":
+            # A (re)started pod is a new vLLM process under the same id: counters from zero (#2075).
+            pod.started_at = at
+            pod.vllm = VllmCounters(started_at=at)
+            pod.vllm_dead = False
+        elif was_running:
+            pod.vllm = VllmCounters(started_at=at)
+        if status == "TERMINATED":
+            pod.terminated_at = at
+
+    def _advance(self, pod: SimPod, now: float) -> None:
+        following = {"PROVISIONING": ("provisioning", "STARTING"), "STARTING": ("starting", "RUNNING")}
+        while pod.status in following:
+            key, successor = following[pod.status]
+            delay = self._delay(pod, key)
+            if now - pod.status_since < delay:
+                return
+            self._enter(pod, successor, pod.status_since + delay)
+
+    def _tick(self) -> float:
+        now = self._clock()
+        linger = self.settings.terminated_linger_seconds
+        for pod in list(self._pods.values()):
+            self._advance(pod, now)
+            if pod.status == "TERMINATED" and (pod.terminated_at or now) + linger <= now:
+                del self._pods[pod.id]
+        return now
+
+    def _pod(self, pod_id: str) -> SimPod:
+        pod = self._pods.get(pod_id)
+        if pod is None:
+            raise ApiError(404, "Not Found", f"pod {pod_id} not found or not accessible to the caller")
+        return pod
+
+    def _new_id(self) -> str:
+        if self._next_ids:
+            return self._next_ids.popleft()
+        while True:
+            candidate = "".join(secrets.choice(_ID_ALPHABET) for _ in range(14))
+            if candidate not in self._pods:
+                return candidate
+
+    # --- v2 rendering ----------------------------------------------------------------------------------------
+
+    def _runtime(self, pod: SimPod, now: float) -> dict[str, object]:
+        busy = pod.vllm.running > 0
+        return {
+            # Counted in started seconds: a simulated RUNNING pod is past the GPU-attach instant (uptime 0).
+            "uptime": max(1, int(now - pod.status_since)),
+            "gpus": [{"util": 94 if busy else 0, "memoryUtil": 78} for _ in range(pod.gpu_count)],
+            "cpu": {"util": 12},
+            "memory": {"util": 30},
+            "ports": [
+                {"private": _port_number(entry), "public": None, "type": entry.split("/", 1)[-1], "ip": None}
+                for entry in pod.ports
+            ],
+        }
+
+    def _v2(self, pod: SimPod, now: float) -> dict[str, object]:
+        gpu = self._catalogue.get(pod.gpu_id) if pod.gpu_id else None
+        body: dict[str, object] = {
+            "id": pod.id,
+            "name": pod.name,
+            "status": pod.status,
+            "actions": list(ALLOWED_ACTIONS[pod.status]),
+            "cost": pod.price_per_hour if pod.status in _BILLING else 0,
+            "cloud": pod.cloud,
+            "dataCenterId": pod.datacenter_id,
+            "gpu": (
+                {"id": pod.gpu_id, "count": pod.gpu_count, "displayName": gpu.name if gpu else pod.gpu_id}
+                if pod.gpu_id
+                else None
+            ),
+            "cpu": {"vcpuCount": pod.vcpu_count} if pod.vcpu_count is not None else None,
+            "image": pod.image,
+            "templateId": pod.template_id,
+            "ports": list(pod.ports),
+            "mounts": {"network": [dict(mount) for mount in pod.network_mounts]},
+            "createdAt": _iso(pod.created_at),
+            "startedAt": _iso(pod.started_at),
+            "runtime": self._runtime(pod, now) if pod.status == "RUNNING" else None,
+        }
+        body.update(pod.patch)
+        return body
+
+    # --- v2 API ----------------------------------------------------------------------------------------------
+
+    def catalog(self, query: Mapping[str, list[str]]) -> dict[str, object]:
+        with self.lock:
+            includes = {part.strip().upper() for value in query.get("include", []) for part in value.split(",")}
+            with_availability = "AVAILABILITY" in includes
+            if with_availability and not query.get("product"):
+                raise ApiError(400, "Bad Request", "product is required when include=AVAILABILITY")
+            cloud = (query.get("cloud") or [""])[0].upper()
+            rows = [
+                gpu.to_v2(with_availability=with_availability)
+                for gpu in self._catalogue.values()
+                if not (cloud == "SECURE" and gpu.secure_price is None)
+                and not (cloud == "COMMUNITY" and gpu.community_price is None)
+            ]
+            return {"gpus": rows}
+
+    def list_pods(self) -> dict[str, object]:
+        with self.lock:
+            now = self._tick()
+            pods = list(self._pods.values())
+            if self.settings.list_newest_first:
+                pods.reverse()
+            return {"pods": [self._v2(pod, now) for pod in pods]}
+
+    def get_pod(self, pod_id: str) -> dict[str, object]:
+        with self.lock:
+            now = self._tick()
+            return self._v2(self._pod(pod_id), now)
+
+    def create_pod(self, body: object) -> dict[str, object]:
+        with self.lock:
+            now = self._tick()
+            request = _CreateRequest.read(body)
+            datacenter_id, price = self._place(request)
+            pod = SimPod(
+                id=self._new_id(),
+                name=request.name,
+                status="PROVISIONING",
+                status_since=now,
+                created_at=now,
+                datacenter_id=datacenter_id,
+                price_per_hour=price,
+                gpu_id=request.gpu_id,
+                gpu_count=request.gpu_count,
+                vcpu_count=request.vcpu_count,
+                cloud=request.cloud,
+                template_id=request.template_id,
+                image=request.image,
+                ports=request.ports or [f"{self.settings.vllm_port}/http"],
+                network_mounts=request.mounts,
+            )
+            self._pods[pod.id] = pod
+            self._advance(pod, now)
+            return self._v2(pod, now)
+
+    def _place(self, request: _CreateRequest) -> tuple[str, float]:
+        volume_dcs = set()
+        for mount in request.mounts:
+            datacenter = self._volumes.get(mount["volumeId"])
+            if datacenter is None:
+                raise ApiError(400, "Bad Request", f"network volume {mount['volumeId']} does not exist")
+            volume_dcs.add(datacenter)
+        if len(volume_dcs) > 1:
+            raise ApiError(400, "Bad Request", "network volumes are in different datacenters")
+        allowed = request.datacenter_ids
+        if volume_dcs:
+            (volume_dc,) = volume_dcs
+            if allowed and volume_dc not in allowed:
+                raise ApiError(400, "Bad Request", f"the network volume is in {volume_dc}, not in dataCenterIds")
+            allowed = [volume_dc]
+        if request.gpu_id is None:
+            return (allowed[0] if allowed else DEFAULT_DATACENTER_ID), 0.08 * (request.vcpu_count or 2)
+        gpu = self._catalogue.get(request.gpu_id)
+        if gpu is None:
+            raise ApiError(400, "Bad Request", f"unknown GPU type {request.gpu_id}")
+        price = gpu.secure_price if request.cloud == "SECURE" else gpu.community_price
+        if price is None:
+            raise ApiError(400, "Bad Request", f"{gpu.id} is not offered on {request.cloud} cloud")
+        if request.gpu_count > gpu.max_count:
+            raise ApiError(400, "Bad Request", f"{gpu.id} allows at most {gpu.max_count} per pod")
+        candidates = allowed or [dc.id for dc in gpu.datacenters]
+        for datacenter_id in candidates:
+            stock = gpu.stock_in(datacenter_id)
+            if stock is not None and stock.can_place:
+                return datacenter_id, round(price * request.gpu_count, 4)
+        raise ApiError(
+            400,
+            "Bad Request",
+            f"There are no longer any instances available with the requested specifications "
+            f"({gpu.id} in {', '.join(candidates) or 'any datacenter'}).",
+        )
+
+    def action(self, pod_id: str, body: object) -> dict[str, object] | None:
+        """action serves POST /pods/{id}/action; None is the terminate action's empty 204."""
+        with self.lock:
+            now = self._tick()
+            pod = self._pod(pod_id)
+            action = body.get("action") if isinstance(body, dict) else None
+            if action not in ("start", "stop", "restart", "terminate"):
+                raise ApiError(400, "Bad Request", "action must be one of start, stop, restart, terminate")
+            if action not in ALLOWED_ACTIONS[pod.status]:
+                raise ApiError(409, "Conflict", f"action {action} is not valid for a pod in status {pod.status}")
+            target = {"start": "STARTING", "stop": "EXITED", "restart": "STARTING", "terminate": "TERMINATED"}
+            self._enter(pod, target[action], now)
+            self._advance(pod, now)
+            if action == "terminate":
+                self._tick()
+                return None
+            return self._v2(pod, now)
+
+    def delete_pod(self, pod_id: str) -> None:
+        with self.lock:
+            now = self._tick()
+            pod = self._pod(pod_id)
+            if pod.status != "TERMINATED":
+                self._enter(pod, "TERMINATED", now)
+            self._tick()
+
+    def metrics(self, pod_id: str, port: int, user_agent: str) -> tuple[int, dict[str, str], bytes]:
+        """metrics is the pod proxy in front of vLLM's /metrics, with Cloudflare's and vLLM's failure modes."""
+        with self.lock:
+            now = self._tick()
+            if self.settings.require_browser_user_agent and not user_agent.startswith("Mozilla/"):
+                return 403, {"Content-Type": "text/plain; charset=utf-8"}, b"error code: 1010\n"
+            pod = self._pods.get(pod_id)
+            if pod is None or pod.status != "RUNNING" or not pod.serves_port(port):
+                return 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
+            if pod.vllm_dead or now - pod.status_since < self._delay(pod, "model_ready"):
+                return 502, {"Content-Type": "text/html; charset=utf-8"}, b"<html>502 Bad Gateway</html>\n"
+            text = render(pod.vllm, model_name=self.settings.model_name, style=self.settings.metrics_style)
+            return 200, {"Content-Type": METRICS_CONTENT_TYPE}, text.encode()
+
+    # --- control ---------------------------------------------------------------------------------------------
+
+    def _control_pod(self, pod_id: str) -> SimPod:
+        pod = self._pods.get(pod_id)
+        if pod is None:
+            raise KeyError(pod_id)
+        return pod
+
+    def add_volume(self, volume_id: str, datacenter_id: str) -> None:
+        with self.lock:
+            self._volumes[volume_id] = datacenter_id
+
+    def volumes(self) -> dict[str, str]:
+        with self.lock:
+            return dict(self._volumes)
+
+    def set_catalogue(self, gpus: Iterable[SimGpu]) -> None:
+        with self.lock:
+            self._catalogue = {gpu.id: gpu for gpu in gpus}
+
+    def catalogue(self) -> tuple[SimGpu, ...]:
+        with self.lock:
+            return tuple(self._catalogue.values())
+
+    def set_next_pod_ids(self, pod_ids: Iterable[str]) -> None:
+        with self.lock:
+            self._next_ids = deque(pod_ids)
+
+    def add_pod(
+        self,
+        *,
+        pod_id: str | None = None,
+        name: str = "qwen-seeded",
+        status: str = "EXITED",
+        gpu_id: str | None = "NVIDIA A100 80GB PCIe",
+        gpu_count: int = 1,
+        volume_id: str | None = None,
+        datacenter_id: str | None = None,
+        template_id: str | None = DEFAULT_TEMPLATE_ID,
+        price_per_hour: float | None = None,
+    ) -> str:
+        """add_pod seeds a pod as if created earlier (e.g. the stale EXITED pod of a wake), no capacity check."""
+        if status not in POD_STATUSES:
+            raise ValueError(f"status must be one of {POD_STATUSES}")
+        with self.lock:
+            now = self._tick()
+            new_id = pod_id or self._new_id()
+            if new_id in self._pods:
+                raise ValueError(f"pod {new_id} already exists")
+            if volume_id is not None and volume_id not in self._volumes:
+                raise ValueError(f"network volume {volume_id} does not exist")
+            gpu = self._catalogue.get(gpu_id) if gpu_id else None
+            pod = SimPod(
+                id=new_id,
+                name=name,
+                status="EXITED",
+                status_since=now,
+                created_at=now,
+                datacenter_id=datacenter_id or (self._volumes[volume_id] if volume_id else DEFAULT_DATACENTER_ID),
+                price_per_hour=price_per_hour
+                if price_per_hour is not None
+                else ((gpu.secure_price or 0.0) * gpu_count if gpu else 0.0),
+                gpu_id=gpu_id,
+                gpu_count=gpu_count if gpu_id else 0,
+                template_id=template_id,
+                ports=[f"{self.settings.vllm_port}/http"],
+                network_mounts=[{"volumeId": volume_id, "path": "/workspace"}] if volume_id else [],
+            )
+            self._pods[new_id] = pod
+            self._enter(pod, status, now)
+            return new_id
+
+    def set_pod_status(self, pod_id: str, status: str) -> None:
+        if status not in POD_STATUSES:
+            raise ValueError(f"status must be one of {POD_STATUSES}")
+        with self.lock:
+            now = self._tick()
+            self._enter(self._control_pod(pod_id), status, now)
+
+    def patch_pod(self, pod_id: str, fields_: Mapping[str, object] | None) -> None:
+        """patch_pod overlays fields on the pod's v2 JSON (e.g. runtime: {}); None clears every overlay."""
+        with self.lock:
+            pod = self._control_pod(pod_id)
+            pod.patch = {} if fields_ is None else {**pod.patch, **fields_}
+
+    def set_pod_lifecycle(self, pod_id: str, **delays: float | None) -> None:
+        """set_pod_lifecycle overrides provisioning / starting / model_ready seconds for one pod (None: global)."""
+        with self.lock:
+            pod = self._control_pod(pod_id)
+            for key, value in delays.items():
+                if key not in ("provisioning", "starting", "model_ready"):
+                    raise ValueError(f"unknown lifecycle delay {key!r}")
+                if value is None:
+                    pod.delays.pop(key, None)
+                else:
+                    pod.delays[key] = float(value)
+
+    def _running_pod(self, pod_id: str) -> SimPod:
+        self._tick()
+        pod = self._control_pod(pod_id)
+        if pod.status != "RUNNING":
+            raise ValueError(f"pod {pod_id} is {pod.status}: its vLLM is not running")
+        return pod
+
+    def record_turn(
+        self, pod_id: str, prompt_tokens: int, generation_tokens: int, finished_reason: str = "stop"
+    ) -> None:
+        with self.lock:
+            self._running_pod(pod_id).vllm.record_turn(
+                prompt_tokens=prompt_tokens, generation_tokens=generation_tokens, finished_reason=finished_reason
+            )
+
+    def set_in_flight(self, pod_id: str, running: int, waiting: int = 0) -> None:
+        if running < 0 or waiting < 0:
+            raise ValueError("request gauges are never negative")
+        with self.lock:
+            pod = self._running_pod(pod_id)
+            pod.vllm.running = running
+            pod.vllm.waiting = waiting
+
+    def set_vllm_alive(self, pod_id: str, alive: bool) -> None:
+        """A dead vLLM on a RUNNING pod answers 502 through the proxy — billed but not serving (#1998)."""
+        with self.lock:
+            self._tick()
+            self._control_pod(pod_id).vllm_dead = not alive
+
+    def pod_state(self, pod: SimPod, now: float) -> dict[str, object]:
+        ready_after = self._delay(pod, "model_ready")
+        return {
+            "id": pod.id,
+            "status": pod.status,
+            "v2": self._v2(pod, now),
+            "vllm": pod.vllm.to_json(),
+            "vllmAlive": not pod.vllm_dead,
+            "modelReady": pod.status == "RUNNING" and not pod.vllm_dead and now - pod.status_since >= ready_after,
+            "lifecycle": dict(pod.delays),
+        }
+
+    def pods_state(self) -> list[dict[str, object]]:
+        with self.lock:
+            now = self._tick()
+            return [self.pod_state(pod, now) for pod in self._pods.values()]
+
+    def reset(self, *, catalogue: Iterable[SimGpu], volumes: Mapping[str, str], settings: SimSettings) -> None:
+        with self.lock:
+            self._pods.clear()
+            self._next_ids.clear()
+            self._catalogue = {gpu.id: gpu for gpu in catalogue}
+            self._volumes = dict(volumes)
+            self.settings = settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _CreateRequest:
+    name: str
+    cloud: str
+    template_id: str | None
+    image: str | None
+    gpu_id: str | None
+    gpu_count: int
+    vcpu_count: int | None
+    datacenter_ids: list[str]
+    ports: list[str]
+    mounts: list[dict[str, str]]
+
+    @staticmethod
+    def read(body: object) -> _CreateRequest:
+        """read validates a POST /v2/pods body: name required, exactly one of gpu / cpu, image or templateId."""
+        if not isinstance(body, dict):
+            raise ApiError(400, "Bad Request", "the body must be a JSON object")
+        name = body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ApiError(400, "Bad Request", "name is required")
+        if (body.get("gpu") is None) == (body.get("cpu") is None):
+            raise ApiError(400, "Bad Request", "exactly one of gpu and cpu is required")
+        template_id, image = body.get("templateId"), body.get("image")
+        if not (isinstance(template_id, str) and template_id) and not (isinstance(image, str) and image):
+            raise ApiError(400, "Bad Request", "image is required unless templateId is given")
+        cloud = body.get("cloud", "SECURE")
+        if cloud not in ("SECURE", "COMMUNITY"):
+            raise ApiError(400, "Bad Request", "cloud must be SECURE or COMMUNITY")
+        gpu_id, gpu_count, vcpu_count = None, 0, None
+        gpu, cpu = body.get("gpu"), body.get("cpu")
+        if gpu is not None:
+            count = gpu.get("count", 1) if isinstance(gpu, dict) else None
+            if not isinstance(gpu, dict) or not isinstance(gpu.get("id"), str):
+                raise ApiError(400, "Bad Request", "gpu.id is required")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ApiError(400, "Bad Request", "gpu.count must be a positive integer")
+            gpu_id, gpu_count = gpu["id"], count
+        else:
+            vcpus = cpu.get("vcpuCount", 2) if isinstance(cpu, dict) else None
+            if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus < 1:
+                raise ApiError(400, "Bad Request", "cpu must be an object with a positive vcpuCount")
+            vcpu_count = vcpus
+        datacenter_ids = body.get("dataCenterIds", [])
+        if not isinstance(datacenter_ids, list) or not all(isinstance(dc, str) for dc in datacenter_ids):
+            raise ApiError(400, "Bad Request", "dataCenterIds must be a list of strings")
+        ports = body.get("ports", [])
+        if not isinstance(ports, list) or not all(isinstance(p, str) and _port_number(p) for p in ports):
+            raise ApiError(400, "Bad Request", 'ports must be a list like ["8000/http"]')
+        return _CreateRequest(
+            name=name,
+            cloud=cloud,
+            template_id=template_id if isinstance(template_id, str) and template_id else None,
+            image=image if isinstance(image, str) and image else None,
+            gpu_id=gpu_id,
+            gpu_count=gpu_count,
+            vcpu_count=vcpu_count,
+            datacenter_ids=list(datacenter_ids),
+            ports=list(ports),
+            mounts=_read_mounts(body.get("mounts")),
+        )
+
+
+def _read_mounts(mounts: object) -> list[dict[str, str]]:
+    if mounts is None:
+        return []
+    network = mounts.get("network", []) if isinstance(mounts, dict) else None
+    if not isinstance(network, list):
+        raise ApiError(400, "Bad Request", "mounts.network must be a list")
+    read: list[dict[str, str]] = []
+    for mount in network:
+        if not isinstance(mount, dict) or not isinstance(mount.get("volumeId"), str):
+            raise ApiError(400, "Bad Request", "each network mount needs a volumeId")
+        path = mount.get("path", "/workspace")
+        read.append({"volumeId": mount["volumeId"], "path": path if isinstance(path, str) else "/workspace"})
+    return read

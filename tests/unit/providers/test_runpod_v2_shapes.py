@@ -1,0 +1,144 @@
+"""The pure readers behind RunPodV2Client: odd JSON reads fail-closed, never as an affirmative answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from thermostat.policy.pod_model import Availability, Lookup, PodStatus
+from thermostat.providers.runpod_v2_shapes import (
+    is_problem_not_found,
+    problem_detail,
+    read_catalog,
+    read_pod,
+    read_pods_on_volume,
+    read_retry_after,
+)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "content", "expected"),
+    [
+        pytest.param("application/problem+json", b'{"title":"Not Found","status":404}', True, id="problem-404"),
+        pytest.param("Application/Problem+JSON; charset=utf-8", b'{"status":404}', True, id="parameters-and-case"),
+        pytest.param("application/json", b'{"status":404}', False, id="plain-json"),
+        pytest.param("text/html", b"<h1>404</h1>", False, id="html-page"),
+        pytest.param(None, b"", False, id="no-content-type"),
+        pytest.param("application/problem+json", b'{"status":"404"}', False, id="status-as-string"),
+        pytest.param("application/problem+json", b'{"status":500}', False, id="other-status-in-body"),
+        pytest.param("application/problem+json", b"not json", False, id="problem-type-not-json"),
+    ],
+)
+def test_only_runpods_problem_404_means_not_found(content_type: str | None, content: bytes, expected: bool) -> None:
+    """A bare or mislabelled 404 says nothing about the pod."""
+    assert is_problem_not_found(content_type, content) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("12", 12.0, id="seconds"),
+        pytest.param(" 3 ", 3.0, id="padded"),
+        pytest.param("0", 0.0, id="zero"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param("nan", None, id="nan"),
+        pytest.param("inf", None, id="infinite"),
+        pytest.param("Wed, 21 Oct 2026 07:28:00 GMT", None, id="http-date"),
+        pytest.param(None, None, id="absent"),
+    ],
+)
+def test_retry_after_is_read_as_delta_seconds_only(value: str | None, expected: float | None) -> None:
+    """Anything but non-negative seconds is ignored, leaving the caller's own poll interval."""
+    assert read_retry_after(value) == expected
+
+
+def test_problem_detail_falls_back_to_the_title_and_is_bounded() -> None:
+    """The detail names the refusal for the log; a title stands in, and a huge body is cut."""
+    assert problem_detail(b'{"title":"Bad Request","status":400}') == "Bad Request"
+    assert problem_detail(b"<html>") is None
+    assert len(problem_detail(b'{"detail":"' + b"x" * 2000 + b'"}') or "") == 500
+
+
+@pytest.mark.parametrize(
+    ("gpu", "secure_price", "availability", "vram"),
+    [
+        pytest.param(
+            {"id": "G", "price": {"secure": 1.5}, "availability": "LOW", "memory": 48},
+            1.5,
+            Availability.LOW,
+            48,
+            id="complete",
+        ),
+        pytest.param(
+            {"id": "G", "price": {"secure": True}, "availability": "low"},
+            None,
+            Availability.NONE,
+            None,
+            id="bool-price-and-lowercase-availability",
+        ),
+        pytest.param(
+            {"id": "G", "price": None, "availability": 3, "memory": 23.9},
+            None,
+            Availability.NONE,
+            23,
+            id="no-price-numeric-availability",
+        ),
+        pytest.param({"id": "G", "memory": -4}, None, Availability.NONE, None, id="negative-memory"),
+    ],
+)
+def test_catalogue_fields_that_cannot_be_read_are_absent(
+    gpu: dict[str, object], secure_price: float | None, availability: Availability, vram: int | None
+) -> None:
+    """An unreadable price is no price (never eligible) and an unreadable level is NONE."""
+    (entry,) = read_catalog({"gpus": [gpu]})
+    assert (entry.secure_price, entry.availability, entry.vram_gb) == (secure_price, availability, vram)
+
+
+@pytest.mark.parametrize("body", [None, [], {"gpus": {}}, {"data": []}, "gpus"])
+def test_a_catalogue_without_a_gpu_list_is_empty(body: object) -> None:
+    """No list, no candidates."""
+    assert read_catalog(body) == ()
+
+
+def test_datacenters_without_an_id_are_skipped() -> None:
+    """A datacenter row we cannot name cannot match our datacenter."""
+    (entry,) = read_catalog({"gpus": [{"id": "G", "dataCenters": [{"availability": "HIGH"}, {"id": "EU-RO-1"}]}]})
+    assert [(dc.id, dc.availability) for dc in entry.datacenters] == [("EU-RO-1", Availability.NONE)]
+
+
+def test_a_pod_body_keeps_only_string_volume_ids_once() -> None:
+    """volume_ids lists each readable mounts.network[].volumeId once, in order."""
+    observed = read_pod(
+        "p",
+        {
+            "status": "EXITED",
+            "mounts": {
+                "network": [{"volumeId": "v1"}, {"volumeId": 7}, {"volumeId": "v1"}, {"volumeId": "v2"}, "junk"]
+            },
+        },
+    )
+    assert (observed.lookup, observed.status, observed.volume_ids) == (Lookup.FOUND, PodStatus.EXITED, ("v1", "v2"))
+
+
+def test_a_pod_cost_must_be_a_number() -> None:
+    """A cost we cannot read is unknown, not free."""
+    assert read_pod("p", {"status": "RUNNING", "cost": "1.59"}).cost_per_hour is None
+
+
+def test_lookup_matches_only_our_volume_and_keeps_list_order() -> None:
+    """Pods on other volumes or on none are ignored; ours come back in list order, each once."""
+    body = {
+        "pods": [
+            {"id": "b", "mounts": {"network": [{"volumeId": "ours"}]}},
+            {"id": "x", "mounts": {"network": [{"volumeId": "theirs"}]}},
+            {"id": "y", "mounts": None},
+            {"id": "a", "mounts": {"network": [{"volumeId": "ours"}]}},
+            {"id": "b", "mounts": {"network": [{"volumeId": "ours"}]}},
+        ]
+    }
+    assert read_pods_on_volume(body, "ours") == ("b", "a")
+
+
+def test_an_unnamed_pod_elsewhere_does_not_spoil_the_list() -> None:
+    """Only a pod on our volume must be nameable; a stranger's odd row is not our concern."""
+    body = {"pods": [{"mounts": {"network": [{"volumeId": "theirs"}]}}]}
+    assert read_pods_on_volume(body, "ours") == ()
