@@ -37,13 +37,11 @@ from thermostat.providers.runpod_v2_shapes import (
     read_pods_on_volume,
     read_retry_after,
 )
+from thermostat.providers.vllm_scrape import get_metrics
 
 DEFAULT_BASE_URL: Final = "https://api.runpod.io/v2"
 DEFAULT_PROXY_URL_TEMPLATE: Final = "https://{podId}-{port}.proxy.runpod.net"
 # Cloudflare fronts the pod proxy and answers 403 to library default user agents (seed, "Idle auto-stop").
-BROWSER_USER_AGENT: Final = (
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36"
-)
 NETWORK_VOLUME_MOUNT_PATH: Final = "/workspace"
 
 _SENDABLE_KEY = re.compile(r"[\x21-\x7e]+")
@@ -102,7 +100,7 @@ class RunPodV2Client:
         self._base_url = base_url.rstrip("/")
         self._proxy_url_template = proxy_url_template
         self._timeout = httpx.Timeout(timeout_seconds)
-        self._metrics_timeout = httpx.Timeout(metrics_timeout_seconds)
+        self._metrics_timeout_seconds = metrics_timeout_seconds
         self._owns_client = http_client is None
         self._http = http_client or httpx.AsyncClient(
             transport=transport, follow_redirects=False, verify=_tls_context()
@@ -249,28 +247,7 @@ class RunPodV2Client:
         """
         if self._authorization is None or not pod_id:
             return None
-        url = self.proxy_url(pod_id, port) + "/metrics"
-        try:
-            request = self._http.build_request(
-                "GET",
-                url,
-                headers={"User-Agent": BROWSER_USER_AGENT, "Accept": "text/plain, */*"},
-                timeout=self._metrics_timeout,
-            )
-            # An injected client may carry default headers; the scrape must not inherit a credential.
-            request.headers.pop("Authorization", None)
-            response = await self._http.send(request, follow_redirects=False)
-        except Exception as error:
-            # Per-tick outcomes stay at DEBUG: scrape chatter is what once rotated billable lines away (#2050).
-            _log.debug("metrics scrape of pod %s failed: %s", pod_id, type(error).__name__)
-            return None
-        if not response.is_success:
-            _log.debug("metrics scrape of pod %s -> %d", pod_id, response.status_code)
-            return None
-        try:
-            return response.text
-        except (UnicodeDecodeError, LookupError):
-            return None
+        return await get_metrics(self._http, self.proxy_url(pod_id, port), timeout=self._metrics_timeout_seconds)
 
 
 @functools.cache

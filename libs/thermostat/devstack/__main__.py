@@ -1,0 +1,73 @@
+"""`python -m thermostat.devstack` (`make run`): the whole stack on embedded defaults until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import sys
+
+from thermostat.devstack.stack import Stack, StackConfig
+from thermostat.edge.envoy_config import listen_port_from_env
+
+
+def _port(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
+        sys.exit(f"{name}={raw!r} is not a port number")
+    return int(raw)
+
+
+async def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    generated_token = None
+    if not os.environ.get("RIG_OPERATOR_TOKEN"):
+        # start/stop refuse everyone without an operator token (fail closed); the demo mints one per run
+        generated_token = secrets.token_urlsafe(18)
+        os.environ["RIG_OPERATOR_TOKEN"] = generated_token
+    try:
+        edge_port = listen_port_from_env(os.environ)
+    except ValueError as error:
+        sys.exit(str(error))
+    config = StackConfig(
+        database_url=os.environ.get("DATABASE_URL") or None,
+        runpod_base_url=os.environ.get("RUNPOD_V2_BASE_URL") or None,
+        runpod_api_key=os.environ.get("RUNPOD_API_KEY") or None,
+        edge_port=edge_port,
+        admin_port=_port("EDGE_ADMIN_PORT", 9901),
+        simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
+        service_ports={"pod-controller": _port("POD_CONTROLLER_PORT", 50061),
+                       "idle-monitor": _port("IDLE_MONITOR_PORT", 50062)},
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stack = Stack(config)
+    start = asyncio.create_task(stack.start())
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if start.done() and start.exception() is not None:
+        waiter.cancel()
+        print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
+        return 1
+    if not stop.is_set():
+        print(stack.summary(), flush=True)
+        if generated_token:
+            print(f"  RIG_OPERATOR_TOKEN was unset; this run's operator token: {generated_token}\n", flush=True)
+        await stop.wait()
+    else:
+        start.cancel()
+    print("devstack       | stopping ...", flush=True)
+    await stack.stop()
+    print("devstack       | stopped; no process left behind", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

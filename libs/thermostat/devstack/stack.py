@@ -1,0 +1,270 @@
+"""The whole stack on one machine: Postgres, the RunPod simulator, every service and the Envoy edge.
+
+Used by `make run` (python -m thermostat.devstack) and by the end-to-end tests. Each child runs in its own
+session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
+Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
+child's name in front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from thermostat.devstack.catalogue import SERVICES, ServiceDef
+from thermostat.edge.envoy_config import EdgeSpec, Upstream, write_envoy_config
+from thermostat.edge.process import EnvoyProcess, start_envoy
+from thermostat.store.db import apply_migrations
+from thermostat.store.embedded import EmbeddedPostgres
+
+log = logging.getLogger("thermostat.devstack")
+
+ROOT = Path(__file__).resolve().parents[3]
+SIMULATOR_API_KEY = "sim-key-not-a-secret"  # the simulator checks a bearer like the real API does
+DEMO_TIMINGS = {"RUNPOD_WAKE_POLL_SECONDS": "2", "CHECK_SECONDS": "10", "IDLE_MINUTES": "2",
+                "RUNPOD_BOOT_GRACE_MINUTES": "3"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Child:
+    name: str
+    process: asyncio.subprocess.Process
+    relay: asyncio.Task[None] | None = None
+
+
+@dataclass(kw_only=True)
+class StackConfig:
+    data_dir: Path = ROOT / ".data"
+    database_url: str | None = None  # None: the embedded server under data_dir/pg
+    runpod_base_url: str | None = None  # None and no API key: the simulator
+    runpod_api_key: str | None = None
+    edge_port: int = 8080
+    admin_port: int = 9901
+    simulator_port: int = 9100
+    service_ports: Mapping[str, int] = field(default_factory=dict)
+    services: Sequence[ServiceDef] = SERVICES
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    simulator_args: Sequence[str] = ()
+    relay_logs: bool = True
+    durable_db: bool = True
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.children: list[Child] = []
+        self.postgres: EmbeddedPostgres | None = None
+        self.envoy: EnvoyProcess | None = None
+        self.database_url = ""
+        self.env: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
+        self.simulator_url: str | None = None
+        self.edge_url = ""
+
+    # ---------------------------------------------------------------------------------------------- start
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        cfg = self.config
+        started = time.monotonic()
+        self.database_url = cfg.database_url if cfg.database_url else await asyncio.to_thread(self._start_postgres)
+        applied = await apply_migrations(self.database_url)
+        log.info("store ready (%d migration(s) applied)", len(applied))
+
+        env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
+        if cfg.runpod_base_url:
+            env["RUNPOD_V2_BASE_URL"] = cfg.runpod_base_url
+            log.info("RunPod: %s (RUNPOD_V2_BASE_URL); no simulator started", cfg.runpod_base_url)
+        elif cfg.runpod_api_key:
+            log.info("RunPod: the real API (RUNPOD_API_KEY set, no RUNPOD_V2_BASE_URL)")
+        else:
+            await self._start_simulator(env)
+        if cfg.runpod_api_key:
+            env["RUNPOD_API_KEY"] = cfg.runpod_api_key
+
+        for service in cfg.services:
+            port = cfg.service_ports.get(service.name) or free_port()
+            self.ports[service.name] = port
+            env[service.port_env] = str(port)
+        env.setdefault("POD_CONTROLLER_ADDR", f"127.0.0.1:{self.ports.get('pod-controller', 50061)}")
+        self.env = env
+        for service in cfg.services:
+            await self._spawn(service.name, [sys.executable, "-m", service.module], env)
+        await asyncio.gather(*(self._wait_serving(s) for s in cfg.services))
+
+        await self._start_edge()
+        log.info("stack up in %.1fs", time.monotonic() - started)
+
+    def _start_postgres(self) -> str:
+        self.postgres = EmbeddedPostgres(self.config.data_dir / "pg", durable=self.config.durable_db)
+        dsn = self.postgres.start()
+        log.info("embedded Postgres on 127.0.0.1:%d (data in %s)", self.postgres.port, self.postgres.data_dir)
+        return dsn
+
+    async def _start_simulator(self, env: dict[str, str]) -> None:
+        port = self.config.simulator_port or free_port()
+        base = f"http://127.0.0.1:{port}"
+        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.simulators.runpod", "--port", str(port),
+                                         "--api-key", SIMULATOR_API_KEY, *self.config.simulator_args], env)
+        await self._wait_http(f"{base}/_sim/state")
+        self.simulator_url = base
+        env["RUNPOD_V2_BASE_URL"] = f"{base}/v2"
+        env["RUNPOD_API_KEY"] = SIMULATOR_API_KEY
+        env.setdefault("RUNPOD_PROXY_URL_TEMPLATE", f"{base}/proxy/{{podId}}-{{port}}")
+        # the simulator's seeded volume, template and datacenter, unless the caller configured its own
+        env.setdefault("RUNPOD_VOLUME_ID", "bjn7d94ej9")
+        env.setdefault("RUNPOD_TEMPLATE_ID", "cnz5fxyadi")
+        env.setdefault("RUNPOD_DATACENTER_ID", "EU-RO-1")
+        env.setdefault("RUNPOD_MAX_PRICE_PER_HOUR", "2.00")
+        # demo timings, so a wake and an idle stop happen while someone watches; set any to override
+        for name, value in DEMO_TIMINGS.items():
+            env.setdefault(name, value)
+        log.info("RunPod: the simulator at %s (no real pod is billed); demo timings %s", base,
+                 " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS))
+
+    async def _start_edge(self) -> None:
+        cfg = self.config
+        upstreams = tuple(
+            Upstream(cluster=s.name, services=s.grpc_services, host="127.0.0.1", port=self.ports[s.name],
+                     health_service=s.health_service)
+            for s in cfg.services
+        )
+        reflection = next((s.name for s in cfg.services if s.reflection), None)
+        spec = EdgeSpec(upstreams=upstreams, descriptor_set=ROOT / "build" / "thermostat.pb",
+                        reflection_cluster=reflection, listen_port=cfg.edge_port, admin_port=cfg.admin_port)
+        # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
+        path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else \
+            write_envoy_config(spec)
+        self.envoy = await start_envoy(path, log_path=cfg.data_dir / "envoy.log")
+        port = next(iter(self.envoy.listeners.values()), cfg.edge_port)
+        self.edge_url = f"http://127.0.0.1:{port}"
+        await self._wait_http(f"{self.edge_url}/health", timeout=20)
+
+    async def _spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> Child:
+        process = await asyncio.create_subprocess_exec(
+            *argv, env=dict(env), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        )
+        child = Child(name=name, process=process)
+        child.relay = asyncio.create_task(self._relay(child))
+        self.children.append(child)
+        return child
+
+    async def _relay(self, child: Child) -> None:
+        assert child.process.stdout is not None
+        width = max(len(c.name) for c in self.children) if self.children else len(child.name)
+        async for raw in child.process.stdout:
+            if self.config.relay_logs:
+                print(f"{child.name:<{max(width, 14)}} | {raw.decode(errors='replace').rstrip()}", flush=True)
+
+    async def _wait_serving(self, service: ServiceDef, timeout: float = 30) -> None:
+        target = f"127.0.0.1:{self.ports[service.name]}"
+        deadline = time.monotonic() + timeout
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                self._check_alive()
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.health_service),
+                                             timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{service.name} not SERVING on {target} after {timeout:.0f}s")
+                await asyncio.sleep(0.1)
+
+    async def _wait_http(self, url: str, timeout: float = 15) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=1) as client:
+            while True:
+                self._check_alive()
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f}s")
+                await asyncio.sleep(0.1)
+
+    def _check_alive(self) -> None:
+        for child in self.children:
+            if child.process.returncode is not None:
+                raise RuntimeError(f"{child.name} exited with status {child.process.returncode}")
+
+    # ----------------------------------------------------------------------------------------------- stop
+
+    async def stop_child(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        for child in [c for c in self.children if c.name == name]:
+            await self._stop(child, sig, timeout)
+            self.children.remove(child)
+
+    async def _stop(self, child: Child, sig: int, timeout: float) -> None:
+        if child.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(sig)
+            try:
+                await asyncio.wait_for(child.process.wait(), timeout)
+            except TimeoutError:
+                log.warning("%s did not stop within %.0fs; killing it", child.name, timeout)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.process.pid, signal.SIGKILL)
+                await child.process.wait()
+        if child.relay is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(child.relay, 2)
+
+    async def stop(self) -> None:
+        if self.envoy is not None:
+            await self.envoy.stop()
+            self.envoy = None
+        for child in reversed(self.children):
+            await self._stop(child, signal.SIGTERM, 15)
+        self.children.clear()
+        if self.postgres is not None:
+            await asyncio.to_thread(self.postgres.stop)
+            self.postgres = None
+
+    def summary(self) -> str:
+        lines = ["", "Thermostat is up:", f"  edge (REST + gRPC)   {self.edge_url}   GET {self.edge_url}/health"]
+        for name, port in self.ports.items():
+            lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection)")
+        if self.simulator_url:
+            lines.append(f"  runpod simulator     {self.simulator_url}/v2   (control: {self.simulator_url}/_sim)")
+        if self.postgres is not None:
+            lines.append(f"  postgres (embedded)  127.0.0.1:{self.postgres.port}   data in {self.postgres.data_dir}")
+        else:
+            lines.append("  postgres             DATABASE_URL")
+        lines += [
+            "",
+            f"  curl -s {self.edge_url}/api/pods/qwen",
+            f"  curl -s -X POST -H 'X-Rig-Operator-Token: $RIG_OPERATOR_TOKEN' {self.edge_url}/api/pods/qwen/start",
+            f"  grpcurl -plaintext {self.edge_url.removeprefix('http://')} list",
+            "",
+            "Ctrl-C stops everything.",
+        ]
+        return "\n".join(lines)

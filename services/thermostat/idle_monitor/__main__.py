@@ -1,0 +1,133 @@
+"""`python -m thermostat.idle_monitor` — run the idle monitor."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import grpc
+import httpx
+from grpc import aio
+
+from thermostat.chassis.logs import configure_logging
+from thermostat.chassis.request_context import insecure_channel
+from thermostat.chassis.server import ServiceHost, ServiceSpec, serve_until_signalled
+from thermostat.chassis.settings import load_settings
+from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.monitor_options import parse_monitor_options
+from thermostat.policy.pod_options import PodOptions, parse_pod_options
+from thermostat.store.db import Store
+
+from .leader import PodLeader
+from .servicer import IdleMonitorServicer
+from .settings import IdleMonitorSettings
+from .state_store import MonitorStateStore
+from .ticker import PodTicker
+
+log = logging.getLogger("thermostat.idle_monitor")
+
+SERVICE = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
+
+
+@dataclass
+class Monitor:
+    host: ServiceHost
+    leaders: list[PodLeader] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+async def configured_pods(internal: pods_pb2_grpc.PodControllerInternalStub, pods: tuple[PodOptions, ...],
+                          timeout: float) -> list[PodOptions]:
+    """The pods the controller says are configured; waits while the controller is not reachable yet."""
+    while True:
+        try:
+            replies = [await internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=p.name), timeout=timeout)
+                       for p in pods]
+            return [p for p, r in zip(pods, replies, strict=True) if r.configured]
+        except grpc.aio.AioRpcError as error:
+            log.warning("pod controller not reachable yet (%s); retrying", error.code().name)
+            await asyncio.sleep(1)
+
+
+async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor | None:
+    """Wire the monitor; None when no pod is configured (the caller exits)."""
+    options, warnings = parse_monitor_options(env)
+    for warning in warnings:
+        log.warning("[RunPodIdleMonitor] options: %s", warning)
+    pods = parse_pod_options(env).pods
+    channel = insecure_channel(settings.pod_controller_addr)
+    internal = pods_pb2_grpc.PodControllerInternalStub(channel)
+    active = await configured_pods(internal, pods, settings.controller_timeout_seconds)
+    if not active:
+        log.error("idle monitor: no pod is configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank); "
+                  "nothing to watch, exiting")
+        await channel.close()
+        return None
+    log.info("watching %s: idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
+             ", ".join(p.name for p in active), options.idle_minutes, options.idle_threshold, options.check_seconds,
+             options.boot_grace_minutes, options.boot_grace_threshold, options.max_runtime_minutes)
+    replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    states = MonitorStateStore(store.pool)
+    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    leaders = [
+        PodLeader(PodTicker(pod_name=p.name, controller=internal, http=http, states=states, options=options,
+                            replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
+                            controller_timeout=settings.controller_timeout_seconds),
+                  store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
+                  check_seconds=options.check_seconds)
+        for p in active
+    ]
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start_leaders() -> None:
+        tasks.extend(asyncio.create_task(leader.run(), name=f"monitor:{leader.ticker.pod_name}")
+                     for leader in leaders)
+
+    async def stop_leaders() -> None:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await http.aclose()
+        await channel.close()
+
+    def register(server: aio.Server) -> None:
+        monitor_pb2_grpc.add_IdleMonitorServicer_to_server(IdleMonitorServicer(
+            pods, states, options, pods_pb2_grpc.PodControllerStub(channel), settings.controller_timeout_seconds),
+            server)
+
+    host = ServiceHost(
+        ServiceSpec(name="idle-monitor", service_names=[SERVICE], register=register, dependency_check=store.ping,
+                    on_start=[start_leaders], on_stop=[stop_leaders]),
+        probe_seconds=settings.health_probe_seconds,
+    )
+    return Monitor(host=host, leaders=leaders, tasks=tasks)
+
+
+async def main() -> int:
+    settings = load_settings(IdleMonitorSettings)
+    configure_logging("idle-monitor", settings.log_level)
+    if settings.database_url is None:
+        sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
+    store = await Store.open(settings.database_url.get_secret_value(), application_name="idle-monitor")
+    monitor = await build(settings, os.environ, store)
+    if monitor is None:
+        await store.close()
+        return 0
+    monitor.host.spec.on_stop = [*monitor.host.spec.on_stop, store.close]
+    await serve_until_signalled(monitor.host, host=settings.grpc_host, port=settings.idle_monitor_port,
+                                grace=settings.shutdown_grace_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,81 @@
+"""Who ticks a pod: the replica holding its `monitor:<pod>` lease (expiry by the database clock).
+
+With two monitor replicas exactly one ticks a given pod; when it dies its lease lapses and the other takes
+over within one lease period. A new holder reads the persisted state and waits out the rest of the check
+interval the last holder began, so a failover neither skips a tick nor counts one twice — the streak goes
+on exactly where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+
+from thermostat.store.keeper import LeaseKeeper
+from thermostat.store.lease import LeaseStore
+
+from .state_store import MonitorStateStore
+from .ticker import PodTicker
+
+log = logging.getLogger("thermostat.idle_monitor")
+
+
+class PodLeader:
+    def __init__(self, ticker: PodTicker, leases: LeaseStore, states: MonitorStateStore, *, replica: str,
+                 lease_seconds: float, check_seconds: float) -> None:
+        self.ticker = ticker
+        self.leases = leases
+        self.states = states
+        self.replica = replica
+        self.lease_seconds = lease_seconds
+        self.check_seconds = check_seconds
+        self.keeper: LeaseKeeper | None = None
+
+    @property
+    def leading(self) -> bool:
+        return self.keeper is not None and self.keeper.is_trusted()
+
+    async def run(self) -> None:
+        name = self.ticker.pod_name
+        while True:
+            keeper = LeaseKeeper(self.leases, name=f"monitor:{name.casefold()}", holder=self.replica,
+                                 ttl=self.lease_seconds)
+            lease = await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.check_seconds))
+            self.keeper = keeper
+            log.info("pod %s: this replica ticks it (lease term %d)", name, lease.term)
+            try:
+                await self._lead(keeper)
+            finally:
+                self.keeper = None
+                with contextlib.suppress(Exception):
+                    await keeper.release()
+            log.warning("pod %s: lease lost (%s); another replica ticks it", name,
+                        keeper.loss.reason if keeper.loss else "released")
+
+    async def _lead(self, keeper: LeaseKeeper) -> None:
+        saved = await self.states.load(self.ticker.pod_name)
+        if saved.last_tick_at is not None:
+            due = (saved.last_tick_at - datetime.now(UTC)).total_seconds() + self.check_seconds
+            if due > 0 and not await self._sleep_unless_lost(keeper, min(due, self.check_seconds)):
+                return
+        while keeper.is_trusted():
+            started = asyncio.get_running_loop().time()
+            try:
+                await self.ticker.tick_once(datetime.now(UTC), keeper.is_trusted)
+            except Exception:
+                log.exception("pod %s: tick failed; the next tick starts afresh", self.ticker.pod_name)
+            elapsed = asyncio.get_running_loop().time() - started
+            if not await self._sleep_unless_lost(keeper, max(0.0, self.check_seconds - elapsed)):
+                return
+
+    @staticmethod
+    async def _sleep_unless_lost(keeper: LeaseKeeper, seconds: float) -> bool:
+        """Sleep `seconds`; False as soon as the lease is lost."""
+        lost = asyncio.ensure_future(keeper.wait_lost())
+        try:
+            done, _ = await asyncio.wait({lost}, timeout=seconds)
+            return not done and keeper.is_trusted()
+        finally:
+            lost.cancel()

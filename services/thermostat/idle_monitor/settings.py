@@ -1,0 +1,16 @@
+"""The idle monitor's process settings. The monitor timings (IDLE_MINUTES, CHECK_SECONDS, …) are guard values
+parsed by the never-widening option policy: a bad one keeps its default and warns."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from thermostat.chassis.settings import ServiceSettings
+
+
+class IdleMonitorSettings(ServiceSettings):
+    idle_monitor_port: int = Field(default=50062, ge=0, le=65535)
+    pod_controller_addr: str = Field(default="127.0.0.1:50061", min_length=3)
+    monitor_lease_seconds: float = Field(default=30.0, gt=0.2, le=3600)
+    scrape_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    controller_timeout_seconds: float = Field(default=30.0, gt=0, le=300)

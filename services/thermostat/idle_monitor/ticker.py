@@ -1,0 +1,169 @@
+"""One tick of one named pod: gather (controller observe + concurrent /metrics scrapes), decide (the pure
+`tick` policy), persist, and carry out (readiness reports, stops through the controller, log lines).
+
+The monitor never calls RunPod itself: it observes and stops through the pod controller's internal RPCs,
+naming the trigger, so control lives in one place. A controller that cannot be reached reads as an
+unreadable volume — Unknown, which holds every counter (fail closed: a blip is neither idle nor down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+import grpc
+import httpx
+
+from thermostat.chassis.request_context import outgoing_metadata
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.idle_phase import StopTrigger
+from thermostat.policy.monitor_options import MonitorOptions
+from thermostat.policy.monitor_state import MonitorState
+from thermostat.policy.monitor_tick import (
+    EventLevel,
+    MonitorEvent,
+    PodStopOutcome,
+    ReadinessChange,
+    StopResult,
+    TickDecision,
+    TickObservation,
+    after_stop,
+    tick,
+)
+from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.pod_signal import PodReading
+from thermostat.policy.vllm_metrics import PodActivity, parse_vllm_metrics
+from thermostat.providers.vllm_scrape import get_metrics
+
+from .state_store import MonitorStateStore, SavedState
+
+log = logging.getLogger("thermostat.idle_monitor")
+
+_TRIGGERS = {
+    StopTrigger.IDLE: pods_pb2.STOP_TRIGGER_IDLE,
+    StopTrigger.BOOT_GRACE: pods_pb2.STOP_TRIGGER_BOOT_GRACE,
+    StopTrigger.RUNTIME_CAP: pods_pb2.STOP_TRIGGER_RUNTIME_CAP,
+}
+_LEVELS = {EventLevel.INFO: logging.INFO, EventLevel.WARNING: logging.WARNING}
+
+
+def _lookup(value: str) -> Lookup:
+    try:
+        return Lookup(value)
+    except ValueError:
+        return Lookup.UNREADABLE  # UNCONFIGURED or anything unexpected says nothing about the pods
+
+
+def _status(value: str) -> PodStatus:
+    try:
+        return PodStatus(value)
+    except ValueError:
+        return PodStatus.UNKNOWN
+
+
+def _observation(pod: pods_pb2.ObservedPod) -> PodObservation:
+    return PodObservation(lookup=_lookup(pod.lookup), pod_id=pod.pod_id, status=_status(pod.status),
+                          gpu_count=pod.gpu_count, gpu_id=pod.gpu_id or None)
+
+
+class PodTicker:
+    """Ticks one named pod. `may_act` is asked right before a stop: only the lease holder stops."""
+
+    def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
+                 http: httpx.AsyncClient, states: MonitorStateStore, options: MonitorOptions, replica: str,
+                 scrape_timeout: float, controller_timeout: float) -> None:
+        self.pod_name = pod_name
+        self.controller = controller
+        self.http = http
+        self.states = states
+        self.options = options
+        self.replica = replica
+        self.scrape_timeout = scrape_timeout
+        self.controller_timeout = controller_timeout
+
+    async def observe(self) -> tuple[TickObservation, bool]:
+        """The volume and a reading per pod; False when the controller says the pod is unconfigured."""
+        try:
+            volume = await self.controller.ObserveVolume(
+                pods_pb2.ObserveVolumeRequest(name=self.pod_name), timeout=self.controller_timeout,
+                metadata=outgoing_metadata())
+        except grpc.aio.AioRpcError as error:
+            log.warning("pod %s: controller unreachable (%s); tick holds", self.pod_name, error.code().name)
+            return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), True
+        if not volume.configured:
+            return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), False
+        scrapes = await asyncio.gather(*(
+            get_metrics(self.http, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
+        readings = tuple(
+            PodReading(pod_id=p.pod_id, observation=_observation(p),
+                       scrape=None if text is None else _answered(parse_vllm_metrics(text)))
+            for p, text in zip(volume.pods, scrapes, strict=True))
+        lookup = VolumeLookup(lookup=_lookup(volume.lookup), pod_ids=tuple(p.pod_id for p in volume.pods))
+        return TickObservation(volume=lookup, pods=readings), True
+
+    async def tick_once(self, now: datetime, may_act: Callable[[], bool] = lambda: True) -> TickDecision | None:
+        """One tick; None when the pod is unconfigured (nothing decided, nothing saved)."""
+        observation, configured = await self.observe()
+        if not configured:
+            return None
+        saved = await self.states.load(self.pod_name)
+        decision = tick(saved.state, observation, now, self.options)
+        state = decision.state
+        await self._save(state, decision, now)
+        await self._report(decision.readiness)
+        self._log_events(decision.events)
+        if decision.stop is not None:
+            if not may_act():
+                log.warning("pod %s: lease no longer trusted; not stopping (another replica takes over)",
+                            self.pod_name)
+                return decision
+            order = decision.stop
+            log.warning("pod %s: %s", self.pod_name, order.message)
+            outcomes = await self._stop(order.pod_ids, order.trigger)
+            aftermath = after_stop(state, StopResult(trigger=order.trigger, outcomes=outcomes), now)
+            await self._save(aftermath.state, decision, now)
+            await self._report(aftermath.readiness)
+            self._log_events(aftermath.events)
+            log.log(logging.INFO if aftermath.accepted else logging.WARNING, "pod %s: %s stop of %s %s",
+                    self.pod_name, order.trigger, ", ".join(order.pod_ids),
+                    "accepted" if aftermath.accepted else "refused; phase kept, a full window before the next")
+        return decision
+
+    async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
+        await self.states.save(self.pod_name, SavedState(
+            state=state, last_signal=str(decision.signal.signal), last_signal_pod_id=decision.signal.pod_id or "",
+            last_tick_at=now), self.replica)
+
+    async def _stop(self, pod_ids: tuple[str, ...], trigger: StopTrigger) -> tuple[PodStopOutcome, ...]:
+        try:
+            reply = await self.controller.StopPods(
+                pods_pb2.StopPodsRequest(name=self.pod_name, pod_ids=pod_ids, trigger=_TRIGGERS[trigger]),
+                timeout=self.controller_timeout, metadata=outgoing_metadata())
+        except grpc.aio.AioRpcError as error:
+            log.warning("pod %s: stop through the controller failed (%s)", self.pod_name, error.code().name)
+            return tuple(PodStopOutcome(pod_id=i, ok=False) for i in pod_ids)
+        answered = {r.pod_id: r.ok for r in reply.pods}
+        return tuple(PodStopOutcome(pod_id=i, ok=answered.get(i, False)) for i in pod_ids)
+
+    async def _report(self, changes: tuple[ReadinessChange, ...]) -> None:
+        for change in changes:
+            request = pods_pb2.ReportReadinessRequest(name=self.pod_name, pod_id=change.pod_id)
+            if change.ready_since is not None:
+                request.ready_since.FromDatetime(change.ready_since)
+            try:
+                await self.controller.ReportReadiness(request, timeout=self.controller_timeout,
+                                                      metadata=outgoing_metadata())
+            except grpc.aio.AioRpcError as error:
+                # the state keeps readiness; the next change (or a restart) publishes again
+                log.warning("pod %s: readiness report failed (%s)", self.pod_name, error.code().name)
+
+    def _log_events(self, events: tuple[MonitorEvent, ...]) -> None:
+        for event in events:
+            log.log(_LEVELS.get(event.level, logging.INFO), "[RunPodIdleMonitor] %s", event.message)
+
+
+def _answered(activity: PodActivity) -> PodActivity | None:
+    # a 200 page with no vLLM family (a proxy's error page) is not an answer from vLLM
+    return activity if activity.is_vllm else None

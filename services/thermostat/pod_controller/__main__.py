@@ -1,0 +1,98 @@
+"""`python -m thermostat.pod_controller` — run the pod controller."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Mapping
+
+from grpc import aio
+
+from thermostat.chassis.auth import TokenRule, method_name
+from thermostat.chassis.logs import configure_logging
+from thermostat.chassis.server import ServiceHost, ServiceSpec, serve_until_signalled
+from thermostat.chassis.settings import load_settings
+from thermostat.monitor.v1 import monitor_pb2
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.pod_options import parse_pod_options
+from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.store.db import Store
+
+from .records import PodRecords
+from .servicer import PodControl, PodControllerInternalServicer, PodControllerServicer
+from .settings import PodControllerSettings
+from .wake_gate import WakeGate
+from .wake_service import WakeService
+
+log = logging.getLogger("thermostat.pod_controller")
+
+PUBLIC = pods_pb2.DESCRIPTOR.services_by_name["PodController"].full_name
+INTERNAL = pods_pb2.DESCRIPTOR.services_by_name["PodControllerInternal"].full_name
+MONITOR = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
+
+OPERATOR_HEADER = "x-rig-operator-token"
+
+
+def auth_rules(settings: PodControllerSettings) -> dict[str, TokenRule]:
+    """Start and stop cost money: operator token for both; the wake-only token for start as well."""
+    operator = settings.rig_operator_token.get_secret_value() if settings.rig_operator_token else None
+    wake = settings.rig_wake_token.get_secret_value() if settings.rig_wake_token else None
+    return {
+        method_name(PUBLIC, "StartPod"): TokenRule(tokens=(operator, wake), headers=(OPERATOR_HEADER,)),
+        method_name(PUBLIC, "StopPod"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,)),
+    }
+
+
+async def build(settings: PodControllerSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
+    """Wire the pod controller over an open store; the host's stop hooks close what this opened."""
+    options = parse_pod_options(env)
+    for warning in options.warnings:
+        log.warning("[RunPodWake] options: %s", warning)
+    if settings.runpod_api_key is None:
+        log.warning("RUNPOD_API_KEY is unset: every pod is unconfigured (start/stop 503, GET configured:false)")
+    for pod in options.pods:
+        log.info("pod %s: volume=%s datacenter=%s max_price=%.2f template=%s", pod.name, pod.volume_id or "-",
+                 pod.datacenter_id, pod.max_price_per_hour, "set" if pod.template_id else "unset")
+    client = RunPodV2Client(
+        settings.runpod_api_key.get_secret_value() if settings.runpod_api_key else None,
+        base_url=settings.runpod_v2_base_url, timeout_seconds=settings.runpod_timeout_seconds)
+    records = PodRecords(store.pool, timeout=settings.record_timeout_seconds)
+    gate = WakeGate(store, replica=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+                    lease_seconds=settings.wake_lease_seconds, record_timeout=settings.record_timeout_seconds)
+    control = PodControl(options.pods, client, records, gate, WakeService(client, records),
+                         watch_poll_seconds=settings.watch_poll_seconds)
+
+    def register(server: aio.Server) -> None:
+        pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control), server)
+        pods_pb2_grpc.add_PodControllerInternalServicer_to_server(PodControllerInternalServicer(control), server)
+
+    async def shutdown() -> None:
+        await gate.drain(settings.shutdown_grace_seconds)
+        await client.aclose()
+
+    return ServiceHost(
+        ServiceSpec(name="pod-controller", service_names=[PUBLIC, INTERNAL], register=register,
+                    auth_rules=auth_rules(settings), dependency_check=store.ping, on_stop=[shutdown],
+                    reflection_names=[MONITOR]),
+        probe_seconds=settings.health_probe_seconds,
+    )
+
+
+async def main() -> None:
+    settings = load_settings(PodControllerSettings)
+    configure_logging("pod-controller", settings.log_level)
+    if settings.database_url is None:
+        sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
+    store = await Store.open(settings.database_url.get_secret_value(), application_name="pod-controller")
+    host = await build(settings, os.environ, store)
+    host.spec.on_stop = [*host.spec.on_stop, store.close]
+    await serve_until_signalled(host, host=settings.grpc_host, port=settings.pod_controller_port,
+                                grace=settings.shutdown_grace_seconds)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

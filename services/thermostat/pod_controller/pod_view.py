@@ -1,0 +1,82 @@
+"""The GetPod view: the volume's pods ranked (policy), plus readiness, the last wake and the wake ETA."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from thermostat.pods.v1 import pods_pb2
+from thermostat.policy.pod_model import PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.pod_options import PodOptions
+from thermostat.policy.volume_pods import view_volume_pods
+from thermostat.policy.wake_eta import estimate_eta
+from thermostat.providers.runpod_v2 import RunPodV2Client
+
+from .records import PodRecords
+
+_BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
+
+
+def timestamp(at: datetime | None) -> Timestamp | None:
+    if at is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(at.astimezone(UTC))
+    return ts
+
+
+def wake_record(row: Mapping[str, Any]) -> pods_pb2.WakeRecord:
+    get = row.get
+    record = pods_pb2.WakeRecord(
+        attempt_id=str(get("attempt_id")), pod_name=get("pod_name") or "", outcome=get("outcome") or "",
+        wake_outcome=get("wake_outcome") or "", reason=get("reason") or "", pod_id=get("pod_id") or "",
+        gpu_id=get("gpu_id") or "", price_per_hour=get("price_per_hour") or 0.0,
+        candidates_considered=get("candidates_considered") or 0,
+        last_provider_status=get("last_provider_status") or 0,
+    )
+    for field in ("requested_at", "completed_at"):
+        value = get(field)
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value is not None:
+            getattr(record, field).FromDatetime(value.astimezone(UTC))
+    return record
+
+
+async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[VolumeLookup, list[PodObservation]]:
+    volume = await client.lookup_pods_by_volume(pod.volume_id)
+    observations = list(await asyncio.gather(*(client.observe_pod(i) for i in volume.pod_ids)))
+    return volume, observations
+
+
+async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOptions,
+                     now: datetime) -> pods_pb2.GetPodResponse:
+    configured = client.is_configured and pod.configured
+    observations: list[PodObservation] = []
+    volume: VolumeLookup | None = None
+    if configured:
+        volume, observations = await observe_volume(client, pod)
+    view = view_volume_pods(volume, observations)
+    response = pods_pb2.GetPodResponse(
+        name=pod.name, configured=view.configured, status=str(view.status), is_running=view.is_running,
+        pod_id=view.pod_id or "", proxy_url=pod.proxy_url(view.pod_id) if view.pod_id else "",
+        pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
+    )
+    readiness, newest = await asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name))
+    ready = readiness is not None and view.pod_id is not None and readiness[0] == view.pod_id
+    if ready and readiness is not None:
+        response.ready_since.FromDatetime(readiness[1].astimezone(UTC))
+    if newest is not None:
+        response.last_wake.CopyFrom(wake_record(dict(newest)))
+    if view.pod_id is not None and not ready and view.status in _BOOTING:
+        chosen = next((o for o in observations if o.pod_id == view.pod_id), None)
+        gpu_id = (chosen.gpu_id if chosen else None) or (newest["gpu_id"] if newest else None) or ""
+        since = newest["requested_at"] if newest is not None else now
+        eta = estimate_eta(await records.recent_boots(pod.name, gpu_id), (now - since).total_seconds())
+        if eta is not None:
+            response.eta_seconds = round(eta, 1)
+    return response

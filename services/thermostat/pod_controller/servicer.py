@@ -1,0 +1,270 @@
+"""The pod controller's gRPC servicers: proto → options/policy/wake → records → proto, nothing more.
+
+Status codes follow the seed's REST surface: the edge maps gRPC codes to HTTP (NOT_FOUND 404, UNAVAILABLE 503,
+ABORTED 409) and applies `x-http-code` for what gRPC lacks (202 Waiting); `x-problem-title` names the
+problem (a Failed wake is the 409 problem "Failed" whose detail says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.last_wake import last_wake_of, last_wake_of_exception
+from thermostat.policy.pod_model import Lookup
+from thermostat.policy.pod_options import PodOptions, find_pod
+from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult
+from thermostat.providers.runpod_v2 import RunPodV2Client
+
+from .pod_view import build_view, observe_volume, timestamp, wake_record
+from .records import ActionEntry, PodRecords
+from .wake_gate import WakeGate, WakeGateUnavailable
+from .wake_service import WakeService
+
+log = logging.getLogger("thermostat.pod_controller")
+
+_TRIGGERS = {
+    pods_pb2.STOP_TRIGGER_IDLE: "idle",
+    pods_pb2.STOP_TRIGGER_BOOT_GRACE: "boot-grace",
+    pods_pb2.STOP_TRIGGER_RUNTIME_CAP: "runtime-cap",
+    pods_pb2.STOP_TRIGGER_MANUAL: "manual",
+}
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+
+
+class PodControl:
+    """What both servicers share: the configured pods, the RunPod client, the records, the wake."""
+
+    def __init__(self, pods: Sequence[PodOptions], client: RunPodV2Client, records: PodRecords, gate: WakeGate,
+                 wake: WakeService, *, watch_poll_seconds: float = 2.0) -> None:
+        self.pods = tuple(pods)
+        self.client = client
+        self.records = records
+        self.gate = gate
+        self.wake_service = wake
+        self.watch_poll_seconds = watch_poll_seconds
+
+    async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
+        """The named pod, or NOT_FOUND — always before any RunPod call."""
+        pod = find_pod(self.pods, name)
+        if pod is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown pod name {name!r}")
+        assert pod is not None
+        return pod
+
+    def configured(self, pod: PodOptions) -> bool:
+        return self.client.is_configured and pod.configured
+
+    async def stop(self, pod: PodOptions, pod_ids: Sequence[str], trigger: str) -> list[pods_pb2.PodResult]:
+        async def one(pod_id: str) -> pods_pb2.PodResult:
+            result = await self.client.stop(pod_id)
+            await self.records.record_action(ActionEntry(
+                pod_name=pod.name, action="Stop", pod_id=pod_id, ok=result.ok, http_status=result.http_status,
+                trigger=trigger))
+            if result.ok:
+                # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
+                await self.records.clear_readiness(pod.name, pod_id)
+            return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
+
+        return list(await asyncio.gather(*(one(i) for i in pod_ids)))
+
+    async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
+        async def attempt(_attempt_id: object) -> tuple[dict[str, Any], dict[str, Any]]:
+            try:
+                result = await self.wake_service.wake(pod)
+            except Exception as error:
+                log.exception("pod %s: wake raised", pod.name)
+                last = last_wake_of_exception(f"{type(error).__name__}: {error}")
+                result = WakeResult(outcome=WakeOutcome.FAILED, failure_kind=WakeFailureKind.EXCEPTION,
+                                    message=last.reason)
+            else:
+                last = last_wake_of(result)
+            log.info("pod %s: wake %s (%s) %s", pod.name, result.outcome, last.outcome, result.message)
+            completion = {"outcome": str(last.outcome), "wake_outcome": last.wake_outcome, "reason": last.reason,
+                          "pod_id": result.pod_id, "gpu_id": result.gpu_id, "price_per_hour": result.price_per_hour,
+                          "candidates_considered": result.candidates_considered,
+                          "last_provider_status": result.last_provider_status}
+            return _result_json(result), completion
+
+        return await self.gate.run(pod.name, attempt)
+
+
+def _result_json(result: WakeResult) -> dict[str, Any]:
+    return {k: (str(v) if v is not None and k in ("outcome", "failure_kind") else v)
+            for k, v in asdict(result).items()}
+
+
+async def _set_status(context: grpc.aio.ServicerContext, code: int, title: str | None = None) -> None:
+    metadata = [("x-http-code", str(code))]
+    if title:
+        metadata.append(("x-problem-title", title))
+    await context.send_initial_metadata(tuple(metadata))
+
+
+class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
+    def __init__(self, control: PodControl) -> None:
+        self.c = control
+
+    async def StartPod(self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
+                       ) -> pods_pb2.StartPodResponse:
+        pod = await self.c.pod(request.name, context)
+        if not self.c.configured(pod):
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
+        try:
+            result = await self.c.run_wake(pod)
+        except WakeGateUnavailable as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
+        outcome = WakeOutcome(result["outcome"])
+        if outcome is WakeOutcome.FAILED:
+            await _set_status(context, 409, "Failed")
+            await context.abort(grpc.StatusCode.ABORTED, result["message"] or "wake failed")
+        if outcome is WakeOutcome.WAITING:
+            await _set_status(context, 202)
+        response = pods_pb2.StartPodResponse(name=pod.name, outcome=str(outcome), pod_id=result["pod_id"] or "",
+                                             proxy_url=result["proxy_url"] or "", message=result["message"] or "")
+        if result.get("gpu_id"):
+            response.gpu_id = result["gpu_id"]
+        if result.get("price_per_hour") is not None:
+            response.price_per_hour = result["price_per_hour"]
+        return response
+
+    async def StopPod(self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
+                      ) -> pods_pb2.StopPodResponse:
+        pod = await self.c.pod(request.name, context)
+        if not self.c.configured(pod):
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
+        volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
+        if volume.lookup is Lookup.UNREADABLE:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "volume lookup unreadable; nothing was stopped")
+        if volume.lookup is Lookup.NOT_FOUND or not volume.pod_ids:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no pod on volume {pod.volume_id}")
+        results = await self.c.stop(pod, volume.pod_ids, "manual")
+        return pods_pb2.StopPodResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
+
+    async def GetPod(self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
+                     ) -> pods_pb2.GetPodResponse:
+        pod = await self.c.pod(request.name, context)
+        return await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+
+    async def GetPodHistory(self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext
+                            ) -> pods_pb2.GetPodHistoryResponse:
+        pod = await self.c.pod(request.name, context)
+        if not 0 <= request.page_size <= MAX_PAGE_SIZE:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})")
+        size = request.page_size or DEFAULT_PAGE_SIZE
+        before = None
+        if request.page_token:
+            before = _decode_token(request.page_token)
+            if before is None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not a token this route issued")
+        rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
+        response = pods_pb2.GetPodHistoryResponse(name=pod.name)
+        for row in rows[:size]:
+            entry = pods_pb2.HistoryEntry(at=timestamp(row["at"]))
+            if row["kind"] == "action":
+                entry.action.CopyFrom(_action(row["row"]))
+            else:
+                entry.wake.CopyFrom(wake_record(row["row"]))
+            response.entries.append(entry)
+        if len(rows) > size:
+            last = rows[size - 1]
+            response.next_page_token = _encode_token(last["at"], last["id"])
+        return response
+
+    async def WatchPod(self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[pods_pb2.WatchPodResponse]:
+        pod = await self.c.pod(request.name, context)
+        last: bytes | None = None
+        while True:
+            view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+            comparable = pods_pb2.GetPodResponse()
+            comparable.CopyFrom(view)
+            comparable.ClearField("eta_seconds")  # a countdown alone is not a change worth a message
+            encoded = comparable.SerializeToString(deterministic=True)
+            if encoded != last:
+                last = encoded
+                yield pods_pb2.WatchPodResponse(pod=view)
+            await asyncio.sleep(self.c.watch_poll_seconds)
+
+
+class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer):  # type: ignore[misc]
+    def __init__(self, control: PodControl) -> None:
+        self.c = control
+
+    async def ObserveVolume(self, request: pods_pb2.ObserveVolumeRequest, context: grpc.aio.ServicerContext
+                            ) -> pods_pb2.ObserveVolumeResponse:
+        pod = await self.c.pod(request.name, context)
+        response = pods_pb2.ObserveVolumeResponse(name=pod.name, configured=self.c.configured(pod))
+        if not response.configured:
+            response.lookup = "UNCONFIGURED"
+            return response
+        volume, observations = await observe_volume(self.c.client, pod)
+        response.lookup = str(volume.lookup)
+        for o in observations:
+            response.pods.append(pods_pb2.ObservedPod(
+                pod_id=o.pod_id, lookup=str(o.lookup), status=str(o.status), gpu_count=o.gpu_count,
+                proxy_url=pod.proxy_url(o.pod_id), gpu_id=o.gpu_id or ""))
+        return response
+
+    async def StopPods(self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext
+                       ) -> pods_pb2.StopPodsResponse:
+        pod = await self.c.pod(request.name, context)
+        trigger = _TRIGGERS.get(request.trigger)
+        if trigger is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "trigger must be idle, boot-grace, runtime-cap "
+                                                                  "or manual")
+        ids = [i for i in dict.fromkeys(request.pod_ids) if i.strip()]
+        if not ids:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_ids must name at least one pod")
+        if not self.c.configured(pod):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pod {pod.name} is not configured")
+        assert trigger is not None
+        results = await self.c.stop(pod, ids, trigger)
+        return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
+
+    async def ReportReadiness(self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext
+                              ) -> pods_pb2.ReportReadinessResponse:
+        pod = await self.c.pod(request.name, context)
+        if request.HasField("ready_since"):
+            if not request.pod_id:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required to publish readiness")
+            await self.c.records.set_readiness(pod.name, request.pod_id,
+                                               request.ready_since.ToDatetime(tzinfo=UTC))
+        else:
+            await self.c.records.clear_readiness(pod.name, request.pod_id or None)
+        return pods_pb2.ReportReadinessResponse()
+
+
+def _action(row: dict[str, Any]) -> pods_pb2.PodAction:
+    action = pods_pb2.PodAction(
+        id=str(row["id"]), pod_name=row["pod_name"], action=row["action"], pod_id=row["pod_id"],
+        gpu_id=row.get("gpu_id") or "", price_per_hour=row.get("price_per_hour") or 0.0,
+        http_status=row.get("http_status") or 0, ok=bool(row["ok"]), trigger=row["trigger"],
+        detail=row.get("detail") or "")
+    action.at.FromDatetime(datetime.fromisoformat(row["at"]).astimezone(UTC))
+    return action
+
+
+def _encode_token(at: datetime, id_: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([at.isoformat(), id_]).encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[datetime, str] | None:
+    try:
+        at, id_ = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return datetime.fromisoformat(at), str(id_)
+    except (ValueError, TypeError):
+        return None

@@ -1,0 +1,213 @@
+"""The wake: ensure a pod attached to our volume is RUNNING on any acceptable GPU (seed: Wake part 2b).
+
+No decision lives here. Every branch is a policy (wake_round, create_outcome, gpu_selection,
+termination_guard) and every RunPod call is the v2 client; this module only sequences them, bounds every
+loop (MaxPolls rounds per phase, candidates + 2 creates) and records each billable call.
+
+    1 lookup      the volume's pods; Unreadable ⇒ Failed with zero writes; NotFound ⇒ 3
+    2 rounds      observe every pod, decide_round: Done ⇒ 4 · Repoll ⇒ wait · ConfirmAbsence ⇒ re-read the
+                  volume · Start ⇒ POST start, wait · CreateReplacement ⇒ 3 with every pod stale
+    3 replacement catalogue → select_gpus → the create walk; after a 429/5xx wait, re-read the volume and
+                  adopt a pod that appeared; then poll the new pod until it serves
+    4 terminate   each stale pod the termination guard allows, only once its replacement is RUNNING
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from thermostat.policy import create_outcome as walk
+from thermostat.policy.gpu_selection import GpuCandidate, GpuSelection, select_gpus
+from thermostat.policy.pod_model import PodObservation, PodStatus
+from thermostat.policy.pod_options import PodOptions
+from thermostat.policy.termination_guard import check_termination
+from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult, failure_kind_of
+from thermostat.policy.wake_round import (
+    NewPodVerdict,
+    RoundVerdict,
+    VolumeVerdict,
+    after_volume_lookup,
+    decide_new_pod,
+    decide_round,
+)
+from thermostat.providers.runpod_v2 import RunPodV2Client
+
+from .records import ActionEntry, PodRecords
+
+log = logging.getLogger("thermostat.pod_controller.wake")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class WakeService:
+    def __init__(self, client: RunPodV2Client, records: PodRecords, *, sleep: Sleep = asyncio.sleep) -> None:
+        self.client = client
+        self.records = records
+        self.sleep = sleep
+
+    async def wake(self, pod: PodOptions) -> WakeResult:
+        if not self.client.is_configured or not pod.configured:
+            return _failed(WakeFailureKind.UNCONFIGURED,
+                           f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
+        volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
+        if volume.verdict is VolumeVerdict.FAILED:
+            return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
+        if volume.verdict is VolumeVerdict.CREATE:
+            log.info("pod %s: no pod on volume %s — creating one", pod.name, pod.volume_id)
+            return await self._replace(pod, stale=())
+        return await self._drive(pod, volume.pod_ids)
+
+    async def _observe(self, pod_ids: Sequence[str], started: set[str]) -> list[PodObservation]:
+        observed = await asyncio.gather(*(self.client.observe_pod(i) for i in pod_ids))
+        return [replace(o, start_attempted=o.pod_id in started) for o in observed]
+
+    async def _drive(self, pod: PodOptions, pod_ids: tuple[str, ...]) -> WakeResult:
+        started: set[str] = set()
+        for round_ in range(pod.max_polls):
+            if round_:
+                await self.sleep(pod.poll_interval_seconds)
+            observations = await self._observe(pod_ids, started)
+            decision = decide_round(observations)
+            match decision.verdict:
+                case RoundVerdict.DONE:
+                    assert decision.pod_id is not None
+                    assert decision.outcome is not None
+                    await self._terminate_stale(pod, observations, decision.stale_pod_ids, decision.pod_id)
+                    return WakeResult(outcome=decision.outcome, pod_id=decision.pod_id,
+                                      proxy_url=pod.proxy_url(decision.pod_id), message=decision.reason)
+                case RoundVerdict.REPOLL:
+                    log.info("pod %s: %s", pod.name, decision.reason)
+                case RoundVerdict.CONFIRM_ABSENCE:
+                    recheck = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
+                    if recheck.verdict is VolumeVerdict.FAILED:
+                        return _failed(WakeFailureKind.LOOKUP_UNREADABLE, recheck.reason)
+                    if recheck.verdict is VolumeVerdict.CREATE:
+                        return await self._replace(pod, stale=())
+                    pod_ids = recheck.pod_ids
+                case RoundVerdict.START:
+                    assert decision.pod_id is not None
+                    result = await self.client.start(decision.pod_id)
+                    started.add(decision.pod_id)
+                    await self.records.record_action(ActionEntry(
+                        pod_name=pod.name, action="Start", pod_id=decision.pod_id, ok=result.ok,
+                        http_status=result.http_status, trigger="wake"))
+                case RoundVerdict.CREATE_REPLACEMENT:
+                    log.info("pod %s: %s — creating a replacement", pod.name, decision.reason)
+                    return await self._replace(pod, stale=observations)
+        return WakeResult(outcome=WakeOutcome.WAITING, pod_id=pod_ids[0] if pod_ids else None,
+                          proxy_url=pod.proxy_url(pod_ids[0]) if pod_ids else None,
+                          message=f"not RUNNING within {pod.max_polls} polls; poll again")
+
+    async def _replace(self, pod: PodOptions, *, stale: Sequence[PodObservation]) -> WakeResult:
+        if not pod.can_create:
+            return _failed(WakeFailureKind.TEMPLATE_UNSET,
+                           f"RUNPOD_TEMPLATE_ID is blank: pod {pod.name} cannot create a replacement")
+        selection = select_gpus(await self.client.get_catalog(), pod.gpu_criteria())
+        stale_ids = tuple(o.pod_id for o in stale)
+        step: walk.CreateStep = walk.start(selection.candidates)
+        while True:
+            match step:
+                case walk.Failed():
+                    return self._walk_failed(pod, step, selection)
+                case walk.Post(candidate=candidate):
+                    result = await self.client.create_pod(
+                        name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}", template_id=pod.template_id,
+                        datacenter_id=pod.datacenter_id, gpu_id=candidate.gpu_id, volume_id=pod.volume_id)
+                    if 200 <= result.http_status < 300 and result.pod_id:
+                        await self._record_create(pod, result.pod_id, candidate, result.http_status, None)
+                    step = walk.advance(step.walk, result, poll_interval_seconds=pod.poll_interval_seconds,
+                                        max_retry_after_seconds=pod.max_retry_after_seconds)
+                case walk.Wait(candidate=candidate, seconds=seconds):
+                    log.info("pod %s: create on %s to be retried in %.1fs", pod.name, candidate.gpu_id, seconds)
+                    await self.sleep(seconds)
+                    recheck = walk.recheck_after_wait(
+                        await self.client.lookup_pods_by_volume(pod.volume_id), stale_pod_ids=stale_ids)
+                    if recheck.verdict is walk.RecheckVerdict.FAILED:
+                        return _failed(WakeFailureKind.RECHECK_UNREADABLE, recheck.reason, step.walk)
+                    if recheck.verdict is walk.RecheckVerdict.ADOPT:
+                        assert recheck.pod_id is not None
+                        await self._record_create(pod, recheck.pod_id, candidate, None, recheck.reason)
+                        step = walk.Created(walk=step.walk, candidate=candidate, pod_id=recheck.pod_id)
+                    else:
+                        step = walk.Post(walk=step.walk, candidate=candidate)
+                case walk.Created():
+                    return await self._await_new_pod(pod, step, stale)
+
+    async def _record_create(self, pod: PodOptions, pod_id: str, candidate: GpuCandidate,
+                             status: int | None, adopted: str | None) -> None:
+        await self.records.record_action(ActionEntry(
+            pod_name=pod.name, action="Create", pod_id=pod_id, ok=True, http_status=status,
+            gpu_id=candidate.gpu_id, price_per_hour=candidate.price_per_hour, trigger="wake", detail=adopted))
+
+    def _walk_failed(self, pod: PodOptions, step: walk.Failed, selection: GpuSelection) -> WakeResult:
+        kind = failure_kind_of(step.phase)
+        if kind is WakeFailureKind.NO_ELIGIBLE_GPU:
+            cap = f"{pod.max_price_per_hour:.2f}"
+            message = (f"no eligible GPU in {pod.datacenter_id} at or under {cap} USD/h "
+                       f"(RUNPOD_MAX_PRICE_PER_HOUR): {selection.summary()}")
+        else:
+            excluded = f"; excluded: {selection.summary()}" if selection.excluded else ""
+            message = f"{step.reason}{excluded}"
+        log.warning("pod %s: wake failed: %s", pod.name, message)
+        return _failed(kind, message, step.walk)
+
+    async def _await_new_pod(self, pod: PodOptions, created: walk.Created,
+                             stale: Sequence[PodObservation]) -> WakeResult:
+        candidate, pod_id = created.candidate, created.pod_id
+        for poll in range(pod.max_polls):
+            if poll:
+                await self.sleep(pod.poll_interval_seconds)
+            observation = await self.client.observe_pod(pod_id)
+            decision = decide_new_pod(observation)
+            if decision.verdict is NewPodVerdict.SERVING:
+                await self._terminate_stale(pod, [*stale, observation], tuple(o.pod_id for o in stale), pod_id)
+                return _with_walk(WakeResult(
+                    outcome=WakeOutcome.CREATED, pod_id=pod_id, gpu_id=candidate.gpu_id,
+                    price_per_hour=candidate.price_per_hour, proxy_url=pod.proxy_url(pod_id),
+                    message=f"created {pod_id} on {candidate.gpu_id}"), created.walk)
+            if decision.verdict is NewPodVerdict.FAILED:
+                return _failed(WakeFailureKind.NEW_POD_FAILED, decision.reason, created.walk,
+                               pod_id=pod_id, gpu_id=candidate.gpu_id, price=candidate.price_per_hour)
+        return _with_walk(WakeResult(
+            outcome=WakeOutcome.WAITING, pod_id=pod_id, gpu_id=candidate.gpu_id,
+            price_per_hour=candidate.price_per_hour, proxy_url=pod.proxy_url(pod_id),
+            message=f"created {pod_id} on {candidate.gpu_id}; not RUNNING within {pod.max_polls} polls; "
+                    "poll again"), created.walk)
+
+    async def _terminate_stale(self, pod: PodOptions, observations: Sequence[PodObservation],
+                               stale_ids: Sequence[str], serving_id: str) -> None:
+        by_id = {o.pod_id: o for o in observations}
+        serving = by_id.get(serving_id)
+        serving_status = serving.status if serving else PodStatus.UNKNOWN
+        for stale_id in stale_ids:
+            stale = by_id.get(stale_id)
+            # every pod reached us through our volume's list; an observation that names volumes decides
+            stale_volume = pod.volume_id if stale is None or not stale.volume_ids or \
+                pod.volume_id in stale.volume_ids else stale.volume_ids[0]
+            verdict = check_termination(stale_id=stale_id, replacement_id=serving_id, stale_volume=stale_volume,
+                                        our_volume=pod.volume_id, replacement_status=serving_status)
+            if not verdict.allowed:
+                log.warning("pod %s: not terminating %s: %s", pod.name, stale_id, verdict.refusal)
+                continue
+            result = await self.client.terminate(stale_id)
+            await self.records.record_action(ActionEntry(
+                pod_name=pod.name, action="Terminate", pod_id=stale_id, ok=result.ok,
+                http_status=result.http_status, trigger="wake",
+                detail=f"stale; replaced by {serving_id}"))
+
+
+def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:
+    if w is None:
+        return result
+    return replace(result, candidates_considered=w.candidates_considered, create_attempts=w.attempts,
+                   last_provider_status=w.last_provider_status)
+
+
+def _failed(kind: WakeFailureKind, message: str, w: walk.CreateWalk | None = None, *, pod_id: str | None = None,
+            gpu_id: str | None = None, price: float | None = None) -> WakeResult:
+    return _with_walk(WakeResult(outcome=WakeOutcome.FAILED, failure_kind=kind, message=message, pod_id=pod_id,
+                                 gpu_id=gpu_id, price_per_hour=price), w)
