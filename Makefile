@@ -43,9 +43,9 @@ lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and 
 	@$(BIN)/mypy
 	@$(BIN)/lint-imports
 	@node_modules/.bin/buf lint
-	@if git rev-parse -q --verify HEAD~1 >/dev/null; then \
-	  node_modules/.bin/buf breaking --against '.git#ref=HEAD~1'; \
-	else echo "buf breaking: no previous commit to compare with"; fi
+	@if git rev-parse -q --verify HEAD~1 >/dev/null && git ls-tree -r --name-only HEAD~1 -- protos | grep -q '\.proto$$'; then \
+	  node_modules/.bin/buf breaking --against '.git#ref=HEAD~1' && echo "buf breaking: no breaking change against HEAD~1"; \
+	else echo "buf breaking: the previous commit has no protos to compare with"; fi
 
 bench: proto ## run the benchmarks under bench/ (prints ratios measured in one run)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done

@@ -8,8 +8,13 @@ import logging
 
 import pytest
 
-from thermostat.chassis.logs import REDACTED, JsonFormatter, RedactingFilter, install_redacting_record_factory, \
-    register_secret
+from thermostat.chassis.logs import (
+    REDACTED,
+    JsonFormatter,
+    RedactingFilter,
+    install_redacting_record_factory,
+    register_secret,
+)
 
 SECRET = "rpa_LIVEKEY_0123456789abcdef"
 
