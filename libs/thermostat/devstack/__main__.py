@@ -8,8 +8,9 @@ import os
 import secrets
 import signal
 import sys
+from pathlib import Path
 
-from thermostat.devstack.stack import Stack, StackConfig
+from thermostat.devstack.stack import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
 
 
@@ -35,6 +36,7 @@ async def main() -> int:
     except ValueError as error:
         sys.exit(str(error))
     config = StackConfig(
+        data_dir=Path(os.environ.get("THERMOSTAT_DATA_DIR") or ROOT / ".data").absolute(),
         database_url=os.environ.get("DATABASE_URL") or None,
         runpod_base_url=os.environ.get("RUNPOD_V2_BASE_URL") or None,
         runpod_api_key=os.environ.get("RUNPOD_API_KEY") or None,
