@@ -1,0 +1,1 @@
+"""The Postgres store: embedded server, migrations, named SQL blocks, pools and leases."""

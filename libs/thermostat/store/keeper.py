@@ -1,0 +1,195 @@
+"""LeaseKeeper: hold one lease, renew it in the background, say when it is lost.
+
+Services use one keeper per lease: the idle monitor campaigns for `monitor:<pod>` and ticks while it leads;
+the pod controller takes `wake:<pod>` around a wake so replicas never create two pods (the seed's wake
+gate, extended across replicas).
+
+Theory of operation:
+- After a successful acquire the keeper renews every `renew_interval` (default a third of the TTL,
+  counted from when the previous renewal was *asked*), so two renewals can fail before trust runs out.
+  River's re-election bugs came from a TTL equal to the tick (PRs 199/217/219).
+- Each renewal is bounded by the trust that remains: a store that hangs fails the renewal by the time the
+  holder must stop believing anyway. A failed renewal is retried every `retry_interval` while trust
+  remains.
+- The lease is lost, finally, when a renewal answers that the term moved on (TAKEN: the holder stalled
+  past its expiry and someone took over), or when trust ran out with no renewal succeeding (EXPIRED: the
+  store was unreachable, or our pool was exhausted). The keeper then stops, sets `lost`, and calls
+  `on_lost`. To lead again, acquire again — a lease nobody took comes back with the same term.
+- `is_trusted()` turns False the moment the trust window ends, without waiting for the loop: check it
+  right before each action the lease guards. Leaders that kept believing for days (Oban 1488) never
+  checked.
+- `release()` (and leaving `async with`) stops renewing and releases the lease if it is still ours, so a
+  graceful shutdown hands leadership over at once instead of after a TTL (solid_queue 568).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+from thermostat.store.lease import Lease, LeaseStore
+
+__all__ = ["LeaseKeeper", "LeaseLoss", "LeaseLossReason"]
+
+_log = logging.getLogger(__name__)
+
+
+class LeaseLossReason(enum.Enum):
+    TAKEN = "taken"
+    """A renewal found the term had moved on: another holder took the lease after it expired."""
+    EXPIRED = "expired"
+    """No renewal succeeded before the trust window ended; another holder may take it over."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseLoss:
+    lease: Lease
+    """The lease as last held."""
+    reason: LeaseLossReason
+
+
+class LeaseKeeper:
+    """Holds one named lease for one holder and keeps it renewed until released or lost."""
+
+    def __init__(
+        self,
+        leases: LeaseStore,
+        *,
+        name: str,
+        holder: str,
+        ttl: float,
+        renew_interval: float | None = None,
+        retry_interval: float | None = None,
+        on_lost: Callable[[LeaseLoss], object] | None = None,
+    ) -> None:
+        renew_interval = ttl / 3 if renew_interval is None else renew_interval
+        if not 0 < renew_interval < ttl:
+            raise ValueError(f"renew_interval must be positive and below the ttl ({ttl}), not {renew_interval}")
+        self.name = name
+        self.holder = holder
+        self.ttl = ttl
+        self._leases = leases
+        self._renew_interval = renew_interval
+        self._retry_interval = renew_interval / 4 if retry_interval is None else retry_interval
+        self._on_lost = on_lost
+        self._lease: Lease | None = None
+        self._loss: LeaseLoss | None = None
+        self._lost = asyncio.Event()
+        self._acquiring = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease as last renewed, while held (None before acquiring and after a loss or release)."""
+        return self._lease
+
+    @property
+    def loss(self) -> LeaseLoss | None:
+        """Why the last held lease was lost, if it was."""
+        return self._loss
+
+    def is_trusted(self, now: float | None = None) -> bool:
+        """Whether this holder may act on the lease now."""
+        lease = self._lease
+        return lease is not None and lease.is_trusted(now)
+
+    async def acquire(self) -> Lease | None:
+        """Try once to take the lease; on success keep it renewed in the background."""
+        async with self._acquiring:  # one renewal loop per keeper, however many callers race here
+            if self._lease is not None:
+                return self._lease
+            lease = await self._leases.acquire(self.name, self.holder, self.ttl)
+            if lease is None:
+                return None
+            self._lease, self._loss = lease, None
+            self._lost.clear()
+            self._task = asyncio.create_task(self._keep(lease), name=f"lease-keeper:{self.name}")
+            return lease
+
+    async def campaign(self, retry_interval: float | None = None) -> Lease:
+        """Try until the lease is ours (store errors are logged and retried)."""
+        pause = self._renew_interval if retry_interval is None else retry_interval
+        while True:
+            try:
+                lease = await self.acquire()
+            except Exception:
+                _log.warning("acquiring lease %s failed; retrying in %.1f s", self.name, pause, exc_info=True)
+                lease = None
+            if lease is not None:
+                return lease
+            await asyncio.sleep(pause)
+
+    async def wait_lost(self) -> LeaseLoss:
+        """Wait until the held lease is lost (not released)."""
+        await self._lost.wait()
+        assert self._loss is not None
+        return self._loss
+
+    async def release(self) -> bool:
+        """Stop renewing and release the lease; True when it was still ours and is now free."""
+        await self._stop_renewing()
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return False
+        return await self._leases.release(lease)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    async def _stop_renewing(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _keep(self, lease: Lease) -> None:
+        next_at = time.monotonic() + self._renew_interval
+        while True:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            asked_at = time.monotonic()
+            remaining = lease.trusted_until - asked_at
+            # Past its trust (the process stalled), one honest attempt still tells TAKEN from EXPIRED.
+            deadline = remaining if remaining > 0 else self._renew_interval
+            try:
+                async with asyncio.timeout(deadline):
+                    renewed = await self._leases.renew(lease)
+            except Exception as error:
+                if time.monotonic() >= lease.trusted_until:
+                    self._lose(lease, LeaseLossReason.EXPIRED)
+                    return
+                _log.warning("renewing lease %s failed (%r); retrying", self.name, error)
+                next_at = time.monotonic() + self._retry_interval
+                continue
+            if renewed is None:
+                self._lose(lease, LeaseLossReason.TAKEN)
+                return
+            self._lease = lease = renewed
+            next_at = asked_at + self._renew_interval
+
+    def _lose(self, lease: Lease, reason: LeaseLossReason) -> None:
+        _log.warning("lost lease %s (term %d, holder %s): %s", lease.name, lease.term, lease.holder, reason.value)
+        self._lease = None
+        self._loss = LeaseLoss(lease=lease, reason=reason)
+        self._task = None
+        self._lost.set()
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self._loss)
+            except Exception:
+                _log.exception("on_lost callback for lease %s failed", lease.name)

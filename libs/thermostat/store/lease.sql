@@ -1,0 +1,42 @@
+-- Lease statements. Each is one statement, so one implicit transaction and one now(): the expiry test
+-- and the new expiry are read from the same database clock reading. $3/$4 ttl is in seconds.
+
+-- name: acquire
+-- Take the lease when it is free, expired, or already ours. Two racers on a missing row: one inserts,
+-- the other falls into DO UPDATE, sees the winner's live row and returns nothing. The term grows only
+-- when the lease changes hands; its holder taking it again (a restart under the same id) keeps the term.
+INSERT INTO leases AS l (name, holder, term, acquired_at, renewed_at, expires_at)
+VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3))
+ON CONFLICT (name) DO UPDATE
+    SET holder      = excluded.holder,
+        term        = CASE WHEN l.holder = excluded.holder THEN l.term ELSE l.term + 1 END,
+        acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at ELSE now() END,
+        renewed_at  = now(),
+        expires_at  = excluded.expires_at
+    WHERE l.holder IS NULL
+       OR l.holder = excluded.holder
+       OR l.expires_at <= now()
+RETURNING l.term, l.expires_at;
+
+-- name: renew
+-- Extend our own term. Holder AND term must match: a holder whose lease changed hands, even if it came
+-- back to the same holder name under a later term, learns here that it lost.
+UPDATE leases
+   SET renewed_at = now(),
+       expires_at = now() + make_interval(secs => $4)
+ WHERE name = $1 AND holder = $2 AND term = $3
+RETURNING term, expires_at;
+
+-- name: release
+-- Give the lease up, only if it is still ours in this term; the row stays so the term keeps growing.
+UPDATE leases
+   SET holder = NULL,
+       expires_at = now()
+ WHERE name = $1 AND holder = $2 AND term = $3
+RETURNING term;
+
+-- name: holder
+-- The current unexpired holder, if any.
+SELECT holder, term, acquired_at, expires_at
+  FROM leases
+ WHERE name = $1 AND holder IS NOT NULL AND expires_at > now();
