@@ -14,12 +14,19 @@ import httpx
 import psutil
 import pytest
 
+from tests.fixtures.postgres import embedded_data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.e2e
-def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None:
     """python -m thermostat.devstack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
+    with embedded_data_dir() as data_dir:
+        _run_and_stop(data_dir)
+
+
+def _run_and_stop(tmp_path: Path) -> None:
     env = {**os.environ, "THERMOSTAT_DATA_DIR": str(tmp_path), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
            "RUNPOD_SIMULATOR_PORT": "0", "POD_CONTROLLER_PORT": "0", "IDLE_MONITOR_PORT": "0",
            "RIG_OPERATOR_TOKEN": "e2e-operator"}
@@ -48,7 +55,8 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process(tmp_path:
         assert any("thermostat.simulators.runpod" in n for n in names)
         assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
         pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
-        assert pod["configured"] is True and pod["datacenter"] == "EU-RO-1"
+        assert pod["configured"] is True
+        assert pod["datacenter"] == "EU-RO-1"
 
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
