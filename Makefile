@@ -18,7 +18,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@# this machine's pip config names local mirrors that may be absent; their warnings are noise
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
 	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n')"
 	@touch $@
 

@@ -23,6 +23,10 @@ def _port(name: str, default: int) -> int:
     return int(raw)
 
 
+def _data_dir() -> Path:
+    return Path(os.environ.get("THERMOSTAT_DATA_DIR") or ROOT / ".data").absolute()
+
+
 async def main() -> int:
     logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -36,7 +40,7 @@ async def main() -> int:
     except ValueError as error:
         sys.exit(str(error))
     config = StackConfig(
-        data_dir=Path(os.environ.get("THERMOSTAT_DATA_DIR") or ROOT / ".data").absolute(),
+        data_dir=_data_dir(),
         database_url=os.environ.get("DATABASE_URL") or None,
         runpod_base_url=os.environ.get("RUNPOD_V2_BASE_URL") or None,
         runpod_api_key=os.environ.get("RUNPOD_API_KEY") or None,

@@ -57,6 +57,11 @@ async def configured_pods(internal: pods_pb2_grpc.PodControllerInternalStub, pod
             await asyncio.sleep(1)
 
 
+def scrape_client() -> httpx.AsyncClient:
+    """The client every /metrics scrape goes through (the proxy, never the API: it carries no credential)."""
+    return httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+
+
 async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor | None:
     """Wire the monitor; None when no pod is configured (the caller exits)."""
     options, warnings = parse_monitor_options(env)
@@ -76,7 +81,7 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
              options.boot_grace_minutes, options.boot_grace_threshold, options.max_runtime_minutes)
     replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     states = MonitorStateStore(store.pool)
-    http = httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    http = scrape_client()
     leaders = [
         PodLeader(PodTicker(pod_name=p.name, controller=internal, http=http, states=states, options=options,
                             replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
