@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +18,8 @@ from thermostat.policy.wake_eta import estimate_eta
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .records import PodRecords
+
+log = logging.getLogger("thermostat.pod_controller.view")
 
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
 
@@ -66,7 +69,13 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         pod_id=view.pod_id or "", proxy_url=pod.proxy_url(view.pod_id) if view.pod_id else "",
         pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
     )
-    readiness, newest = await asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name))
+    try:
+        readiness, newest = await asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name))
+    except Exception as error:
+        # GET answers 200 whatever is down (seed: Surface); without the store it reports RunPod's view alone
+        log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
+                    type(error).__name__)
+        readiness, newest = None, None
     ready = readiness is not None and view.pod_id is not None and readiness[0] == view.pod_id
     if ready and readiness is not None:
         response.ready_since.FromDatetime(readiness[1].astimezone(UTC))
@@ -76,7 +85,12 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         chosen = next((o for o in observations if o.pod_id == view.pod_id), None)
         gpu_id = (chosen.gpu_id if chosen else None) or (newest["gpu_id"] if newest else None) or ""
         since = newest["requested_at"] if newest is not None else now
-        eta = estimate_eta(await records.recent_boots(pod.name, gpu_id), (now - since).total_seconds())
+        try:
+            boots = await records.recent_boots(pod.name, gpu_id)
+        except Exception as error:
+            log.warning("pod %s: boot history unreadable (%s); no ETA", pod.name, type(error).__name__)
+            boots = []
+        eta = estimate_eta(boots, (now - since).total_seconds())
         if eta is not None:
             response.eta_seconds = round(eta, 1)
     return response

@@ -73,7 +73,12 @@ class PodControl:
                 trigger=trigger))
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
-                await self.records.clear_readiness(pod.name, pod_id)
+                try:
+                    await asyncio.wait_for(self.records.clear_readiness(pod.name, pod_id), self.records.timeout)
+                except Exception as error:
+                    # the pod is stopped either way; a store blip must not turn the stop into an error
+                    log.error("pod %s: readiness of stopped pod %s NOT cleared (%s)", pod.name, pod_id,
+                              type(error).__name__)
             return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
 
         return list(await asyncio.gather(*(one(i) for i in pod_ids)))
@@ -265,6 +270,10 @@ def _encode_token(at: datetime, id_: str) -> str:
 def _decode_token(token: str) -> tuple[datetime, str] | None:
     try:
         at, id_ = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return datetime.fromisoformat(at), str(id_)
-    except (ValueError, TypeError):
+        moment = datetime.fromisoformat(at)
+        # a hand-made token with no zone or a date outside the database's range is not one we issued
+        if moment.tzinfo is None:
+            return None
+        return moment.astimezone(UTC), str(id_)
+    except (ValueError, TypeError, OverflowError):
         return None

@@ -54,11 +54,15 @@ class WakeGate:
         self._tasks: dict[str, asyncio.Task[Payload]] = {}
 
     async def run(self, pod_name: str, wake: RunWake) -> Payload:
-        """Run or join the pod's wake. Cancelling the caller does not cancel the wake."""
+        """Run or join the pod's wake. Cancelling the caller does not cancel the wake.
+
+        `pod_name` is the configured name: its rows are written under it, as every other record of the pod
+        is (history and lastWake read them by it); the lease and the in-process join fold its case.
+        """
         key = pod_name.casefold()
         task = self._tasks.get(key)
         if task is None or task.done():
-            task = asyncio.create_task(self._run_or_join(key, wake), name=f"wake:{key}")
+            task = asyncio.create_task(self._run_or_join(key, pod_name, wake), name=f"wake:{key}")
             self._tasks[key] = task
 
             def forget(done: asyncio.Task[Payload], key: str = key) -> None:
@@ -75,7 +79,7 @@ class WakeGate:
             log.info("waiting up to %.0fs for %d wake(s) in flight", seconds, len(pending))
             await asyncio.wait(pending, timeout=seconds)
 
-    async def _run_or_join(self, key: str, wake: RunWake) -> Payload:
+    async def _run_or_join(self, key: str, pod_name: str, wake: RunWake) -> Payload:
         pool = self.store.pool
         try:
             arrival: datetime = await pool.fetchval(Q["db_now"])
@@ -91,50 +95,56 @@ class WakeGate:
                     from error
             if lease is not None:
                 try:
-                    return await self._lead(key, keeper.holder, wake)
+                    return await self._lead(pod_name, keeper.holder, wake)
                 finally:
                     with contextlib.suppress(Exception):
                         await keeper.release()
-            joined = await self._join(key, arrival)
+            joined = await self._join(key, pod_name, arrival)
             if joined is not None:
                 return joined
 
-    async def _lead(self, key: str, holder: str, wake: RunWake) -> Payload:
+    async def _lead(self, pod_name: str, holder: str, wake: RunWake) -> Payload:
         pool = self.store.pool
         attempt = uuid.uuid4()
         try:
-            abandoned = await pool.fetch(Q["abandon_wakes"], key)
+            abandoned = await pool.fetch(Q["abandon_wakes"], pod_name)
             for row in abandoned:
-                log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", key,
+                log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name,
                             row["attempt_id"])
-            await asyncio.wait_for(pool.execute(Q["insert_wake"], attempt, key, holder), self.record_timeout)
+            await asyncio.wait_for(pool.execute(Q["insert_wake"], attempt, pod_name, holder), self.record_timeout)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
-            log.warning("pod %s: wake %s requested, history not written (%s)", key, attempt, type(error).__name__)
+            log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt,
+                        type(error).__name__)
         result, completion = await wake(attempt)
         try:
-            await asyncio.shield(asyncio.wait_for(pool.execute(
+            status = await asyncio.shield(asyncio.wait_for(pool.execute(
                 Q["complete_wake"], attempt, completion["outcome"], completion["wake_outcome"],
                 completion["reason"], completion.get("pod_id"), completion.get("gpu_id"),
                 completion.get("price_per_hour"), completion.get("candidates_considered"),
                 completion.get("last_provider_status"), json.dumps(result),
             ), self.record_timeout))
+            problem = None if status != "UPDATE 0" else "no Requested row"  # its insert failed above
         except Exception as error:
-            log.warning("pod %s: wake %s completed, history not written (%s): %s", key, attempt,
-                        type(error).__name__, json.dumps(completion, default=str))
+            problem = type(error).__name__
+        if problem is not None:
+            # A write the store refused leaves the whole entry in the log at ERROR, a level nothing filters
+            # (#2541: the cause of four failed wakes had rotated out of the logs).
+            log.error("pod %s: wake %s completed, history NOT persisted (%s): %s", pod_name, attempt, problem,
+                      json.dumps({"attempt_id": str(attempt), "pod_name": pod_name, **completion}, default=str))
         return result
 
-    async def _join(self, key: str, arrival: datetime) -> Payload | None:
+    async def _join(self, key: str, pod_name: str, arrival: datetime) -> Payload | None:
         """Wait for the wake another replica runs; None when there is none to join (try to lead)."""
         pool = self.store.pool
-        row = await pool.fetchrow(Q["in_flight_wake"], key)
+        row = await pool.fetchrow(Q["in_flight_wake"], pod_name)
         if row is None:
-            done = await pool.fetchrow(Q["wake_completed_since"], key, arrival)
+            done = await pool.fetchrow(Q["wake_completed_since"], pod_name, arrival)
             if done is not None and done["result"] is not None:
                 return dict(json.loads(done["result"]))
             await asyncio.sleep(self.poll_seconds)
             return None
-        log.info("pod %s: joining wake %s run by %s", key, row["attempt_id"], row["holder"])
+        log.info("pod %s: joining wake %s run by %s", pod_name, row["attempt_id"], row["holder"])
         next_lease_check = time.monotonic() + self.lease_seconds / 3
         while True:
             result = await pool.fetchrow(Q["wake_result"], row["attempt_id"])

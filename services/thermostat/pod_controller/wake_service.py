@@ -25,6 +25,7 @@ from thermostat.policy.gpu_selection import GpuCandidate, GpuSelection, select_g
 from thermostat.policy.pod_model import PodObservation, PodStatus
 from thermostat.policy.pod_options import PodOptions
 from thermostat.policy.termination_guard import check_termination
+from thermostat.policy.volume_pods import rank
 from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult, failure_kind_of
 from thermostat.policy.wake_round import (
     NewPodVerdict,
@@ -67,6 +68,7 @@ class WakeService:
 
     async def _drive(self, pod: PodOptions, pod_ids: tuple[str, ...]) -> WakeResult:
         started: set[str] = set()
+        observations: list[PodObservation] = []
         for round_ in range(pod.max_polls):
             if round_:
                 await self.sleep(pod.poll_interval_seconds)
@@ -98,8 +100,11 @@ class WakeService:
                 case RoundVerdict.CREATE_REPLACEMENT:
                     log.info("pod %s: %s — creating a replacement", pod.name, decision.reason)
                     return await self._replace(pod, stale=observations)
-        return WakeResult(outcome=WakeOutcome.WAITING, pod_id=pod_ids[0] if pod_ids else None,
-                          proxy_url=pod.proxy_url(pod_ids[0]) if pod_ids else None,
+        # Name the pod in flight, as GET does: a stale EXITED pod may be listed before its booting replacement.
+        ranked = rank(observations)
+        waiting_on = ranked.pod_id if ranked is not None else (pod_ids[0] if pod_ids else None)
+        return WakeResult(outcome=WakeOutcome.WAITING, pod_id=waiting_on,
+                          proxy_url=pod.proxy_url(waiting_on) if waiting_on else None,
                           message=f"not RUNNING within {pod.max_polls} polls; poll again")
 
     async def _replace(self, pod: PodOptions, *, stale: Sequence[PodObservation]) -> WakeResult:

@@ -1,0 +1,271 @@
+"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (devstack's
+Stack), spoken to over HTTP — status codes, problem+json and lowerCamelCase bodies as the cockpit reads them —
+plus two pod-controller processes on one database woken at the same moment."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.fixtures.polling import eventually
+from tests.fixtures.postgres import database_dsn
+from thermostat.devstack.catalogue import POD_CONTROLLER
+from thermostat.devstack.stack import Stack, StackConfig
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATOR_TOKEN = "e2e-operator-token"
+WAKE_TOKEN = "e2e-wake-token"
+OPERATOR = {"X-Rig-Operator-Token": OPERATOR_TOKEN}
+A100 = "NVIDIA A100 80GB PCIe"
+ZERO_DELAYS = ("--provisioning-seconds", "0", "--starting-seconds", "0", "--model-ready-seconds", "0")
+FAST = {
+    "RIG_OPERATOR_TOKEN": OPERATOR_TOKEN,
+    "RIG_WAKE_TOKEN": WAKE_TOKEN,
+    # `spare` inherits qwen's volume, which qwen owns: it is the stack's unconfigured pod (503 / configured false)
+    "RUNPOD_PODS": "qwen,spare",
+    "RUNPOD_WAKE_POLL_SECONDS": "0.05",
+    "RUNPOD_WAKE_MAX_POLLS": "20",
+    "RUNPOD_WAKE_MAX_RETRY_AFTER_SECONDS": "0.05",
+    "WAKE_LEASE_SECONDS": "2",
+    "HEALTH_PROBE_SECONDS": "0.5",
+    "SHUTDOWN_GRACE_SECONDS": "2",
+    "LOG_LEVEL": "WARNING",
+}
+
+
+@pytest.fixture(scope="module")
+async def module_database_url(postgres_admin: asyncpg.Connection, template_database: str,
+                              postgres_dsn: str) -> AsyncIterator[str]:
+    """A migrated database of this module's own: the stack outlives one test (tests/fixtures/postgres.py)."""
+    name = f"test_{uuid.uuid4().hex}"
+    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    try:
+        yield database_dsn(postgres_dsn, name)
+    finally:
+        await postgres_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+async def stack(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    """Simulator, pod controller and Envoy as child processes on free ports."""
+    running = Stack(StackConfig(
+        data_dir=tmp_path_factory.mktemp("stack"), database_url=module_database_url, edge_port=0, admin_port=0,
+        simulator_port=0, service_ports={}, services=(POD_CONTROLLER,), relay_logs=False, extra_env=FAST,
+        simulator_args=ZERO_DELAYS,
+    ))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def edge(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.edge_url, timeout=20) as client:
+        yield client
+
+
+@pytest.fixture
+async def sim(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    """The simulator's /_sim control API, reset (pods, faults, log, settings) before each test."""
+    assert stack.simulator_url is not None
+    async with httpx.AsyncClient(base_url=f"{stack.simulator_url}/_sim", timeout=10) as client:
+        (await client.post("/reset")).raise_for_status()
+        yield client
+
+
+async def _api_calls(sim: httpx.AsyncClient) -> list[tuple[str, str]]:
+    requests = (await sim.get("/requests", params={"prefix": "/v2/"})).json()
+    return [(r["method"], r["path"]) for r in requests]
+
+
+async def _only_cards(sim: httpx.AsyncClient, *gpu_ids: str) -> None:
+    catalogue = (await sim.get("/catalog")).json()["gpus"]
+    kept = [row for row in catalogue if row["id"] in gpu_ids]
+    (await sim.put("/catalog", json={"gpus": kept})).raise_for_status()
+
+
+async def _seed_pod(sim: httpx.AsyncClient, status: str) -> str:
+    response = await sim.post("/pods", json={"status": status, "volumeId": "bjn7d94ej9"})
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    return body
+
+
+async def test_health_is_200_with_the_pod_controller_serving(edge) -> None:
+    """GET /health is answered by Envoy from its upstream health checks."""
+    assert (await edge.get("/health")).status_code == 200
+
+
+async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_omits_them(edge, sim) -> None:
+    """Created: 200 with every field in camelCase incl. gpuId/pricePerHour; AlreadyRunning has neither key."""
+    created = await edge.post("/api/pods/QWEN/start", headers=OPERATOR)
+    assert created.status_code == 200, created.text
+    assert created.headers["content-type"].startswith("application/json")
+    body = created.json()
+    assert set(body) == {"name", "outcome", "podId", "gpuId", "pricePerHour", "proxyUrl", "message"}
+    assert (body["name"], body["outcome"], body["gpuId"], body["pricePerHour"]) == ("qwen", "Created", A100, 1.59)
+    assert body["proxyUrl"].endswith(f"/proxy/{body['podId']}-8000")
+
+    again = await edge.post("/api/pods/qwen/start", headers={"Authorization": f"Bearer {WAKE_TOKEN}"})
+    assert again.status_code == 200, again.text
+    rewake = again.json()
+    assert (rewake["outcome"], rewake["podId"]) == ("AlreadyRunning", body["podId"])
+    assert "gpuId" not in rewake
+    assert "pricePerHour" not in rewake
+
+
+async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_one(edge, sim) -> None:
+    """GET /api/pods/{name}: the seed's fields, camelCase; an unconfigured pod prints configured false."""
+    pod = await _seed_pod(sim, "RUNNING")
+    view = (await edge.get("/api/pods/qwen")).json()
+    assert {k: view[k] for k in ("name", "configured", "status", "isRunning", "podId", "podsOnVolume",
+                                  "datacenter", "lookup")} == {
+        "name": "qwen", "configured": True, "status": "RUNNING", "isRunning": True, "podId": pod,
+        "podsOnVolume": 1, "datacenter": "EU-RO-1", "lookup": "FOUND"}
+    assert view["proxyUrl"].endswith(f"/proxy/{pod}-8000")
+
+    spare = await edge.get("/api/pods/spare")
+    assert spare.status_code == 200
+    body = spare.json()
+    assert (body["configured"], body["isRunning"], body["podsOnVolume"], body["lookup"], body["status"]) == (
+        False, False, 0, "UNCONFIGURED", "UNKNOWN")
+    assert "readySince" not in body
+
+
+async def test_a_wake_still_in_flight_is_202_waiting(edge, sim) -> None:
+    """The new pod is held PROVISIONING past the poll budget: 202 with outcome Waiting and its pod id."""
+    (await sim.put("/settings", json={"provisioningSeconds": -1})).raise_for_status()
+    response = await edge.post("/api/pods/qwen/start", headers=OPERATOR)
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["outcome"] == "Waiting"
+    assert body["podId"]
+
+
+async def test_a_failed_wake_is_a_409_problem_whose_detail_says_why(edge, sim) -> None:
+    """#2093 through the edge: the one card under the cap 400s, the rest is too dear — 409 naming both."""
+    await _only_cards(sim, "NVIDIA RTX PRO 4500 Blackwell", "AMD Instinct MI300X OAM")
+    problem = _problem(await edge.post("/api/pods/qwen/start", headers=OPERATOR), 409)
+    assert problem["title"] == "Failed"
+    assert "Exhausted" in problem["detail"]
+    assert "AMD Instinct MI300X OAM: PriceAboveMaximum" in problem["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        pytest.param("POST", "/api/pods/spare/start", OPERATOR, 503, id="start-unconfigured"),
+        pytest.param("POST", "/api/pods/spare/stop", OPERATOR, 503, id="stop-unconfigured"),
+        pytest.param("POST", "/api/pods/llama/start", OPERATOR, 404, id="start-unknown-name"),
+        pytest.param("GET", "/api/pods/llama", {}, 404, id="get-unknown-name"),
+        pytest.param("GET", "/api/pods/llama/history", {}, 404, id="history-unknown-name"),
+        pytest.param("POST", "/api/pods/qwen/stop", OPERATOR, 404, id="stop-no-pod"),
+        pytest.param("POST", "/api/pods/qwen/start", {}, 401, id="start-no-token"),
+        pytest.param("POST", "/api/pods/qwen/start", {"X-Rig-Operator-Token": "guess"}, 403, id="start-wrong"),
+        pytest.param("POST", "/api/pods/qwen/stop", {"X-Rig-Operator-Token": WAKE_TOKEN}, 403,
+                     id="stop-with-wake-token"),
+    ],
+)
+async def test_refusals_are_problem_json_with_the_seeds_status(edge, sim, method, path, headers, status) -> None:
+    """503 unconfigured, 404 unknown name or no pod, 401/403 tokens — each problem+json, no RunPod call."""
+    response = await edge.request(method, path, headers=headers)
+    problem = _problem(response, status)
+    assert problem["title"]
+    assert problem["detail"]
+    assert all(call == ("GET", "/v2/pods") for call in await _api_calls(sim))
+
+
+async def test_stop_and_history_print_the_seeds_json(edge, sim) -> None:
+    """Stop: {name, ok, pods:[{podId, ok}]}; history: newest first, the Stop then the wake's Start."""
+    pod = await _seed_pod(sim, "EXITED")
+    assert (await edge.post("/api/pods/qwen/start", headers=OPERATOR)).json()["outcome"] == "Started"
+    stopped = await edge.post("/api/pods/qwen/stop", headers=OPERATOR)
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json() == {"name": "qwen", "ok": True, "pods": [{"podId": pod, "ok": True}]}
+
+    page = (await edge.get("/api/pods/qwen/history", params={"pageSize": 3})).json()
+    first, second, third = page["entries"]
+    assert (first["action"]["action"], first["action"]["podId"], first["action"]["trigger"]) == (
+        "Stop", pod, "manual")
+    assert first["action"]["ok"] is True
+    assert (second["action"]["action"], second["action"]["httpStatus"]) == ("Start", 200)
+    assert (third["wake"]["outcome"], third["wake"]["wakeOutcome"]) == ("Succeeded", "Started")
+    assert page["nextPageToken"]
+    rest = (await edge.get("/api/pods/qwen/history", params={"pageToken": page["nextPageToken"]})).json()
+    assert rest["entries"]
+    bad = _problem(await edge.get("/api/pods/qwen/history", params={"pageToken": "nope"}), 400)
+    assert "page_token" in bad["detail"]
+
+
+@contextlib.asynccontextmanager
+async def _second_controller(stack: Stack) -> AsyncIterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "thermostat.pod_controller", cwd=ROOT,
+        env={**os.environ, **stack.env, "POD_CONTROLLER_PORT": str(port)},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+
+            async def serving() -> bool | None:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    return True if reply.status == health_pb2.HealthCheckResponse.SERVING else None
+                return None
+
+            await eventually(serving, timeout=20, every=0.1)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def test_two_controller_processes_woken_together_create_one_pod(stack, edge, sim) -> None:
+    """One wake through the edge, one straight to a second process on the same database: one POST /v2/pods."""
+    await _only_cards(sim, A100)
+    (await sim.put("/settings", json={"provisioningSeconds": 0.5})).raise_for_status()
+    async with _second_controller(stack) as address, grpc.aio.insecure_channel(address) as channel:
+        stub = pods_pb2_grpc.PodControllerStub(channel)
+        rest, native = await asyncio.gather(
+            edge.post("/api/pods/qwen/start", headers=OPERATOR),
+            stub.StartPod(pods_pb2.StartPodRequest(name="qwen"), metadata=(("x-rig-operator-token", OPERATOR_TOKEN),),
+                          timeout=20),
+        )
+    assert rest.status_code == 200, rest.text
+    assert (rest.json()["outcome"], native.outcome) == ("Created", "Created")
+    assert rest.json()["podId"] == native.pod_id
+    assert (await _api_calls(sim)).count(("POST", "/v2/pods")) == 1

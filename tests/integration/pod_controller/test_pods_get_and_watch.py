@@ -1,0 +1,208 @@
+"""GetPod always answers (configured or not, blip or not), ranks the serving pod, and WatchPod streams changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tests.fixtures.services import OPERATOR, VOLUME
+from tests.integration.pod_controller.harness import A100, LIST, controller, observe, start, wakes
+from thermostat.pods.v1 import pods_pb2
+
+QWEN = pods_pb2.GetPodRequest(name="qwen")
+
+
+def _stamp(at: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(at)
+    return stamp
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({"RUNPOD_API_KEY": ""}, id="no-api-key"),
+        pytest.param({"RUNPOD_VOLUME_ID": ""}, id="blank-volume"),
+    ],
+)
+async def test_get_of_an_unconfigured_pod_answers_configured_false_without_a_runpod_call(
+    runpod_sim, db_store, env
+) -> None:
+    """Unconfigured: 200 with configured false, lookup UNCONFIGURED, status UNKNOWN, and no request sent."""
+    async with controller(runpod_sim, db_store, **env) as c:
+        view = await c.public.GetPod(QWEN, timeout=10)
+    assert (view.name, view.configured, view.lookup, view.status, view.is_running) == (
+        "qwen", False, "UNCONFIGURED", "UNKNOWN", False)
+    assert (view.pod_id, view.proxy_url, view.pods_on_volume, view.datacenter) == ("", "", 0, "EU-RO-1")
+    assert runpod_sim.requests() == []
+
+
+async def test_get_during_a_list_blip_is_unreadable_unknown_not_a_verdict(pods_stub, runpod_sim) -> None:
+    """A 502 on GET /v2/pods: still an answer, lookup UNREADABLE and status UNKNOWN, no pod named."""
+    runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    runpod_sim.inject("GET", "/v2/pods", status=502)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.configured, view.lookup, view.status, view.is_running, view.pod_id) == (
+        True, "UNREADABLE", "UNKNOWN", False, "")
+
+
+async def test_get_with_no_pod_on_the_volume_is_not_found_unknown(pods_stub, runpod_sim) -> None:
+    """An empty, readable list: lookup NOT_FOUND, nothing observed beyond the list."""
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.lookup, view.status, view.pods_on_volume) == ("NOT_FOUND", "UNKNOWN", 0)
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
+
+
+async def test_get_names_the_pod_even_when_its_own_observe_fails_but_says_unknown(pods_stub, runpod_sim) -> None:
+    """The list names the pod, its GET blips: FOUND, the pod id and proxy URL, status UNKNOWN, not running."""
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    runpod_sim.inject("GET", f"/v2/pods/{pod}", status=500)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.lookup, view.pod_id, view.status, view.is_running) == ("FOUND", pod, "UNKNOWN", False)
+    assert view.proxy_url == f"{runpod_sim.url}/proxy/{pod}-8000"
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST, observe(pod)]
+
+
+async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_clears_it(
+    pods_stub, internal_stub, runpod_sim
+) -> None:
+    """Readiness reported for the serving pod is shown (#2052); for another pod it is not; a stop ends it."""
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    ready_at = datetime.now(UTC).replace(microsecond=0)
+    await internal_stub.ReportReadiness(
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale, ready_since=_stamp(ready_at)), timeout=10)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.pod_id, view.is_running) == (serving, True)
+    assert not view.HasField("ready_since")
+
+    await internal_stub.ReportReadiness(
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=serving, ready_since=_stamp(ready_at)), timeout=10)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert view.ready_since.ToDatetime(tzinfo=UTC) == ready_at
+
+    await pods_stub.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert view.status == "EXITED"
+    assert not view.HasField("ready_since")
+
+
+async def test_get_reports_the_last_wake(pods_stub, runpod_sim) -> None:
+    """After a wake, lastWake carries its outcome, pod, GPU and both timestamps (#2541)."""
+    created = await start(pods_stub)
+    assert created.reply is not None
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    wake = view.last_wake
+    assert (wake.outcome, wake.wake_outcome, wake.pod_id, wake.gpu_id, wake.price_per_hour) == (
+        "Succeeded", "Created", created.reply.pod_id, A100, 1.59)
+    assert wake.requested_at.ToDatetime() <= wake.completed_at.ToDatetime()
+    assert wake.attempt_id
+
+
+async def test_eta_shows_while_booting_only_when_a_boot_was_measured(runpod_sim, db_store) -> None:
+    """No measured boot: no etaSeconds. After one 90 s wake → ready, a booting re-wake shows ~90 s left."""
+    async with controller(runpod_sim, db_store, RUNPOD_WAKE_MAX_POLLS="2") as c:
+        created = await start(c.public)
+        assert created.reply is not None
+        pod = created.reply.pod_id
+        (first,) = await wakes(c.public)
+
+        await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
+        runpod_sim.set_pod_lifecycle(pod, starting_seconds=-1)
+        booting = await start(c.public)
+        assert booting.reply is not None
+        assert booting.reply.outcome == "Waiting"
+        view = await c.public.GetPod(QWEN, timeout=10)
+        assert (view.status, view.is_running) == ("STARTING", False)
+        assert not view.HasField("eta_seconds")  # nothing measured yet: no made-up number
+
+        await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
+        ready = first.requested_at.ToDatetime(tzinfo=UTC) + timedelta(seconds=90)
+        await c.internal.ReportReadiness(
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_stamp(ready)), timeout=10)
+        await c.internal.ReportReadiness(pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod), timeout=10)
+
+        again = await start(c.public)
+        assert again.reply is not None
+        assert again.reply.outcome == "Waiting"
+        view = await c.public.GetPod(QWEN, timeout=10)
+        assert view.status == "STARTING"
+        assert view.HasField("eta_seconds")
+        assert 80 < view.eta_seconds <= 90
+
+
+async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancelled(pods_stub, runpod_sim) -> None:
+    """The first view at once, nothing while nothing changes, the woken pod next; cancel stops the polling."""
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    call = pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
+    views: asyncio.Queue[pods_pb2.GetPodResponse] = asyncio.Queue()
+
+    async def consume() -> None:
+        async for message in call:
+            views.put_nowait(message.pod)
+
+    reader = asyncio.create_task(consume())
+    try:
+        first = await asyncio.wait_for(views.get(), 5)
+        assert (first.pod_id, first.status, first.is_running) == (pod, "EXITED", False)
+        await asyncio.sleep(0.4)  # ~8 polls at WATCH_POLL_SECONDS=0.05
+        assert views.empty()
+        assert [(r.method, r.path) for r in runpod_sim.requests()].count(LIST) >= 5  # it did poll meanwhile
+
+        woken = await start(pods_stub)
+        assert woken.reply is not None
+        latest = await asyncio.wait_for(views.get(), 5)
+        while latest.last_wake.outcome != "Succeeded":
+            latest = await asyncio.wait_for(views.get(), 5)
+        assert (latest.status, latest.is_running, latest.last_wake.wake_outcome) == ("RUNNING", True, "Started")
+    finally:
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+    assert call.cancelled()
+    polled = len(runpod_sim.requests())
+    await asyncio.sleep(0.3)
+    assert len(runpod_sim.requests()) == polled  # the server stopped watching
+
+
+async def test_watch_of_an_unknown_name_is_not_found(pods_stub, runpod_sim) -> None:
+    """WatchPod resolves the name first: NOT_FOUND, no RunPod call."""
+    call = pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="llama"))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await call.read()
+    assert error.value.code() is grpc.StatusCode.NOT_FOUND
+    assert runpod_sim.requests() == []
+
+
+async def test_observe_volume_reports_every_pod_in_list_order_for_the_monitor(internal_stub, runpod_sim) -> None:
+    """ObserveVolume: each pod on the volume with its own lookup, status, GPUs and proxy URL; others left out."""
+    running = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    blip = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    runpod_sim.add_pod(volume_id="agv6w2qcg7", status="RUNNING")
+    runpod_sim.inject("GET", f"/v2/pods/{blip}", status=503)
+    reply = await internal_stub.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="Qwen"), timeout=10)
+    assert (reply.name, reply.configured, reply.lookup) == ("qwen", True, "FOUND")
+    assert [(p.pod_id, p.lookup, p.status, p.gpu_count, p.gpu_id) for p in reply.pods] == [
+        (running, "FOUND", "RUNNING", 1, A100), (blip, "UNREADABLE", "UNKNOWN", 0, "")]
+    assert reply.pods[0].proxy_url == f"{runpod_sim.url}/proxy/{running}-8000"
+
+
+async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured_pod_silent(
+    runpod_sim, db_store
+) -> None:
+    """A failed list is UNREADABLE with no pods (never "nothing there"); unconfigured makes no request."""
+    runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    runpod_sim.inject("GET", "/v2/pods", status=500)
+    async with controller(runpod_sim, db_store) as c:
+        reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
+        assert (reply.lookup, list(reply.pods)) == ("UNREADABLE", [])
+    runpod_sim.clear_requests()
+    async with controller(runpod_sim, db_store, RUNPOD_API_KEY="") as c:
+        reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
+        assert (reply.configured, reply.lookup, list(reply.pods)) == (False, "UNCONFIGURED", [])
+    assert runpod_sim.requests() == []

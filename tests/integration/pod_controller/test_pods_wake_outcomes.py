@@ -1,0 +1,99 @@
+"""Each wake outcome over real gRPC, with the exact RunPod calls it made (seed: Wake service, part 2b)."""
+
+from __future__ import annotations
+
+import grpc
+
+from tests.fixtures.services import VOLUME
+from tests.integration.pod_controller.harness import (
+    A100,
+    CATALOG,
+    CREATE,
+    LIST,
+    RTX_4500,
+    action,
+    actions,
+    api_calls,
+    controller,
+    created_gpus,
+    observe,
+    pods_on,
+    start,
+    wakes,
+    writes,
+)
+
+
+async def test_a_wake_of_a_running_pod_is_already_running_and_bills_nothing(pods_stub, runpod_sim) -> None:
+    """A RUNNING pod on the volume: one list, one observe, no billable call, no gpuId or price."""
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    answer = await start(pods_stub)
+    assert answer.code is grpc.StatusCode.OK
+    assert answer.http_code is None
+    assert answer.reply is not None
+    assert answer.reply.outcome == "AlreadyRunning"
+    assert answer.reply.pod_id == pod
+    assert answer.reply.proxy_url == f"{runpod_sim.url}/proxy/{pod}-8000"
+    assert not answer.reply.HasField("gpu_id")
+    assert not answer.reply.HasField("price_per_hour")
+    assert api_calls(runpod_sim) == [LIST, observe(pod)]
+    assert await actions(pods_stub) == []
+    (wake,) = await wakes(pods_stub)
+    assert (wake.outcome, wake.wake_outcome, wake.pod_id) == ("Succeeded", "AlreadyRunning", pod)
+
+
+async def test_a_wake_of_an_exited_pod_starts_it_once_and_records_the_start(pods_stub, runpod_sim) -> None:
+    """An EXITED pod: exactly one start action, then Started on the same pod; the Start is in the audit trail."""
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    answer = await start(pods_stub)
+    assert answer.reply is not None
+    assert (answer.reply.outcome, answer.reply.pod_id) == ("Started", pod)
+    assert not answer.reply.HasField("gpu_id")
+    assert api_calls(runpod_sim) == [LIST, observe(pod), action(pod), observe(pod)]
+    (start_request,) = runpod_sim.requests(f"/v2/pods/{pod}/action")
+    assert start_request.json_body == {"action": "start"}
+    (recorded,) = await actions(pods_stub)
+    assert (recorded.action, recorded.pod_id, recorded.ok, recorded.trigger, recorded.http_status) == (
+        "Start", pod, True, "wake", 200)
+
+
+async def test_a_wake_with_no_pod_creates_one_and_reports_its_gpu_and_price(pods_stub, runpod_sim) -> None:
+    """No pod: catalogue, the 400 on the cheapest listed card, 201 on the A100 at 1.59, one pod on the volume."""
+    answer = await start(pods_stub)
+    assert answer.reply is not None
+    assert answer.reply.outcome == "Created"
+    assert (answer.reply.gpu_id, answer.reply.price_per_hour) == (A100, 1.59)
+    (pod,) = pods_on(runpod_sim, VOLUME)
+    assert answer.reply.pod_id == pod["id"]
+    assert api_calls(runpod_sim) == [LIST, CATALOG, CREATE, CREATE, observe(answer.reply.pod_id)]
+    assert created_gpus(runpod_sim) == [RTX_4500, A100]
+    (create,) = await actions(pods_stub)
+    assert (create.action, create.pod_id, create.gpu_id, create.price_per_hour, create.http_status, create.ok) == (
+        "Create", answer.reply.pod_id, A100, 1.59, 201, True)
+    (wake,) = await wakes(pods_stub)
+    assert (wake.outcome, wake.wake_outcome, wake.gpu_id, wake.candidates_considered) == (
+        "Succeeded", "Created", A100, 2)
+
+
+async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_nothing(
+    runpod_sim, db_store
+) -> None:
+    """A new pod held in PROVISIONING past the poll budget: 202 Waiting naming it, no terminate, TimedOut."""
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING", gpu_count=1)
+    runpod_sim.patch_pod(stale, {"runtime": {"uptime": 60, "gpus": []}})  # running without a GPU: replace it
+    runpod_sim.configure(provisioning_seconds=-1)
+    async with controller(runpod_sim, db_store, RUNPOD_WAKE_MAX_POLLS="3") as c:
+        answer = await start(c.public)
+        assert answer.code is grpc.StatusCode.OK
+        assert answer.http_code == "202"
+        assert answer.reply is not None
+        assert answer.reply.outcome == "Waiting"
+        new = answer.reply.pod_id
+        assert new not in ("", stale)
+        assert api_calls(runpod_sim) == [LIST, observe(stale), CATALOG, CREATE, CREATE, *[observe(new)] * 3]
+        assert ("DELETE", f"/v2/pods/{stale}") not in api_calls(runpod_sim)
+        assert {p["id"] for p in pods_on(runpod_sim, VOLUME)} == {stale, new}
+        (wake,) = await wakes(c.public)
+        assert (wake.outcome, wake.wake_outcome, wake.pod_id) == ("TimedOut", "Waiting", new)
+        assert [a.action for a in await actions(c.public)] == ["Create"]
+        assert writes(runpod_sim) == [CREATE, CREATE]
