@@ -50,6 +50,7 @@ class WakeFailureKind(StrEnum):
     CREATED_WITHOUT_ID = "CreatedWithoutId"
     RECHECK_UNREADABLE = "RecheckUnreadable"
     NEW_POD_FAILED = "NewPodFailed"
+    LEASE_LOST = "LeaseLost"
     EXCEPTION = "Exception"
 
     @property

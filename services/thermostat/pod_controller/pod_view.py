@@ -14,7 +14,7 @@ from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.pod_model import PodObservation, PodStatus, VolumeLookup
 from thermostat.policy.pod_options import PodOptions
 from thermostat.policy.volume_pods import view_volume_pods
-from thermostat.policy.wake_eta import estimate_eta
+from thermostat.policy.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .records import PodRecords
@@ -86,10 +86,10 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         gpu_id = (chosen.gpu_id if chosen else None) or (newest["gpu_id"] if newest else None) or ""
         since = newest["requested_at"] if newest is not None else now
         try:
-            boots = await records.recent_boots(pod.name, gpu_id)
+            boots = select_boot_durations(await records.recent_boots(pod.name), gpu_id or None)
         except Exception as error:
             log.warning("pod %s: boot history unreadable (%s); no ETA", pod.name, type(error).__name__)
-            boots = []
+            boots = ()
         eta = estimate_eta(boots, (now - since).total_seconds())
         if eta is not None:
             response.eta_seconds = round(eta, 1)

@@ -69,10 +69,15 @@ SELECT attempt_id, requested_at, gpu_id FROM pod_wakes
 WHERE pod_name = $1 AND requested_at <= $2 AND (pod_id = $3 OR pod_id IS NULL OR completed_at IS NULL)
 ORDER BY requested_at DESC LIMIT 1;
 
+-- name: created_gpu
+-- The GPU type a pod was created on: a stopped pod restarts on its machine, so the type holds for its life.
+SELECT gpu_id FROM pod_actions
+WHERE pod_name = $1 AND pod_id = $2 AND action = 'Create' AND gpu_id IS NOT NULL
+ORDER BY at DESC LIMIT 1;
+
 -- name: insert_boot
 INSERT INTO pod_boots (pod_name, pod_id, gpu_id, attempt_id, ready_at, duration_seconds)
 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING;
 
 -- name: recent_boots
-SELECT duration_seconds FROM pod_boots WHERE pod_name = $1 AND ($2::text = '' OR gpu_id = $2)
-ORDER BY ready_at DESC LIMIT $3;
+SELECT gpu_id, duration_seconds FROM pod_boots WHERE pod_name = $1 ORDER BY ready_at DESC LIMIT $2;

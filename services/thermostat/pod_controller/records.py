@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from thermostat.policy.wake_eta import BootRecord
 from thermostat.store.sql import load_sql
 
 log = logging.getLogger("thermostat.pod_controller.records")
@@ -69,8 +70,9 @@ class PodRecords:
                 if wake is not None:
                     duration = (ready_since - wake["requested_at"]).total_seconds()
                     if duration >= 0:
-                        await conn.execute(Q["insert_boot"], pod_name, pod_id, wake["gpu_id"] or "",
-                                           wake["attempt_id"], ready_since, duration)
+                        gpu_id = wake["gpu_id"] or await conn.fetchval(Q["created_gpu"], pod_name, pod_id) or ""
+                        await conn.execute(Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"],
+                                           ready_since, duration)
             return bool(changed)
 
     async def clear_readiness(self, pod_name: str, pod_id: str | None = None) -> None:
@@ -80,11 +82,11 @@ class PodRecords:
         row = await self.pool.fetchrow(Q["readiness"], pod_name)
         return None if row is None else (row["pod_id"], row["ready_since"])
 
-    async def recent_boots(self, pod_name: str, gpu_id: str, limit: int = 5) -> list[float]:
-        rows = await self.pool.fetch(Q["recent_boots"], pod_name, gpu_id, limit)
-        if not rows and gpu_id:
-            rows = await self.pool.fetch(Q["recent_boots"], pod_name, "", limit)
-        return [float(r["duration_seconds"]) for r in rows]
+    async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
+        """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""
+        rows = await self.pool.fetch(Q["recent_boots"], pod_name, limit)
+        return [BootRecord(gpu_id=r["gpu_id"] or None, wake_to_ready_seconds=float(r["duration_seconds"]))
+                for r in reversed(rows)]
 
     async def newest_wake(self, pod_name: str) -> asyncpg.Record | None:
         return await self.pool.fetchrow(Q["newest_wake"], pod_name)

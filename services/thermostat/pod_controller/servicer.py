@@ -11,7 +11,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -84,9 +84,9 @@ class PodControl:
         return list(await asyncio.gather(*(one(i) for i in pod_ids)))
 
     async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
-        async def attempt(_attempt_id: object) -> tuple[dict[str, Any], dict[str, Any]]:
+        async def attempt(_attempt_id: object, may_act: Callable[[], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
             try:
-                result = await self.wake_service.wake(pod)
+                result = await self.wake_service.wake(pod, may_act)
             except Exception as error:
                 log.exception("pod %s: wake raised", pod.name)
                 last = last_wake_of_exception(f"{type(error).__name__}: {error}")
@@ -237,7 +237,16 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if not self.c.configured(pod):
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"pod {pod.name} is not configured")
         assert trigger is not None
-        results = await self.c.stop(pod, ids, trigger)
+        volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
+        foreign: list[str] = []
+        if volume.lookup is not Lookup.UNREADABLE:
+            # only pods on this name's volume are stopped; an unreadable list does not block a cost-saving
+            # stop of ids the monitor resolved through the volume a moment ago
+            foreign = [i for i in ids if i not in volume.pod_ids]
+            for pod_id in foreign:
+                log.warning("pod %s: not stopping %s: it is not on volume %s", pod.name, pod_id, pod.volume_id)
+        results = await self.c.stop(pod, [i for i in ids if i not in foreign], trigger)
+        results += [pods_pb2.PodResult(pod_id=i, ok=False) for i in foreign]
         return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
 
     async def ReportReadiness(self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext

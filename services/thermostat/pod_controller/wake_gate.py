@@ -35,8 +35,9 @@ from .records import Q
 log = logging.getLogger("thermostat.pod_controller.wake_gate")
 
 Payload = dict[str, Any]
-RunWake = Callable[[uuid.UUID], Awaitable[tuple[Payload, Payload]]]
-"""Runs one wake for an attempt id; returns (the caller-facing result, the history row's completion fields)."""
+RunWake = Callable[[uuid.UUID, Callable[[], bool]], Awaitable[tuple[Payload, Payload]]]
+"""Runs one wake for an attempt id, asking the second argument (is the lease still ours?) before every
+billable call; returns (the caller-facing result, the history row's completion fields)."""
 
 
 class WakeGateUnavailable(Exception):
@@ -95,7 +96,7 @@ class WakeGate:
                     from error
             if lease is not None:
                 try:
-                    return await self._lead(pod_name, keeper.holder, wake)
+                    return await self._lead(pod_name, keeper, wake)
                 finally:
                     with contextlib.suppress(Exception):
                         await keeper.release()
@@ -103,7 +104,8 @@ class WakeGate:
             if joined is not None:
                 return joined
 
-    async def _lead(self, pod_name: str, holder: str, wake: RunWake) -> Payload:
+    async def _lead(self, pod_name: str, keeper: LeaseKeeper, wake: RunWake) -> Payload:
+        holder = keeper.holder
         pool = self.store.pool
         attempt = uuid.uuid4()
         try:
@@ -116,7 +118,7 @@ class WakeGate:
             # we hold the lease, so the wake is still gated; only its history entry is missing
             log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt,
                         type(error).__name__)
-        result, completion = await wake(attempt)
+        result, completion = await wake(attempt, keeper.is_trusted)
         try:
             status = await asyncio.shield(asyncio.wait_for(pool.execute(
                 Q["complete_wake"], attempt, completion["outcome"], completion["wake_outcome"],

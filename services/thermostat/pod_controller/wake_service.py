@@ -15,6 +15,7 @@ loop (MaxPolls rounds per phase, candidates + 2 creates) and records each billab
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -42,6 +43,15 @@ from .records import ActionEntry, PodRecords
 log = logging.getLogger("thermostat.pod_controller.wake")
 
 Sleep = Callable[[float], Awaitable[None]]
+MayAct = Callable[[], bool]
+
+# Whether this wake may still issue a billable call: the gate's lease is trusted. Each wake runs in its own
+# task, so a context variable scopes the fence to the wake without threading it through every method.
+_fence: contextvars.ContextVar[MayAct] = contextvars.ContextVar("wake_fence", default=lambda: True)
+
+
+class _LeaseLost(Exception):
+    """The wake lease lapsed mid-wake: another replica may be waking the pod now."""
 
 
 class WakeService:
@@ -50,7 +60,21 @@ class WakeService:
         self.records = records
         self.sleep = sleep
 
-    async def wake(self, pod: PodOptions) -> WakeResult:
+    async def wake(self, pod: PodOptions, may_act: MayAct = lambda: True) -> WakeResult:
+        """Run one wake; `may_act` is asked before every billable call (start, create, terminate)."""
+        _fence.set(may_act)
+        try:
+            return await self._wake(pod)
+        except _LeaseLost as lost:
+            log.error("pod %s: wake stopped before a billable call: %s", pod.name, lost)
+            return _failed(WakeFailureKind.LEASE_LOST, f"stopped before a billable call: {lost}")
+
+    @staticmethod
+    def _fenced(what: str) -> None:
+        if not _fence.get()():
+            raise _LeaseLost(f"the wake lease is no longer trusted (before {what}); nothing more was issued")
+
+    async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
             return _failed(WakeFailureKind.UNCONFIGURED,
                            f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
@@ -92,6 +116,7 @@ class WakeService:
                     pod_ids = recheck.pod_ids
                 case RoundVerdict.START:
                     assert decision.pod_id is not None
+                    self._fenced(f"starting {decision.pod_id}")
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
                     await self.records.record_action(ActionEntry(
@@ -119,6 +144,7 @@ class WakeService:
                 case walk.Failed():
                     return self._walk_failed(pod, step, selection)
                 case walk.Post(candidate=candidate):
+                    self._fenced(f"creating on {candidate.gpu_id}")
                     result = await self.client.create_pod(
                         name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}", template_id=pod.template_id,
                         datacenter_id=pod.datacenter_id, gpu_id=candidate.gpu_id, volume_id=pod.volume_id)
@@ -197,6 +223,10 @@ class WakeService:
                                         our_volume=pod.volume_id, replacement_status=serving_status)
             if not verdict.allowed:
                 log.warning("pod %s: not terminating %s: %s", pod.name, stale_id, verdict.refusal)
+                continue
+            if not _fence.get()():
+                # the pod serves already; the replica that holds the lease now terminates the stale one
+                log.warning("pod %s: wake lease no longer trusted; leaving %s for the next wake", pod.name, stale_id)
                 continue
             result = await self.client.terminate(stale_id)
             await self.records.record_action(ActionEntry(

@@ -98,12 +98,26 @@ async def test_internal_stop_records_its_trigger_and_clears_the_stopped_pods_rea
         pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod, pod], trigger=trigger), timeout=10)
     assert reply.ok
     assert [(p.pod_id, p.ok) for p in reply.pods] == [(pod, True)]
-    assert api_calls(runpod_sim) == [action(pod)]
+    assert api_calls(runpod_sim) == [LIST, action(pod)]
     assert runpod_sim.pod(sibling)["status"] == "EXITED"
     (stop,) = await actions(pods_stub)
     assert (stop.action, stop.pod_id, stop.trigger, stop.ok) == ("Stop", pod, recorded, True)
     view = await pods_stub.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)
     assert not view.HasField("ready_since")
+
+
+async def test_an_internal_stop_never_touches_a_pod_that_is_not_on_the_volume(internal_stub, runpod_sim) -> None:
+    """A pod id the volume does not list is refused (ok false) without a stop request; ours is stopped."""
+    ours = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    foreign = runpod_sim.add_pod(volume_id="agv6w2qcg7", datacenter_id="US-TX-3", status="RUNNING")
+    runpod_sim.clear_requests()
+    reply = await internal_stub.StopPods(
+        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[foreign, ours], trigger=pods_pb2.STOP_TRIGGER_IDLE),
+        timeout=10)
+    assert not reply.ok
+    assert sorted((p.pod_id, p.ok) for p in reply.pods) == sorted([(ours, True), (foreign, False)])
+    assert api_calls(runpod_sim) == [LIST, action(ours)]
+    assert runpod_sim.pod(foreign)["status"] == "RUNNING"
 
 
 async def test_a_refused_internal_stop_keeps_the_pods_readiness(pods_stub, internal_stub, runpod_sim) -> None:

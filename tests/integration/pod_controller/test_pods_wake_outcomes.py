@@ -97,3 +97,20 @@ async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_no
         assert (wake.outcome, wake.wake_outcome, wake.pod_id) == ("TimedOut", "Waiting", new)
         assert [a.action for a in await actions(c.public)] == ["Create"]
         assert writes(runpod_sim) == [CREATE, CREATE]
+
+
+async def test_a_wake_that_lost_its_lease_issues_no_further_billable_call(runpod_sim, db_store) -> None:
+    """Fencing: once the wake lease is no longer trusted, no start or create is sent (another replica may wake)."""
+    from tests.fixtures.services import SIM_API_KEY, pod_controller_env
+    from thermostat.pod_controller.records import PodRecords
+    from thermostat.pod_controller.wake_service import WakeService
+    from thermostat.policy.pod_options import parse_pod_options
+    from thermostat.providers.runpod_v2 import RunPodV2Client
+
+    pod = parse_pod_options(pod_controller_env(runpod_sim)).pods[0]
+    async with RunPodV2Client(SIM_API_KEY, base_url=runpod_sim.base_url) as client:
+        result = await WakeService(client, PodRecords(db_store.pool)).wake(pod, may_act=lambda: False)
+    assert result.outcome == "Failed"
+    assert result.failure_kind == "LeaseLost"
+    writes = [r for r in runpod_sim.requests("/v2") if r.method in ("POST", "DELETE")]
+    assert writes == []
