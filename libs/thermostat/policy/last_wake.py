@@ -37,14 +37,20 @@ class LastWake:
     reason: str
 
 
-def classify_wake(outcome: WakeOutcome | None, kind: WakeFailureKind | None = None) -> LastWakeOutcome:
-    """Classify how a wake ended; `outcome` None means the wake threw."""
+def classify_wake(
+    outcome: WakeOutcome | None, kind: WakeFailureKind | None = None, *, billed: bool = False
+) -> LastWakeOutcome:
+    """Classify how a wake ended; `outcome` None means the wake threw.
+
+    Refused claims nothing was billed, so a wake that issued a billable call (a start that did not take, then
+    no GPU under the cap — the 2026-09-11 path) is Failed, never Refused: Refused ⇔ no action-log row.
+    """
     match outcome:
         case WakeOutcome.ALREADY_RUNNING | WakeOutcome.STARTED | WakeOutcome.CREATED:
             return LastWakeOutcome.SUCCEEDED
         case WakeOutcome.WAITING:
             return LastWakeOutcome.TIMED_OUT
-        case WakeOutcome.FAILED if kind is not None and kind.is_refusal:
+        case WakeOutcome.FAILED if kind is not None and kind.is_refusal and not billed:
             return LastWakeOutcome.REFUSED
         case _:
             return LastWakeOutcome.FAILED
@@ -53,7 +59,7 @@ def classify_wake(outcome: WakeOutcome | None, kind: WakeFailureKind | None = No
 def last_wake_of(result: WakeResult) -> LastWake:
     """The history record of a wake that returned."""
     return LastWake(
-        outcome=classify_wake(result.outcome, result.failure_kind),
+        outcome=classify_wake(result.outcome, result.failure_kind, billed=result.billed),
         wake_outcome=str(result.outcome),
         reason=result.message,
     )

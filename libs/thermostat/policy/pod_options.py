@@ -136,8 +136,9 @@ def _pod_names(env: Mapping[str, str], warnings: list[str]) -> list[str] | None:
 
 
 def _read_pod(env: Mapping[str, str], name: str, prefix: str | None, warnings: list[str]) -> PodOptions:
-    def read(setting: str, default: T, parse: Callable[[str], T | None], rule: str = "") -> T:
-        return _read(env, prefix, setting, default, parse, rule, warnings)
+    def read(setting: str, default: T, parse: Callable[[str], T | None], rule: str = "",
+             narrower: Callable[[T, T], T] | None = None) -> T:
+        return _read(env, prefix, setting, default, parse, rule, warnings, narrower)
 
     seconds = "is not a dot-decimal number of seconds in"
     return PodOptions(
@@ -150,12 +151,14 @@ def _read_pod(env: Mapping[str, str], name: str, prefix: str | None, warnings: l
             DEFAULT_MIN_VRAM_GB,
             _int_in(0, None),
             f"is not a non-negative int; using {DEFAULT_MIN_VRAM_GB}",
+            max,  # a higher VRAM floor admits fewer cards
         ),
         max_price_per_hour=read(
             "MAX_PRICE_PER_HOUR",
             DEFAULT_MAX_PRICE_PER_HOUR,
             _decimal_in(0.0, None, allow_zero=True),
             f"is not a non-negative dot-decimal number; using {DEFAULT_MAX_PRICE_PER_HOUR:.2f}",
+            min,  # a lower price cap admits fewer cards
         ),
         gpu_allowlist=read("GPU_ALLOWLIST", (), _allowlist),
         pod_port=read(
@@ -196,19 +199,37 @@ def _read(
     parse: Callable[[str], T | None],
     rule: str,
     warnings: list[str],
+    narrower: Callable[[T, T], T] | None = None,
 ) -> T:
     """The first non-blank of RUNPOD_<prefix>_<setting>, RUNPOD_<setting>; invalid → default + `rule` line."""
-    candidates = ([f"RUNPOD_{prefix}_{setting}"] if prefix else []) + [f"RUNPOD_{setting}"]
-    for variable in candidates:
+    shared = f"RUNPOD_{setting}"
+    if prefix:
+        variable = f"RUNPOD_{prefix}_{setting}"
         raw = env.get(variable, "")
-        if not raw.strip():
-            continue
-        value = parse(raw.strip())
-        if value is None:
+        if raw.strip():
+            value = parse(raw.strip())
+            if value is not None:
+                return value
+            # An invalid per-pod guard keeps the narrower of the operator's shared value and the code
+            # default: either alone could widen it (a shared 0.50 cap must not become 1.00 for one pod, and a
+            # shared 2.00 must not replace the 1.00 default when the pod's own "1,50" meant less).
+            shared_raw = env.get(shared, "")
+            shared_value = parse(shared_raw.strip()) if shared_raw.strip() else None
+            if shared_value is not None and narrower is not None:
+                shared_value = shared_value if narrower(shared_value, default) == shared_value else None
+            if shared_value is not None:
+                warnings.append(f"{variable}={_quote(raw)} is invalid; using {shared}={_quote(shared_raw.strip())}")
+                return shared_value
             warnings.append(f"{variable}={_quote(raw)} {rule}")
             return default
-        return value
-    return default
+    raw = env.get(shared, "")
+    if not raw.strip():
+        return default
+    value = parse(raw.strip())
+    if value is None:
+        warnings.append(f"{shared}={_quote(raw)} {rule}")
+        return default
+    return value
 
 
 def _one_pod_per_volume(env: Mapping[str, str], pods: list[PodOptions], warnings: list[str]) -> list[PodOptions]:

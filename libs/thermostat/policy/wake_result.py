@@ -50,7 +50,7 @@ class WakeFailureKind(StrEnum):
     CREATED_WITHOUT_ID = "CreatedWithoutId"
     RECHECK_UNREADABLE = "RecheckUnreadable"
     NEW_POD_FAILED = "NewPodFailed"
-    LEASE_LOST = "LeaseLost"
+    STOPPED_DURING_WAKE = "StoppedDuringWake"
     EXCEPTION = "Exception"
 
     @property
@@ -99,3 +99,5 @@ class WakeResult:
     candidates_considered: int = 0
     create_attempts: int = 0
     last_provider_status: int | None = None
+    billed: bool = False
+    """Whether this wake issued a billable call (a start, a create, a terminate): then it was not Refused."""

@@ -62,7 +62,8 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
         base_url=settings.runpod_v2_base_url, timeout_seconds=settings.runpod_timeout_seconds)
     records = PodRecords(store.pool, timeout=settings.record_timeout_seconds)
     gate = WakeGate(store, replica=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
-                    lease_seconds=settings.wake_lease_seconds, record_timeout=settings.record_timeout_seconds)
+                    lease_seconds=settings.wake_lease_seconds, record_timeout=settings.record_timeout_seconds,
+                    call_budget=settings.runpod_timeout_seconds)
     control = PodControl(options.pods, client, records, gate, WakeService(client, records),
                          watch_poll_seconds=settings.watch_poll_seconds)
 

@@ -21,6 +21,9 @@ from .records import PodRecords
 
 log = logging.getLogger("thermostat.pod_controller.view")
 
+# GET answers 200 through a store blip (seed: Surface): a slow store costs it at most this, not a pool timeout
+RECORDS_READ_SECONDS = 2.0
+
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
 
 
@@ -70,7 +73,8 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
     )
     try:
-        readiness, newest = await asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name))
+        readiness, newest = await asyncio.wait_for(
+            asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name)), RECORDS_READ_SECONDS)
     except Exception as error:
         # GET answers 200 whatever is down (seed: Surface); without the store it reports RunPod's view alone
         log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
@@ -86,7 +90,8 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         gpu_id = (chosen.gpu_id if chosen else None) or (newest["gpu_id"] if newest else None) or ""
         since = newest["requested_at"] if newest is not None else now
         try:
-            boots = select_boot_durations(await records.recent_boots(pod.name), gpu_id or None)
+            boots = select_boot_durations(
+                await asyncio.wait_for(records.recent_boots(pod.name), RECORDS_READ_SECONDS), gpu_id or None)
         except Exception as error:
             log.warning("pod %s: boot history unreadable (%s); no ETA", pod.name, type(error).__name__)
             boots = ()

@@ -42,10 +42,17 @@ SELECT attempt_id, holder, requested_at FROM pod_wakes WHERE pod_name = $1 AND c
 SELECT completed_at, result FROM pod_wakes WHERE attempt_id = $1;
 
 -- name: wake_completed_since
--- The wake that was in flight when a joiner arrived and has completed since.
+-- A wake that completed after a joiner arrived: it ran (at least its end) after the joiner asked, so its
+-- result answers the joiner too.
 SELECT attempt_id, result FROM pod_wakes
-WHERE pod_name = $1 AND requested_at <= $2 AND completed_at >= $2
-ORDER BY requested_at DESC LIMIT 1;
+WHERE pod_name = $1 AND completed_at >= $2 AND result IS NOT NULL
+ORDER BY completed_at DESC LIMIT 1;
+
+-- name: stop_since
+-- A stop RunPod accepted for the pod after a wake began: the wake must not start or replace it.
+SELECT pod_id, trigger FROM pod_actions
+WHERE pod_name = $1 AND action = 'Stop' AND ok AND at >= $2
+ORDER BY at LIMIT 1;
 
 -- name: db_now
 SELECT now();

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +28,8 @@ from thermostat.providers.runpod_v2 import RunPodV2Client
 from .pod_view import build_view, observe_volume, timestamp, wake_record
 from .records import ActionEntry, PodRecords
 from .wake_gate import WakeGate, WakeGateUnavailable
-from .wake_service import WakeService
+from .wake_service import Fence, WakeService
+from .watch_hub import WatchHub
 
 log = logging.getLogger("thermostat.pod_controller")
 
@@ -52,7 +53,7 @@ class PodControl:
         self.records = records
         self.gate = gate
         self.wake_service = wake
-        self.watch_poll_seconds = watch_poll_seconds
+        self.watches = WatchHub(watch_poll_seconds)
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         """The named pod, or NOT_FOUND — always before any RunPod call."""
@@ -84,9 +85,9 @@ class PodControl:
         return list(await asyncio.gather(*(one(i) for i in pod_ids)))
 
     async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
-        async def attempt(_attempt_id: object, may_act: Callable[[], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
+        async def attempt(_attempt_id: object, fence: Fence) -> tuple[dict[str, Any], dict[str, Any]]:
             try:
-                result = await self.wake_service.wake(pod, may_act)
+                result = await self.wake_service.wake(pod, fence)
             except Exception as error:
                 log.exception("pod %s: wake raised", pod.name)
                 last = last_wake_of_exception(f"{type(error).__name__}: {error}")
@@ -192,17 +193,12 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def WatchPod(self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[pods_pb2.WatchPodResponse]:
         pod = await self.c.pod(request.name, context)
-        last: bytes | None = None
-        while True:
-            view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
-            comparable = pods_pb2.GetPodResponse()
-            comparable.CopyFrom(view)
-            comparable.ClearField("eta_seconds")  # a countdown alone is not a change worth a message
-            encoded = comparable.SerializeToString(deterministic=True)
-            if encoded != last:
-                last = encoded
-                yield pods_pb2.WatchPodResponse(pod=view)
-            await asyncio.sleep(self.c.watch_poll_seconds)
+
+        async def view() -> pods_pb2.GetPodResponse:
+            return await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+
+        async for current in self.c.watches.watch(pod.name.casefold(), view):
+            yield pods_pb2.WatchPodResponse(pod=current)
 
 
 class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer):  # type: ignore[misc]

@@ -4,9 +4,11 @@ stopping the service."""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from thermostat.chassis.settings import ServiceSettings
+
+LEASE_TRUST_FLOOR = 0.45
 
 
 class PodControllerSettings(ServiceSettings):
@@ -16,6 +18,17 @@ class PodControllerSettings(ServiceSettings):
     rig_operator_token: SecretStr | None = None
     rig_wake_token: SecretStr | None = None
     watch_poll_seconds: float = Field(default=2.0, gt=0, le=60)
-    wake_lease_seconds: float = Field(default=15.0, gt=0.5, le=300)
+    wake_lease_seconds: float = Field(default=60.0, gt=0.5, le=600)
     record_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
     runpod_timeout_seconds: float = Field(default=20.0, gt=0, le=120)
+
+    @model_validator(mode="after")
+    def _lease_outlives_a_call(self) -> PodControllerSettings:
+        # Renewed every third of its TTL and trusted for 80% of it, a lease is always trusted for at least
+        # ~45% of the TTL ahead; a billable call is issued only with RUNPOD_TIMEOUT_SECONDS of trust left.
+        if self.wake_lease_seconds * LEASE_TRUST_FLOOR <= self.runpod_timeout_seconds:
+            raise ValueError(
+                f"WAKE_LEASE_SECONDS ({self.wake_lease_seconds:g}) must exceed RUNPOD_TIMEOUT_SECONDS "
+                f"({self.runpod_timeout_seconds:g}) / {LEASE_TRUST_FLOOR}, or a wake could never issue a billable "
+                "call (or issue one that outlives its lease)")
+        return self

@@ -13,6 +13,10 @@ would both read "no pod" and both POST /v2/pods. So:
 
 Without the store there is no cross-replica gate, and a wake without it could bill twice: the gate then
 refuses (fail closed) instead of running unguarded.
+
+Before every billable call the wake asks its fence: the lease must be trusted for longer than the call may
+take (a create still on the wire must not outlive the lease), and no stop may have been accepted for the pod
+since the wake began — an operator's stop during a wake is not undone by a replacement.
 """
 
 from __future__ import annotations
@@ -27,17 +31,22 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+import asyncpg
+
 from thermostat.store.db import Store
 from thermostat.store.keeper import LeaseKeeper
 
 from .records import Q
+from .wake_service import Fence, Halt
 
 log = logging.getLogger("thermostat.pod_controller.wake_gate")
 
 Payload = dict[str, Any]
-RunWake = Callable[[uuid.UUID, Callable[[], bool]], Awaitable[tuple[Payload, Payload]]]
-"""Runs one wake for an attempt id, asking the second argument (is the lease still ours?) before every
-billable call; returns (the caller-facing result, the history row's completion fields)."""
+RunWake = Callable[[uuid.UUID, Fence], Awaitable[tuple[Payload, Payload]]]
+"""Runs one wake for an attempt id, asking the fence before every billable call; returns (the caller-facing
+result, the history row's completion fields)."""
+
+_STORE_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class WakeGateUnavailable(Exception):
@@ -45,11 +54,14 @@ class WakeGateUnavailable(Exception):
 
 
 class WakeGate:
-    def __init__(self, store: Store, *, replica: str, lease_seconds: float = 15.0, poll_seconds: float = 0.1,
-                 record_timeout: float = 10.0) -> None:
+    def __init__(self, store: Store, *, replica: str, lease_seconds: float = 60.0, poll_seconds: float = 0.1,
+                 record_timeout: float = 10.0, call_budget: float = 20.0) -> None:
         self.store = store
         self.replica = replica
         self.lease_seconds = lease_seconds
+        # A billable call is issued only while the lease is trusted for longer than the call may take, so a
+        # create still on the wire can never outlive the lease (another replica's create would stack a pod).
+        self.call_budget = call_budget
         self.poll_seconds = poll_seconds
         self.record_timeout = record_timeout
         self._tasks: dict[str, asyncio.Task[Payload]] = {}
@@ -74,59 +86,106 @@ class WakeGate:
         return await asyncio.shield(task)
 
     async def drain(self, seconds: float) -> None:
-        """Let running wakes finish (on shutdown) so none is left half-done."""
+        """Let running wakes finish (on shutdown); past `seconds`, interrupt them — each records its outcome."""
         pending = [t for t in self._tasks.values() if not t.done()]
-        if pending:
-            log.info("waiting up to %.0fs for %d wake(s) in flight", seconds, len(pending))
-            await asyncio.wait(pending, timeout=seconds)
+        if not pending:
+            return
+        log.info("waiting up to %.0fs for %d wake(s) in flight", seconds, len(pending))
+        _, still = await asyncio.wait(pending, timeout=seconds)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=self.record_timeout)
 
     async def _run_or_join(self, key: str, pod_name: str, wake: RunWake) -> Payload:
-        pool = self.store.pool
         try:
-            arrival: datetime = await pool.fetchval(Q["db_now"])
-        except Exception as error:
-            raise WakeGateUnavailable(f"store unreachable ({type(error).__name__}); nothing was started") from error
-        while True:
-            keeper = LeaseKeeper(self.store.leases, name=f"wake:{key}", holder=f"{self.replica}:{uuid.uuid4()}",
-                                 ttl=self.lease_seconds)
+            arrival: datetime = await self.store.pool.fetchval(Q["db_now"])
+            while True:
+                keeper = LeaseKeeper(self.store.leases, name=f"wake:{key}",
+                                     holder=f"{self.replica}:{uuid.uuid4()}", ttl=self.lease_seconds)
+                if await keeper.acquire() is not None:
+                    try:
+                        # a wake that ran entirely after this caller asked answers it too
+                        done = await self._completed_since(pod_name, arrival)
+                        return done if done is not None else await self._lead(pod_name, keeper, wake)
+                    finally:
+                        with contextlib.suppress(Exception):
+                            await keeper.release()
+                joined = await self._join(key, pod_name, arrival)
+                if joined is not None:
+                    return joined
+        except _STORE_ERRORS as error:
+            raise WakeGateUnavailable(f"store unreachable ({type(error).__name__}); no wake was started here") \
+                from error
+
+    async def _completed_since(self, pod_name: str, arrival: datetime) -> Payload | None:
+        try:
+            done = await self.store.pool.fetchrow(Q["wake_completed_since"], pod_name, arrival)
+        except asyncpg.PostgresError as error:
+            # the history is best-effort; the lease alone still gates the wake
+            log.warning("pod %s: wake history unreadable (%s)", pod_name, type(error).__name__)
+            return None
+        return dict(json.loads(done["result"])) if done is not None and done["result"] is not None else None
+
+    def _fence(self, pod_name: str, keeper: LeaseKeeper, requested_at: datetime) -> Fence:
+        async def fence() -> Halt | None:
+            lease = keeper.lease
+            if lease is None or lease.remaining_trust() < self.call_budget:
+                return Halt(in_flight=True, reason="the wake lease is no longer trusted here; another replica "
+                                                   "may carry the wake")
             try:
-                lease = await keeper.acquire()
-            except Exception as error:
-                raise WakeGateUnavailable(f"wake lease unavailable ({type(error).__name__}); nothing was started") \
-                    from error
-            if lease is not None:
-                try:
-                    return await self._lead(pod_name, keeper, wake)
-                finally:
-                    with contextlib.suppress(Exception):
-                        await keeper.release()
-            joined = await self._join(key, pod_name, arrival)
-            if joined is not None:
-                return joined
+                stop = await asyncio.wait_for(
+                    self.store.pool.fetchrow(Q["stop_since"], pod_name, requested_at), self.record_timeout)
+            except _STORE_ERRORS as error:
+                # the action log is best-effort: without it no stop is known; a store that is gone altogether
+                # also stops renewing the lease, and the trust check above halts the wake
+                log.warning("pod %s: stops since the wake began unreadable (%s)", pod_name, type(error).__name__)
+                return None
+            if stop is not None:
+                return Halt(in_flight=False, reason=f"pod {stop['pod_id']} was stopped ({stop['trigger']}) during "
+                                                    "the wake; not starting or replacing it")
+            return None
+
+        return fence
 
     async def _lead(self, pod_name: str, keeper: LeaseKeeper, wake: RunWake) -> Payload:
-        holder = keeper.holder
         pool = self.store.pool
         attempt = uuid.uuid4()
+        requested_at: datetime | None = None
         try:
             abandoned = await pool.fetch(Q["abandon_wakes"], pod_name)
             for row in abandoned:
                 log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name,
                             row["attempt_id"])
-            await asyncio.wait_for(pool.execute(Q["insert_wake"], attempt, pod_name, holder), self.record_timeout)
+            requested_at = await asyncio.wait_for(pool.fetchval(Q["insert_wake"], attempt, pod_name, keeper.holder),
+                                                  self.record_timeout)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
             log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt,
                         type(error).__name__)
-        result, completion = await wake(attempt, keeper.is_trusted)
+        if requested_at is None:
+            requested_at = await pool.fetchval(Q["db_now"])
         try:
-            status = await asyncio.shield(asyncio.wait_for(pool.execute(
+            result, completion = await wake(attempt, self._fence(pod_name, keeper, requested_at))
+        except asyncio.CancelledError:
+            # shutdown past its grace: the outcome is still recorded (#2541), then the cancellation goes on
+            await self._complete(pod_name, attempt, {
+                "outcome": "Failed", "wake_outcome": "Exception",
+                "reason": "interrupted by shutdown before the wake completed; check the pod's billable actions",
+            }, None)
+            raise
+        await self._complete(pod_name, attempt, completion, result)
+        return result
+
+    async def _complete(self, pod_name: str, attempt: uuid.UUID, completion: Payload, result: Payload | None) -> None:
+        try:
+            status = await asyncio.wait_for(self.store.pool.execute(
                 Q["complete_wake"], attempt, completion["outcome"], completion["wake_outcome"],
                 completion["reason"], completion.get("pod_id"), completion.get("gpu_id"),
                 completion.get("price_per_hour"), completion.get("candidates_considered"),
-                completion.get("last_provider_status"), json.dumps(result),
-            ), self.record_timeout))
-            problem = None if status != "UPDATE 0" else "no Requested row"  # its insert failed above
+                completion.get("last_provider_status"), json.dumps(result) if result is not None else None,
+            ), self.record_timeout)
+            problem = None if status != "UPDATE 0" else "no open Requested row"
         except Exception as error:
             problem = type(error).__name__
         if problem is not None:
@@ -134,16 +193,15 @@ class WakeGate:
             # (#2541: the cause of four failed wakes had rotated out of the logs).
             log.error("pod %s: wake %s completed, history NOT persisted (%s): %s", pod_name, attempt, problem,
                       json.dumps({"attempt_id": str(attempt), "pod_name": pod_name, **completion}, default=str))
-        return result
 
     async def _join(self, key: str, pod_name: str, arrival: datetime) -> Payload | None:
         """Wait for the wake another replica runs; None when there is none to join (try to lead)."""
         pool = self.store.pool
         row = await pool.fetchrow(Q["in_flight_wake"], pod_name)
         if row is None:
-            done = await pool.fetchrow(Q["wake_completed_since"], pod_name, arrival)
-            if done is not None and done["result"] is not None:
-                return dict(json.loads(done["result"]))
+            done = await self._completed_since(pod_name, arrival)
+            if done is not None:
+                return done
             await asyncio.sleep(self.poll_seconds)
             return None
         log.info("pod %s: joining wake %s run by %s", pod_name, row["attempt_id"], row["holder"])

@@ -18,12 +18,12 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from thermostat.policy import create_outcome as walk
 from thermostat.policy.gpu_selection import GpuCandidate, GpuSelection, select_gpus
-from thermostat.policy.pod_model import PodObservation, PodStatus
+from thermostat.policy.pod_model import CreateResult, PodObservation, PodStatus
 from thermostat.policy.pod_options import PodOptions
 from thermostat.policy.termination_guard import check_termination
 from thermostat.policy.volume_pods import rank
@@ -43,15 +43,43 @@ from .records import ActionEntry, PodRecords
 log = logging.getLogger("thermostat.pod_controller.wake")
 
 Sleep = Callable[[float], Awaitable[None]]
-MayAct = Callable[[], bool]
-
-# Whether this wake may still issue a billable call: the gate's lease is trusted. Each wake runs in its own
-# task, so a context variable scopes the fence to the wake without threading it through every method.
-_fence: contextvars.ContextVar[MayAct] = contextvars.ContextVar("wake_fence", default=lambda: True)
 
 
-class _LeaseLost(Exception):
-    """The wake lease lapsed mid-wake: another replica may be waking the pod now."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Halt:
+    """Halt is why a wake must issue no further billable call.
+
+    `in_flight` True: the wake lease moved on (another replica carries the wake) — the caller polls again.
+    False: the pod was stopped (manually or by the monitor) during the wake — re-creating it would undo the
+    stop and bill a new GPU, so the wake ends Failed.
+    """
+
+    in_flight: bool
+    reason: str
+
+
+Fence = Callable[[], Awaitable[Halt | None]]
+
+
+async def _no_fence() -> Halt | None:
+    return None
+
+
+@dataclass(slots=True)
+class _Run:
+    fence: Fence
+    billed: bool = False
+
+
+# The running wake's fence and whether it billed. Each wake runs in its own task, so a context variable
+# scopes them to the wake without threading them through every method.
+_run: contextvars.ContextVar[_Run] = contextvars.ContextVar("wake_run")
+
+
+class _Halted(Exception):
+    def __init__(self, halt: Halt) -> None:
+        super().__init__(halt.reason)
+        self.halt = halt
 
 
 class WakeService:
@@ -60,19 +88,29 @@ class WakeService:
         self.records = records
         self.sleep = sleep
 
-    async def wake(self, pod: PodOptions, may_act: MayAct = lambda: True) -> WakeResult:
-        """Run one wake; `may_act` is asked before every billable call (start, create, terminate)."""
-        _fence.set(may_act)
+    async def wake(self, pod: PodOptions, fence: Fence = _no_fence) -> WakeResult:
+        """Run one wake; `fence` is asked before every billable call (start, create, terminate)."""
+        run = _Run(fence=fence)
+        _run.set(run)
         try:
-            return await self._wake(pod)
-        except _LeaseLost as lost:
-            log.error("pod %s: wake stopped before a billable call: %s", pod.name, lost)
-            return _failed(WakeFailureKind.LEASE_LOST, f"stopped before a billable call: {lost}")
+            result = await self._wake(pod)
+        except _Halted as halted:
+            log.warning("pod %s: wake halted before a billable call: %s", pod.name, halted.halt.reason)
+            if halted.halt.in_flight:
+                result = WakeResult(outcome=WakeOutcome.WAITING, message=f"{halted.halt.reason}; poll again")
+            else:
+                result = _failed(WakeFailureKind.STOPPED_DURING_WAKE, halted.halt.reason)
+        return replace(result, billed=run.billed)
 
     @staticmethod
-    def _fenced(what: str) -> None:
-        if not _fence.get()():
-            raise _LeaseLost(f"the wake lease is no longer trusted (before {what}); nothing more was issued")
+    async def _check(what: str) -> None:
+        halt = await _run.get().fence()
+        if halt is not None:
+            raise _Halted(Halt(in_flight=halt.in_flight, reason=f"{halt.reason} (before {what})"))
+
+    async def _record(self, entry: ActionEntry) -> None:
+        _run.get().billed = True
+        await self.records.record_action(entry)
 
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
@@ -116,10 +154,10 @@ class WakeService:
                     pod_ids = recheck.pod_ids
                 case RoundVerdict.START:
                     assert decision.pod_id is not None
-                    self._fenced(f"starting {decision.pod_id}")
+                    await self._check(f"starting {decision.pod_id}")
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
-                    await self.records.record_action(ActionEntry(
+                    await self._record(ActionEntry(
                         pod_name=pod.name, action="Start", pod_id=decision.pod_id, ok=result.ok,
                         http_status=result.http_status, trigger="wake"))
                 case RoundVerdict.CREATE_REPLACEMENT:
@@ -144,12 +182,8 @@ class WakeService:
                 case walk.Failed():
                     return self._walk_failed(pod, step, selection)
                 case walk.Post(candidate=candidate):
-                    self._fenced(f"creating on {candidate.gpu_id}")
-                    result = await self.client.create_pod(
-                        name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}", template_id=pod.template_id,
-                        datacenter_id=pod.datacenter_id, gpu_id=candidate.gpu_id, volume_id=pod.volume_id)
-                    if 200 <= result.http_status < 300 and result.pod_id:
-                        await self._record_create(pod, result.pod_id, candidate, result.http_status, None)
+                    await self._check(f"creating on {candidate.gpu_id}")
+                    result = await self._create(pod, candidate)
                     step = walk.advance(step.walk, result, poll_interval_seconds=pod.poll_interval_seconds,
                                         max_retry_after_seconds=pod.max_retry_after_seconds)
                 case walk.Wait(candidate=candidate, seconds=seconds):
@@ -168,11 +202,30 @@ class WakeService:
                 case walk.Created():
                     return await self._await_new_pod(pod, step, stale)
 
+    async def _create(self, pod: PodOptions, candidate: GpuCandidate) -> CreateResult:
+        """One POST /v2/pods, recorded whenever a pod may exist: a 2xx (with or without an id), no answer at
+        all (a create that timed out may have placed one), or a create cut off by shutdown."""
+        try:
+            result = await self.client.create_pod(
+                name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}", template_id=pod.template_id,
+                datacenter_id=pod.datacenter_id, gpu_id=candidate.gpu_id, volume_id=pod.volume_id)
+        except asyncio.CancelledError:
+            await self._record_create(pod, "", candidate, None, "interrupted before RunPod answered: "
+                                      "a pod may have been placed", ok=False)
+            raise
+        if 200 <= result.http_status < 300:
+            detail = None if result.pod_id else "answered 2xx without a pod id: a pod may exist and bill"
+            await self._record_create(pod, result.pod_id or "", candidate, result.http_status, detail)
+        elif result.http_status == 0:
+            await self._record_create(pod, "", candidate, 0, "no answer (transport failure): a pod may have "
+                                      "been placed", ok=False)
+        return result
+
     async def _record_create(self, pod: PodOptions, pod_id: str, candidate: GpuCandidate,
-                             status: int | None, adopted: str | None) -> None:
-        await self.records.record_action(ActionEntry(
-            pod_name=pod.name, action="Create", pod_id=pod_id, ok=True, http_status=status,
-            gpu_id=candidate.gpu_id, price_per_hour=candidate.price_per_hour, trigger="wake", detail=adopted))
+                             status: int | None, detail: str | None, *, ok: bool = True) -> None:
+        await self._record(ActionEntry(
+            pod_name=pod.name, action="Create", pod_id=pod_id, ok=ok, http_status=status,
+            gpu_id=candidate.gpu_id, price_per_hour=candidate.price_per_hour, trigger="wake", detail=detail))
 
     def _walk_failed(self, pod: PodOptions, step: walk.Failed, selection: GpuSelection) -> WakeResult:
         kind = failure_kind_of(step.phase)
@@ -224,12 +277,13 @@ class WakeService:
             if not verdict.allowed:
                 log.warning("pod %s: not terminating %s: %s", pod.name, stale_id, verdict.refusal)
                 continue
-            if not _fence.get()():
-                # the pod serves already; the replica that holds the lease now terminates the stale one
-                log.warning("pod %s: wake lease no longer trusted; leaving %s for the next wake", pod.name, stale_id)
+            halt = await _run.get().fence()
+            if halt is not None:
+                # the replacement serves already; a later wake (or the lease's new holder) terminates the rest
+                log.warning("pod %s: leaving %s for the next wake: %s", pod.name, stale_id, halt.reason)
                 continue
             result = await self.client.terminate(stale_id)
-            await self.records.record_action(ActionEntry(
+            await self._record(ActionEntry(
                 pod_name=pod.name, action="Terminate", pod_id=stale_id, ok=result.ok,
                 http_status=result.http_status, trigger="wake",
                 detail=f"stale; replaced by {serving_id}"))

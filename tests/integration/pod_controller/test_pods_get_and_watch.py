@@ -206,3 +206,17 @@ async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured
         reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
         assert (reply.configured, reply.lookup, list(reply.pods)) == (False, "UNCONFIGURED", [])
     assert runpod_sim.requests() == []
+
+
+async def test_several_watchers_of_one_pod_share_one_poller(pods_stub, runpod_sim) -> None:
+    """Five watchers cost RunPod what one does: the account's rate limit is shared with the wake."""
+    runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    runpod_sim.clear_requests()
+    calls = [pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen")) for _ in range(5)]
+    firsts = await asyncio.gather(*(call.read() for call in calls))
+    assert {f.pod.status for f in firsts} == {"RUNNING"}
+    await asyncio.sleep(0.5)  # ten polls at WATCH_POLL_SECONDS=0.05
+    lists = [r for r in runpod_sim.requests("/v2/pods") if r.path == "/v2/pods"]
+    for call in calls:
+        call.cancel()
+    assert 5 <= len(lists) <= 14, f"{len(lists)} list calls for five watchers over ten poll intervals"

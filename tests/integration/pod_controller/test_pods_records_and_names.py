@@ -150,3 +150,17 @@ async def test_several_named_pods_wake_and_record_independently(runpod_sim, db_s
         assert [e.WhichOneof("entry") for e in qwen_history] == ["action", "wake"]
         assert qwen_history[1].wake.pod_id == qwen.reply.pod_id
         assert all(method != "DELETE" for method, _ in api_calls(runpod_sim))
+
+
+def test_a_wake_lease_shorter_than_a_runpod_call_stops_the_service_at_start(monkeypatch, capsys) -> None:
+    """A lease that could lapse while a create is on the wire is a configuration error naming both variables."""
+    from thermostat.chassis.settings import load_settings
+    from thermostat.pod_controller.settings import PodControllerSettings
+
+    monkeypatch.setenv("WAKE_LEASE_SECONDS", "10")
+    monkeypatch.setenv("RUNPOD_TIMEOUT_SECONDS", "20")
+    with pytest.raises(SystemExit):
+        load_settings(PodControllerSettings)
+    err = capsys.readouterr().err
+    assert "WAKE_LEASE_SECONDS" in err
+    assert "RUNPOD_TIMEOUT_SECONDS" in err

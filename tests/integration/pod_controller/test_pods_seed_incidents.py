@@ -258,3 +258,17 @@ async def test_a_running_pod_whose_gpu_is_still_attaching_is_waited_for_not_repl
         assert api_calls(runpod_sim) == [LIST, observe(pod), observe(pod), observe(pod)]
         view = await c.public.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)
         assert (view.status, view.is_running) == ("STARTING", False)
+
+
+async def test_a_wake_that_billed_a_start_is_failed_not_refused(runpod_sim, db_store) -> None:
+    """2026-09-11 shape: start accepted, pod still EXITED, no GPU under the cap — Refused ⇔ no action-log row."""
+    from tests.integration.pod_controller.harness import actions, wakes
+
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    runpod_sim.inject("POST", f"/v2/pods/{stale}/action", status=200, body="json", json_body={})
+    async with controller(runpod_sim, db_store, RUNPOD_MAX_PRICE_PER_HOUR="0.10") as c:
+        await start(c.public)
+        rows = [(a.action, a.ok) for a in await actions(c.public)]
+        (wake,) = await wakes(c.public)
+    assert rows == [("Start", True)]
+    assert wake.outcome == "Failed"

@@ -131,13 +131,17 @@ async def _serving(address: str) -> None:
         await eventually(check, timeout=20, every=0.1)
 
 
+# a lease that lapses quickly, with RunPod calls short enough to be issued under it
+SHORT_LEASE = {"WAKE_LEASE_SECONDS": "3", "RUNPOD_TIMEOUT_SECONDS": "1"}
+
+
 async def test_a_replica_killed_mid_wake_lets_its_lease_lapse_and_the_next_wake_proceeds(
     runpod_sim: RunPodSimulator, db_store, database_url
 ) -> None:
     """SIGKILL while its new pod provisions: the other replica waits out the lease, closes the row, serves."""
     runpod_sim.configure(provisioning_seconds=-1)
-    env = {**pod_controller_env(runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, WAKE_LEASE_SECONDS="1",
-                                RUNPOD_WAKE_MAX_POLLS="1000"), "DATABASE_URL": database_url}
+    env = {**pod_controller_env(runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, RUNPOD_WAKE_MAX_POLLS="1000", **SHORT_LEASE),
+           "DATABASE_URL": database_url}
     async with controller_process(env) as (doomed, address), grpc.aio.insecure_channel(address) as channel:
         await _serving(address)
         wake = asyncio.create_task(start(pods_pb2_grpc.PodControllerStub(channel)))
@@ -152,7 +156,7 @@ async def test_a_replica_killed_mid_wake_lets_its_lease_lapse_and_the_next_wake_
         assert (await wake).code is grpc.StatusCode.UNAVAILABLE
 
     runpod_sim.set_pod_lifecycle(pod_id, provisioning_seconds=0)
-    async with controller(runpod_sim, db_store, RUNPOD_GPU_ALLOWLIST=A100, WAKE_LEASE_SECONDS="1") as survivor:
+    async with controller(runpod_sim, db_store, RUNPOD_GPU_ALLOWLIST=A100, **SHORT_LEASE) as survivor:
         answer = await start(survivor.public, timeout=15)
         assert answer.reply is not None
         assert (answer.reply.outcome, answer.reply.pod_id) == ("AlreadyRunning", pod_id)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import grpc
+import asyncio
 
-from tests.fixtures.services import VOLUME
+import grpc
+import pytest
+
+from tests.fixtures.services import OPERATOR, SIM_API_KEY, VOLUME, pod_controller_env
 from tests.integration.pod_controller.harness import (
     A100,
     CATALOG,
@@ -22,6 +25,11 @@ from tests.integration.pod_controller.harness import (
     wakes,
     writes,
 )
+from thermostat.pod_controller.records import PodRecords
+from thermostat.pod_controller.wake_service import Halt, WakeService
+from thermostat.pods.v1 import pods_pb2
+from thermostat.policy.pod_options import parse_pod_options
+from thermostat.providers.runpod_v2 import RunPodV2Client
 
 
 async def test_a_wake_of_a_running_pod_is_already_running_and_bills_nothing(pods_stub, runpod_sim) -> None:
@@ -99,18 +107,42 @@ async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_no
         assert writes(runpod_sim) == [CREATE, CREATE]
 
 
-async def test_a_wake_that_lost_its_lease_issues_no_further_billable_call(runpod_sim, db_store) -> None:
-    """Fencing: once the wake lease is no longer trusted, no start or create is sent (another replica may wake)."""
-    from tests.fixtures.services import SIM_API_KEY, pod_controller_env
-    from thermostat.pod_controller.records import PodRecords
-    from thermostat.pod_controller.wake_service import WakeService
-    from thermostat.policy.pod_options import parse_pod_options
-    from thermostat.providers.runpod_v2 import RunPodV2Client
-
+@pytest.mark.parametrize(
+    ("halt", "outcome", "kind"),
+    [
+        pytest.param(Halt(in_flight=True, reason="lease moved"), "Waiting", None, id="lease-lost-is-waiting"),
+        pytest.param(Halt(in_flight=False, reason="stopped"), "Failed", "StoppedDuringWake",
+                     id="stopped-during-the-wake-is-failed"),
+    ],
+)
+async def test_a_halted_wake_issues_no_billable_call(runpod_sim, db_store, halt, outcome, kind) -> None:
+    """Fencing: with the fence closed no start or create is sent; a lost lease is Waiting, a stop is Failed."""
     pod = parse_pod_options(pod_controller_env(runpod_sim)).pods[0]
+
+    async def closed() -> Halt:
+        return halt
+
     async with RunPodV2Client(SIM_API_KEY, base_url=runpod_sim.base_url) as client:
-        result = await WakeService(client, PodRecords(db_store.pool)).wake(pod, may_act=lambda: False)
-    assert result.outcome == "Failed"
-    assert result.failure_kind == "LeaseLost"
+        result = await WakeService(client, PodRecords(db_store.pool)).wake(pod, closed)
+    assert result.outcome == outcome
+    assert result.failure_kind == kind
+    assert not result.billed
     writes = [r for r in runpod_sim.requests("/v2") if r.method in ("POST", "DELETE")]
     assert writes == []
+
+
+async def test_an_operators_stop_during_a_wake_is_not_undone_by_a_replacement(runpod_sim, db_store) -> None:
+    """The wake starts the stopped pod, the operator stops it: the wake ends Failed without creating or deleting."""
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    runpod_sim.set_pod_lifecycle(pod, starting_seconds=-1, provisioning_seconds=-1)
+    async with controller(runpod_sim, db_store, RUNPOD_WAKE_POLL_SECONDS="0.3", RUNPOD_WAKE_MAX_POLLS="5") as c:
+        wake = asyncio.create_task(start(c.public))
+        while action(pod) not in writes(runpod_sim):
+            await asyncio.sleep(0.02)
+        stopped = await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
+        assert stopped.ok
+        answer = await wake
+    assert answer.code == grpc.StatusCode.ABORTED
+    assert "stopped (manual) during the wake" in answer.details
+    assert CREATE not in writes(runpod_sim)
+    assert not [w for w in writes(runpod_sim) if w[0] == "DELETE"]

@@ -118,3 +118,12 @@ def test_each_create_walk_failure_maps_to_a_wake_failure_kind(phase: CreateFailu
 def test_each_wake_outcome_has_the_seed_http_status(outcome: WakeOutcome, http_status: int) -> None:
     """200 done · 202 in flight, poll again · 409 nothing in flight."""
     assert outcome.http_status == http_status
+
+
+def test_a_refusal_after_a_billable_call_is_failed_not_refused() -> None:
+    """Refused ⇔ no action-log row: a start that did not take, then no eligible GPU, is Failed."""
+    from thermostat.policy.last_wake import LastWakeOutcome, classify_wake
+    from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome
+
+    assert classify_wake(WakeOutcome.FAILED, WakeFailureKind.NO_ELIGIBLE_GPU) is LastWakeOutcome.REFUSED
+    assert classify_wake(WakeOutcome.FAILED, WakeFailureKind.NO_ELIGIBLE_GPU, billed=True) is LastWakeOutcome.FAILED

@@ -412,3 +412,21 @@ def test_criteria_carry_the_guards_to_gpu_selection() -> None:
         2.00,
         ("NVIDIA L40S",),
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "shared", "bad", "expected"),
+    [
+        pytest.param("MAX_PRICE_PER_HOUR", "0.50", "0,80", 0.50, id="price-cap-keeps-the-shared-cap"),
+        pytest.param("MIN_VRAM_GB", "48", "many", 48, id="vram-floor-keeps-the-shared-floor"),
+    ],
+)
+def test_an_invalid_per_pod_guard_falls_back_to_the_shared_value_not_the_code_default(
+    setting, shared, bad, expected
+) -> None:
+    """A per-pod typo must not widen the operator's shared guard to the code default."""
+    env = {"RUNPOD_PODS": "llama", f"RUNPOD_{setting}": shared, f"RUNPOD_LLAMA_{setting}": bad}
+    result = parse_pod_options(env)
+    (pod,) = result.pods
+    assert getattr(pod, setting.lower()) == expected
+    assert any(f"RUNPOD_LLAMA_{setting}" in w and f"RUNPOD_{setting}" in w for w in result.warnings)
