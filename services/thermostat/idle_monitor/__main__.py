@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
-import httpx
 from grpc import aio
 
 from thermostat.chassis.logs import configure_logging
@@ -27,6 +26,7 @@ from thermostat.policy.pod_options import PodOptions, parse_pod_options
 from thermostat.store.db import Store
 
 from .leader import PodLeader
+from .scrape_clients import ScrapeClients
 from .servicer import IdleMonitorServicer
 from .settings import IdleMonitorSettings
 from .state_store import MonitorStateStore
@@ -46,20 +46,29 @@ class Monitor:
 
 async def configured_pods(internal: pods_pb2_grpc.PodControllerInternalStub, pods: tuple[PodOptions, ...],
                           timeout: float) -> list[PodOptions]:
-    """The pods the controller says are configured; waits while the controller is not reachable yet."""
+    """The pods the controller says are configured; waits while the controller is not reachable yet.
+
+    A name the controller does not know (NOT_FOUND: the two services were given different pod lists) is
+    not watched and says so; retrying it would loop forever behind a "not reachable" warning.
+    """
     while True:
         try:
-            replies = [await internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=p.name), timeout=timeout)
-                       for p in pods]
-            return [p for p, r in zip(pods, replies, strict=True) if r.configured]
+            active = []
+            for pod in pods:
+                try:
+                    reply = await internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=pod.name), timeout=timeout)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() is not grpc.StatusCode.NOT_FOUND:
+                        raise
+                    log.error("pod %s: the pod controller does not know this name (is RUNPOD_PODS the same for "
+                              "both services?); not watching it", pod.name)
+                    continue
+                if reply.configured:
+                    active.append(pod)
+            return active
         except grpc.aio.AioRpcError as error:
             log.warning("pod controller not reachable yet (%s); retrying", error.code().name)
             await asyncio.sleep(1)
-
-
-def scrape_client() -> httpx.AsyncClient:
-    """The client every /metrics scrape goes through (the proxy, never the API: it carries no credential)."""
-    return httpx.AsyncClient(limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
 
 
 async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor | None:
@@ -81,10 +90,9 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
              options.boot_grace_minutes, options.boot_grace_threshold, options.max_runtime_minutes)
     replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     states = MonitorStateStore(store.pool)
-    http = scrape_client()
     leaders = [
-        PodLeader(PodTicker(pod_name=p.name, controller=internal, http=http, states=states, options=options,
-                            replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
+        PodLeader(PodTicker(pod_name=p.name, controller=internal, scrapes=ScrapeClients(), states=states,
+                            options=options, replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
                             controller_timeout=settings.controller_timeout_seconds),
                   store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
                   check_seconds=options.check_seconds)
@@ -102,7 +110,8 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await http.aclose()
+        for leader in leaders:
+            await leader.ticker.scrapes.aclose()
         await channel.close()
 
     def register(server: aio.Server) -> None:

@@ -13,6 +13,7 @@ from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.idle_phase import Phase, StopTrigger
 from thermostat.policy.monitor_options import MonitorOptions
 from thermostat.policy.pod_options import PodOptions, find_pod
+from thermostat.policy.pod_signal import PodSignal
 
 from .state_store import MonitorStateStore, SavedState
 
@@ -22,19 +23,34 @@ SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "Unre
 PHASE_NAMES = {Phase.DOWN: "Down", Phase.BOOTING: "Booting", Phase.READY: "Ready"}
 
 
+# signals on which a Ready pod's idle streak grows: read as every tick from now, they end in an idle stop
+_IDLE_ACCRUING = frozenset({str(PodSignal.IDLE), str(PodSignal.UNREACHABLE_BUT_RUNNING)})
+
+
 def projected_stop(saved: SavedState, options: MonitorOptions) -> tuple[datetime, StopTrigger] | None:
-    """When the monitor would stop the pod if every tick from now read like the last one that counts."""
+    """When the monitor would stop the pod if every tick from now read like the last one that counts.
+
+    A busy Ready pod never idles under that reading, so only its cap projects. Stops happen on ticks, so a
+    wall-clock deadline projects onto the first tick at or after it (a 12.5-minute cap fires on the 13th
+    minute's tick at CHECK_SECONDS=60).
+    """
     state, last = saved.state, saved.last_tick_at
+    if last is None:
+        return None
     candidates: list[tuple[datetime, StopTrigger]] = []
     check = timedelta(seconds=options.check_seconds)
-    if last is not None and state.phase is Phase.READY:
-        candidates.append((last + check * max(0, options.idle_threshold - state.counters.idle_streak),
-                           StopTrigger.IDLE))
-    if last is not None and state.phase is Phase.BOOTING and options.boot_grace_threshold:
-        candidates.append((last + check * max(0, options.boot_grace_threshold - state.counters.booting_ticks),
+    counters = state.counters
+    # a Busy tick resets the streak; Unknown holds it, so a streak above 0 says the last counting tick accrued
+    idle_accruing = counters.idle_streak > 0 or saved.last_signal in _IDLE_ACCRUING
+    if state.phase is Phase.READY and idle_accruing:
+        candidates.append((last + check * max(1, options.idle_threshold - counters.idle_streak), StopTrigger.IDLE))
+    if state.phase is Phase.BOOTING and options.boot_grace_threshold:
+        candidates.append((last + check * max(1, options.boot_grace_threshold - counters.booting_ticks),
                            StopTrigger.BOOT_GRACE))
     if state.cap_started_at is not None and options.max_runtime is not None:
-        candidates.append((state.cap_started_at + options.max_runtime, StopTrigger.RUNTIME_CAP))
+        deadline = state.cap_started_at + options.max_runtime
+        ticks_to_go = max(1, -((last - deadline) // check))  # ceil, in exact timedelta arithmetic
+        candidates.append((last + check * ticks_to_go, StopTrigger.RUNTIME_CAP))
     return min(candidates, key=lambda c: c[0]) if candidates else None
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from datetime import datetime
 
 import grpc
-import httpx
 
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
@@ -35,8 +34,8 @@ from thermostat.policy.monitor_tick import (
 from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
 from thermostat.policy.pod_signal import PodReading
 from thermostat.policy.vllm_metrics import PodActivity, parse_vllm_metrics
-from thermostat.providers.vllm_scrape import get_metrics
 
+from .scrape_clients import ScrapeClients
 from .state_store import MonitorStateStore, SavedState
 
 log = logging.getLogger("thermostat.idle_monitor")
@@ -72,16 +71,20 @@ class PodTicker:
     """Ticks one named pod. `may_act` is asked right before a stop: only the lease holder stops."""
 
     def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
-                 http: httpx.AsyncClient, states: MonitorStateStore, options: MonitorOptions, replica: str,
+                 scrapes: ScrapeClients, states: MonitorStateStore, options: MonitorOptions, replica: str,
                  scrape_timeout: float, controller_timeout: float) -> None:
         self.pod_name = pod_name
         self.controller = controller
-        self.http = http
+        self.scrapes = scrapes
         self.states = states
         self.options = options
         self.replica = replica
         self.scrape_timeout = scrape_timeout
         self.controller_timeout = controller_timeout
+        # Readiness changes the controller did not take. The state publishes each change once (the tick a pod
+        # first answers), so a dropped report would leave GetPod's readySince empty for the whole boot —
+        # "waking, not usable yet" while the pod serves. Retried every tick until taken or superseded.
+        self._unpublished: dict[str, ReadinessChange] = {}
 
     async def observe(self) -> tuple[TickObservation, bool]:
         """The volume and a reading per pod; False when the controller says the pod is unconfigured."""
@@ -95,7 +98,9 @@ class PodTicker:
         if not volume.configured:
             return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), False
         scrapes = await asyncio.gather(*(
-            get_metrics(self.http, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
+            self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
+        if _lookup(volume.lookup) is not Lookup.UNREADABLE:
+            await self.scrapes.retain({p.pod_id for p in volume.pods})
         readings = tuple(
             PodReading(pod_id=p.pod_id, observation=_observation(p),
                        scrape=None if text is None else _answered(parse_vllm_metrics(text)))
@@ -148,7 +153,9 @@ class PodTicker:
         return tuple(PodStopOutcome(pod_id=i, ok=answered.get(i, False)) for i in pod_ids)
 
     async def _report(self, changes: tuple[ReadinessChange, ...]) -> None:
-        for change in changes:
+        pending = {**self._unpublished, **{change.pod_id: change for change in changes}}
+        self._unpublished = {}
+        for change in pending.values():
             request = pods_pb2.ReportReadinessRequest(name=self.pod_name, pod_id=change.pod_id)
             if change.ready_since is not None:
                 request.ready_since.FromDatetime(change.ready_since)
@@ -156,8 +163,9 @@ class PodTicker:
                 await self.controller.ReportReadiness(request, timeout=self.controller_timeout,
                                                       metadata=outgoing_metadata())
             except grpc.aio.AioRpcError as error:
-                # the state keeps readiness; the next change (or a restart) publishes again
-                log.warning("pod %s: readiness report failed (%s)", self.pod_name, error.code().name)
+                self._unpublished[change.pod_id] = change
+                log.warning("pod %s: readiness report for %s failed (%s); retrying next tick", self.pod_name,
+                            change.pod_id, error.code().name)
 
     def _log_events(self, events: tuple[MonitorEvent, ...]) -> None:
         for event in events:

@@ -1,0 +1,100 @@
+"""GET /api/pods/{name}/monitor and the readySince it publishes, through the real Envoy edge: REST JSON
+transcoded from GetMonitorState, in the pod routes' lowerCamelCase."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from tests.fixtures.services import VOLUME, RunningService, pod_controller_env
+from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, write_envoy_config
+from thermostat.edge.process import start_envoy
+from thermostat.idle_monitor.__main__ import SERVICE as MONITOR
+from thermostat.idle_monitor.scrape_clients import ScrapeClients
+from thermostat.idle_monitor.servicer import IdleMonitorServicer
+from thermostat.idle_monitor.state_store import MonitorStateStore
+from thermostat.idle_monitor.ticker import PodTicker
+from thermostat.monitor.v1 import monitor_pb2_grpc
+from thermostat.pod_controller.__main__ import PUBLIC
+from thermostat.pods.v1 import pods_pb2_grpc
+from thermostat.policy.monitor_options import MonitorOptions
+from thermostat.policy.pod_options import parse_pod_options
+from thermostat.simulators.runpod import RunPodSimulator
+from thermostat.store.db import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+POD_ID = "edgepod0000001"
+pytestmark = pytest.mark.e2e
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store
+                       ) -> AsyncIterator[int]:
+    pods = parse_pod_options(pod_controller_env(runpod_sim)).pods
+    async with pod_controller.channel() as channel:
+        servicer = IdleMonitorServicer(pods, MonitorStateStore(db_store.pool), MonitorOptions(),
+                                       pods_pb2_grpc.PodControllerStub(channel), 10)
+        host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[MONITOR], register=lambda server:
+                                       monitor_pb2_grpc.add_IdleMonitorServicer_to_server(servicer, server)))
+        port = await host.start("127.0.0.1", 0)
+        yield port
+        await host.stop(0.5)
+
+
+@pytest.fixture
+async def edge(pod_controller: RunningService, monitor_port: int, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    controller_port = int(pod_controller.address.rpartition(":")[2])
+    spec = EdgeSpec(
+        upstreams=(Upstream(cluster="pod-controller", services=(PUBLIC,), host="127.0.0.1", port=controller_port,
+                            health_service=PUBLIC),
+                   Upstream(cluster="idle-monitor", services=(MONITOR,), host="127.0.0.1", port=monitor_port,
+                            health_service=MONITOR)),
+        descriptor_set=ROOT / "build" / "thermostat.pb", listen_port=0, admin_port=0,
+        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2))
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
+            yield http
+    finally:
+        await envoy.stop()
+
+
+async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
+        runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store,
+        edge: httpx.AsyncClient) -> None:
+    """Two ticks of an idle pod: Ready since the first, streak 1 of 15, an idle stop projected 14 ticks on."""
+    runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
+    ready = datetime.now(UTC).replace(microsecond=0)
+    async with grpc.aio.insecure_channel(pod_controller.address) as channel, ScrapeClients() as scrapes:
+        ticker = PodTicker(pod_name="qwen", controller=pods_pb2_grpc.PodControllerInternalStub(channel),
+                           scrapes=scrapes, states=MonitorStateStore(db_store.pool), options=MonitorOptions(),
+                           replica="edge-test", scrape_timeout=2, controller_timeout=10)
+        for at in (ready, ready + timedelta(seconds=60)):
+            await ticker.tick_once(at)
+
+    reply = await edge.get("/api/pods/QWEN/monitor")
+    assert reply.status_code == 200, reply.text
+    state = reply.json()
+    assert {k: state[k] for k in ("name", "phase", "idleStreak", "idleThreshold", "bootingTicks",
+                                  "bootGraceThreshold", "lastSignal", "lastSignalPodId", "checkSeconds",
+                                  "runtimeCapMinutes", "projectedStopTrigger")} == {
+        "name": "qwen", "phase": "Ready", "idleStreak": 1, "idleThreshold": 15, "bootingTicks": 0,
+        "bootGraceThreshold": 20, "lastSignal": "Idle", "lastSignalPodId": POD_ID, "checkSeconds": 60,
+        "runtimeCapMinutes": 360, "projectedStopTrigger": "idle"}
+    assert (state["readySince"], state["runtimeCapStart"]) == (iso(ready), iso(ready))
+    assert state["projectedStopAt"] == iso(ready + timedelta(minutes=15))
+    assert "etaSeconds" not in state
+
+    pod = (await edge.get("/api/pods/qwen")).json()
+    assert (pod["podId"], pod["isRunning"], pod["readySince"]) == (POD_ID, True, iso(ready))
+    assert (await edge.get("/api/pods/llama/monitor")).status_code == 404
