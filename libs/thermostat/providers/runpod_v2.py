@@ -36,6 +36,7 @@ from thermostat.providers.runpod_v2_shapes import (
     read_pod,
     read_pods_on_volume,
     read_retry_after,
+    read_volume_pods,
 )
 from thermostat.providers.vllm_scrape import get_metrics
 
@@ -192,6 +193,25 @@ class RunPodV2Client:
             # A stale pod and its replacement coexist after a Waiting wake; every one of them is returned.
             _log.warning("runpod volume %s has %d pods attached: %s", volume_id, len(pod_ids), ", ".join(pod_ids))
         return VolumeLookup(lookup=Lookup.FOUND if pod_ids else Lookup.NOT_FOUND, pod_ids=pod_ids)
+
+    async def observe_volume(self, volume_id: str) -> tuple[VolumeLookup, tuple[PodObservation, ...]]:
+        """GET /pods once: the volume lookup and every listed pod read from the same answer.
+
+        The list carries each pod's full object, so reporting (GET, the monitor's observe) costs one call
+        instead of 1 + N; the wake keeps observing each pod by id, as the seed's flow pins.
+        """
+        if not volume_id:
+            return VolumeLookup(lookup=Lookup.UNREADABLE), ()
+        response = await self._api("GET", "/pods")
+        if response is None or not response.is_success:
+            return VolumeLookup(lookup=Lookup.UNREADABLE), ()
+        pods = read_volume_pods(decode_json(response.content), volume_id)
+        if pods is None:
+            _log.warning("runpod GET /pods answered a body that is not a pod list")
+            return VolumeLookup(lookup=Lookup.UNREADABLE), ()
+        ids = tuple(pod_id for pod_id, _ in pods)
+        lookup = VolumeLookup(lookup=Lookup.FOUND if ids else Lookup.NOT_FOUND, pod_ids=ids)
+        return lookup, tuple(read_pod(pod_id, pod) for pod_id, pod in pods)
 
     async def create_pod(
         self, *, name: str, template_id: str, datacenter_id: str, gpu_id: str, volume_id: str

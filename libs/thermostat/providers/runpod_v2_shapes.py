@@ -125,8 +125,9 @@ def read_pod(pod_id: str, body: object) -> PodObservation:
     )
 
 
-def read_pods_on_volume(body: object, volume_id: str) -> tuple[str, ...] | None:
-    """read_pods_on_volume lists the ids mounting `volume_id`, in list order; None when the list is unreadable.
+def read_volume_pods(body: object, volume_id: str) -> tuple[tuple[str, dict[str, object]], ...] | None:
+    """read_volume_pods lists (id, pod object) for every pod mounting `volume_id`, in list order, each id once;
+    None when the list is unreadable.
 
     A listed pod we cannot read (not an object, or ours without a string id) makes the whole list unreadable:
     skipping it could turn "our pod is there" into the affirmative NOT_FOUND that gates a create.
@@ -134,7 +135,7 @@ def read_pods_on_volume(body: object, volume_id: str) -> tuple[str, ...] | None:
     pods = body.get("pods") if isinstance(body, dict) else None
     if not isinstance(pods, list):
         return None
-    ids: list[str] = []
+    found: dict[str, dict[str, object]] = {}
     for pod in pods:
         if not isinstance(pod, dict):
             return None
@@ -143,9 +144,14 @@ def read_pods_on_volume(body: object, volume_id: str) -> tuple[str, ...] | None:
         pod_id = pod.get("id")
         if not isinstance(pod_id, str) or not pod_id:
             return None
-        if pod_id not in ids:
-            ids.append(pod_id)
-    return tuple(ids)
+        found.setdefault(pod_id, pod)
+    return tuple(found.items())
+
+
+def read_pods_on_volume(body: object, volume_id: str) -> tuple[str, ...] | None:
+    """read_pods_on_volume lists the ids mounting `volume_id`, in list order; None when the list is unreadable."""
+    pods = read_volume_pods(body, volume_id)
+    return None if pods is None else tuple(pod_id for pod_id, _ in pods)
 
 
 def media_type(content_type: str | None) -> str:

@@ -54,9 +54,8 @@ def wake_record(row: Mapping[str, Any]) -> pods_pb2.WakeRecord:
 
 
 async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[VolumeLookup, list[PodObservation]]:
-    volume = await client.lookup_pods_by_volume(pod.volume_id)
-    observations = list(await asyncio.gather(*(client.observe_pod(i) for i in volume.pod_ids)))
-    return volume, observations
+    volume, observations = await client.observe_volume(pod.volume_id)
+    return volume, list(observations)
 
 
 async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOptions,
@@ -72,17 +71,21 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         pod_id=view.pod_id or "", proxy_url=pod.proxy_url(view.pod_id) if view.pod_id else "",
         pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
     )
+    async def ready_since() -> datetime | None:
+        # null while booting or down (seed: Surface): a down pod's old report says nothing about now
+        return await records.readiness(pod.name, view.pod_id) if view.pod_id and view.is_running else None
+
     try:
         readiness, newest = await asyncio.wait_for(
-            asyncio.gather(records.readiness(pod.name), records.newest_wake(pod.name)), RECORDS_READ_SECONDS)
+            asyncio.gather(ready_since(), records.newest_wake(pod.name)), RECORDS_READ_SECONDS)
     except Exception as error:
         # GET answers 200 whatever is down (seed: Surface); without the store it reports RunPod's view alone
         log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
                     type(error).__name__)
         readiness, newest = None, None
-    ready = readiness is not None and view.pod_id is not None and readiness[0] == view.pod_id
-    if ready and readiness is not None:
-        response.ready_since.FromDatetime(readiness[1].astimezone(UTC))
+    ready = readiness is not None
+    if readiness is not None:
+        response.ready_since.FromDatetime(readiness.astimezone(UTC))
     if newest is not None:
         response.last_wake.CopyFrom(wake_record(dict(newest)))
     if view.pod_id is not None and not ready and view.status in _BOOTING:

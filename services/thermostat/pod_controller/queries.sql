@@ -59,16 +59,15 @@ SELECT now();
 
 -- name: set_readiness
 INSERT INTO pod_readiness (pod_name, pod_id, ready_since) VALUES ($1, $2, $3)
-ON CONFLICT (pod_name) DO UPDATE SET pod_id = excluded.pod_id, ready_since = excluded.ready_since
-WHERE pod_readiness.pod_id IS DISTINCT FROM excluded.pod_id
-   OR pod_readiness.ready_since IS DISTINCT FROM excluded.ready_since
+ON CONFLICT (pod_name, pod_id) DO UPDATE SET ready_since = excluded.ready_since
+WHERE pod_readiness.ready_since IS DISTINCT FROM excluded.ready_since
 RETURNING pod_name;
 
 -- name: clear_readiness
 DELETE FROM pod_readiness WHERE pod_name = $1 AND ($2::text IS NULL OR pod_id = $2);
 
 -- name: readiness
-SELECT pod_id, ready_since FROM pod_readiness WHERE pod_name = $1;
+SELECT ready_since FROM pod_readiness WHERE pod_name = $1 AND pod_id = $2;
 
 -- name: latest_wake_before
 -- The newest wake requested before a pod became ready: its start is where the boot is measured from.

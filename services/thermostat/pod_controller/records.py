@@ -78,9 +78,10 @@ class PodRecords:
     async def clear_readiness(self, pod_name: str, pod_id: str | None = None) -> None:
         await self.pool.execute(Q["clear_readiness"], pod_name, pod_id)
 
-    async def readiness(self, pod_name: str) -> tuple[str, datetime] | None:
-        row = await self.pool.fetchrow(Q["readiness"], pod_name)
-        return None if row is None else (row["pod_id"], row["ready_since"])
+    async def readiness(self, pod_name: str, pod_id: str) -> datetime | None:
+        """When the monitor first saw this pod's vLLM answer since it came up; None while not ready."""
+        ready: datetime | None = await self.pool.fetchval(Q["readiness"], pod_name, pod_id)
+        return ready
 
     async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
         """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""

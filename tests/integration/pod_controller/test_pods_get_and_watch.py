@@ -11,7 +11,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.fixtures.services import OPERATOR, VOLUME
-from tests.integration.pod_controller.harness import A100, LIST, controller, observe, start, wakes
+from tests.integration.pod_controller.harness import A100, LIST, controller, start, wakes
 from thermostat.pods.v1 import pods_pb2
 
 QWEN = pods_pb2.GetPodRequest(name="qwen")
@@ -58,14 +58,17 @@ async def test_get_with_no_pod_on_the_volume_is_not_found_unknown(pods_stub, run
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
-async def test_get_names_the_pod_even_when_its_own_observe_fails_but_says_unknown(pods_stub, runpod_sim) -> None:
-    """The list names the pod, its GET blips: FOUND, the pod id and proxy URL, status UNKNOWN, not running."""
-    pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    runpod_sim.inject("GET", f"/v2/pods/{pod}", status=500)
+async def test_get_reads_every_pod_on_the_volume_from_one_list_call(pods_stub, runpod_sim) -> None:
+    """Reporting costs one RunPod call however many pods the volume holds: the list carries each pod's object."""
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    runpod_sim.inject("GET", f"/v2/pods/{serving}", status=500)  # a per-pod GET would blip; none is made
     view = await pods_stub.GetPod(QWEN, timeout=10)
-    assert (view.lookup, view.pod_id, view.status, view.is_running) == ("FOUND", pod, "UNKNOWN", False)
-    assert view.proxy_url == f"{runpod_sim.url}/proxy/{pod}-8000"
-    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST, observe(pod)]
+    assert (view.lookup, view.pod_id, view.status, view.is_running) == ("FOUND", serving, "RUNNING", True)
+    assert view.pods_on_volume == 2
+    assert view.proxy_url == f"{runpod_sim.url}/proxy/{serving}-8000"
+    assert stale != serving
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
 async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_clears_it(
@@ -180,16 +183,17 @@ async def test_watch_of_an_unknown_name_is_not_found(pods_stub, runpod_sim) -> N
 
 
 async def test_observe_volume_reports_every_pod_in_list_order_for_the_monitor(internal_stub, runpod_sim) -> None:
-    """ObserveVolume: each pod on the volume with its own lookup, status, GPUs and proxy URL; others left out."""
+    """ObserveVolume: each pod on the volume with its status, GPUs and proxy URL, from one list call."""
     running = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    blip = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    stopped = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     runpod_sim.add_pod(volume_id="agv6w2qcg7", status="RUNNING")
-    runpod_sim.inject("GET", f"/v2/pods/{blip}", status=503)
+    runpod_sim.clear_requests()
     reply = await internal_stub.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="Qwen"), timeout=10)
     assert (reply.name, reply.configured, reply.lookup) == ("qwen", True, "FOUND")
     assert [(p.pod_id, p.lookup, p.status, p.gpu_count, p.gpu_id) for p in reply.pods] == [
-        (running, "FOUND", "RUNNING", 1, A100), (blip, "UNREADABLE", "UNKNOWN", 0, "")]
+        (running, "FOUND", "RUNNING", 1, A100), (stopped, "FOUND", "EXITED", 1, A100)]
     assert reply.pods[0].proxy_url == f"{runpod_sim.url}/proxy/{running}-8000"
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
 async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured_pod_silent(
@@ -220,3 +224,21 @@ async def test_several_watchers_of_one_pod_share_one_poller(pods_stub, runpod_si
     for call in calls:
         call.cancel()
     assert 5 <= len(lists) <= 14, f"{len(lists)} list calls for five watchers over ten poll intervals"
+
+
+async def test_get_serves_the_readiness_of_the_pod_it_reports_when_two_pods_answered(
+    pods_stub, internal_stub, runpod_sim
+) -> None:
+    """Readiness is per pod: the stale pod's later report does not hide the serving pod's readySince."""
+    serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    serving_ready = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    for pod, at in ((serving, serving_ready), (stale, serving_ready + timedelta(minutes=5))):
+        await internal_stub.ReportReadiness(
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_stamp(at)), timeout=10)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert view.pod_id == serving
+    assert view.ready_since.ToDatetime(tzinfo=UTC) == serving_ready
+    await internal_stub.ReportReadiness(pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale), timeout=10)
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert view.ready_since.ToDatetime(tzinfo=UTC) == serving_ready

@@ -440,3 +440,23 @@ async def test_the_wrong_port_reads_none(sim: RunPodSimulator, client: RunPodV2C
     """The proxy routes only the pod's exposed port."""
     pod_id = sim.add_pod(volume_id=VOLUME, status="RUNNING")
     assert await client.fetch_metrics(pod_id, 8001) is None
+
+
+async def test_observe_volume_reads_every_pod_from_one_list_call(client, sim) -> None:
+    """GET /v2/pods once: the volume's pods in list order, each read with the observe rules; others left out."""
+    running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    stopped = sim.add_pod(volume_id="bjn7d94ej9", status="EXITED")
+    sim.add_pod(volume_id="agv6w2qcg7", datacenter_id="US-TX-3", status="RUNNING")
+    sim.clear_requests()
+    volume, pods = await client.observe_volume("bjn7d94ej9")
+    assert (volume.lookup, volume.pod_ids) == (Lookup.FOUND, (running, stopped))
+    assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
+        (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+    assert [(r.method, r.path) for r in sim.requests()] == [("GET", "/v2/pods")]
+
+
+async def test_observe_volume_keeps_a_failed_list_unreadable(client, sim) -> None:
+    """A 500 on the list is UNREADABLE with no pods, never the NOT_FOUND that gates a create."""
+    sim.inject("GET", "/v2/pods", status=500)
+    volume, pods = await client.observe_volume("bjn7d94ej9")
+    assert (volume.lookup, pods) == (Lookup.UNREADABLE, ())
