@@ -100,6 +100,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # A hanging fault must not block shutdown: handler threads are not joined on close.
     block_on_close = False
+    # The monitor scrapes every pod of a volume at once; socketserver's default backlog of 5 drops a burst.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], simulator: RunPodSimulator) -> None:
         self.simulator = simulator

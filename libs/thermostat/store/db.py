@@ -118,8 +118,18 @@ class Store:
             return False
         return True
 
-    async def close(self) -> None:
-        await asyncio.gather(self.pool.close(), self._lease_pool.close())
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close both pools; past `timeout` (a connection still held, or a dead link), terminate them.
+
+        asyncpg's graceful close waits for every acquired connection to come back, so one statement stuck on
+        a half-open link would hold a shutdown forever.
+        """
+        try:
+            await asyncio.wait_for(asyncio.gather(self.pool.close(), self._lease_pool.close()), timeout)
+        except TimeoutError:
+            _log.warning("store pools did not close within %.0fs; terminating their connections", timeout)
+            self.pool.terminate()
+            self._lease_pool.terminate()
 
     async def __aenter__(self) -> Self:
         return self
