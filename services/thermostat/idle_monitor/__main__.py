@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 import grpc
 from grpc import aio
 
-from thermostat.chassis.logs import configure_logging
 from thermostat.chassis.request_context import insecure_channel
-from thermostat.chassis.server import ServiceHost, ServiceSpec, serve_until_signalled
-from thermostat.chassis.settings import load_settings
+from thermostat.chassis.runner import run_service
+from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.monitor_options import parse_monitor_options
@@ -127,21 +126,11 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
     return Monitor(host=host, leaders=leaders, tasks=tasks)
 
 
-async def main() -> int:
-    settings = load_settings(IdleMonitorSettings)
-    configure_logging("idle-monitor", settings.log_level)
-    if settings.database_url is None:
-        sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
-    store = await Store.open(settings.database_url.get_secret_value(), application_name="idle-monitor")
-    monitor = await build(settings, os.environ, store)
-    if monitor is None:
-        await store.close()
-        return 0
-    monitor.host.spec.on_stop = [*monitor.host.spec.on_stop, store.close]
-    await serve_until_signalled(monitor.host, host=settings.grpc_host, port=settings.idle_monitor_port,
-                                grace=settings.shutdown_grace_seconds)
-    return 0
+async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> ServiceHost | None:
+    monitor = await build(settings, env, store)
+    return None if monitor is None else monitor.host
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(run_service(IdleMonitorSettings, name="idle-monitor",
+                                     port=lambda s: s.idle_monitor_port, build=build_host)))

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from grpc import aio
 
 from thermostat.chassis.auth import TokenRule, method_name
-from thermostat.chassis.logs import configure_logging
-from thermostat.chassis.server import ServiceHost, ServiceSpec, serve_until_signalled
-from thermostat.chassis.settings import load_settings
+from thermostat.chassis.runner import run_service
+from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.monitor.v1 import monitor_pb2
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.pod_options import parse_pod_options
@@ -83,17 +82,6 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
     )
 
 
-async def main() -> None:
-    settings = load_settings(PodControllerSettings)
-    configure_logging("pod-controller", settings.log_level)
-    if settings.database_url is None:
-        sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
-    store = await Store.open(settings.database_url.get_secret_value(), application_name="pod-controller")
-    host = await build(settings, os.environ, store)
-    host.spec.on_stop = [*host.spec.on_stop, store.close]
-    await serve_until_signalled(host, host=settings.grpc_host, port=settings.pod_controller_port,
-                                grace=settings.shutdown_grace_seconds)
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(run_service(PodControllerSettings, name="pod-controller",
+                                     port=lambda s: s.pod_controller_port, build=build)))
