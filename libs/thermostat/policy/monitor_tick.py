@@ -221,7 +221,9 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
     refused = [outcome.pod_id for outcome in result.outcomes if not outcome.ok]
     kept_state = MonitorState(
         counters=after_refused_stop(state.counters, result.trigger),
-        cap_started_at=now if result.trigger is StopTrigger.RUNTIME_CAP else state.cap_started_at,
+        # The cap is the backstop, not a window to wait out again: a refused cap stop keeps its start, so the
+        # next tick tries again — restarting a 6 h window on one RunPod 5xx would bill 6 more hours.
+        cap_started_at=state.cap_started_at,
         boot_started_at=state.boot_started_at,
         pods=survivors,
     )
@@ -230,7 +232,9 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
         level=EventLevel.WARNING,
         message=(
             f"stop ({result.trigger}) refused for {', '.join(refused) or 'every pod'}; "
-            f"staying {state.phase}, next attempt after a full window"
+            f"staying {state.phase}, "
+            + ("next attempt on the next tick" if result.trigger is StopTrigger.RUNTIME_CAP
+               else "next attempt after a full window")
         ),
     )
     return StopAftermath(state=kept_state, accepted=False, readiness=tuple(readiness), events=(event,))

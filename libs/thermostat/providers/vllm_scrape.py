@@ -8,6 +8,7 @@ timeout — is None: "unreachable", which the monitor then asks the control plan
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Final
 
@@ -21,7 +22,20 @@ BROWSER_USER_AGENT: Final = (
 
 
 async def get_metrics(http: httpx.AsyncClient, proxy_base_url: str, *, timeout: float) -> str | None:
-    """GET {proxy_base_url}/metrics; the exposition text, or None when it could not be read."""
+    """GET {proxy_base_url}/metrics; the exposition text, or None when it could not be read within `timeout`.
+
+    `timeout` bounds the whole scrape: httpx's own timeout applies per read, so a proxy that drips a byte
+    every few seconds would otherwise hold the monitor's tick — and every stop it would decide — forever.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            return await _get_metrics(http, proxy_base_url, timeout=timeout)
+    except TimeoutError:
+        _log.debug("metrics scrape of %s took longer than %.1fs", proxy_base_url, timeout)
+        return None
+
+
+async def _get_metrics(http: httpx.AsyncClient, proxy_base_url: str, *, timeout: float) -> str | None:
     try:
         request = http.build_request(
             "GET", proxy_base_url.rstrip("/") + "/metrics",

@@ -47,6 +47,11 @@ class PodLeader:
             log.info("pod %s: this replica ticks it (lease term %d)", name, lease.term)
             try:
                 await self._lead(keeper)
+            except Exception:
+                # a store blip right after winning must not end this pod's leader task for good: nobody would
+                # tick (and stop) the pod again; release, pause, campaign anew
+                log.exception("pod %s: leading failed; campaigning again", name)
+                await asyncio.sleep(min(self.lease_seconds / 3, self.check_seconds))
             finally:
                 self.keeper = None
                 with contextlib.suppress(Exception):
@@ -56,6 +61,8 @@ class PodLeader:
 
     async def _lead(self, keeper: LeaseKeeper) -> None:
         saved = await self.states.load(self.ticker.pod_name)
+        # the last holder may have died with a readiness report the controller never took
+        self.ticker.republish(saved.state)
         if saved.last_tick_at is not None:
             due = (saved.last_tick_at - datetime.now(UTC)).total_seconds() + self.check_seconds
             if due > 0 and not await self._sleep_unless_lost(keeper, min(due, self.check_seconds)):

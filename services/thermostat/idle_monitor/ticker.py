@@ -85,6 +85,12 @@ class PodTicker:
         # first answers), so a dropped report would leave GetPod's readySince empty for the whole boot —
         # "waking, not usable yet" while the pod serves. Retried every tick until taken or superseded.
         self._unpublished: dict[str, ReadinessChange] = {}
+        self._started = False
+
+    def republish(self, state: MonitorState) -> None:
+        """Report the stored readiness again on the next tick (a new leader; reports are idempotent)."""
+        for pod_id, ready_since in state.readiness.items():
+            self._unpublished.setdefault(pod_id, ReadinessChange(pod_id=pod_id, ready_since=ready_since))
 
     async def observe(self) -> tuple[TickObservation, bool]:
         """The volume and a reading per pod; False when the controller says the pod is unconfigured."""
@@ -114,6 +120,10 @@ class PodTicker:
         if not configured:
             return None
         saved = await self.states.load(self.pod_name)
+        if not self._started:
+            # a restarted process may have died with a readiness report the controller never took
+            self._started = True
+            self.republish(saved.state)
         decision = tick(saved.state, observation, now, self.options)
         state = decision.state
         await self._save(state, decision, now)

@@ -299,10 +299,13 @@ def test_a_refused_stop_keeps_the_phase_and_resets_only_the_counter_that_fired(
     assert (event.kind, event.level) == (EventKind.STOP_REFUSED, EventLevel.WARNING)
 
 
-def test_a_refused_cap_stop_restarts_the_cap_window() -> None:
-    """The cap's "counter" is its start time."""
+def test_a_refused_cap_stop_keeps_the_cap_armed_so_the_next_tick_tries_again() -> None:
+    """The backstop does not wait out another window after one refused stop: its start time is kept."""
+    state = ready(0, p1=SERVING)
     result = StopResult(trigger=StopTrigger.RUNTIME_CAP, outcomes=(PodStopOutcome(pod_id="p1", ok=False),))
-    assert after_stop(ready(0, p1=SERVING), result, NOW).state.cap_started_at == NOW
+    aftermath = after_stop(state, result, NOW)
+    assert aftermath.state.cap_started_at == state.cap_started_at
+    assert "next tick" in aftermath.events[0].message
 
 
 def test_a_partly_refused_stop_keeps_the_phase_but_forgets_the_pods_that_did_stop() -> None:

@@ -1,0 +1,84 @@
+"""A scrape that must not hang the tick, and a leader task that must survive a store blip."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from datetime import datetime
+
+from thermostat.idle_monitor.leader import PodLeader
+from thermostat.idle_monitor.scrape_clients import ScrapeClients
+from thermostat.idle_monitor.state_store import SavedState
+from thermostat.policy.monitor_state import MonitorState
+from thermostat.store.db import Store
+
+
+async def _drip_server() -> tuple[asyncio.AbstractServer, int]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await writer.drain()
+        try:
+            for _ in range(1000):  # one byte every 0.3 s: each read finishes well inside the timeout
+                writer.write(b"1\r\n#\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.3)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_a_dripping_proxy_is_cut_off_at_the_scrape_timeout() -> None:
+    """A proxy dripping a byte every 0.3 s cannot hold a scrape past its timeout (nor the tick, nor its stops)."""
+    server, port = await _drip_server()
+    async with server, ScrapeClients() as scrapes:
+        started = time.monotonic()
+        task = asyncio.ensure_future(scrapes.scrape("p1", f"http://127.0.0.1:{port}", timeout=1.0))
+        done, _ = await asyncio.wait({task}, timeout=4.0)
+        elapsed = time.monotonic() - started
+        task.cancel()
+        assert done, f"scrape with timeout=1.0 still running after {elapsed:.1f}s (tick would hang)"
+
+
+class _FlakyStates:
+    """Monitor state store whose first load fails (a DB blip right after the lease is won)."""
+
+    def __init__(self) -> None:
+        self.loads = 0
+
+    async def load(self, pod_name: str) -> SavedState:
+        self.loads += 1
+        if self.loads == 1:
+            raise ConnectionResetError("db blip")
+        return SavedState(state=MonitorState())
+
+
+class _CountingTicker:
+    pod_name = "qwen"
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def republish(self, state: object) -> None:
+        pass
+
+    async def tick_once(self, now: datetime, may_act: object = None) -> None:
+        self.ticks += 1
+
+
+async def test_a_store_blip_when_leadership_starts_does_not_end_the_leader(db_store: Store) -> None:
+    """One failed state load right after winning the lease: the leader campaigns again and ticks."""
+    ticker = _CountingTicker()
+    leader = PodLeader(ticker, db_store.leases, _FlakyStates(), replica="r1", lease_seconds=1.0,  # type: ignore[arg-type]
+                       check_seconds=0.1)
+    task = asyncio.create_task(leader.run())
+    await asyncio.sleep(2.0)
+    died = task.done()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    assert not died and ticker.ticks > 0, f"leader task done={died}, ticks={ticker.ticks}"
