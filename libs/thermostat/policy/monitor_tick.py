@@ -178,7 +178,14 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
     _require_aware(now)
     volume = observation.volume
     if volume.lookup is Lookup.UNREADABLE:
-        return TickDecision(state=state, signal=aggregate_signal(volume, ()))
+        # Unknown holds every counter — but the cap is the backstop for a run of Unknown ticks: past it, the
+        # pods remembered from the last readable list are stopped by id (the controller stops them unchecked).
+        signal = aggregate_signal(volume, ())
+        if state.pods and cap_reached(state.cap_started_at, now, options.max_runtime):
+            order = StopOrder(trigger=StopTrigger.RUNTIME_CAP, pod_ids=tuple(state.pods), evidence=_evidence(
+                state, options))
+            return TickDecision(state=state, signal=signal, stop=order)
+        return TickDecision(state=state, signal=signal)
     listed = tuple(dict.fromkeys(volume.pod_ids)) if volume.lookup is Lookup.FOUND else ()
     readings = {reading.pod_id: reading for reading in observation.pods}
     verdicts = tuple(
@@ -280,10 +287,8 @@ def _boot_start(before: datetime | None, edge: PhaseEdge, now: datetime) -> date
     return before
 
 
-def _stop_order(
-    state: MonitorState, step: PhaseStep, verdicts: tuple[PodVerdict, ...], now: datetime, options: MonitorOptions
-) -> StopOrder | None:
-    evidence = StopEvidence(
+def _evidence(state: MonitorState, options: MonitorOptions) -> StopEvidence:
+    return StopEvidence(
         idle_streak=state.counters.idle_streak,
         idle_threshold=options.idle_threshold,
         booting_ticks=state.counters.booting_ticks,
@@ -291,6 +296,12 @@ def _stop_order(
         up_since=state.cap_started_at,
         max_runtime=options.max_runtime,
     )
+
+
+def _stop_order(
+    state: MonitorState, step: PhaseStep, verdicts: tuple[PodVerdict, ...], now: datetime, options: MonitorOptions
+) -> StopOrder | None:
+    evidence = _evidence(state, options)
     if cap_reached(state.cap_started_at, now, options.max_runtime):
         not_down = tuple(v.pod_id for v in verdicts if v.signal is not PodSignal.NOT_RUNNING)
         if not_down:

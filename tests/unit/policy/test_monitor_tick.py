@@ -80,6 +80,18 @@ def test_an_unreadable_volume_lookup_changes_nothing_and_stops_nothing() -> None
     assert decision == TickDecision(state=state, signal=AggregateSignal(signal=S.UNKNOWN, pod_id=None))
 
 
+def test_past_the_cap_an_unreadable_list_still_stops_the_pods_last_seen() -> None:
+    """The cap backs up a run of Unknown ticks (seed): it stops the remembered pods by id, changing nothing else."""
+    state = ready(3, p1=SERVING, p2=SERVING)
+    at_cap = T0 + OPTIONS.max_runtime  # type: ignore[operator]
+    decision = tick(state, TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), at_cap, OPTIONS)
+    assert decision.state == state
+    assert decision.stop is not None
+    assert (decision.stop.trigger, decision.stop.pod_ids) == (StopTrigger.RUNTIME_CAP, ("p1", "p2"))
+    before_cap = tick(state, TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), NOW, OPTIONS)
+    assert before_cap.stop is None
+
+
 def test_no_pod_on_the_volume_is_down_with_everything_forgotten() -> None:
     """NotFound: Down, counters and cap cleared, every pod pruned and its readiness cleared."""
     decision = run(ready(5, p1=SERVING), TickObservation(volume=VolumeLookup(lookup=Lookup.NOT_FOUND)))
