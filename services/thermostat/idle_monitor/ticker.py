@@ -126,6 +126,10 @@ class PodTicker:
             self.republish(saved.state)
         decision = tick(saved.state, observation, now, self.options)
         state = decision.state
+        if not may_act():
+            # the lease moved on mid-tick: the new holder owns the state; writing ours could roll its streak back
+            log.warning("pod %s: lease no longer trusted; this tick is dropped", self.pod_name)
+            return decision
         await self._save(state, decision, now)
         await self._report(decision.readiness)
         self._log_events(decision.events)
@@ -155,7 +159,8 @@ class PodTicker:
         try:
             reply = await self.controller.StopPods(
                 pods_pb2.StopPodsRequest(name=self.pod_name, pod_ids=pod_ids, trigger=_TRIGGERS[trigger]),
-                timeout=self.controller_timeout, metadata=outgoing_metadata())
+                # the controller lists the volume, then stops each pod: two RunPod calls in a row
+                timeout=2 * self.controller_timeout, metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: stop through the controller failed (%s)", self.pod_name, error.code().name)
             return tuple(PodStopOutcome(pod_id=i, ok=False) for i in pod_ids)

@@ -82,7 +82,9 @@ class PodControl:
                               type(error).__name__)
             return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
 
-        return list(await asyncio.gather(*(one(i) for i in pod_ids)))
+        # shielded: a caller that gives up (a deadline) must not cut a stop off between RunPod accepting it and
+        # its audit row (#2050)
+        return list(await asyncio.shield(asyncio.gather(*(one(i) for i in pod_ids))))
 
     async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
         async def attempt(_attempt_id: object, fence: Fence) -> tuple[dict[str, Any], dict[str, Any]]:

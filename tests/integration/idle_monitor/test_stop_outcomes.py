@@ -82,7 +82,7 @@ async def test_a_re_wake_inside_one_tick_starts_a_new_boot(rig: MonitorRig, moni
 
 async def test_a_replica_that_lost_its_lease_mid_tick_does_not_stop_and_the_next_holder_does(
         rig: MonitorRig, monitor_log: pytest.LogCaptureFixture) -> None:
-    """The stop is guarded by the lease right before it is issued; the decision is saved for the successor."""
+    """A tick whose lease lapsed neither stops nor writes state (the new holder owns it); the holder stops."""
     rig.add_pod(POD_ID)
     await rig.ticks(15)
     decision = await rig.ticker.tick_once(rig.now, may_act=lambda: False)
@@ -90,7 +90,7 @@ async def test_a_replica_that_lost_its_lease_mid_tick_does_not_stop_and_the_next
     assert decision is not None and decision.stop is not None
     assert rig.status(POD_ID) == "RUNNING"
     assert await rig.stops() == []
-    assert messages(monitor_log, "lease no longer trusted; not stopping", logging.WARNING)
+    assert messages(monitor_log, "lease no longer trusted; this tick is dropped", logging.WARNING)
 
     rig.ticker = rig.new_ticker("replica-b")
     _, _, decision = await rig.tick_until_stop(limit=1)
