@@ -122,8 +122,8 @@ async def test_health_is_200_with_the_pod_controller_serving(edge) -> None:
     assert (await edge.get("/health")).status_code == 200
 
 
-async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_omits_them(edge, sim) -> None:
-    """Created: 200 with every field in camelCase incl. gpuId/pricePerHour; AlreadyRunning has neither key."""
+async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_prints_them_null(edge, sim) -> None:
+    """Created: 200 with every field in camelCase incl. gpuId/pricePerHour; AlreadyRunning prints both null."""
     created = await edge.post("/api/pods/QWEN/start", headers=OPERATOR)
     assert created.status_code == 200, created.text
     assert created.headers["content-type"].startswith("application/json")
@@ -136,8 +136,8 @@ async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_omits_them(
     assert again.status_code == 200, again.text
     rewake = again.json()
     assert (rewake["outcome"], rewake["podId"]) == ("AlreadyRunning", body["podId"])
-    assert "gpuId" not in rewake
-    assert "pricePerHour" not in rewake
+    assert set(rewake) == set(body)
+    assert (rewake["gpuId"], rewake["pricePerHour"]) == (None, None)
 
 
 async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_one(edge, sim) -> None:
@@ -155,7 +155,9 @@ async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_on
     body = spare.json()
     assert (body["configured"], body["isRunning"], body["podsOnVolume"], body["lookup"], body["status"]) == (
         False, False, 0, "UNCONFIGURED", "UNKNOWN")
-    assert "readySince" not in body
+    assert (body["readySince"], body["lastWake"], body["etaSeconds"]) == (None, None, None)
+    assert "readySince" in view
+    assert view["readySince"] is None, "isRunning true with readySince null: waking, not usable yet (seed)"
 
 
 async def test_a_wake_still_in_flight_is_202_waiting(edge, sim) -> None:

@@ -49,6 +49,36 @@ local function status_message(body)
   return nil
 end
 
+-- The transcoder prints no unset message or optional field, where the seed's clients read `null`
+-- ("isRunning: true, readySince: null" means waking). A service names such top-level fields in the
+-- x-json-nulls header (JSON names, comma-separated) and they are written as null.
+local function insert_nulls(handle, names)
+  local fields = {}
+  for name in names:gmatch("[%w_]+") do
+    fields[#fields + 1] = '"' .. name .. '":null'
+  end
+  if #fields == 0 then
+    return
+  end
+  local body = handle:body()
+  if body == nil then
+    return
+  end
+  local text = body:getBytes(0, body:length())
+  local first = text:find("{", 1, true)
+  if first == nil then
+    return
+  end
+  local rest = text:sub(first + 1)
+  local separator = ","
+  if rest:match("^%s*}") then
+    separator = ""
+  end
+  local out = text:sub(1, first) .. table.concat(fields, ",") .. separator .. rest
+  body:setBytes(out)
+  handle:headers():replace("content-length", tostring(#out))
+end
+
 function envoy_on_response(handle)
   local headers = handle:headers()
   local content_type = headers:get("content-type") or ""
@@ -70,6 +100,8 @@ function envoy_on_response(handle)
   end
   headers:remove("x-http-code")
   headers:remove("x-problem-title")
+  local nulls = headers:get("x-json-nulls")
+  headers:remove("x-json-nulls")
 
   -- Every successful RPC leaves the transcoder as 200, so any other status is an error: a failed RPC
   -- (the transcoder's google.rpc.Status JSON) or a reply Envoy made itself (text/plain). A success
@@ -79,6 +111,9 @@ function envoy_on_response(handle)
     headers:replace(":status", code)
   end
   if original < 400 or content_type:sub(1, 24) == "application/problem+json" then
+    if nulls ~= nil and original < 400 and content_type:sub(1, 16) == "application/json" then
+      insert_nulls(handle, nulls)
+    end
     return
   end
 

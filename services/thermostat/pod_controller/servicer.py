@@ -112,11 +112,23 @@ def _result_json(result: WakeResult) -> dict[str, Any]:
             for k, v in asdict(result).items()}
 
 
-async def _set_status(context: grpc.aio.ServicerContext, code: int, title: str | None = None) -> None:
-    metadata = [("x-http-code", str(code))]
+async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None,
+                      nulls: Sequence[str] = ()) -> None:
+    """Tell the edge what gRPC cannot: an HTTP status, a problem title, the fields the seed prints as null."""
+    metadata = []
+    if code is not None:
+        metadata.append(("x-http-code", str(code)))
     if title:
         metadata.append(("x-problem-title", title))
-    await context.send_initial_metadata(tuple(metadata))
+    if nulls:
+        metadata.append(("x-json-nulls", ",".join(nulls)))
+    if metadata:
+        await context.send_initial_metadata(tuple(metadata))
+
+
+def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
+    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset."""
+    return [json_name for proto_name, json_name in fields if not message.HasField(proto_name)]
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
@@ -137,14 +149,14 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         if outcome is WakeOutcome.FAILED:
             await _set_status(context, 409, "Failed")
             await context.abort(grpc.StatusCode.ABORTED, result["message"] or "wake failed")
-        if outcome is WakeOutcome.WAITING:
-            await _set_status(context, 202)
         response = pods_pb2.StartPodResponse(name=pod.name, outcome=str(outcome), pod_id=result["pod_id"] or "",
                                              proxy_url=result["proxy_url"] or "", message=result["message"] or "")
         if result.get("gpu_id"):
             response.gpu_id = result["gpu_id"]
         if result.get("price_per_hour") is not None:
             response.price_per_hour = result["price_per_hour"]
+        await _set_status(context, 202 if outcome is WakeOutcome.WAITING else None,
+                          nulls=_absent(response, (("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
         return response
 
     async def StopPod(self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
@@ -164,7 +176,10 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def GetPod(self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
                      ) -> pods_pb2.GetPodResponse:
         pod = await self.c.pod(request.name, context)
-        return await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+        view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+        await _set_status(context, nulls=_absent(view, (
+            ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
+        return view
 
     async def GetPodHistory(self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext
                             ) -> pods_pb2.GetPodHistoryResponse:
