@@ -218,11 +218,6 @@ class Stack:
 
     # ----------------------------------------------------------------------------------------------- stop
 
-    async def stop_child(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
-        for child in [c for c in self.children if c.name == name]:
-            await self._stop(child, sig, timeout)
-            self.children.remove(child)
-
     async def _stop(self, child: Child, sig: int, timeout: float) -> None:
         if child.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -28,7 +28,7 @@ from thermostat.providers.runpod_v2 import RunPodV2Client
 from .pod_view import build_view, observe_volume, timestamp, wake_record
 from .records import ActionEntry, PodRecords
 from .wake_gate import WakeGate, WakeGateUnavailable
-from .wake_service import Fence, WakeService
+from .wake_service import Fence, WakeService, unconfigured
 from .watch_hub import WatchHub
 
 log = logging.getLogger("thermostat.pod_controller")
@@ -138,14 +138,13 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def StartPod(self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
                        ) -> pods_pb2.StartPodResponse:
         pod = await self.c.pod(request.name, context)
-        if not self.c.configured(pod):
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
         try:
-            result = await self.c.run_wake(pod)
+            result = await self.c.run_wake(pod)  # an unconfigured pod is refused there, and recorded as Refused
         except WakeGateUnavailable as error:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
         outcome = WakeOutcome(result["outcome"])
+        if result.get("failure_kind") == WakeFailureKind.UNCONFIGURED:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, result["message"])
         if outcome is WakeOutcome.FAILED:
             await _set_status(context, 409, "Failed")
             await context.abort(grpc.StatusCode.ABORTED, result["message"] or "wake failed")
@@ -163,8 +162,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
                       ) -> pods_pb2.StopPodResponse:
         pod = await self.c.pod(request.name, context)
         if not self.c.configured(pod):
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, unconfigured(pod))
         volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
         if volume.lookup is Lookup.UNREADABLE:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "volume lookup unreadable; nothing was stopped")
@@ -248,7 +246,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if not ids:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_ids must name at least one pod")
         if not self.c.configured(pod):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pod {pod.name} is not configured")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, unconfigured(pod))
         assert trigger is not None
         volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
         foreign: list[str] = []

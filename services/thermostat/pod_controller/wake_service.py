@@ -76,6 +76,11 @@ class _Run:
 _run: contextvars.ContextVar[_Run] = contextvars.ContextVar("wake_run")
 
 
+def unconfigured(pod: PodOptions) -> str:
+    """Why a pod cannot be acted on: the safe boot state before the key or the volume is set."""
+    return f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)"
+
+
 class _Halted(Exception):
     def __init__(self, halt: Halt) -> None:
         super().__init__(halt.reason)
@@ -114,8 +119,7 @@ class WakeService:
 
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
-            return _failed(WakeFailureKind.UNCONFIGURED,
-                           f"pod {pod.name} is not configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank)")
+            return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
         volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
         if volume.verdict is VolumeVerdict.FAILED:
             return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)

@@ -153,7 +153,7 @@ async def test_a_failed_volume_list_fails_the_wake_without_any_write(pods_stub, 
 async def test_an_unconfigured_pod_is_unavailable_on_start_and_stop_without_a_runpod_call(
     runpod_sim, db_store, env
 ) -> None:
-    """RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank: start and stop 503 (UNAVAILABLE), no request leaves."""
+    """RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank: start and stop 503, no request leaves, the wake Refused."""
     async with controller(runpod_sim, db_store, **env) as c:
         answer = await start(c.public)
         assert answer.code is grpc.StatusCode.UNAVAILABLE
@@ -163,6 +163,8 @@ async def test_an_unconfigured_pod_is_unavailable_on_start_and_stop_without_a_ru
                 ("x-rig-operator-token", "operator-token-for-tests"),), timeout=10)
         assert stopped.value.code() is grpc.StatusCode.UNAVAILABLE
         assert runpod_sim.requests() == []
+        (wake,) = await wakes(c.public)  # seed (Last wake outcome): unconfigured is a Refused wake
+        assert (wake.outcome, wake.wake_outcome) == ("Refused", "Failed")
 
 
 async def test_a_wake_without_a_template_refuses_to_create(runpod_sim, db_store) -> None:
