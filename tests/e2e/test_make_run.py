@@ -1,4 +1,5 @@
-"""`make run`'s stack: up with a healthy edge from one command, and Ctrl-C leaves no process behind."""
+"""`make run`'s stack: up with a healthy edge from one command, and Ctrl-C leaves no process behind — also
+before the RunPod secret exists, when it comes up unconfigured instead of exiting."""
 
 from __future__ import annotations
 
@@ -8,66 +9,145 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import grpc
 import httpx
 import psutil
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.postgres import embedded_data_dir
+from thermostat.simulators.runpod import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
+OPERATOR = {"X-Rig-Operator-Token": "e2e-operator"}
+SIM_KEY = "sim-key-for-the-unconfigured-stack"
+
+
+class DevStack:
+    """`python -m thermostat.devstack` as a child process, read up to its "Thermostat is up" summary."""
+
+    def __init__(self, data_dir: Path, env: Mapping[str, str | None]) -> None:
+        full = {**os.environ, "THERMOSTAT_DATA_DIR": str(data_dir), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
+                "RUNPOD_SIMULATOR_PORT": "0", "POD_CONTROLLER_PORT": "0", "IDLE_MONITOR_PORT": "0",
+                "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"]}
+        for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY", "RUNPOD_VOLUME_ID"):
+            full.pop(name, None)
+        full.update({k: v for k, v in env.items() if v is not None})
+        self.data_dir = data_dir
+        self.proc = subprocess.Popen([sys.executable, "-m", "thermostat.devstack"], cwd=ROOT, env=full,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.output: list[str] = []
+        self.ports: dict[str, int] = {}
+        self.edge = ""
+
+    def wait_up(self) -> str:
+        """The edge URL once the summary is printed (its service lines read as well)."""
+        assert self.proc.stdout is not None
+        started = time.monotonic()
+        for line in self.proc.stdout:
+            self.output.append(line)
+            service = re.match(r"\s+(pod-controller|idle-monitor)\s+127\.0\.0\.1:(\d+)", line)
+            if service:
+                self.ports[service.group(1)] = int(service.group(2))
+            match = re.search(r"edge \(REST \+ gRPC\)\s+(http://127\.0\.0\.1:\d+)", line)
+            if match:
+                self.edge = match.group(1)
+            if "Ctrl-C stops everything" in line or time.monotonic() - started > 60:
+                break
+        assert self.edge and len(self.ports) == 2, "".join(self.output[-40:])
+        return self.edge
+
+    def interrupt(self) -> str:
+        """Ctrl-C, and the rest of the output once the stack has stopped."""
+        self.proc.send_signal(signal.SIGINT)
+        rest, _ = self.proc.communicate(timeout=60)
+        self.output.append(rest)
+        assert self.proc.returncode == 0, "".join(self.output[-40:])
+        assert "no process left behind" in rest
+        return "".join(self.output)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 @pytest.mark.e2e
 def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None:
     """python -m thermostat.devstack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
     with embedded_data_dir() as data_dir:
-        _run_and_stop(data_dir)
+        stack = DevStack(data_dir, {})
+        try:
+            edge = stack.wait_up()
+            children = psutil.Process(stack.proc.pid).children(recursive=True)
+            names = {" ".join(c.cmdline()[1:4]) for c in children if c.is_running()}
+            assert any("thermostat.pod_controller" in n for n in names)
+            assert any("thermostat.idle_monitor" in n for n in names)
+            assert any("thermostat.simulators.runpod" in n for n in names)
+            assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
+            pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
+            assert pod["configured"] is True
+            assert pod["datacenter"] == "EU-RO-1"
+
+            stack.interrupt()
+            time.sleep(0.2)
+            assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+            postgres = [p for p in psutil.process_iter(["cmdline"])
+                        if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+            assert postgres == []
+        finally:
+            stack.kill()
 
 
-def _run_and_stop(tmp_path: Path) -> None:
-    env = {**os.environ, "THERMOSTAT_DATA_DIR": str(tmp_path), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
-           "RUNPOD_SIMULATOR_PORT": "0", "POD_CONTROLLER_PORT": "0", "IDLE_MONITOR_PORT": "0",
-           "RIG_OPERATOR_TOKEN": "e2e-operator"}
-    for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY"):
-        env.pop(name, None)
-    proc = subprocess.Popen([sys.executable, "-m", "thermostat.devstack"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output: list[str] = []
-    edge = None
-    started = time.monotonic()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            match = re.search(r"edge \(REST \+ gRPC\)\s+(http://127\.0\.0\.1:\d+)", line)
-            if match:
-                edge = match.group(1)
-                break
-            if time.monotonic() - started > 60:
-                break
-        assert edge, "".join(output[-40:])
-        children = psutil.Process(proc.pid).children(recursive=True)
-        names = {" ".join(c.cmdline()[1:4]) for c in children if c.is_running()}
-        assert any("thermostat.pod_controller" in n for n in names)
-        assert any("thermostat.idle_monitor" in n for n in names)
-        assert any("thermostat.simulators.runpod" in n for n in names)
-        assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
-        pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
-        assert pod["configured"] is True
-        assert pod["datacenter"] == "EU-RO-1"
+@pytest.mark.e2e
+@pytest.mark.parametrize("blank", [
+    pytest.param({"RUNPOD_API_KEY": None}, id="api-key-unset"),
+    pytest.param({"RUNPOD_API_KEY": SIM_KEY, "RUNPOD_VOLUME_ID": ""}, id="volume-id-blank"),
+])
+def test_the_dev_stack_comes_up_unconfigured_before_the_secret_and_calls_runpod_never(
+        database_url: str, tmp_path: Path, blank: Mapping[str, str | None]) -> None:
+    """RUNPOD_V2_BASE_URL at a RunPod API (a recording simulator, not make run's own): every process stays up,
+    GET answers configured false, start and stop 503, the monitor is SERVING and disabled until configured (said
+    once and in GET …/monitor), and no request reaches RunPod."""
+    with RunPodSimulator(api_key=SIM_KEY) as sim:
+        sim.add_pod(pod_id="bootpod0000001", status="RUNNING", volume_id="bjn7d94ej9")
+        stack = DevStack(tmp_path, {"RUNPOD_V2_BASE_URL": sim.base_url, "DATABASE_URL": database_url, **blank})
+        try:
+            edge = stack.wait_up()
+            with httpx.Client(base_url=edge, timeout=10) as http:
+                assert http.get("/health").status_code == 200
+                pod = http.get("/api/pods/qwen")
+                assert (pod.status_code, pod.json()["configured"]) == (200, False)
+                for action in ("start", "stop"):
+                    answer = http.post(f"/api/pods/qwen/{action}", headers=OPERATOR)
+                    assert answer.status_code == 503, answer.text
+                    assert "not configured" in answer.json()["detail"]
+                monitor = _until_disabled(http)
+            assert monitor["watchReason"].startswith("disabled until configured")
+            with grpc.insecure_channel(f"127.0.0.1:{stack.ports['idle-monitor']}") as channel:
+                health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            assert stack.proc.poll() is None
+            output = stack.interrupt()
+        finally:
+            stack.kill()
+    assert "no simulator started" in output, "the stack used the given RunPod API"
+    said = [line for line in output.splitlines() if line.startswith("idle-monitor") and "disabled until" in line]
+    assert len(said) == 1 and "pod qwen: disabled until configured" in said[0], output[-4000:]
+    assert sim.requests() == [], "no call reached RunPod"
 
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)
-        output.append(rest)
-        assert proc.returncode == 0, "".join(output[-40:])
-        assert "no process left behind" in rest
-        time.sleep(0.2)
-        assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
-        postgres = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
-        assert postgres == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+
+def _until_disabled(http: httpx.Client) -> dict[str, object]:
+    """GET …/monitor until the monitor has had its first answer from the controller (asked right at start)."""
+    deadline = time.monotonic() + 20
+    while True:
+        reply = http.get("/api/pods/qwen/monitor")
+        assert reply.status_code == 200, reply.text
+        body: dict[str, object] = reply.json()
+        if body["watch"] == "DisabledUntilConfigured" or time.monotonic() > deadline:
+            assert body["watch"] == "DisabledUntilConfigured", body
+            return body
+        time.sleep(0.05)

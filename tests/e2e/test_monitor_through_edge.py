@@ -24,6 +24,7 @@ from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pod_controller.__main__ import PUBLIC
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions
+from thermostat.policy.monitor_watch import Watch
 from thermostat.policy.pod_options import parse_pod_options
 from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
@@ -43,7 +44,8 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
     pods = parse_pod_options(pod_controller_env(runpod_sim)).pods
     async with pod_controller.channel() as channel:
         servicer = IdleMonitorServicer(pods, MonitorStateStore(db_store.pool), MonitorOptions(),
-                                       pods_pb2_grpc.PodControllerStub(channel), 10)
+                                       pods_pb2_grpc.PodControllerStub(channel), 10,
+                                       watch_of=lambda _: Watch.WATCHING)
         host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[MONITOR], register=lambda server:
                                        monitor_pb2_grpc.add_IdleMonitorServicer_to_server(servicer, server)))
         port = await host.start("127.0.0.1", 0)
@@ -87,10 +89,10 @@ async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
     state = reply.json()
     assert {k: state[k] for k in ("name", "phase", "idleStreak", "idleThreshold", "bootingTicks",
                                   "bootGraceThreshold", "lastSignal", "lastSignalPodId", "checkSeconds",
-                                  "runtimeCapMinutes", "projectedStopTrigger")} == {
+                                  "runtimeCapMinutes", "projectedStopTrigger", "watch", "watchReason")} == {
         "name": "qwen", "phase": "Ready", "idleStreak": 1, "idleThreshold": 15, "bootingTicks": 0,
         "bootGraceThreshold": 20, "lastSignal": "Idle", "lastSignalPodId": POD_ID, "checkSeconds": 60,
-        "runtimeCapMinutes": 360, "projectedStopTrigger": "idle"}
+        "runtimeCapMinutes": 360, "projectedStopTrigger": "idle", "watch": "Watching", "watchReason": ""}
     assert (state["readySince"], state["runtimeCapStart"]) == (iso(ready), iso(ready))
     assert state["projectedStopAt"] == iso(ready + timedelta(minutes=15))
     assert "etaSeconds" not in state

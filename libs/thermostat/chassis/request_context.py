@@ -78,6 +78,16 @@ class _Propagate(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientIntercept
         return await continuation(await self._with_context(client_call_details), request)
 
 
-def insecure_channel(target: str) -> aio.Channel:
-    """A client channel whose calls carry the current request id and trace context."""
-    return aio.insecure_channel(target, interceptors=[_Propagate()])
+def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None) -> aio.Channel:
+    """A client channel whose calls carry the current request id and trace context.
+
+    `max_reconnect_seconds` caps gRPC's reconnect backoff (120 s by default): while it lasts every call fails at
+    once, so a peer that comes up after a long absence would otherwise go unnoticed for up to two minutes.
+    """
+    options: list[tuple[str, int]] = []
+    if max_reconnect_seconds is not None:
+        cap = max(1, round(max_reconnect_seconds * 1000))
+        first = min(1000, cap)
+        options = [("grpc.initial_reconnect_backoff_ms", first), ("grpc.min_reconnect_backoff_ms", first),
+                   ("grpc.max_reconnect_backoff_ms", cap)]
+    return aio.insecure_channel(target, options=options, interceptors=[_Propagate()])

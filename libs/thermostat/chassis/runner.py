@@ -20,18 +20,19 @@ async def run_service(
     *,
     name: str,
     port: Callable[[S], int],
-    build: Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost | None]],
+    build: Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost]],
 ) -> int:
-    """Run one service over the store until signalled; `build` returning None means nothing to serve."""
+    """Run one service over the store until signalled.
+
+    A service never exits for want of configuration (an orchestrator would restart it in a loop): it comes up,
+    serves what it can and says what is missing, like the idle monitor before the RunPod secret exists.
+    """
     settings = load_settings(settings_class)
     configure_logging(name, settings.log_level)
     if settings.database_url is None:
         sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
     store = await Store.open(settings.database_url.get_secret_value(), application_name=name)
     host = await build(settings, os.environ, store)
-    if host is None:
-        await store.close()
-        return 0
     host.spec.on_stop = [*host.spec.on_stop, store.close]
     await serve_until_signalled(host, host=settings.grpc_host, port=port(settings),
                                 grace=settings.shutdown_grace_seconds)

@@ -9,18 +9,18 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import grpc
 from grpc import aio
 
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
-from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_options import parse_monitor_options
+from thermostat.policy.monitor_watch import Watch
 from thermostat.policy.pod_options import PodOptions, parse_pod_options
 from thermostat.store.db import Store
 
@@ -30,6 +30,7 @@ from .servicer import IdleMonitorServicer
 from .settings import IdleMonitorSettings
 from .state_store import MonitorStateStore
 from .ticker import PodTicker
+from .watch import PodWatch
 
 log = logging.getLogger("thermostat.idle_monitor")
 
@@ -38,72 +39,59 @@ SERVICE = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
 
 @dataclass
 class Monitor:
+    """The wired monitor: its host, a watch per named pod, and the leaders of the pods being ticked."""
+
     host: ServiceHost
+    watches: dict[str, PodWatch]
     leaders: list[PodLeader] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-async def configured_pods(internal: pods_pb2_grpc.PodControllerInternalStub, pods: tuple[PodOptions, ...],
-                          timeout: float) -> list[PodOptions]:
-    """The pods the controller says are configured; waits while the controller is not reachable yet.
-
-    A name the controller does not know (NOT_FOUND: the two services were given different pod lists) is
-    not watched and says so; retrying it would loop forever behind a "not reachable" warning.
-    """
-    while True:
-        try:
-            active = []
-            for pod in pods:
-                try:
-                    reply = await internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=pod.name), timeout=timeout)
-                except grpc.aio.AioRpcError as error:
-                    if error.code() is not grpc.StatusCode.NOT_FOUND:
-                        raise
-                    log.error("pod %s: the pod controller does not know this name (is RUNPOD_PODS the same for "
-                              "both services?); not watching it", pod.name)
-                    continue
-                if reply.configured:
-                    active.append(pod)
-            return active
-        except grpc.aio.AioRpcError as error:
-            log.warning("pod controller not reachable yet (%s); retrying", error.code().name)
-            await asyncio.sleep(1)
-
-
-async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor | None:
-    """Wire the monitor; None when no pod is configured (the caller exits)."""
+async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor:
+    """Wire the monitor. A pod is ticked once the pod controller reports it configured; until then the monitor
+    stays up and SERVING and watches nothing for it (policy/monitor_watch.py) — it never exits for want of one."""
     options, warnings = parse_monitor_options(env)
     for warning in warnings:
         log.warning("[RunPodIdleMonitor] options: %s", warning)
     pods = parse_pod_options(env).pods
-    channel = insecure_channel(settings.pod_controller_addr)
+    log.info("pods %s, each watched once the pod controller reports it configured (asked every %ss until then): "
+             "idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
+             ", ".join(p.name for p in pods), settings.monitor_recheck_seconds, options.idle_minutes,
+             options.idle_threshold, options.check_seconds, options.boot_grace_minutes, options.boot_grace_threshold,
+             options.max_runtime_minutes)
+    # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
+    channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds)
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
-    active = await configured_pods(internal, pods, settings.controller_timeout_seconds)
-    if not active:
-        log.error("idle monitor: no pod is configured (RUNPOD_API_KEY unset or RUNPOD_VOLUME_ID blank); "
-                  "nothing to watch, exiting")
-        await channel.close()
-        return None
-    log.info("watching %s: idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
-             ", ".join(p.name for p in active), options.idle_minutes, options.idle_threshold, options.check_seconds,
-             options.boot_grace_minutes, options.boot_grace_threshold, options.max_runtime_minutes)
     replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     states = MonitorStateStore(store.pool)
-    leaders = [
-        PodLeader(PodTicker(pod_name=p.name, controller=internal, scrapes=ScrapeClients(), states=states,
-                            options=options, replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
-                            controller_timeout=settings.controller_timeout_seconds),
-                  store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
-                  check_seconds=options.check_seconds)
-        for p in active
-    ]
+    leaders: list[PodLeader] = []
     tasks: list[asyncio.Task[None]] = []
+    stopping = False
 
-    async def start_leaders() -> None:
-        tasks.extend(asyncio.create_task(leader.run(), name=f"monitor:{leader.ticker.pod_name}")
-                     for leader in leaders)
+    def ticking(pod: PodOptions) -> Callable[[], None]:
+        def start() -> None:
+            if stopping:
+                return  # an answer that lands mid-shutdown starts nothing
+            leader = PodLeader(
+                PodTicker(pod_name=pod.name, controller=internal, scrapes=ScrapeClients(), states=states,
+                          options=options, replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
+                          controller_timeout=settings.controller_timeout_seconds, heard=watches[pod.name].heard),
+                store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
+                check_seconds=options.check_seconds)
+            leaders.append(leader)
+            tasks.append(asyncio.create_task(leader.run(), name=f"monitor:{pod.name}"))
+        return start
 
-    async def stop_leaders() -> None:
+    watches = {p.name: PodWatch(p.name, internal, recheck_seconds=settings.monitor_recheck_seconds,
+                                controller_timeout=settings.controller_timeout_seconds, start_ticking=ticking(p))
+               for p in pods}
+
+    async def start_watching() -> None:
+        tasks.extend(asyncio.create_task(watch.run(), name=f"watch:{watch.pod_name}") for watch in watches.values())
+
+    async def stop_watching() -> None:
+        nonlocal stopping
+        stopping = True
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -113,22 +101,24 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
             await leader.ticker.scrapes.aclose()
         await channel.close()
 
+    def watch_of(name: str) -> Watch:
+        return watches[name].watch
+
     def register(server: aio.Server) -> None:
         monitor_pb2_grpc.add_IdleMonitorServicer_to_server(IdleMonitorServicer(
-            pods, states, options, pods_pb2_grpc.PodControllerStub(channel), settings.controller_timeout_seconds),
-            server)
+            pods, states, options, pods_pb2_grpc.PodControllerStub(channel), settings.controller_timeout_seconds,
+            watch_of=watch_of), server)
 
     host = ServiceHost(
         ServiceSpec(name="idle-monitor", service_names=[SERVICE], register=register, dependency_check=store.ping,
-                    on_start=[start_leaders], on_stop=[stop_leaders]),
+                    on_start=[start_watching], on_stop=[stop_watching]),
         probe_seconds=settings.health_probe_seconds,
     )
-    return Monitor(host=host, leaders=leaders, tasks=tasks)
+    return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)
 
 
-async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> ServiceHost | None:
-    monitor = await build(settings, env, store)
-    return None if monitor is None else monitor.host
+async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
+    return (await build(settings, env, store)).host
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -12,6 +12,7 @@ from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.idle_phase import Phase, StopTrigger
 from thermostat.policy.monitor_options import MonitorOptions
+from thermostat.policy.monitor_watch import Watch, watch_reason
 from thermostat.policy.pod_options import PodOptions, find_pod
 from thermostat.policy.pod_signal import PodSignal
 
@@ -56,8 +57,10 @@ def projected_stop(saved: SavedState, options: MonitorOptions) -> tuple[datetime
 
 class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore[misc]
     def __init__(self, pods: Sequence[PodOptions], states: MonitorStateStore, options: MonitorOptions,
-                 controller: pods_pb2_grpc.PodControllerStub, controller_timeout: float) -> None:
+                 controller: pods_pb2_grpc.PodControllerStub, controller_timeout: float, *,
+                 watch_of: Callable[[str], Watch]) -> None:
         self.pods = pods
+        self.watch_of = watch_of  # pod name -> whether this replica watches it
         self.states = states
         self.options = options
         self.controller = controller
@@ -78,13 +81,16 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
             last_signal=SIGNAL_NAMES.get(saved.last_signal, saved.last_signal),
             last_signal_pod_id=saved.last_signal_pod_id, runtime_cap_minutes=o.max_runtime_minutes,
             check_seconds=o.check_seconds)
+        watch = self.watch_of(pod.name)
+        response.watch, response.watch_reason = str(watch), watch_reason(watch)
         for field, value in (("runtime_cap_start", state.cap_started_at), ("last_tick_at", saved.last_tick_at)):
             if value is not None:
                 getattr(response, field).FromDatetime(value.astimezone(UTC))
         ready = [t for t in state.readiness.values()]
         if ready:
             response.ready_since.FromDatetime(min(ready).astimezone(UTC))
-        projected = projected_stop(saved, o)
+        # an unwatched pod is stopped by no tick: no projection from a state that no tick moves
+        projected = projected_stop(saved, o) if watch is Watch.WATCHING else None
         if projected is not None:
             response.projected_stop_at.FromDatetime(projected[0].astimezone(UTC))
             response.projected_stop_trigger = str(projected[1])

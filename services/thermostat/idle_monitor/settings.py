@@ -14,3 +14,5 @@ class IdleMonitorSettings(ServiceSettings):
     monitor_lease_seconds: float = Field(default=30.0, gt=0.2, le=3600)
     scrape_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     controller_timeout_seconds: float = Field(default=30.0, gt=0, le=300)
+    # how often the controller is asked again about a pod not watched yet (unconfigured, unknown, no answer)
+    monitor_recheck_seconds: float = Field(default=5.0, gt=0, le=3600)

@@ -31,12 +31,14 @@ from thermostat.policy.monitor_tick import (
     after_stop,
     tick,
 )
+from thermostat.policy.monitor_watch import ControllerAnswer
 from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
 from thermostat.policy.pod_signal import PodReading
 from thermostat.policy.vllm_metrics import PodActivity, parse_vllm_metrics
 
 from .scrape_clients import ScrapeClients
 from .state_store import MonitorStateStore, SavedState
+from .watch import answer_of_error
 
 log = logging.getLogger("thermostat.idle_monitor")
 
@@ -72,7 +74,8 @@ class PodTicker:
 
     def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
                  scrapes: ScrapeClients, states: MonitorStateStore, options: MonitorOptions, replica: str,
-                 scrape_timeout: float, controller_timeout: float) -> None:
+                 scrape_timeout: float, controller_timeout: float,
+                 heard: Callable[[ControllerAnswer, str], None] | None = None) -> None:
         self.pod_name = pod_name
         self.controller = controller
         self.scrapes = scrapes
@@ -81,6 +84,8 @@ class PodTicker:
         self.replica = replica
         self.scrape_timeout = scrape_timeout
         self.controller_timeout = controller_timeout
+        # each observation is also the controller's answer about the pod's configuration (the pod's watch)
+        self.heard = heard or (lambda answer, detail: None)
         # Readiness changes the controller did not take. The state publishes each change once (the tick a pod
         # first answers), so a dropped report would leave GetPod's readySince empty for the whole boot —
         # "waking, not usable yet" while the pod serves. Retried every tick until taken or superseded.
@@ -100,9 +105,12 @@ class PodTicker:
                 metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: controller unreachable (%s); tick holds", self.pod_name, error.code().name)
+            self.heard(answer_of_error(error), error.code().name)
             return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), True
         if not volume.configured:
+            self.heard(ControllerAnswer.UNCONFIGURED, "")
             return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), False
+        self.heard(ControllerAnswer.CONFIGURED, "")
         scrapes = await asyncio.gather(*(
             self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
         if _lookup(volume.lookup) is not Lookup.UNREADABLE:

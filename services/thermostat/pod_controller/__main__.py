@@ -52,8 +52,12 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
     for warning in options.warnings:
         log.warning("[RunPodWake] options: %s", warning)
     if settings.runpod_api_key is None:
-        log.warning("RUNPOD_API_KEY is unset: every pod is unconfigured (start/stop 503, GET configured:false)")
+        # read once: a key provisioned later takes effect when this process restarts (deploy/README.md)
+        log.warning("RUNPOD_API_KEY is unset: every pod is unconfigured (start/stop 503, GET configured:false) "
+                    "until the controller restarts with it")
     for pod in options.pods:
+        if not pod.configured:
+            log.warning("pod %s: volume id blank: unconfigured (start/stop 503, GET configured:false)", pod.name)
         log.info("pod %s: volume=%s datacenter=%s max_price=%.2f template=%s", pod.name, pod.volume_id or "-",
                  pod.datacenter_id, pod.max_price_per_hour, "set" if pod.template_id else "unset")
     client = RunPodV2Client(

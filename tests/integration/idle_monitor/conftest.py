@@ -14,18 +14,24 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.services import SIM_API_KEY, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from thermostat.idle_monitor.__main__ import Monitor
+from thermostat.idle_monitor.__main__ import build as build_monitor
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
+from thermostat.idle_monitor.settings import IdleMonitorSettings
 from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
 from thermostat.idle_monitor.ticker import PodTicker
+from thermostat.idle_monitor.watch import PodWatch
+from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions, parse_monitor_options
 from thermostat.policy.monitor_tick import TickDecision
@@ -224,3 +230,44 @@ async def monitor_process(env: dict[str, str], log_path: Path) -> AsyncIterator[
             if process.returncode is None:
                 process.kill()
             await process.wait()
+
+
+@dataclass
+class InProcessMonitor:
+    """`python -m thermostat.idle_monitor`'s build() served on loopback in this process: its watches are readable."""
+
+    monitor: Monitor
+    address: str
+
+    @property
+    def watches(self) -> dict[str, PodWatch]:
+        return self.monitor.watches
+
+    async def state(self, name: str = POD) -> monitor_pb2.GetMonitorStateResponse:
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            reply: monitor_pb2.GetMonitorStateResponse = await monitor_pb2_grpc.IdleMonitorStub(
+                channel).GetMonitorState(monitor_pb2.GetMonitorStateRequest(name=name), timeout=10)
+            return reply
+
+    async def health(self, service: str = "") -> int:
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=5)
+            return int(reply.status)
+
+
+@contextlib.asynccontextmanager
+async def in_process_monitor(env: Mapping[str, str], store: Store) -> AsyncIterator[InProcessMonitor]:
+    """The idle monitor built from `env` (settings and pod list alike) over the test's store."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key in IdleMonitorSettings.model_fields:
+            mp.delenv(key.upper(), raising=False)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        settings = IdleMonitorSettings()
+    monitor = await build_monitor(settings, env, store)
+    port = await monitor.host.start("127.0.0.1", 0)
+    try:
+        yield InProcessMonitor(monitor=monitor, address=f"127.0.0.1:{port}")
+    finally:
+        await monitor.host.stop(1.0)

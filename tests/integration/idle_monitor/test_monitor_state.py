@@ -18,6 +18,7 @@ from thermostat.idle_monitor.__main__ import SERVICE
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2
+from thermostat.policy.monitor_watch import Watch
 from thermostat.policy.pod_options import parse_pod_options
 
 
@@ -25,7 +26,7 @@ from thermostat.policy.pod_options import parse_pod_options
 async def monitor_service(rig: MonitorRig) -> AsyncIterator[monitor_pb2_grpc.IdleMonitorStub]:
     """The monitor's GetMonitorState served on loopback over the rig's state store and controller."""
     pods = parse_pod_options(pod_controller_env(rig.sim)).pods
-    servicer = IdleMonitorServicer(pods, rig.states, rig.options, rig.pods, 10)
+    servicer = IdleMonitorServicer(pods, rig.states, rig.options, rig.pods, 10, watch_of=lambda _: Watch.WATCHING)
     host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[SERVICE],
                                    register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
                                        servicer, server)))
