@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 GEN_STAMP := build/.proto
-PROTOS := $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
+PROTOS := tools/protogen.py $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -20,12 +20,12 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	@# this machine's pip config names local mirrors that may be absent; their warnings are noise
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
-	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n')"
+	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n$(CURDIR)/dev\n')"
 	@touch $@
 
 proto: $(GEN_STAMP) ## generate Python code, stubs and descriptor sets from protos/
 $(GEN_STAMP): $(STAMP) $(PROTOS)
-	@$(BIN)/python -m thermostat.devstack.protogen
+	@$(BIN)/python tools/protogen.py
 	@touch $@
 
 node_modules/.bin/buf: package.json
@@ -34,7 +34,7 @@ node_modules/.bin/buf: package.json
 	@touch $@
 
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
-	@$(BIN)/python -m thermostat.devstack
+	@$(BIN)/python -m thermostat.dev.stack
 
 test: proto ## run the whole test suite
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.e2e
 def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None:
-    """python -m thermostat.devstack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
+    """python -m thermostat.dev.stack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
     with embedded_data_dir() as data_dir:
         _run_and_stop(data_dir)
 
@@ -32,7 +32,7 @@ def _run_and_stop(tmp_path: Path) -> None:
            "RIG_OPERATOR_TOKEN": "e2e-operator"}
     for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY"):
         env.pop(name, None)
-    proc = subprocess.Popen([sys.executable, "-m", "thermostat.devstack"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "thermostat.dev.stack"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output: list[str] = []
     edge = None
@@ -52,7 +52,7 @@ def _run_and_stop(tmp_path: Path) -> None:
         names = {" ".join(c.cmdline()[1:4]) for c in children if c.is_running()}
         assert any("thermostat.pod_controller" in n for n in names)
         assert any("thermostat.idle_monitor" in n for n in names)
-        assert any("thermostat.simulators.runpod" in n for n in names)
+        assert any("thermostat.dev.simulators.runpod" in n for n in names)
         assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
         pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
         assert pod["configured"] is True

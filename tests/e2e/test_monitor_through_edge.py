@@ -13,8 +13,9 @@ import pytest
 
 from tests.fixtures.services import VOLUME, RunningService, pod_controller_env
 from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.dev.envoy import start_envoy
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, write_envoy_config
-from thermostat.edge.process import start_envoy
 from thermostat.idle_monitor.__main__ import SERVICE as MONITOR
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
@@ -25,7 +26,6 @@ from thermostat.pod_controller.__main__ import PUBLIC
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions
 from thermostat.policy.pod_options import parse_pod_options
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]

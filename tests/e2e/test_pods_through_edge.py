@@ -1,4 +1,4 @@
-"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (devstack's
+"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (the dev stack's
 Stack), spoken to over HTTP — status codes, problem+json and lowerCamelCase bodies as the cockpit reads them —
 plus two pod-controller processes on one database woken at the same moment."""
 
@@ -22,8 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import database_dsn
-from thermostat.devstack.catalogue import POD_CONTROLLER
-from thermostat.devstack.stack import Stack, StackConfig
+from thermostat.chassis.registry import POD_CONTROLLER
+from thermostat.dev.stack.supervisor import Stack, StackConfig
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 
 pytestmark = pytest.mark.e2e

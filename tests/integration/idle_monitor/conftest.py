@@ -23,13 +23,13 @@ import grpc
 import pytest
 
 from tests.fixtures.services import SIM_API_KEY, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions, parse_monitor_options
 from thermostat.policy.monitor_tick import TickDecision
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 POD = "qwen"

@@ -23,8 +23,8 @@ from tests.integration.pod_controller.harness import (
     start,
     wakes,
 )
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[3]

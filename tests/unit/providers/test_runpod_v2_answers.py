@@ -11,9 +11,9 @@ import socket
 
 import pytest
 
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.policy.pod_model import Availability, Lookup, PodObservation, PodStatus
 from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
-from thermostat.simulators.runpod import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 A100 = "NVIDIA A100 80GB PCIe"

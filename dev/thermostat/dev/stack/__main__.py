@@ -1,4 +1,4 @@
-"""`python -m thermostat.devstack` (`make run`): the whole stack on embedded defaults until Ctrl-C."""
+"""`python -m thermostat.dev.stack` (`make run`): the whole stack on embedded defaults until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from thermostat.devstack.stack import ROOT, Stack, StackConfig
+from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
 
 

@@ -1,6 +1,6 @@
 """The whole stack on one machine: Postgres, the RunPod simulator, every service and the Envoy edge.
 
-Used by `make run` (python -m thermostat.devstack) and by the end-to-end tests. Each child runs in its own
+Used by `make run` (python -m thermostat.dev.stack) and by the end-to-end tests. Each child runs in its own
 session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
 Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
 child's name in front.
@@ -23,15 +23,15 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from thermostat.devstack.catalogue import SERVICES, ServiceDef
+from thermostat.chassis.registry import SERVICES, ServiceDef
+from thermostat.dev.embedded_postgres import EmbeddedPostgres
+from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.edge.envoy_config import EdgeSpec, Upstream, write_envoy_config
-from thermostat.edge.process import EnvoyProcess, start_envoy
 from thermostat.store.db import apply_migrations
-from thermostat.store.embedded import EmbeddedPostgres
 
-log = logging.getLogger("thermostat.devstack")
+log = logging.getLogger("thermostat.dev.stack")
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]  # dev/thermostat/dev/stack/ → the repository
 SIMULATOR_API_KEY = "sim-key-not-a-secret"  # the simulator checks a bearer like the real API does
 DEMO_TIMINGS = {"RUNPOD_WAKE_POLL_SECONDS": "2", "CHECK_SECONDS": "10", "IDLE_MINUTES": "2",
                 "RUNPOD_BOOT_GRACE_MINUTES": "3"}
@@ -128,7 +128,7 @@ class Stack:
     async def _start_simulator(self, env: dict[str, str]) -> None:
         port = self.config.simulator_port or free_port()
         base = f"http://127.0.0.1:{port}"
-        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.simulators.runpod", "--port", str(port),
+        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.dev.simulators.runpod", "--port", str(port),
                                          "--api-key", SIMULATOR_API_KEY, *self.config.simulator_args], env)
         await self._wait_http(f"{base}/_sim/state")
         self.simulator_url = base
