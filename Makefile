@@ -11,7 +11,7 @@ GEN_STAMP := build/.proto
 PROTOS := tools/protogen.py $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
 $(STAMP): requirements.txt requirements-dev.txt
@@ -32,6 +32,9 @@ node_modules/.bin/buf: package.json
 	@echo "installing buf (npm) ..."
 	@npm install --silent --no-audit --no-fund
 	@touch $@
+
+k8s: $(STAMP) ## write deploy/k8s/thermostat.yaml from the service registry (commit the result)
+	@$(BIN)/python tools/k8s_manifests.py
 
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
 	@$(BIN)/python -m thermostat.dev.stack
@@ -55,4 +58,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto run test lint bench clean
+.PHONY: help venv proto k8s run test lint bench clean

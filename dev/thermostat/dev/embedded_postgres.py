@@ -25,7 +25,6 @@ import logging
 import os
 import pwd
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -35,6 +34,8 @@ from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
+
+from thermostat.chassis.ports import free_port
 
 with warnings.catch_warnings():
     # The wheel's package __init__ computes a runtime directory we never use, warning when
@@ -145,7 +146,7 @@ class EmbeddedPostgres:
         attempts_left = 3 if self._requested_port == 0 else 1
         while True:
             attempts_left -= 1
-            port = self._requested_port or _free_port()
+            port = self._requested_port or free_port()
             try:
                 self._launch(port, user)
                 self._wait_ready()
@@ -417,13 +418,6 @@ def _postmaster_status(data_dir: Path, pid: int) -> str | None:
     if lines is None or len(lines) < 8 or lines[0].strip() != str(pid):
         return None
     return lines[7].strip()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --- running as root ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from thermostat.chassis.logs import configure_logging
+from thermostat.chassis.registry import ServiceDef
 from thermostat.chassis.server import ServiceHost, serve_until_signalled
 from thermostat.chassis.settings import ServiceSettings, load_settings
 from thermostat.store.db import Store
@@ -17,13 +18,18 @@ S = TypeVar("S", bound=ServiceSettings)
 
 async def run_service(
     settings_class: type[S],
+    service: ServiceDef,
     *,
-    name: str,
-    port: Callable[[S], int],
     build: Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost | None]],
 ) -> int:
-    """Run one service over the store until signalled; `build` returning None means nothing to serve."""
+    """Run one service over the store until signalled; `build` returning None means nothing to serve.
+
+    The port is the settings field named for the registry's port variable (POD_CONTROLLER_PORT is the field
+    pod_controller_port).
+    """
     settings = load_settings(settings_class)
+    name = service.name
+    port: int = getattr(settings, service.port_env.lower())
     configure_logging(name, settings.log_level)
     if settings.database_url is None:
         sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
@@ -33,6 +39,6 @@ async def run_service(
         await store.close()
         return 0
     host.spec.on_stop = [*host.spec.on_stop, store.close]
-    await serve_until_signalled(host, host=settings.grpc_host, port=port(settings),
+    await serve_until_signalled(host, host=settings.grpc_host, port=port,
                                 grace=settings.shutdown_grace_seconds)
     return 0

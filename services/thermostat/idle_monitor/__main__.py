@@ -5,20 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import sys
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
 from grpc import aio
 
+from thermostat.chassis.registry import IDLE_MONITOR
+from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
+from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.monitor_options import parse_monitor_options
 from thermostat.policy.pod_options import PodOptions, parse_pod_options
@@ -32,9 +31,6 @@ from .state_store import MonitorStateStore
 from .ticker import PodTicker
 
 log = logging.getLogger("thermostat.idle_monitor")
-
-SERVICE = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
-
 
 @dataclass
 class Monitor:
@@ -87,7 +83,7 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
     log.info("watching %s: idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
              ", ".join(p.name for p in active), options.idle_minutes, options.idle_threshold, options.check_seconds,
              options.boot_grace_minutes, options.boot_grace_threshold, options.max_runtime_minutes)
-    replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    replica = replica_id()
     states = MonitorStateStore(store.pool)
     leaders = [
         PodLeader(PodTicker(pod_name=p.name, controller=internal, scrapes=ScrapeClients(), states=states,
@@ -119,8 +115,8 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
             server)
 
     host = ServiceHost(
-        ServiceSpec(name="idle-monitor", service_names=[SERVICE], register=register, dependency_check=store.ping,
-                    on_start=[start_leaders], on_stop=[stop_leaders]),
+        ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served, register=register,
+                    dependency_check=store.ping, on_start=[start_leaders], on_stop=[stop_leaders]),
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, leaders=leaders, tasks=tasks)
@@ -132,5 +128,4 @@ async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], stor
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(IdleMonitorSettings, name="idle-monitor",
-                                     port=lambda s: s.idle_monitor_port, build=build_host)))
+    sys.exit(asyncio.run(run_service(IdleMonitorSettings, IDLE_MONITOR, build=build_host)))

@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from tests.fixtures.services import SIM_API_KEY, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from thermostat.chassis.timestamps import from_timestamp
 from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
@@ -129,7 +130,7 @@ class MonitorRig:
 
     async def ready_since(self) -> datetime | None:
         view = await self.view()
-        return view.ready_since.ToDatetime(tzinfo=UTC) if view.HasField("ready_since") else None
+        return from_timestamp(view.ready_since) if view.HasField("ready_since") else None
 
     async def stops(self) -> list[pods_pb2.PodAction]:
         """Every Stop the controller issued for the pod, oldest first."""
