@@ -57,6 +57,12 @@ def _run_and_stop(tmp_path: Path) -> None:
         pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
         assert pod["configured"] is True
         assert pod["datacenter"] == "EU-RO-1"
+        # reflection through the edge describes every public service, the monitor's included
+        grpcurl = str(Path(sys.executable).parent / "grpcurl")
+        described = subprocess.run([grpcurl, "-plaintext", edge.removeprefix("http://"), "describe",
+                                    "thermostat.monitor.v1.IdleMonitor"], capture_output=True, text=True, timeout=30,
+                                   check=False)
+        assert "GetMonitorState" in described.stdout, described.stderr
 
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
