@@ -75,5 +75,10 @@ def _run_and_stop(tmp_path: Path) -> None:
         assert postgres == []
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+            # a failed assertion must not orphan the children (each runs in its own session): stop them first
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
