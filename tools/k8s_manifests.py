@@ -19,6 +19,7 @@ from thermostat.chassis.registry import SERVICES, ServiceDef
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "deploy" / "k8s" / "thermostat.yaml"
 IMAGE = "thermostat:latest"
+ENV_FROM = "thermostat-secrets"  # the Secret every service reads its environment from, managed outside this repository
 
 HEADER = """\
 # Thermostat on Kubernetes: two replicas of each service over one Postgres (DATABASE_URL), gRPC health probes,
@@ -50,19 +51,23 @@ data:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rollout:
-    """How a service runs in the cluster, where it differs from two replicas and the default stop grace."""
+    """How a service runs in the cluster where it differs from the defaults: replicas, stop grace, its own env.
+
+    `env` holds YAML list items (one string each; a multi-line item's later lines are indented under the first).
+    """
 
     replicas: int = 2
     replicas_note: str = ""
     termination_grace_seconds: int | None = None
     termination_note: str = ""
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[str, ...] = ()
+    env_from_note: str = ""
 
 
 ROLLOUTS = {
     "pod-controller": Rollout(
         termination_grace_seconds=330, termination_note="a wake in flight may poll for 300 s; it is drained, not cut",
-        env=(("SHUTDOWN_GRACE_SECONDS", "300"),),
+        env=('{name: SHUTDOWN_GRACE_SECONDS, value: "300"}',),
     ),
     "idle-monitor": Rollout(
         replicas_note="one ticks each pod (a lease); the other takes over within MONITOR_LEASE_SECONDS",
@@ -97,9 +102,14 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"        command: [python, -m, {service.package}]",
     ]
     if rollout.env:
-        lines.append("        env: [" + ", ".join(f'{{name: {k}, value: "{v}"}}' for k, v in rollout.env) + "]")
+        lines.append("        env:")
+        for item in rollout.env:
+            first, *rest = item.splitlines()
+            lines += [f"        - {first}", *(f"          {line}" for line in rest)]
+    if rollout.env_from_note:
+        lines.append(f"        # {rollout.env_from_note}")
     lines += [
-        "        envFrom: [{configMapRef: {name: thermostat-config}}, {secretRef: {name: thermostat-secrets}}]",
+        f"        envFrom: [{{configMapRef: {{name: thermostat-config}}}}, {{secretRef: {{name: {ENV_FROM}}}}}]",
         f"        ports: [{{containerPort: {port}, name: grpc}}]",
         f"        readinessProbe: {{grpc: {{port: {port}, service: {service.health_service}}}, periodSeconds: 5}}",
         f"        livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 10, failureThreshold: 6}}",
