@@ -8,10 +8,10 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 GEN_STAMP := build/.proto
-PROTOS := $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
+PROTOS := tools/protogen.py $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
 $(STAMP): requirements.txt requirements-dev.txt
@@ -20,12 +20,12 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	@# this machine's pip config names local mirrors that may be absent; their warnings are noise
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
-	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n')"
+	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n$(CURDIR)/dev\n')"
 	@touch $@
 
 proto: $(GEN_STAMP) ## generate Python code, stubs and descriptor sets from protos/
 $(GEN_STAMP): $(STAMP) $(PROTOS)
-	@$(BIN)/python -m thermostat.devstack.protogen
+	@$(BIN)/python tools/protogen.py
 	@touch $@
 
 node_modules/.bin/buf: package.json
@@ -33,8 +33,11 @@ node_modules/.bin/buf: package.json
 	@npm install --silent --no-audit --no-fund
 	@touch $@
 
+k8s: $(STAMP) ## write deploy/k8s/thermostat.yaml from the service registry (commit the result)
+	@$(BIN)/python tools/k8s_manifests.py
+
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
-	@$(BIN)/python -m thermostat.devstack
+	@$(BIN)/python -m thermostat.dev.stack
 
 test: proto ## run the whole test suite
 	@$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -55,4 +58,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto run test lint bench clean
+.PHONY: help venv proto k8s run test lint bench clean

@@ -26,8 +26,8 @@ import grpc  # noqa: E402
 import httpx  # noqa: E402
 
 from tests.e2e.edge_server import SERVICE, start_edge_test_server  # noqa: E402
+from thermostat.dev.envoy import start_envoy  # noqa: E402
 from thermostat.edge.envoy_config import EdgeSpec, Upstream, write_envoy_config  # noqa: E402
-from thermostat.edge.process import start_envoy  # noqa: E402
 from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc  # noqa: E402
 
 WARMUP = 200

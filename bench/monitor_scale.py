@@ -60,6 +60,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 
 from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.idle_monitor.scrape_clients import ScrapeClients  # noqa: E402
 from thermostat.idle_monitor.settings import IdleMonitorSettings  # noqa: E402
 from thermostat.idle_monitor.state_store import MonitorStateStore  # noqa: E402
@@ -70,7 +71,6 @@ from thermostat.policy.monitor_state import MonitorState  # noqa: E402
 from thermostat.policy.monitor_tick import tick  # noqa: E402
 from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT  # noqa: E402
 from thermostat.store.db import Store  # noqa: E402
-from thermostat.store.embedded import EmbeddedPostgres  # noqa: E402
 
 API_KEY = "rpa_BENCHKEY_7e1d"
 VOLUME = "bjn7d94ej9"
@@ -78,7 +78,7 @@ POD = "qwen"
 SIM_SAMPLES = 20
 DEFAULT_SCRAPE_TIMEOUT = IdleMonitorSettings.model_fields["scrape_timeout_seconds"].default
 # the simulator's entry point, with the listen backlog raised first (see the module docstring)
-SIMULATOR = ("import sys, thermostat.simulators.runpod as s; backlog = int(sys.argv[1]); "
+SIMULATOR = ("import sys, thermostat.dev.simulators.runpod as s; backlog = int(sys.argv[1]); "
              "s._Server.request_queue_size = backlog or s._Server.request_queue_size; "
              "sys.exit(s.main(sys.argv[2:]))")
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/pod_wake.py [--samples 150]
 
-Starts the stack the way `make run` does (devstack Stack): an embedded Postgres in a temporary directory, the
+Starts the stack the way `make run` does (the dev stack's Stack): an embedded Postgres in a temporary directory, the
 RunPod simulator with zero lifecycle delays, the pod controller and Envoy, each a process of its own. Then,
 in one run:
 
@@ -38,8 +38,8 @@ sys.path[:0] = [str(ROOT / "tests" / "gen"), str(ROOT)]
 
 import httpx  # noqa: E402
 
-from thermostat.devstack.catalogue import POD_CONTROLLER  # noqa: E402
-from thermostat.devstack.stack import SIMULATOR_API_KEY, Stack, StackConfig  # noqa: E402
+from thermostat.chassis.registry import POD_CONTROLLER  # noqa: E402
+from thermostat.dev.stack.supervisor import SIMULATOR_API_KEY, Stack, StackConfig  # noqa: E402
 
 BUDGET_S = 150.0
 WARMUP = 15

@@ -16,6 +16,7 @@ from google.protobuf import descriptor_pool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
+from thermostat.dev.envoy import EnvoyError, EnvoyProcess, start_envoy, validate_config
 from thermostat.edge.envoy_config import (
     DEFAULT_LISTEN_PORT,
     EdgeSpec,
@@ -25,7 +26,6 @@ from thermostat.edge.envoy_config import (
     listen_port_from_env,
     write_envoy_config,
 )
-from thermostat.edge.process import EnvoyError, EnvoyProcess, start_envoy, validate_config
 from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]

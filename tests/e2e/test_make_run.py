@@ -19,7 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.postgres import embedded_data_dir
-from thermostat.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = {"X-Rig-Operator-Token": "e2e-operator"}
@@ -27,7 +27,7 @@ SIM_KEY = "sim-key-for-the-unconfigured-stack"
 
 
 class DevStack:
-    """`python -m thermostat.devstack` as a child process, read up to its "Thermostat is up" summary."""
+    """`python -m thermostat.dev.stack` as a child process, read up to its "Thermostat is up" summary."""
 
     def __init__(self, data_dir: Path, env: Mapping[str, str | None]) -> None:
         full = {**os.environ, "THERMOSTAT_DATA_DIR": str(data_dir), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
@@ -37,7 +37,7 @@ class DevStack:
             full.pop(name, None)
         full.update({k: v for k, v in env.items() if v is not None})
         self.data_dir = data_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "thermostat.devstack"], cwd=ROOT, env=full,
+        self.proc = subprocess.Popen([sys.executable, "-m", "thermostat.dev.stack"], cwd=ROOT, env=full,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
         self.ports: dict[str, int] = {}
@@ -71,13 +71,18 @@ class DevStack:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
+            # a failed assertion must not orphan the children (each runs in its own session): stop them first
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
 
 
 @pytest.mark.e2e
 def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None:
-    """python -m thermostat.devstack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
+    """python -m thermostat.dev.stack starts Postgres, the simulator, both services and Envoy; SIGINT ends them all."""
     with embedded_data_dir() as data_dir:
         stack = DevStack(data_dir, {})
         try:
@@ -86,11 +91,17 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
             names = {" ".join(c.cmdline()[1:4]) for c in children if c.is_running()}
             assert any("thermostat.pod_controller" in n for n in names)
             assert any("thermostat.idle_monitor" in n for n in names)
-            assert any("thermostat.simulators.runpod" in n for n in names)
+            assert any("thermostat.dev.simulators.runpod" in n for n in names)
             assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
             pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
             assert pod["configured"] is True
             assert pod["datacenter"] == "EU-RO-1"
+            # reflection through the edge describes every public service, the monitor's included
+            grpcurl = str(Path(sys.executable).parent / "grpcurl")
+            described = subprocess.run([grpcurl, "-plaintext", edge.removeprefix("http://"), "describe",
+                                        "thermostat.monitor.v1.IdleMonitor"], capture_output=True, text=True,
+                                       timeout=30, check=False)
+            assert "GetMonitorState" in described.stdout, described.stderr
 
             stack.interrupt()
             time.sleep(0.2)

@@ -12,21 +12,20 @@ import httpx
 import pytest
 
 from tests.fixtures.services import VOLUME, RunningService, pod_controller_env
+from thermostat.chassis.registry import IDLE_MONITOR, POD_CONTROLLER
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, write_envoy_config
-from thermostat.edge.process import start_envoy
-from thermostat.idle_monitor.__main__ import SERVICE as MONITOR
+from thermostat.dev.envoy import start_envoy
+from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
 from thermostat.idle_monitor.state_store import MonitorStateStore
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.monitor.v1 import monitor_pb2_grpc
-from thermostat.pod_controller.__main__ import PUBLIC
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions
 from thermostat.policy.monitor_watch import Watch
 from thermostat.policy.pod_options import parse_pod_options
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +45,9 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
         servicer = IdleMonitorServicer(pods, MonitorStateStore(db_store.pool), MonitorOptions(),
                                        pods_pb2_grpc.PodControllerStub(channel), 10,
                                        watch_of=lambda _: Watch.WATCHING)
-        host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[MONITOR], register=lambda server:
-                                       monitor_pb2_grpc.add_IdleMonitorServicer_to_server(servicer, server)))
+        host = ServiceHost(ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served,
+                                       register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
+                                           servicer, server)))
         port = await host.start("127.0.0.1", 0)
         yield port
         await host.stop(0.5)
@@ -57,10 +57,8 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
 async def edge(pod_controller: RunningService, monitor_port: int, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     controller_port = int(pod_controller.address.rpartition(":")[2])
     spec = EdgeSpec(
-        upstreams=(Upstream(cluster="pod-controller", services=(PUBLIC,), host="127.0.0.1", port=controller_port,
-                            health_service=PUBLIC),
-                   Upstream(cluster="idle-monitor", services=(MONITOR,), host="127.0.0.1", port=monitor_port,
-                            health_service=MONITOR)),
+        upstreams=upstreams(ports={POD_CONTROLLER.name: controller_port, IDLE_MONITOR.name: monitor_port},
+                            host="127.0.0.1"),
         descriptor_set=ROOT / "build" / "thermostat.pb", listen_port=0, admin_port=0,
         health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2))
     envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)

@@ -1,4 +1,4 @@
-"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (devstack's
+"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (the dev stack's
 Stack), spoken to over HTTP — status codes, problem+json and lowerCamelCase bodies as the cockpit reads them —
 plus two pod-controller processes on one database woken at the same moment."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -22,8 +21,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import database_dsn
-from thermostat.devstack.catalogue import POD_CONTROLLER
-from thermostat.devstack.stack import Stack, StackConfig
+from thermostat.chassis.ports import free_port
+from thermostat.chassis.registry import POD_CONTROLLER
+from thermostat.dev.stack.supervisor import Stack, StackConfig
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 
 pytestmark = pytest.mark.e2e
@@ -227,9 +227,7 @@ async def test_stop_and_history_print_the_seeds_json(edge, sim) -> None:
 
 @contextlib.asynccontextmanager
 async def _second_controller(stack: Stack) -> AsyncIterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "thermostat.pod_controller", cwd=ROOT,
         env={**os.environ, **stack.env, "POD_CONTROLLER_PORT": str(port)},

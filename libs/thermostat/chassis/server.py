@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
+import pkgutil
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from google.protobuf import descriptor_pool
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -62,6 +65,7 @@ class ServiceHost:
         spec.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = {*spec.service_names, *spec.reflection_names, health.SERVICE_NAME, reflection.SERVICE_NAME}
+        _load_descriptors(spec.reflection_names)
         reflection.enable_server_reflection(sorted(names), self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
@@ -116,6 +120,22 @@ class ServiceHost:
             except Exception:
                 log.exception("%s stop hook failed", self.spec.name)
         log.info("%s stopped", self.spec.name)
+
+
+def _load_descriptors(names: Sequence[str]) -> None:
+    """Reflection answers from the default descriptor pool, which holds only the generated modules imported so
+    far: import the generated package (thermostat.<svc>.v1) of every reflected service this process lacks."""
+    pool = descriptor_pool.Default()
+    for name in names:
+        try:
+            pool.FindServiceByName(name)
+            continue
+        except KeyError:
+            pass
+        package = importlib.import_module(name.rpartition(".")[0])
+        for module in pkgutil.iter_modules(package.__path__):
+            if module.name.endswith("_pb2"):
+                importlib.import_module(f"{package.__name__}.{module.name}")
 
 
 async def serve_until_signalled(host_: ServiceHost, *, host: str, port: int, grace: float) -> None:

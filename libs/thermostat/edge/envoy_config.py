@@ -2,7 +2,9 @@
 
 One listener serves native gRPC (passed through to the service that owns the path) and REST (JSON
 transcoding from the same descriptor set). `build_envoy_config` is pure: same arguments, same dict.
-The config is written as JSON, which is valid YAML, so no YAML library is needed.
+`upstreams` reads the clusters, the gRPC services each owns and their health services from the service
+registry (thermostat.chassis.registry). The config is written as JSON, which is valid YAML, so no YAML
+library is needed.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
+
+from thermostat.chassis.ports import port_from_env
+from thermostat.chassis.registry import SERVICES, ServiceDef
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
 DEFAULT_LISTEN_PORT: Final = 8080
@@ -92,16 +97,21 @@ class EdgeSpec:
 
 def listen_port_from_env(environ: Mapping[str, str], default: int = DEFAULT_LISTEN_PORT) -> int:
     """The edge's port: EDGE_PORT when set, else `default`."""
-    raw = environ.get("EDGE_PORT", "").strip()
-    if not raw:
-        return default
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ValueError(f"EDGE_PORT={raw!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"EDGE_PORT={raw!r} is outside 0..65535")
-    return port
+    return port_from_env(environ, "EDGE_PORT", default)
+
+
+def upstreams(services: Sequence[ServiceDef] = SERVICES, *, ports: Mapping[str, int] | None = None,
+              host: str | None = None) -> tuple[Upstream, ...]:
+    """One upstream per registered service, owning its public gRPC services (internal ones are never routed).
+
+    `host` None: each service's own name, as its Kubernetes Service is named; `ports` default to the registry's.
+    """
+    ports = ports or {}
+    return tuple(
+        Upstream(cluster=s.name, services=s.public_services, host=s.name if host is None else host,
+                 port=ports.get(s.name, s.default_port), health_service=s.health_service)
+        for s in services
+    )
 
 
 def _duration(seconds: float) -> str:

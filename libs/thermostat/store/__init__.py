@@ -1,1 +1,1 @@
-"""The Postgres store: embedded server, migrations, named SQL blocks, pools and leases."""
+"""The Postgres store: migrations, named SQL blocks, pools and leases (the embedded dev server is thermostat.dev)."""

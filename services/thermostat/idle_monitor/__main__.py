@@ -5,19 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from grpc import aio
 
+from thermostat.chassis.registry import IDLE_MONITOR
+from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
+from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_options import parse_monitor_options
 from thermostat.policy.monitor_watch import Watch
@@ -33,9 +32,6 @@ from .ticker import PodTicker
 from .watch import PodWatch
 
 log = logging.getLogger("thermostat.idle_monitor")
-
-SERVICE = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
-
 
 @dataclass
 class Monitor:
@@ -62,7 +58,7 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
     # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
     channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds)
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
-    replica = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    replica = replica_id()
     states = MonitorStateStore(store.pool)
     leaders: list[PodLeader] = []
     tasks: list[asyncio.Task[None]] = []
@@ -110,8 +106,8 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
             watch_of=watch_of), server)
 
     host = ServiceHost(
-        ServiceSpec(name="idle-monitor", service_names=[SERVICE], register=register, dependency_check=store.ping,
-                    on_start=[start_watching], on_stop=[stop_watching]),
+        ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served, register=register,
+                    dependency_check=store.ping, on_start=[start_watching], on_stop=[stop_watching]),
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)
@@ -122,5 +118,4 @@ async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], stor
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(IdleMonitorSettings, name="idle-monitor",
-                                     port=lambda s: s.idle_monitor_port, build=build_host)))
+    sys.exit(asyncio.run(run_service(IdleMonitorSettings, IDLE_MONITOR, build=build_host)))

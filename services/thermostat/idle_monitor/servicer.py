@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import grpc
 
+from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.request_context import outgoing_metadata
+from thermostat.chassis.timestamps import stamp
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.idle_phase import Phase, StopTrigger
@@ -68,10 +70,7 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
 
     async def GetMonitorState(self, request: monitor_pb2.GetMonitorStateRequest,
                               context: grpc.aio.ServicerContext) -> monitor_pb2.GetMonitorStateResponse:
-        pod = find_pod(self.pods, request.name)
-        if pod is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown pod name {request.name!r}")
-        assert pod is not None
+        pod = await found_or_abort(find_pod(self.pods, request.name), context, f"unknown pod name {request.name!r}")
         saved = await self.states.load(pod.name)
         o, state = self.options, saved.state
         response = monitor_pb2.GetMonitorStateResponse(
@@ -85,14 +84,14 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         response.watch, response.watch_reason = str(watch), watch_reason(watch)
         for field, value in (("runtime_cap_start", state.cap_started_at), ("last_tick_at", saved.last_tick_at)):
             if value is not None:
-                getattr(response, field).FromDatetime(value.astimezone(UTC))
+                stamp(getattr(response, field), value)
         ready = [t for t in state.readiness.values()]
         if ready:
-            response.ready_since.FromDatetime(min(ready).astimezone(UTC))
+            stamp(response.ready_since, min(ready))
         # an unwatched pod is stopped by no tick: no projection from a state that no tick moves
         projected = projected_stop(saved, o) if watch is Watch.WATCHING else None
         if projected is not None:
-            response.projected_stop_at.FromDatetime(projected[0].astimezone(UTC))
+            stamp(response.projected_stop_at, projected[0])
             response.projected_stop_trigger = str(projected[1])
         if state.phase is Phase.BOOTING:
             try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from thermostat.chassis.registry import IDLE_MONITOR, POD_CONTROLLER
 from thermostat.chassis.settings import ServiceSettings
 
 
 class IdleMonitorSettings(ServiceSettings):
-    idle_monitor_port: int = Field(default=50062, ge=0, le=65535)
-    pod_controller_addr: str = Field(default="127.0.0.1:50061", min_length=3)
+    idle_monitor_port: int = Field(default=IDLE_MONITOR.default_port, ge=0, le=65535)
+    pod_controller_addr: str = Field(default=POD_CONTROLLER.address(), min_length=3)
     monitor_lease_seconds: float = Field(default=30.0, gt=0.2, le=3600)
     scrape_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     controller_timeout_seconds: float = Field(default=30.0, gt=0, le=300)

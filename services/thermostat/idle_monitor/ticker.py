@@ -16,6 +16,7 @@ from datetime import datetime
 import grpc
 
 from thermostat.chassis.request_context import outgoing_metadata
+from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.idle_phase import StopTrigger
 from thermostat.policy.monitor_options import MonitorOptions
@@ -181,7 +182,7 @@ class PodTicker:
         for change in pending.values():
             request = pods_pb2.ReportReadinessRequest(name=self.pod_name, pod_id=change.pod_id)
             if change.ready_since is not None:
-                request.ready_since.FromDatetime(change.ready_since)
+                stamp(request.ready_since, change.ready_since)
             try:
                 await self.controller.ReportReadiness(request, timeout=self.controller_timeout,
                                                       metadata=outgoing_metadata())

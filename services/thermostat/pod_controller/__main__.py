@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import sys
-import uuid
 from collections.abc import Mapping
 
 from grpc import aio
 
 from thermostat.chassis.auth import TokenRule, method_name
+from thermostat.chassis.registry import POD_CONTROLLER, public_services
+from thermostat.chassis.replica import replica_id
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.monitor.v1 import monitor_pb2
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.pod_options import parse_pod_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
@@ -30,8 +28,6 @@ from .wake_service import WakeService
 log = logging.getLogger("thermostat.pod_controller")
 
 PUBLIC = pods_pb2.DESCRIPTOR.services_by_name["PodController"].full_name
-INTERNAL = pods_pb2.DESCRIPTOR.services_by_name["PodControllerInternal"].full_name
-MONITOR = monitor_pb2.DESCRIPTOR.services_by_name["IdleMonitor"].full_name
 
 OPERATOR_HEADER = "x-rig-operator-token"
 
@@ -64,7 +60,7 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
         settings.runpod_api_key.get_secret_value() if settings.runpod_api_key else None,
         base_url=settings.runpod_v2_base_url, timeout_seconds=settings.runpod_timeout_seconds)
     records = PodRecords(store.pool, timeout=settings.record_timeout_seconds)
-    gate = WakeGate(store, replica=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}",
+    gate = WakeGate(store, replica=replica_id(),
                     lease_seconds=settings.wake_lease_seconds, record_timeout=settings.record_timeout_seconds,
                     call_budget=settings.runpod_timeout_seconds)
     control = PodControl(options.pods, client, records, gate, WakeService(client, records),
@@ -79,13 +75,13 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
         await client.aclose()
 
     return ServiceHost(
-        ServiceSpec(name="pod-controller", service_names=[PUBLIC, INTERNAL], register=register,
+        # reflection lists every public service of the house: the edge sends grpcurl's reflection calls here
+        ServiceSpec(name=POD_CONTROLLER.name, service_names=POD_CONTROLLER.served, register=register,
                     auth_rules=auth_rules(settings), dependency_check=store.ping, on_stop=[shutdown],
-                    reflection_names=[MONITOR]),
+                    reflection_names=public_services()),
         probe_seconds=settings.health_probe_seconds,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(PodControllerSettings, name="pod-controller",
-                                     port=lambda s: s.pod_controller_port, build=build)))
+    sys.exit(asyncio.run(run_service(PodControllerSettings, POD_CONTROLLER, build=build)))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
+from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.pod_model import PodObservation, PodStatus, VolumeLookup
 from thermostat.policy.pod_options import PodOptions
@@ -27,14 +26,6 @@ RECORDS_READ_SECONDS = 2.0
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
 
 
-def timestamp(at: datetime | None) -> Timestamp | None:
-    if at is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(at.astimezone(UTC))
-    return ts
-
-
 def wake_record(row: Mapping[str, Any]) -> pods_pb2.WakeRecord:
     get = row.get
     record = pods_pb2.WakeRecord(
@@ -49,7 +40,7 @@ def wake_record(row: Mapping[str, Any]) -> pods_pb2.WakeRecord:
         if isinstance(value, str):
             value = datetime.fromisoformat(value)
         if value is not None:
-            getattr(record, field).FromDatetime(value.astimezone(UTC))
+            stamp(getattr(record, field), value)
     return record
 
 
@@ -85,7 +76,7 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         readiness, newest = None, None
     ready = readiness is not None
     if readiness is not None:
-        response.ready_since.FromDatetime(readiness.astimezone(UTC))
+        stamp(response.ready_since, readiness)
     if newest is not None:
         response.last_wake.CopyFrom(wake_record(dict(newest)))
     if view.pod_id is not None and not ready and view.status in _BOOTING:

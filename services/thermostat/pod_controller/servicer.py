@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc
 
+from thermostat.chassis.lookup import found_or_abort
+from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.last_wake import last_wake_of, last_wake_of_exception
 from thermostat.policy.pod_model import Lookup
@@ -25,7 +27,7 @@ from thermostat.policy.pod_options import PodOptions, find_pod
 from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
-from .pod_view import build_view, observe_volume, timestamp, wake_record
+from .pod_view import build_view, observe_volume, wake_record
 from .records import ActionEntry, PodRecords
 from .wake_gate import WakeGate, WakeGateUnavailable
 from .wake_service import Fence, WakeService, unconfigured
@@ -57,11 +59,7 @@ class PodControl:
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         """The named pod, or NOT_FOUND — always before any RunPod call."""
-        pod = find_pod(self.pods, name)
-        if pod is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown pod name {name!r}")
-        assert pod is not None
-        return pod
+        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
 
     def configured(self, pod: PodOptions) -> bool:
         return self.client.is_configured and pod.configured
@@ -194,7 +192,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
         response = pods_pb2.GetPodHistoryResponse(name=pod.name)
         for row in rows[:size]:
-            entry = pods_pb2.HistoryEntry(at=timestamp(row["at"]))
+            entry = pods_pb2.HistoryEntry(at=to_timestamp(row["at"]))
             if row["kind"] == "action":
                 entry.action.CopyFrom(_action(row["row"]))
             else:
@@ -267,7 +265,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
             if not request.pod_id:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required to publish readiness")
             await self.c.records.set_readiness(pod.name, request.pod_id,
-                                               request.ready_since.ToDatetime(tzinfo=UTC))
+                                               from_timestamp(request.ready_since))
         else:
             await self.c.records.clear_readiness(pod.name, request.pod_id or None)
         return pods_pb2.ReportReadinessResponse()
@@ -279,7 +277,7 @@ def _action(row: dict[str, Any]) -> pods_pb2.PodAction:
         gpu_id=row.get("gpu_id") or "", price_per_hour=row.get("price_per_hour") or 0.0,
         http_status=row.get("http_status") or 0, ok=bool(row["ok"]), trigger=row["trigger"],
         detail=row.get("detail") or "")
-    action.at.FromDatetime(datetime.fromisoformat(row["at"]).astimezone(UTC))
+    stamp(action.at, datetime.fromisoformat(row["at"]))
     return action
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, model_validator
 
+from thermostat.chassis.registry import POD_CONTROLLER
 from thermostat.chassis.settings import ServiceSettings
 
 LEASE_TRUST_FLOOR = 0.45
 
 
 class PodControllerSettings(ServiceSettings):
-    pod_controller_port: int = Field(default=50061, ge=0, le=65535)
+    pod_controller_port: int = Field(default=POD_CONTROLLER.default_port, ge=0, le=65535)
     runpod_api_key: SecretStr | None = None
     runpod_v2_base_url: str = "https://api.runpod.io/v2"
     rig_operator_token: SecretStr | None = None

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,17 +16,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thermostat.chassis.auth import TokenRule
+from thermostat.chassis.ports import free_port
 from thermostat.chassis.request_context import insecure_channel, outgoing_metadata, request_id_var
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _echo_handlers(seen: list[dict[str, str]]) -> grpc.GenericRpcHandler:

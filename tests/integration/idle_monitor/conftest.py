@@ -24,6 +24,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.services import SIM_API_KEY, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from thermostat.chassis.timestamps import from_timestamp
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.__main__ import Monitor
 from thermostat.idle_monitor.__main__ import build as build_monitor
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
@@ -35,7 +37,6 @@ from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.monitor_options import MonitorOptions, parse_monitor_options
 from thermostat.policy.monitor_tick import TickDecision
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 POD = "qwen"
@@ -135,7 +136,7 @@ class MonitorRig:
 
     async def ready_since(self) -> datetime | None:
         view = await self.view()
-        return view.ready_since.ToDatetime(tzinfo=UTC) if view.HasField("ready_since") else None
+        return from_timestamp(view.ready_since) if view.HasField("ready_since") else None
 
     async def stops(self) -> list[pods_pb2.PodAction]:
         """Every Stop the controller issued for the pod, oldest first."""

@@ -19,10 +19,10 @@ from grpc_health.v1 import health_pb2
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, pod_controller_env, start_pod_controller
 from tests.integration.idle_monitor.conftest import POD, POD_ID, InProcessMonitor, in_process_monitor, messages
-from thermostat.devstack.stack import free_port
-from thermostat.idle_monitor.__main__ import SERVICE
+from thermostat.chassis.ports import free_port
+from thermostat.chassis.registry import IDLE_MONITOR
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.monitor.v1 import monitor_pb2
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 from thermostat.store.lease import LeaseStore
 
@@ -65,7 +65,8 @@ async def test_an_unconfigured_pod_leaves_the_monitor_serving_and_watching_nothi
     async with start_pod_controller(pod_controller_env(runpod_sim, **blank), db_store) as controller, \
             in_process_monitor(monitor_env(runpod_sim, controller.address), db_store) as monitor:
         await eventually(lambda: asked(monitor, POD, 5), timeout=10)
-        assert await monitor.health() == await monitor.health(SERVICE) == health_pb2.HealthCheckResponse.SERVING
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert await monitor.health() == await monitor.health(IDLE_MONITOR.health_service) == serving
         state = await monitor.state()
         assert (state.watch, state.watch_reason, state.phase, state.last_signal) == (
             "DisabledUntilConfigured", DISABLED_REASON, "Down", "")

@@ -20,13 +20,13 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, RunningService
 from tests.integration.idle_monitor.conftest import POD, POD_ID, monitor_env, monitor_options, monitor_process
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.leader import PodLeader
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.monitor_tick import TickDecision
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 CHECK = 0.2

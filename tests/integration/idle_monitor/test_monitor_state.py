@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.fixtures.services import OPERATOR, pod_controller_env
 from tests.integration.idle_monitor.conftest import POD, POD_ID, MakeRig, MonitorRig, minutes
+from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.idle_monitor.__main__ import SERVICE
+from thermostat.chassis.timestamps import from_timestamp as at
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2
@@ -27,7 +26,7 @@ async def monitor_service(rig: MonitorRig) -> AsyncIterator[monitor_pb2_grpc.Idl
     """The monitor's GetMonitorState served on loopback over the rig's state store and controller."""
     pods = parse_pod_options(pod_controller_env(rig.sim)).pods
     servicer = IdleMonitorServicer(pods, rig.states, rig.options, rig.pods, 10, watch_of=lambda _: Watch.WATCHING)
-    host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[SERVICE],
+    host = ServiceHost(ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served,
                                    register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
                                        servicer, server)))
     port = await host.start("127.0.0.1", 0)
@@ -44,8 +43,6 @@ async def state_of(stub: monitor_pb2_grpc.IdleMonitorStub, name: str = POD) -> m
     return state
 
 
-def at(field: Timestamp) -> datetime:
-    return field.ToDatetime(tzinfo=UTC)
 
 
 async def test_monitor_state_follows_a_boot_into_ready(rig: MonitorRig) -> None:

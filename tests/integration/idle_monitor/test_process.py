@@ -17,9 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, RunningService, pod_controller_env, start_pod_controller
 from tests.integration.idle_monitor.conftest import POD, POD_ID, monitor_env, monitor_process
-from thermostat.idle_monitor.__main__ import SERVICE
+from thermostat.chassis.registry import IDLE_MONITOR
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 from thermostat.store.lease import LeaseStore
 
@@ -70,7 +70,7 @@ async def test_the_monitor_stays_up_and_serving_when_it_has_nothing_to_watch(
         address = await listening(log)
         async with grpc.aio.insecure_channel(address) as channel:
             health = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)
+                health_pb2.HealthCheckRequest(service=IDLE_MONITOR.health_service), timeout=5)
             assert health.status == health_pb2.HealthCheckResponse.SERVING
             stub = monitor_pb2_grpc.IdleMonitorStub(channel)
 

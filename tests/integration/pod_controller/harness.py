@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from tests.fixtures.services import OPERATOR, RunningService, pod_controller_env, start_pod_controller
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 A100 = "NVIDIA A100 80GB PCIe"

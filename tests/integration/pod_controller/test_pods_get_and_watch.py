@@ -8,19 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, LIST, controller, start, wakes
+from thermostat.chassis.timestamps import from_timestamp, to_timestamp
 from thermostat.pods.v1 import pods_pb2
 
 QWEN = pods_pb2.GetPodRequest(name="qwen")
 
 
-def _stamp(at: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(at)
-    return stamp
 
 
 @pytest.mark.parametrize(
@@ -79,15 +75,15 @@ async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_cl
     serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     ready_at = datetime.now(UTC).replace(microsecond=0)
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale, ready_since=_stamp(ready_at)), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale, ready_since=to_timestamp(ready_at)), timeout=10)
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert (view.pod_id, view.is_running) == (serving, True)
     assert not view.HasField("ready_since")
 
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=serving, ready_since=_stamp(ready_at)), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=serving, ready_since=to_timestamp(ready_at)), timeout=10)
     view = await pods_stub.GetPod(QWEN, timeout=10)
-    assert view.ready_since.ToDatetime(tzinfo=UTC) == ready_at
+    assert from_timestamp(view.ready_since) == ready_at
 
     await pods_stub.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
     view = await pods_stub.GetPod(QWEN, timeout=10)
@@ -125,9 +121,9 @@ async def test_eta_shows_while_booting_only_when_a_boot_was_measured(runpod_sim,
         assert not view.HasField("eta_seconds")  # nothing measured yet: no made-up number
 
         await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
-        ready = first.requested_at.ToDatetime(tzinfo=UTC) + timedelta(seconds=90)
+        ready = from_timestamp(first.requested_at) + timedelta(seconds=90)
         await c.internal.ReportReadiness(
-            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_stamp(ready)), timeout=10)
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(ready)), timeout=10)
         await c.internal.ReportReadiness(pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod), timeout=10)
 
         again = await start(c.public)
@@ -235,10 +231,10 @@ async def test_get_serves_the_readiness_of_the_pod_it_reports_when_two_pods_answ
     serving_ready = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     for pod, at in ((serving, serving_ready), (stale, serving_ready + timedelta(minutes=5))):
         await internal_stub.ReportReadiness(
-            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_stamp(at)), timeout=10)
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(at)), timeout=10)
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert view.pod_id == serving
-    assert view.ready_since.ToDatetime(tzinfo=UTC) == serving_ready
+    assert from_timestamp(view.ready_since) == serving_ready
     await internal_stub.ReportReadiness(pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale), timeout=10)
     view = await pods_stub.GetPod(QWEN, timeout=10)
-    assert view.ready_since.ToDatetime(tzinfo=UTC) == serving_ready
+    assert from_timestamp(view.ready_since) == serving_ready

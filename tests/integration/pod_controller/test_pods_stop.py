@@ -6,19 +6,15 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import LIST, action, actions, api_calls, writes
+from thermostat.chassis.timestamps import to_timestamp
 from thermostat.pods.v1 import pods_pb2
 
 QWEN = pods_pb2.StopPodRequest(name="qwen")
 
 
-def _ready_now() -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(datetime.now(UTC))
-    return stamp
 
 
 async def test_stop_stops_every_pod_on_the_volume_and_records_each_as_manual(pods_stub, runpod_sim) -> None:
@@ -90,7 +86,8 @@ async def test_internal_stop_records_its_trigger_and_clears_the_stopped_pods_rea
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     sibling = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_ready_now()), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(datetime.now(UTC))),
+        timeout=10)
     assert (await pods_stub.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)).HasField("ready_since")
     runpod_sim.clear_requests()
 
@@ -124,7 +121,8 @@ async def test_a_refused_internal_stop_keeps_the_pods_readiness(pods_stub, inter
     """RunPod refused the stop (409): the pod is still up and still ready, and the refusal is recorded."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=_ready_now()), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(datetime.now(UTC))),
+        timeout=10)
     runpod_sim.inject("POST", f"/v2/pods/{pod}/action", status=409)
     reply = await internal_stub.StopPods(
         pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10)

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -23,8 +22,9 @@ from tests.integration.pod_controller.harness import (
     start,
     wakes,
 )
+from thermostat.chassis.ports import free_port
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.simulators.runpod import RunPodSimulator
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -99,9 +99,7 @@ async def test_a_wake_abandoned_by_a_client_still_completes_and_is_recorded(runp
 @contextlib.asynccontextmanager
 async def controller_process(env: Mapping[str, str]) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`python -m thermostat.pod_controller` on a free port, until the test kills it (or it is killed here)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "thermostat.pod_controller", cwd=ROOT,
         env={**os.environ, **env, "POD_CONTROLLER_PORT": str(port), "LOG_LEVEL": "WARNING"},

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from thermostat.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 CREATE = {
@@ -236,9 +236,9 @@ def test_the_http_control_api_refuses_nonsense(
 
 
 def test_the_standalone_simulator_prints_its_urls_and_stops_on_sigterm() -> None:
-    """`python -m thermostat.simulators.runpod` is what `make run` starts; it must say where it listens."""
+    """`python -m thermostat.dev.simulators.runpod` is what `make run` starts; it must say where it listens."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "thermostat.simulators.runpod", "--port", "0", "--api-key", "k1", "--stopped-pod"],
+        [sys.executable, "-m", "thermostat.dev.simulators.runpod", "--port", "0", "--api-key", "k1", "--stopped-pod"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "error"},

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.policy.vllm_metrics import parse_vllm_metrics
-from thermostat.simulators.runpod import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import embedded_data_dir
-from thermostat.store.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from thermostat.dev.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
 
 
 def _stat_fields(pid: int) -> list[str] | None:

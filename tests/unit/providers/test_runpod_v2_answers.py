@@ -7,13 +7,13 @@ fault, so the client is exercised on bytes as they arrive on a socket.
 from __future__ import annotations
 
 import logging
-import socket
 
 import pytest
 
+from thermostat.chassis.ports import free_port
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.policy.pod_model import Availability, Lookup, PodObservation, PodStatus
 from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
-from thermostat.simulators.runpod import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 A100 = "NVIDIA A100 80GB PCIe"
@@ -23,12 +23,6 @@ async def create(client: RunPodV2Client, gpu_id: str = A100, volume_id: str = VO
     return await client.create_pod(
         name="qwen-test", template_id="cnz5fxyadi", datacenter_id="EU-RO-1", gpu_id=gpu_id, volume_id=volume_id
     )
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- observe ----------------------------------------------------------------------------------------------------
@@ -146,7 +140,7 @@ async def test_an_observe_that_times_out_is_unreadable(sim: RunPodSimulator, imp
 
 async def test_an_unreachable_api_is_unreadable(api_key: str) -> None:
     """Connection refused is a transport failure like any other."""
-    async with RunPodV2Client(api_key, base_url=f"http://127.0.0.1:{closed_port()}/v2") as runpod:
+    async with RunPodV2Client(api_key, base_url=f"http://127.0.0.1:{free_port()}/v2") as runpod:
         assert (await runpod.observe_pod("p1")).lookup is Lookup.UNREADABLE
         assert (await runpod.lookup_pods_by_volume(VOLUME)).lookup is Lookup.UNREADABLE
         assert (await create(runpod)).http_status == 0

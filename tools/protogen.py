@@ -3,6 +3,10 @@
 Generated files are build outputs: protos/ → libs/ (so `thermostat.pods.v1` lands beside the libraries in
 one namespace), tests/protos/ → tests/gen/. Each tree also gets a descriptor set with imports and source
 info under build/, which is what Envoy's JSON transcoder reads.
+
+A build tool, not runtime code and not dev tooling: `make proto` and the image build
+(deploy/container/Dockerfile) both run it as a script (`python tools/protogen.py`) with the runtime
+requirements alone (grpcio-tools and googleapis-common-protos are in requirements.txt).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 import google.api
 from grpc_tools import protoc
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build"
 
 # (proto root, python output root, descriptor set)

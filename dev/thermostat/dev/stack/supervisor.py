@@ -1,6 +1,6 @@
 """The whole stack on one machine: Postgres, the RunPod simulator, every service and the Envoy edge.
 
-Used by `make run` (python -m thermostat.devstack) and by the end-to-end tests. Each child runs in its own
+Used by `make run` (python -m thermostat.dev.stack) and by the end-to-end tests. Each child runs in its own
 session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
 Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
 child's name in front.
@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -23,24 +22,19 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from thermostat.devstack.catalogue import SERVICES, ServiceDef
-from thermostat.edge.envoy_config import EdgeSpec, Upstream, write_envoy_config
-from thermostat.edge.process import EnvoyProcess, start_envoy
+from thermostat.chassis.ports import free_port
+from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
+from thermostat.dev.embedded_postgres import EmbeddedPostgres
+from thermostat.dev.envoy import EnvoyProcess, start_envoy
+from thermostat.edge.envoy_config import EdgeSpec, upstreams, write_envoy_config
 from thermostat.store.db import apply_migrations
-from thermostat.store.embedded import EmbeddedPostgres
 
-log = logging.getLogger("thermostat.devstack")
+log = logging.getLogger("thermostat.dev.stack")
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]  # dev/thermostat/dev/stack/ → the repository
 SIMULATOR_API_KEY = "sim-key-not-a-secret"  # the simulator checks a bearer like the real API does
 DEMO_TIMINGS = {"RUNPOD_WAKE_POLL_SECONDS": "2", "CHECK_SECONDS": "10", "IDLE_MINUTES": "2",
                 "RUNPOD_BOOT_GRACE_MINUTES": "3"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -113,10 +107,11 @@ class Stack:
             port = cfg.service_ports.get(service.name) or free_port()
             self.ports[service.name] = port
             env[service.port_env] = str(port)
-        env.setdefault("POD_CONTROLLER_ADDR", f"127.0.0.1:{self.ports.get('pod-controller', 50061)}")
+        for service in SERVICES:  # where services reach each other (POD_CONTROLLER_ADDR), unless configured
+            env.setdefault(service.address_env, service.address(port=self.ports.get(service.name)))
         self.env = env
         for service in cfg.services:
-            await self._spawn(service.name, [sys.executable, "-m", service.module], env)
+            await self._spawn(service.name, [sys.executable, "-m", service.package], env)
         await asyncio.gather(*(self._wait_serving(s) for s in cfg.services))
 
         await self._start_edge()
@@ -131,7 +126,7 @@ class Stack:
     async def _start_simulator(self, env: dict[str, str]) -> None:
         port = self.config.simulator_port or free_port()
         base = f"http://127.0.0.1:{port}"
-        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.simulators.runpod", "--port", str(port),
+        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.dev.simulators.runpod", "--port", str(port),
                                          "--api-key", SIMULATOR_API_KEY, *self.config.simulator_args], env)
         await self._wait_http(f"{base}/_sim/state")
         self.simulator_url = base
@@ -151,14 +146,11 @@ class Stack:
 
     async def _start_edge(self) -> None:
         cfg = self.config
-        upstreams = tuple(
-            Upstream(cluster=s.name, services=s.grpc_services, host="127.0.0.1", port=self.ports[s.name],
-                     health_service=s.health_service)
-            for s in cfg.services
-        )
-        reflection = next((s.name for s in cfg.services if s.reflection), None)
-        spec = EdgeSpec(upstreams=upstreams, descriptor_set=ROOT / "build" / "thermostat.pb",
-                        reflection_cluster=reflection, listen_port=cfg.edge_port, admin_port=cfg.admin_port)
+        reflection = reflecting(tuple(cfg.services))
+        spec = EdgeSpec(upstreams=upstreams(cfg.services, ports=self.ports, host="127.0.0.1"),
+                        descriptor_set=ROOT / "build" / "thermostat.pb",
+                        reflection_cluster=reflection.name if reflection else None, listen_port=cfg.edge_port,
+                        admin_port=cfg.admin_port)
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
         path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else \
             write_envoy_config(spec)

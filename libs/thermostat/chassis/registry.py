@@ -1,0 +1,85 @@
+"""Thermostat's services, once: the registry the rest of the house is driven from.
+
+Each entry names a service's process, port, package and gRPC surface. From it come the dev stack's
+processes and ports (thermostat.dev.stack), the edge's upstreams and routes (thermostat.edge.envoy_config),
+each service's default port (its settings) and the addresses services reach each other on, the
+Kubernetes manifests (`make k8s`, tools/k8s_manifests.py) and the import-linter contracts' module lists
+(tests/unit/chassis/test_registry.py fails when pyproject.toml lists other packages). Adding a service is
+one entry here plus its package (README, "Adding a service").
+
+Services are named by module and by full gRPC name, so nothing here imports a service (libs never import
+services) or generated code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceDef:
+    """One service: a process serving gRPC (plus health and reflection) on one port."""
+
+    name: str  # the process, the edge's cluster, the Kubernetes Deployment and Service
+    package: str  # `python -m <package>` runs it
+    port_env: str  # the variable its settings read the port from (the field `<port_env lowercased>`)
+    default_port: int
+    public_services: tuple[str, ...]  # routed by the edge: native gRPC and REST by google.api.http annotations
+    internal_services: tuple[str, ...] = ()  # served to other services only; the edge never routes them
+    health_service: str  # what readiness probes and the edge's health checks ask for
+    rest_prefixes: tuple[str, ...] = ()  # the REST paths its public services' annotations start with
+    reflection: bool = False  # the edge sends grpcurl's reflection calls here; it lists every public service
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """Every gRPC service the process registers (health is set for each)."""
+        return (*self.public_services, *self.internal_services)
+
+    @property
+    def address_env(self) -> str:
+        """The variable other services read this one's address from (POD_CONTROLLER_ADDR)."""
+        return self.name.upper().replace("-", "_") + "_ADDR"
+
+    def address(self, host: str = "127.0.0.1", port: int | None = None) -> str:
+        return f"{host}:{self.default_port if port is None else port}"
+
+
+POD_CONTROLLER = ServiceDef(
+    name="pod-controller",
+    package="thermostat.pod_controller",
+    port_env="POD_CONTROLLER_PORT",
+    default_port=50061,
+    public_services=("thermostat.pods.v1.PodController",),
+    internal_services=("thermostat.pods.v1.PodControllerInternal",),
+    health_service="thermostat.pods.v1.PodController",
+    rest_prefixes=("/api/pods/",),
+    reflection=True,
+)
+IDLE_MONITOR = ServiceDef(
+    name="idle-monitor",
+    package="thermostat.idle_monitor",
+    port_env="IDLE_MONITOR_PORT",
+    default_port=50062,
+    public_services=("thermostat.monitor.v1.IdleMonitor",),
+    health_service="thermostat.monitor.v1.IdleMonitor",
+    rest_prefixes=("/api/pods/",),
+)
+SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR)
+
+
+def service(name: str) -> ServiceDef:
+    """The registered service called `name`."""
+    for entry in SERVICES:
+        if entry.name == name:
+            return entry
+    raise KeyError(f"no service {name!r} in the registry; known: {', '.join(s.name for s in SERVICES)}")
+
+
+def public_services(services: tuple[ServiceDef, ...] = SERVICES) -> tuple[str, ...]:
+    """Every public gRPC service of the house: what the reflecting service lists for grpcurl."""
+    return tuple(name for entry in services for name in entry.public_services)
+
+
+def reflecting(services: tuple[ServiceDef, ...] = SERVICES) -> ServiceDef | None:
+    """The service that answers reflection for the edge, if any of `services` does."""
+    return next((entry for entry in services if entry.reflection), None)
