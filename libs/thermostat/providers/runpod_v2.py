@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
-from thermostat.policy.pod_model import (
+from thermostat.policy.common.pod_model import (
     CreateResult,
     GpuCatalogEntry,
     Lookup,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from thermostat.policy.pod_model import (
+from thermostat.policy.common.pod_model import (
     Availability,
     DatacenterAvailability,
     GpuCatalogEntry,

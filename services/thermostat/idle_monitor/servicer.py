@@ -10,11 +10,11 @@ import grpc
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.idle_phase import Phase, StopTrigger
-from thermostat.policy.monitor_options import MonitorOptions
-from thermostat.policy.monitor_watch import Watch, watch_reason
-from thermostat.policy.pod_options import PodOptions, find_pod
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.idle.monitor_watch import Watch, watch_reason
+from thermostat.policy.idle.pod_signal import PodSignal
 
 from .state_store import MonitorStateStore, SavedState
 

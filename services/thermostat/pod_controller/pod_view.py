@@ -11,10 +11,10 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.pod_model import PodObservation, PodStatus, VolumeLookup
-from thermostat.policy.pod_options import PodOptions
-from thermostat.policy.volume_pods import view_volume_pods
-from thermostat.policy.wake_eta import estimate_eta, select_boot_durations
+from thermostat.policy.common.pod_model import PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.common.pod_options import PodOptions
+from thermostat.policy.wake.volume_pods import view_volume_pods
+from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .records import PodRecords

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.last_wake import last_wake_of, last_wake_of_exception
-from thermostat.policy.pod_model import Lookup
-from thermostat.policy.pod_options import PodOptions, find_pod
-from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult
+from thermostat.policy.common.pod_model import Lookup
+from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
+from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .pod_view import build_view, observe_volume, timestamp, wake_record

@@ -12,7 +12,7 @@ import pytest
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, minutes
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore
-from thermostat.policy.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.store.db import Store
 
 

@@ -28,7 +28,7 @@ from tests.integration.pod_controller.harness import (
 from thermostat.pod_controller.records import PodRecords
 from thermostat.pod_controller.wake_service import Halt, WakeService
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.pod_options import parse_pod_options
+from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 

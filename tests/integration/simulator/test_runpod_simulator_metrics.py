@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from thermostat.policy.vllm_metrics import parse_vllm_metrics
+from thermostat.policy.idle.vllm_metrics import parse_vllm_metrics
 from thermostat.simulators.runpod import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from thermostat.policy.pod_model import Availability, Lookup, PodObservation, PodStatus
+from thermostat.policy.common.pod_model import Availability, Lookup, PodObservation, PodStatus
 from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
 from thermostat.simulators.runpod import RunPodSimulator
 

@@ -11,7 +11,7 @@ import logging
 import httpx
 import pytest
 
-from thermostat.policy.pod_model import Lookup
+from thermostat.policy.common.pod_model import Lookup
 from thermostat.providers.runpod_v2 import RunPodV2Client, path_segment
 from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT
 from thermostat.simulators.runpod import RecordedRequest, RunPodSimulator
