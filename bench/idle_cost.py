@@ -3,7 +3,7 @@
 A seeded generator writes SIMULATED_DAYS of realistic chat use: sessions hours apart, each a run of turns
 that occupy vLLM for a few seconds, separated by the user's reading/typing gaps of seconds to minutes (every
 gap shorter than IDLE_MINUTES — that is what makes it one session). The pod is woken by a session's first
-turn and boots for a few minutes (wake → ready measured between 2:52 and 9:00 in the seed); a turn that
+turn and boots for a few minutes (wake → ready measured between 2:52 and 9:00 in the pod-control seed); a turn that
 arrives while the pod is stopped wakes it again and waits for that boot.
 
 Three policies bill the same trace:
@@ -37,7 +37,7 @@ from thermostat.policy.idle.pod_signal import PodReading
 from thermostat.policy.idle.vllm_metrics import PodActivity
 
 SIMULATED_DAYS = 30
-OPTIONS = MonitorOptions()  # the seed's defaults: IDLE 15 min, CHECK 60 s, cap 6 h, boot grace 20 min
+OPTIONS = MonitorOptions()  # the pod-control seed's defaults: IDLE 15 min, CHECK 60 s, cap 6 h, boot grace 20 min
 IDLE = OPTIONS.idle_minutes * 60
 CHECK = OPTIONS.check_seconds
 EPOCH = datetime(2026, 9, 1, tzinfo=UTC)

@@ -18,7 +18,7 @@ from thermostat.policy.idle.projected_stop import project_stop
 
 from .state_store import MonitorStateStore
 
-# the seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
+# the pod-control seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
 SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
                 "BOOTING": "Booting", "NOT_RUNNING": "NotRunning", "UNKNOWN": "Unknown"}
 PHASE_NAMES = {Phase.DOWN: "Down", Phase.BOOTING: "Booting", Phase.READY: "Ready"}

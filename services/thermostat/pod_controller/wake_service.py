@@ -1,4 +1,4 @@
-"""The wake: ensure a pod attached to our volume is RUNNING on any acceptable GPU (seed: Wake part 2b).
+"""The wake: ensure a pod attached to our volume is RUNNING on any acceptable GPU (pod-control seed: Wake part 2b).
 
 No decision lives here. Every branch is a policy (wake_round, create_walk, gpu_selection,
 termination_guard) and every RunPod call is the v2 client; this module only sequences them, bounds every

@@ -1,5 +1,5 @@
 """A restarted monitor continues exactly where it was: the phase, streaks, baselines, readiness and the
-runtime-cap start live in Postgres. The seed's in-process cap re-armed on every conductor restart; ours does
+runtime-cap start live in Postgres. The pod-control seed's in-process cap re-armed on every conductor restart; ours does
 not."""
 
 from __future__ import annotations

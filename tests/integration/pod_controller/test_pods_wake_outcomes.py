@@ -1,4 +1,4 @@
-"""Each wake outcome over real gRPC, with the exact RunPod calls it made (seed: Wake service, part 2b)."""
+"""Each wake outcome over real gRPC, with the exact RunPod calls it made (pod-control seed: Wake service, part 2b)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pod controller's options, read once from the environment (seed: Config, RunPodWakeOptions).
+"""The pod controller's options, read once from the environment (pod-control seed: Config, RunPodWakeOptions).
 
 Invalid values never widen a guard: an unparseable or out-of-range value keeps its default and adds one
 line to `warnings` (`RUNPOD_MIN_VRAM_GB="many" is not a non-negative int; using 32`) for the service to log
@@ -7,7 +7,7 @@ European "1,50" is rejected instead of being read as 150 and admitting every GPU
 single point of failure, #2093). Numbers are ASCII digits only: Python's int()/float() would also accept
 "2_4", "+8", "1e3", "inf" and non-ASCII digits.
 
-One pod (the seed): RUNPOD_POD_NAME plus the unprefixed RUNPOD_<SETTING> variables.
+One pod (as in the pod-control seed): RUNPOD_POD_NAME plus the unprefixed RUNPOD_<SETTING> variables.
 Several pods: RUNPOD_PODS="qwen,llama-3" names them; each setting is read from RUNPOD_<NAME>_<SETTING>
 (NAME upper-cased, every non-alphanumeric character an underscore: RUNPOD_LLAMA_3_VOLUME_ID), else the
 unprefixed RUNPOD_<SETTING>, else the default. Names that read the same variables are duplicates (the first

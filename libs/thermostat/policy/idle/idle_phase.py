@@ -73,7 +73,7 @@ class StopTrigger(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PhaseCounters:
-    """PhaseCounters are the phase and its two counters (RunPodIdleState in the seed)."""
+    """PhaseCounters are the phase and its two counters (RunPodIdleState in the pod-control seed)."""
 
     phase: Phase = Phase.DOWN
     idle_streak: int = 0

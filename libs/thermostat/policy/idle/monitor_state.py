@@ -3,7 +3,7 @@
 The service persists it after every tick (and after every stop) so that a restarted or failed-over replica
 continues exactly where the last one stopped: the phase and its two counters, the runtime-cap start, the
 boot start used for "ready after …", and per pod its work-counter baseline and its published readiness.
-The seed kept all of this in process, so a conductor restart re-armed the cap and forgot readiness; here
+The pod-control seed kept all of this in process, so a conductor restart re-armed the cap and forgot readiness; here
 nothing is lost.
 
 `to_dict` writes ISO-8601 timestamps and plain numbers; `from_dict` reads them back, refusing anything

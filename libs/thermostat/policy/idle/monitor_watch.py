@@ -1,7 +1,7 @@
 """Whether the idle monitor watches a named pod: only once the pod controller reports it configured.
 
-The seed's monitor "exits at startup" while RUNPOD_API_KEY is unset or RUNPOD_VOLUME_ID is blank. In a service
-of its own that means its watching stops, not its process: the monitor stays up and SERVING, watches nothing
+The pod-control seed's monitor "exits at startup" while RUNPOD_API_KEY is unset or RUNPOD_VOLUME_ID is blank. In a
+service of its own that means its watching stops, not its process: the monitor stays up and SERVING, watches nothing
 for the pod, says so once, and keeps asking the controller until the pod is configured (a controller restarted
 with the secret in place). Each pod is judged on its own, so a complete pod is watched while an incomplete one
 waits.

@@ -6,7 +6,7 @@ phase-independent and runs from the first positive running/startup observation (
 UnreachableButRunning or Booting). Unknown never arms or resets it — a blip is not evidence either way — and
 NotRunning (or an accepted stop, the Down edge) disarms it. Default 6 h; 0 disables.
 
-The start time lives in the persisted monitor state, so unlike the seed's in-process stopwatch a restarted
+The start time lives in the persisted monitor state, so unlike the pod-control seed's in-process stopwatch a restarted
 or failed-over replica does not re-arm it.
 """
 

@@ -1,4 +1,4 @@
-"""The create-attempt walk: one POST /v2/pods per step over the ranked candidates (seed: Wake part 1b).
+"""The create-attempt walk: one POST /v2/pods per step over the ranked candidates (pod-control seed: Wake part 1b).
 
 `classify` reads one answer:
 

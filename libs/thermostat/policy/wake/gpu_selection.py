@@ -1,4 +1,4 @@
-"""Which GPUs may carry a replacement pod, cheapest first (seed: Wake part 1a, GpuSelectionPolicy.Select).
+"""Which GPUs may carry a replacement pod, cheapest first (pod-control seed: Wake part 1a, GpuSelectionPolicy.Select).
 
 The catalogue (GET /v2/catalog/gpus?include=AVAILABILITY&product=POD) is filtered client-side. A GPU is a
 candidate only when every check passes, in this order — the first failing check is its exclusion reason:

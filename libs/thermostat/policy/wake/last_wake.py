@@ -1,4 +1,4 @@
-"""How a finished wake is recorded as the last wake outcome (seed: Last wake outcome, rig-conductor#2541).
+"""How a finished wake is recorded as the last wake outcome (pod-control seed: Last wake outcome, rig-conductor#2541).
 
     Succeeded   AlreadyRunning / Started / Created
     Refused     Failed by a fail-closed guard, nothing billed: unconfigured, unreadable lookup, template

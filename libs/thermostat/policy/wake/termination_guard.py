@@ -1,4 +1,4 @@
-"""When a stale pod may be terminated (seed: Wake part 1c, TerminationGuard.MayTerminate).
+"""When a stale pod may be terminated (pod-control seed: Wake part 1c, TerminationGuard.MayTerminate).
 
 Terminate is irreversible, so every condition must hold, checked in this order:
 

@@ -1,4 +1,4 @@
-"""Which pod on our volume GET reports, and the fields it derives (seed: Surface, RunPodVolumePods.Rank).
+"""Which pod on our volume GET reports, and the fields it derives (pod-control seed: Surface, RunPodVolumePods.Rank).
 
 GET /v2/pods order is unspecified, so a stale Exited pod may be listed before its replacement. The reported
 pod is the serving one (RUNNING with a GPU), else the in-flight one (PROVISIONING / STARTING), else the

@@ -1,4 +1,4 @@
-"""What one observed pod asks the wake to do next (seed: Wake part 1c, WakePolicy.Decide).
+"""What one observed pod asks the wake to do next (pod-control seed: Wake part 1c, WakePolicy.Decide).
 
     lookup      status                         start this wake   action
     UNREADABLE  —                              —                 WaitAndRepoll      a failed GET is never "no pod"

@@ -1,4 +1,4 @@
-"""What a wake returns to its callers and records in the wake history (seed: WakeResult, #2541).
+"""What a wake returns to its callers and records in the wake history (pod-control seed: WakeResult, #2541).
 
 Waiting means something is in flight — poll again; nothing was terminated. Failed means nothing is in flight
 either, so re-polling will not change it. A Failed wake carries a `failure_kind`; the refusal kinds are the

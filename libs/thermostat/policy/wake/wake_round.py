@@ -1,4 +1,4 @@
-"""One decision per wake round over every pod on our volume (seed: Wake steps 1–3, RunPodWakeService).
+"""One decision per wake round over every pod on our volume (pod-control seed: Wake steps 1–3, RunPodWakeService).
 
 A stale pod and its replacement coexist after a Waiting wake, and GET /v2/pods lists them in no particular
 order, so the wake decides over all of them at once. Each pod is first decided alone (wake_decision.decide);

@@ -1,4 +1,4 @@
-"""Pod options: environment parsing that never widens a guard (seed: Config, Options)."""
+"""Pod options: environment parsing that never widens a guard (pod-control seed: Config, Options)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_defaults_follow_the_seed_config_table() -> None:
 
 
 def test_every_setting_is_read_from_its_variable() -> None:
-    """Each seed variable (and the wake bounds) lands in its field."""
+    """Each variable the pod-control seed names (and the wake bounds) lands in its field."""
     pod, warnings = only(
         {
             "RUNPOD_POD_NAME": "Mistral",
@@ -379,7 +379,7 @@ def test_two_pods_on_one_volume_leave_the_second_unconfigured() -> None:
 
 
 def test_a_blank_pods_list_falls_back_to_the_single_pod_variables() -> None:
-    """RUNPOD_PODS with no names configures the one pod of the seed, with a warning when it was not empty."""
+    """RUNPOD_PODS with no names configures the pod-control seed's one pod, with a warning when it was not empty."""
     result = parse_pod_options({"RUNPOD_PODS": " , ", "RUNPOD_POD_NAME": "mistral"})
     assert [p.name for p in result.pods] == ["mistral"]
     assert result.warnings == ('RUNPOD_PODS=" , " names no pod; using RUNPOD_POD_NAME',)

@@ -1,4 +1,4 @@
-"""The Down / Booting / Ready phase machine, one test per rule of its table (seed: #2052, #2101, #1998)."""
+"""The Down / Booting / Ready phase machine, one test per rule of its table (pod-control seed: #2052, #2101, #1998)."""
 
 from __future__ import annotations
 

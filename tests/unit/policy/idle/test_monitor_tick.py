@@ -1,4 +1,4 @@
-"""One monitor tick over every pod on the volume, and what an issued stop does (seed: Idle auto-stop)."""
+"""One monitor tick over every pod on the volume, and what an issued stop does (pod-control seed: Idle auto-stop)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def test_an_unreadable_volume_lookup_changes_nothing_and_stops_nothing() -> None
 
 
 def test_past_the_cap_an_unreadable_list_still_stops_the_pods_last_seen() -> None:
-    """The cap backs up a run of Unknown ticks (seed): it stops the remembered pods by id, changing nothing else."""
+    """The cap backs up a run of Unknown ticks (pod-control seed): it stops the remembered pods by id, changing
+    nothing else."""
     state = ready(3, p1=SERVING, p2=SERVING)
     at_cap = T0 + OPTIONS.max_runtime  # type: ignore[operator]
     decision = tick(state, TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), at_cap, OPTIONS)

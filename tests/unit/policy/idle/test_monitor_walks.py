@@ -1,4 +1,4 @@
-"""Step-by-step walks of the seed's measured timelines through the real `tick` and `after_stop`."""
+"""Step-by-step walks of the pod-control seed's measured timelines through the real `tick` and `after_stop`."""
 
 from __future__ import annotations
 

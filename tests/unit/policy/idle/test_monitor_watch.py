@@ -39,7 +39,7 @@ def test_a_fresh_watch_waits_for_the_controller_and_ticks_nothing() -> None:
 
 
 def test_an_unconfigured_answer_disables_the_pod_until_configured_and_says_so_once() -> None:
-    """The seed's "the idle monitor exits at startup": watching stops, not the process; one warning line."""
+    """The pod-control seed's "the idle monitor exits at startup": watching stops, not the process; one warning line."""
     state, logged, starts = lines(START, [A.UNCONFIGURED] * 5)
     assert (state.watch, state.ticking, starts) == (Watch.DISABLED, False, 0)
     assert logged == [WatchLine(level=LineLevel.WARNING, message=(

@@ -1,4 +1,4 @@
-"""Per-pod signal and the aggregate over every pod on the volume (seed: Fail closed on cost, #1998)."""
+"""Per-pod signal and the aggregate over every pod on the volume (pod-control seed: Fail closed on cost, #1998)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def test_a_scrape_without_any_vllm_family_is_treated_as_unreachable() -> None:
 def test_the_baseline_survives_a_blip_and_dies_with_the_process(
     observation: PodObservation | None, baseline: float | None, ended: bool
 ) -> None:
-    """Kept across an unreachable tick; dropped on a confirmed down/startup observation (seed: Baseline lifetime)."""
+    """Kept across an unreachable tick; dropped on a confirmed down/startup observation (pod-control seed:
+    Baseline lifetime)."""
     verdict = classify_pod(reading(observation, None), 10.0)
     assert (verdict.baseline, verdict.process_ended) == (baseline, ended)
 

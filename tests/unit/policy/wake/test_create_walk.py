@@ -1,4 +1,5 @@
-"""Create-attempt walk: what one POST /v2/pods answer means and where the walk goes next (seed: Wake part 1b)."""
+"""Create-attempt walk: what one POST /v2/pods answer means and where the walk goes next (pod-control seed:
+Wake part 1b)."""
 
 from __future__ import annotations
 

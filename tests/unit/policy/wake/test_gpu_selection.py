@@ -1,4 +1,4 @@
-"""GPU selection: which catalogue rows may carry a replacement pod, cheapest first (seed: Wake part 1a)."""
+"""GPU selection: which catalogue rows may carry a replacement pod, cheapest first (pod-control seed: Wake part 1a)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Last wake outcome: how a finished wake is recorded in the wake history (seed: Last wake outcome, #2541)."""
+"""Last wake outcome: how a finished wake is recorded in the wake history (pod-control seed: Last wake outcome,
+#2541)."""
 
 from __future__ import annotations
 

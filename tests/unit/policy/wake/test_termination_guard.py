@@ -1,4 +1,4 @@
-"""Termination guard: a stale pod is terminated only once its replacement serves (seed: Wake part 1c)."""
+"""Termination guard: a stale pod is terminated only once its replacement serves (pod-control seed: Wake part 1c)."""
 
 from __future__ import annotations
 

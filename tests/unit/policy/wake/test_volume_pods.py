@@ -1,4 +1,5 @@
-"""Volume pods: which of the pods on our volume GET reports, and how its fields are derived (seed: Surface)."""
+"""Volume pods: which of the pods on our volume GET reports, and how its fields are derived (pod-control seed:
+Surface)."""
 
 from __future__ import annotations
 

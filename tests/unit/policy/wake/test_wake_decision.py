@@ -1,4 +1,4 @@
-"""Wake decision: what one observed pod asks the wake to do next (seed: Wake part 1c)."""
+"""Wake decision: what one observed pod asks the wake to do next (pod-control seed: Wake part 1c)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wake rounds: one decision over every pod on the volume, then the new pod's poll (seed: Wake step 2/3)."""
+"""Wake rounds: one decision over every pod on the volume, then the new pod's poll (pod-control seed: Wake step 2/3)."""
 
 from __future__ import annotations
 
