@@ -3,12 +3,12 @@
 A seeded generator writes SIMULATED_DAYS of realistic chat use: sessions hours apart, each a run of turns
 that occupy vLLM for a few seconds, separated by the user's reading/typing gaps of seconds to minutes (every
 gap shorter than IDLE_MINUTES — that is what makes it one session). The pod is woken by a session's first
-turn and boots for a few minutes (wake → ready measured between 2:52 and 9:00 in the seed); a turn that
+turn and boots for a few minutes (wake → ready measured between 2:52 and 9:00 in the pod-control seed); a turn that
 arrives while the pod is stopped wakes it again and waits for that boot.
 
 Three policies bill the same trace:
 - oracle: stops exactly IDLE_MINUTES after the last turn of each session (same first boot);
-- counter + gauge: the real `thermostat.policy.monitor_tick.tick`, scraping every CHECK_SECONDS — gauges
+- counter + gauge: the real `thermostat.policy.idle.monitor_tick.tick`, scraping every CHECK_SECONDS — gauges
   are nonzero only while a turn runs, the work counter advances when a turn completes;
 - gauge only: the same `tick`, fed scrapes without a work counter (completed=None) — the pre-#2075 bug.
 
@@ -29,15 +29,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from thermostat.policy.monitor_options import MonitorOptions
-from thermostat.policy.monitor_state import MonitorState
-from thermostat.policy.monitor_tick import PodStopOutcome, StopResult, TickObservation, after_stop, tick
-from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
-from thermostat.policy.pod_signal import PodReading
-from thermostat.policy.vllm_metrics import PodActivity
+from thermostat.policy.common.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.policy.idle.monitor_tick import PodStopOutcome, StopResult, TickObservation, after_stop, tick
+from thermostat.policy.idle.pod_signal import PodReading
+from thermostat.policy.idle.vllm_metrics import PodActivity
 
 SIMULATED_DAYS = 30
-OPTIONS = MonitorOptions()  # the seed's defaults: IDLE 15 min, CHECK 60 s, cap 6 h, boot grace 20 min
+OPTIONS = MonitorOptions()  # the pod-control seed's defaults: IDLE 15 min, CHECK 60 s, cap 6 h, boot grace 20 min
 IDLE = OPTIONS.idle_minutes * 60
 CHECK = OPTIONS.check_seconds
 EPOCH = datetime(2026, 9, 1, tzinfo=UTC)

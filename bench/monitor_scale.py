@@ -66,9 +66,9 @@ from thermostat.idle_monitor.settings import IdleMonitorSettings  # noqa: E402
 from thermostat.idle_monitor.state_store import MonitorStateStore  # noqa: E402
 from thermostat.idle_monitor.ticker import PodTicker  # noqa: E402
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc  # noqa: E402
-from thermostat.policy.monitor_options import parse_monitor_options  # noqa: E402
-from thermostat.policy.monitor_state import MonitorState  # noqa: E402
-from thermostat.policy.monitor_tick import tick  # noqa: E402
+from thermostat.policy.idle.monitor_options import parse_monitor_options  # noqa: E402
+from thermostat.policy.idle.monitor_state import MonitorState  # noqa: E402
+from thermostat.policy.idle.monitor_tick import tick  # noqa: E402
 from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT  # noqa: E402
 from thermostat.store.db import Store  # noqa: E402
 

@@ -13,11 +13,11 @@ in one run:
   Postgres lease and history rows, and the controller's Python, but not RunPod.
 - Created: the same with no pod on the volume (the simulator is reset before each wake and before each
   replay, with the created pod's id pinned, so the replay's POSTs answer as the wake's did).
-- RunPod API calls per outcome (AlreadyRunning, Started, Created), listed and checked against the seed's
-  flow: every call must be one the flow needs (seed: Wake service part 2b).
+- RunPod API calls per outcome (AlreadyRunning, Started, Created), listed and checked against the pod-control seed's
+  flow: every call must be one the flow needs (pod-control seed: Wake service part 2b).
 
 PASS when the p50 of control-plane time added is under 50 ms for both wakes and no outcome makes a call
-beyond the seed's flow. Client-side Python (httpx) is in both the wake and the replay, so it cancels out of
+beyond the pod-control seed's flow. Client-side Python (httpx) is in both the wake and the replay, so it cancels out of
 the difference; the ratios, not the absolute values, are the result on a shared machine.
 """
 
@@ -54,8 +54,8 @@ ENV = {
     "RUNPOD_WAKE_POLL_SECONDS": "0.001",
     "LOG_LEVEL": "INFO",
 }
-# The seed's flow for each outcome against the simulator's catalogue (the 2026-09-11 incident's: the cheapest
-# card listed in EU-RO-1 answers 400, the A100 places): nothing more may be asked of RunPod.
+# The pod-control seed's flow for each outcome against the simulator's catalogue (the 2026-09-11 incident's: the
+# cheapest card listed in EU-RO-1 answers 400, the A100 places): nothing more may be asked of RunPod.
 EXPECTED = {
     "AlreadyRunning": ["GET /v2/pods", "GET /v2/pods/{id}"],
     "Started": ["GET /v2/pods", "GET /v2/pods/{id}", "POST /v2/pods/{id}/action", "GET /v2/pods/{id}"],

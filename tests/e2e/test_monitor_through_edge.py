@@ -23,9 +23,9 @@ from thermostat.idle_monitor.state_store import MonitorStateStore
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.policy.monitor_options import MonitorOptions
-from thermostat.policy.monitor_watch import Watch
-from thermostat.policy.pod_options import parse_pod_options
+from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""The seed's REST surface for real: the simulator, the pod controller and Envoy as processes (the dev stack's
-Stack), spoken to over HTTP — status codes, problem+json and lowerCamelCase bodies as the cockpit reads them —
+"""The pod-control seed's REST surface for real: the simulator, the pod controller and Envoy as processes (the dev
+stack's Stack), spoken to over HTTP — status codes, problem+json and lowerCamelCase bodies as the cockpit reads them —
 plus two pod-controller processes on one database woken at the same moment."""
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_prints_them
 
 
 async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_one(edge, sim) -> None:
-    """GET /api/pods/{name}: the seed's fields, camelCase; an unconfigured pod prints configured false."""
+    """GET /api/pods/{name}: the pod-control seed's fields, camelCase; an unconfigured pod prints configured false."""
     pod = await _seed_pod(sim, "RUNNING")
     view = (await edge.get("/api/pods/qwen")).json()
     assert {k: view[k] for k in ("name", "configured", "status", "isRunning", "podId", "podsOnVolume",

@@ -52,7 +52,7 @@ class JsonFamily:
     proto_field_names: bool
 
 
-# The pod controller's seed speaks lowerCamelCase (`podId`, `readySince`); the worker pool's seed speaks
+# The pod-control seed speaks lowerCamelCase (`podId`, `readySince`); the worker-pool seed speaks
 # snake_case (`machine_type`, `has_result`). Both clients read false/zero fields, so those are printed.
 SEED_FAMILIES: Final = (
     JsonFamily(prefix="/api/", proto_field_names=False),
@@ -87,7 +87,7 @@ class EdgeSpec:
     families: tuple[JsonFamily, ...] = SEED_FAMILIES
     health: HealthCheckTiming = field(default_factory=HealthCheckTiming)
     health_path: str = "/health"
-    # Cloudflare Access closes an origin connection at 100 s (seed: 524); the edge waits a little longer
+    # Cloudflare Access closes an origin connection at 100 s (pod-control seed: 524); the edge waits a little longer
     # so the service, not Envoy, decides what a slow request answers.
     route_timeout_s: float = 120.0
     # The transcoder buffers a whole REST body. Unset, its limit is the 1 MiB stream buffer (a 2 MB job

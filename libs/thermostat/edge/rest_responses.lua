@@ -49,7 +49,7 @@ local function status_message(body)
   return nil
 end
 
--- The transcoder prints no unset message or optional field, where the seed's clients read `null`
+-- The transcoder prints no unset message or optional field, where the pod-control seed's clients read `null`
 -- ("isRunning: true, readySince: null" means waking). A service names such top-level fields in the
 -- x-json-nulls header (JSON names, comma-separated) and they are written as null.
 local function insert_nulls(handle, names)

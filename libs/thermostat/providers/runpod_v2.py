@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
-from thermostat.policy.pod_model import (
+from thermostat.policy.common.pod_model import (
     CreateResult,
     GpuCatalogEntry,
     Lookup,
@@ -42,7 +42,7 @@ from thermostat.providers.vllm_scrape import get_metrics
 
 DEFAULT_BASE_URL: Final = "https://api.runpod.io/v2"
 DEFAULT_PROXY_URL_TEMPLATE: Final = "https://{podId}-{port}.proxy.runpod.net"
-# Cloudflare fronts the pod proxy and answers 403 to library default user agents (seed, "Idle auto-stop").
+# Cloudflare fronts the pod proxy and answers 403 to library default user agents (pod-control seed, "Idle auto-stop").
 NETWORK_VOLUME_MOUNT_PATH: Final = "/workspace"
 
 _SENDABLE_KEY = re.compile(r"[\x21-\x7e]+")
@@ -198,7 +198,7 @@ class RunPodV2Client:
         """GET /pods once: the volume lookup and every listed pod read from the same answer.
 
         The list carries each pod's full object, so reporting (GET, the monitor's observe) costs one call
-        instead of 1 + N; the wake keeps observing each pod by id, as the seed's flow pins.
+        instead of 1 + N; the wake keeps observing each pod by id, as the pod-control seed's flow pins.
         """
         if not volume_id:
             return VolumeLookup(lookup=Lookup.UNREADABLE), ()

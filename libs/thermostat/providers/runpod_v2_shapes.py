@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from thermostat.policy.pod_model import (
+from thermostat.policy.common.pod_model import (
     Availability,
     DatacenterAvailability,
     GpuCatalogEntry,
@@ -91,8 +91,8 @@ def _observed_status(raw: object, runtime: object) -> PodStatus:
     status = _STATUSES.get(raw, PodStatus.UNKNOWN) if isinstance(raw, str) else PodStatus.UNKNOWN
     if status is not PodStatus.RUNNING:
         return status
-    # Seed "Hard requirement for PR 2": RUNNING flips before the GPU is attached; reading that as Running
-    # with 0 GPUs makes the wake create a replacement — two pods billed. Only a live uptime is Running.
+    # The pod-control seed's "Hard requirement for PR 2": RUNNING flips before the GPU is attached; reading that as
+    # Running with 0 GPUs makes the wake create a replacement — two pods billed. Only a live uptime is Running.
     uptime = _number(runtime.get("uptime")) if isinstance(runtime, dict) else None
     return PodStatus.RUNNING if uptime is not None and uptime > 0 else PodStatus.STARTING
 

@@ -1,7 +1,7 @@
 """LeaseKeeper: hold one lease, renew it in the background, say when it is lost.
 
 Services use one keeper per lease: the idle monitor campaigns for `monitor:<pod>` and ticks while it leads;
-the pod controller takes `wake:<pod>` around a wake so replicas never create two pods (the seed's wake
+the pod controller takes `wake:<pod>` around a wake so replicas never create two pods (the pod-control seed's wake
 gate, extended across replicas).
 
 Theory of operation:

@@ -7,7 +7,7 @@ A lease is a named row in Postgres held by one holder for a term until an expiry
   worker-pool seed's "lease expiry is compared by wall clock across processes" is the follow-up done.
 - `acquire` takes a free, released or expired lease (term + 1) or returns None while another holder's is
   live. The holder already named on the lease gets it back with its term unchanged, live or expired —
-  nobody else held it in between, so nothing was fenced off (the seed's "a process restarted under its
+  nobody else held it in between, so nothing was fenced off (the worker-pool seed's "a process restarted under its
   old instance_id takes its own rows back at once").
 - The term grows by one every time the lease changes hands, and never repeats for a name (release keeps
   the row). Every `renew` and `release` matches holder AND term, so a holder that stalled past its expiry

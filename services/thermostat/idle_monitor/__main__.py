@@ -18,9 +18,9 @@ from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.policy.monitor_options import parse_monitor_options
-from thermostat.policy.monitor_watch import Watch
-from thermostat.policy.pod_options import PodOptions, parse_pod_options
+from thermostat.policy.common.pod_options import PodOptions, parse_pod_options
+from thermostat.policy.idle.monitor_options import parse_monitor_options
+from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
 
 from .leader import PodLeader

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
 
 import grpc
 
@@ -12,49 +11,18 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.idle_phase import Phase, StopTrigger
-from thermostat.policy.monitor_options import MonitorOptions
-from thermostat.policy.monitor_watch import Watch, watch_reason
-from thermostat.policy.pod_options import PodOptions, find_pod
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.idle.idle_phase import Phase
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.idle.monitor_watch import Watch, watch_reason
+from thermostat.policy.idle.projected_stop import project_stop
 
-from .state_store import MonitorStateStore, SavedState
+from .state_store import MonitorStateStore
 
-# the seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
+# the pod-control seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
 SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
                 "BOOTING": "Booting", "NOT_RUNNING": "NotRunning", "UNKNOWN": "Unknown"}
 PHASE_NAMES = {Phase.DOWN: "Down", Phase.BOOTING: "Booting", Phase.READY: "Ready"}
-
-
-# signals on which a Ready pod's idle streak grows: read as every tick from now, they end in an idle stop
-_IDLE_ACCRUING = frozenset({str(PodSignal.IDLE), str(PodSignal.UNREACHABLE_BUT_RUNNING)})
-
-
-def projected_stop(saved: SavedState, options: MonitorOptions) -> tuple[datetime, StopTrigger] | None:
-    """When the monitor would stop the pod if every tick from now read like the last one that counts.
-
-    A busy Ready pod never idles under that reading, so only its cap projects. Stops happen on ticks, so a
-    wall-clock deadline projects onto the first tick at or after it (a 12.5-minute cap fires on the 13th
-    minute's tick at CHECK_SECONDS=60).
-    """
-    state, last = saved.state, saved.last_tick_at
-    if last is None:
-        return None
-    candidates: list[tuple[datetime, StopTrigger]] = []
-    check = timedelta(seconds=options.check_seconds)
-    counters = state.counters
-    # a Busy tick resets the streak; Unknown holds it, so a streak above 0 says the last counting tick accrued
-    idle_accruing = counters.idle_streak > 0 or saved.last_signal in _IDLE_ACCRUING
-    if state.phase is Phase.READY and idle_accruing:
-        candidates.append((last + check * max(1, options.idle_threshold - counters.idle_streak), StopTrigger.IDLE))
-    if state.phase is Phase.BOOTING and options.boot_grace_threshold:
-        candidates.append((last + check * max(1, options.boot_grace_threshold - counters.booting_ticks),
-                           StopTrigger.BOOT_GRACE))
-    if state.cap_started_at is not None and options.max_runtime is not None:
-        deadline = state.cap_started_at + options.max_runtime
-        ticks_to_go = max(1, -((last - deadline) // check))  # ceil, in exact timedelta arithmetic
-        candidates.append((last + check * ticks_to_go, StopTrigger.RUNTIME_CAP))
-    return min(candidates, key=lambda c: c[0]) if candidates else None
 
 
 class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore[misc]
@@ -88,11 +56,11 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         ready = [t for t in state.readiness.values()]
         if ready:
             stamp(response.ready_since, min(ready))
-        # an unwatched pod is stopped by no tick: no projection from a state that no tick moves
-        projected = projected_stop(saved, o) if watch is Watch.WATCHING else None
+        projected = project_stop(state, watch=watch, last_tick_at=saved.last_tick_at, last_signal=saved.last_signal,
+                                 options=o)
         if projected is not None:
-            stamp(response.projected_stop_at, projected[0])
-            response.projected_stop_trigger = str(projected[1])
+            stamp(response.projected_stop_at, projected.at)
+            response.projected_stop_trigger = str(projected.trigger)
         if state.phase is Phase.BOOTING:
             try:
                 view = await self.controller.GetPod(pods_pb2.GetPodRequest(name=pod.name),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import asyncpg
 
-from thermostat.policy.monitor_state import MonitorState
+from thermostat.policy.idle.monitor_state import MonitorState
 from thermostat.store.sql import load_sql
 
 Q = load_sql(Path(__file__).with_name("queries.sql"))

@@ -18,10 +18,11 @@ import grpc
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.idle_phase import StopTrigger
-from thermostat.policy.monitor_options import MonitorOptions
-from thermostat.policy.monitor_state import MonitorState
-from thermostat.policy.monitor_tick import (
+from thermostat.policy.common.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.idle.idle_phase import StopTrigger
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.policy.idle.monitor_tick import (
     EventLevel,
     MonitorEvent,
     PodStopOutcome,
@@ -32,10 +33,9 @@ from thermostat.policy.monitor_tick import (
     after_stop,
     tick,
 )
-from thermostat.policy.monitor_watch import ControllerAnswer
-from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
-from thermostat.policy.pod_signal import PodReading
-from thermostat.policy.vllm_metrics import PodActivity, parse_vllm_metrics
+from thermostat.policy.idle.monitor_watch import ControllerAnswer
+from thermostat.policy.idle.pod_signal import PodReading
+from thermostat.policy.idle.vllm_metrics import PodActivity, parse_vllm_metrics
 
 from .scrape_clients import ScrapeClients
 from .state_store import MonitorStateStore, SavedState

@@ -1,5 +1,5 @@
 """This replica's watch of one named pod: ask the pod controller until it reports the pod configured, then start
-the pod's ticker. What an answer means is decided by `thermostat.policy.monitor_watch`; this is the shell.
+the pod's ticker. What an answer means is decided by `thermostat.policy.idle.monitor_watch`; this is the shell.
 
 The monitor never reads RUNPOD_API_KEY or a volume id itself: the controller is the one judge of configuration.
 The controller reads its configuration once at start, so a secret provisioned later reaches it by a restart of
@@ -19,7 +19,7 @@ import grpc
 
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.monitor_watch import ControllerAnswer, LineLevel, PodWatchState, Watch, after_answer
+from thermostat.policy.idle.monitor_watch import ControllerAnswer, LineLevel, PodWatchState, Watch, after_answer
 
 log = logging.getLogger("thermostat.idle_monitor")
 

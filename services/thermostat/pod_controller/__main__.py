@@ -15,7 +15,7 @@ from thermostat.chassis.replica import replica_id
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.pod_options import parse_pod_options
+from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
 from thermostat.store.db import Store
 

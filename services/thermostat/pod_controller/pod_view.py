@@ -10,17 +10,18 @@ from typing import Any
 
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.pod_model import PodObservation, PodStatus, VolumeLookup
-from thermostat.policy.pod_options import PodOptions
-from thermostat.policy.volume_pods import view_volume_pods
-from thermostat.policy.wake_eta import estimate_eta, select_boot_durations
+from thermostat.policy.common.pod_model import PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.common.pod_options import PodOptions
+from thermostat.policy.wake.volume_pods import view_volume_pods
+from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .records import PodRecords
 
 log = logging.getLogger("thermostat.pod_controller.view")
 
-# GET answers 200 through a store blip (seed: Surface): a slow store costs it at most this, not a pool timeout
+# GET answers 200 through a store blip (pod-control seed: Surface): a slow store costs it at most this, not a
+# pool timeout
 RECORDS_READ_SECONDS = 2.0
 
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
@@ -63,14 +64,14 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
     )
     async def ready_since() -> datetime | None:
-        # null while booting or down (seed: Surface): a down pod's old report says nothing about now
+        # null while booting or down (pod-control seed: Surface): a down pod's old report says nothing about now
         return await records.readiness(pod.name, view.pod_id) if view.pod_id and view.is_running else None
 
     try:
         readiness, newest = await asyncio.wait_for(
             asyncio.gather(ready_since(), records.newest_wake(pod.name)), RECORDS_READ_SECONDS)
     except Exception as error:
-        # GET answers 200 whatever is down (seed: Surface); without the store it reports RunPod's view alone
+        # GET answers 200 whatever is down (pod-control seed: Surface); without the store it reports RunPod's view alone
         log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
                     type(error).__name__)
         readiness, newest = None, None

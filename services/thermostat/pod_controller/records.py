@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from thermostat.policy.wake_eta import BootRecord
+from thermostat.policy.wake.wake_eta import BootRecord
 from thermostat.store.sql import load_sql
 
 log = logging.getLogger("thermostat.pod_controller.records")

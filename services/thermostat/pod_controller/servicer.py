@@ -1,7 +1,7 @@
 """The pod controller's gRPC servicers: proto → options/policy/wake → records → proto, nothing more.
 
-Status codes follow the seed's REST surface: the edge maps gRPC codes to HTTP (NOT_FOUND 404, UNAVAILABLE 503,
-ABORTED 409) and applies `x-http-code` for what gRPC lacks (202 Waiting); `x-problem-title` names the
+Status codes follow the pod-control seed's REST surface: the edge maps gRPC codes to HTTP (NOT_FOUND 404,
+UNAVAILABLE 503, ABORTED 409) and applies `x-http-code` for what gRPC lacks (202 Waiting); `x-problem-title` names the
 problem (a Failed wake is the 409 problem "Failed" whose detail says why).
 """
 
@@ -21,10 +21,10 @@ import grpc
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.last_wake import last_wake_of, last_wake_of_exception
-from thermostat.policy.pod_model import Lookup
-from thermostat.policy.pod_options import PodOptions, find_pod
-from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult
+from thermostat.policy.common.pod_model import Lookup
+from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
+from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 from .pod_view import build_view, observe_volume, wake_record
@@ -112,7 +112,8 @@ def _result_json(result: WakeResult) -> dict[str, Any]:
 
 async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None,
                       nulls: Sequence[str] = ()) -> None:
-    """Tell the edge what gRPC cannot: an HTTP status, a problem title, the fields the seed prints as null."""
+    """Tell the edge what gRPC cannot: an HTTP status, a problem title, the fields the pod-control seed prints as
+    null."""
     metadata = []
     if code is not None:
         metadata.append(("x-http-code", str(code)))

@@ -5,7 +5,7 @@ would both read "no pod" and both POST /v2/pods. So:
 
 - In a replica, a wake runs as a task detached from the request that asked for it: a caller that
   disconnects never aborts a half-done start or create, and a caller arriving meanwhile awaits the same task
-  (the seed's singleton gate; the joiner touches RunPod not at all).
+  (the pod-control seed's singleton gate; the joiner touches RunPod not at all).
 - Across replicas, the task first takes the pod's wake lease (`wake:<pod>`, expiry by the database clock)
   and writes the Requested row before RunPod is touched. A replica that cannot take the lease joins the
   in-flight row: it waits for its completion and returns the result stored with it. A row whose holder's

@@ -1,6 +1,6 @@
-"""The wake: ensure a pod attached to our volume is RUNNING on any acceptable GPU (seed: Wake part 2b).
+"""The wake: ensure a pod attached to our volume is RUNNING on any acceptable GPU (pod-control seed: Wake part 2b).
 
-No decision lives here. Every branch is a policy (wake_round, create_outcome, gpu_selection,
+No decision lives here. Every branch is a policy (wake_round, create_walk, gpu_selection,
 termination_guard) and every RunPod call is the v2 client; this module only sequences them, bounds every
 loop (MaxPolls rounds per phase, candidates + 2 creates) and records each billable call.
 
@@ -21,14 +21,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from thermostat.policy import create_outcome as walk
-from thermostat.policy.gpu_selection import GpuCandidate, GpuSelection, select_gpus
-from thermostat.policy.pod_model import CreateResult, PodObservation, PodStatus
-from thermostat.policy.pod_options import PodOptions
-from thermostat.policy.termination_guard import check_termination
-from thermostat.policy.volume_pods import rank
-from thermostat.policy.wake_result import WakeFailureKind, WakeOutcome, WakeResult, failure_kind_of
-from thermostat.policy.wake_round import (
+from thermostat.policy.common.pod_model import CreateResult, PodObservation, PodStatus
+from thermostat.policy.common.pod_options import PodOptions
+from thermostat.policy.wake import create_walk as walk
+from thermostat.policy.wake.gpu_selection import GpuCandidate, GpuSelection, select_gpus
+from thermostat.policy.wake.termination_guard import check_termination
+from thermostat.policy.wake.volume_pods import rank
+from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult, failure_kind_of
+from thermostat.policy.wake.wake_round import (
     NewPodVerdict,
     RoundVerdict,
     VolumeVerdict,

@@ -35,8 +35,8 @@ from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.idle_monitor.watch import PodWatch
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
-from thermostat.policy.monitor_options import MonitorOptions, parse_monitor_options
-from thermostat.policy.monitor_tick import TickDecision
+from thermostat.policy.idle.monitor_options import MonitorOptions, parse_monitor_options
+from thermostat.policy.idle.monitor_tick import TickDecision
 from thermostat.store.db import Store
 
 POD = "qwen"

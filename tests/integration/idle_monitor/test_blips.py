@@ -8,8 +8,8 @@ import pytest
 
 from tests.integration.idle_monitor.conftest import POD_ID, MonitorRig
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.policy.idle_phase import Phase
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.idle.idle_phase import Phase
+from thermostat.policy.idle.pod_signal import PodSignal
 
 
 async def test_an_unreadable_volume_list_holds_the_streak_and_stops_nothing(rig: MonitorRig) -> None:

@@ -1,4 +1,4 @@
-"""Safe boot before the secret (seed: Disabled-until-configured): with RUNPOD_API_KEY unset or the volume id
+"""Safe boot before the secret (pod-control seed: Disabled-until-configured): with RUNPOD_API_KEY unset or the volume id
 blank the monitor stays up and SERVING, watches nothing, says so once and in GetMonitorState, and makes no
 RunPod call; it starts watching a pod once the controller reports it configured — a controller restarted with
 the secret while the monitor runs — and judges each of several pods on its own.

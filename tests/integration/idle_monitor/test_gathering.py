@@ -14,7 +14,7 @@ import pytest
 from tests.fixtures.services import SIM_API_KEY
 from tests.integration.idle_monitor.conftest import FRESH_ID, POD_ID, STALE_ID, MakeRig, MonitorRig
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.idle.pod_signal import PodSignal
 
 DELAY = 0.4
 

@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, messages, minutes
-from thermostat.policy.activity import ActivityReason
-from thermostat.policy.idle_phase import Phase, StopTrigger
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.idle.activity import ActivityReason
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.pod_signal import PodSignal
 
 
 @pytest.mark.parametrize("every", [pytest.param(1, id="a-turn-every-minute"),

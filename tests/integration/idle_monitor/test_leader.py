@@ -26,7 +26,7 @@ from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.policy.monitor_tick import TickDecision
+from thermostat.policy.idle.monitor_tick import TickDecision
 from thermostat.store.db import Store
 
 CHECK = 0.2

@@ -17,8 +17,8 @@ from thermostat.chassis.timestamps import from_timestamp as at
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.monitor_watch import Watch
-from thermostat.policy.pod_options import parse_pod_options
+from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.policy.idle.monitor_watch import Watch
 
 
 @contextlib.asynccontextmanager

@@ -1,5 +1,5 @@
 """A restarted monitor continues exactly where it was: the phase, streaks, baselines, readiness and the
-runtime-cap start live in Postgres. The seed's in-process cap re-armed on every conductor restart; ours does
+runtime-cap start live in Postgres. The pod-control seed's in-process cap re-armed on every conductor restart; ours does
 not."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, minutes
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import MonitorStateStore
-from thermostat.policy.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.store.db import Store
 
 

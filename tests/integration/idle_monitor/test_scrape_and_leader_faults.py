@@ -9,7 +9,7 @@ from datetime import datetime
 from thermostat.idle_monitor.leader import PodLeader
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.state_store import SavedState
-from thermostat.policy.monitor_state import MonitorState
+from thermostat.policy.idle.monitor_state import MonitorState
 from thermostat.store.db import Store
 
 

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from tests.integration.idle_monitor.conftest import FRESH_ID, STALE_ID, MakeRig, MonitorRig, messages
-from thermostat.policy.idle_phase import Phase, StopTrigger
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.pod_signal import PodSignal
 
 
 async def test_a_busy_sibling_wins_over_an_idle_stale_pod(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture

@@ -10,7 +10,7 @@ import pytest
 from tests.fixtures.services import OPERATOR
 from tests.integration.idle_monitor.conftest import POD, POD_ID, MonitorRig, messages, minutes
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 
 
 async def test_an_idle_stop_the_controller_reports_refused_keeps_ready_and_waits_a_full_window(

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, messages, minutes
-from thermostat.policy.idle_phase import Phase, StopTrigger
-from thermostat.policy.pod_signal import PodSignal
+from thermostat.policy.idle.idle_phase import Phase, StopTrigger
+from thermostat.policy.idle.pod_signal import PodSignal
 
 
 async def test_a_vllm_that_dies_after_serving_accrues_and_is_stopped(rig: MonitorRig) -> None:

@@ -1,5 +1,5 @@
 """The RunPod API key travels only in the Authorization header: never in a log record, an error or an answer,
-however RunPod misbehaves (seed: REST v2 client — "it is never logged")."""
+however RunPod misbehaves (pod-control seed: REST v2 client — "it is never logged")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every incident the seed records, replayed against the simulator: what RunPod was asked, in order."""
+"""Every incident the pod-control seed records, replayed against the simulator: what RunPod was asked, in order."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ async def test_an_unconfigured_pod_is_unavailable_on_start_and_stop_without_a_ru
                 ("x-rig-operator-token", "operator-token-for-tests"),), timeout=10)
         assert stopped.value.code() is grpc.StatusCode.UNAVAILABLE
         assert runpod_sim.requests() == []
-        (wake,) = await wakes(c.public)  # seed (Last wake outcome): unconfigured is a Refused wake
+        (wake,) = await wakes(c.public)  # pod-control seed (Last wake outcome): unconfigured is a Refused wake
         assert (wake.outcome, wake.wake_outcome) == ("Refused", "Failed")
 
 
@@ -250,7 +250,8 @@ async def test_a_stale_pod_listed_next_to_its_replacement_is_terminated_only_onc
 async def test_a_running_pod_whose_gpu_is_still_attaching_is_waited_for_not_replaced(
     runpod_sim, db_store, runtime
 ) -> None:
-    """RUNNING without a live runtime is STARTING (seed, PR 2 hard requirement): repoll, never a second pod."""
+    """RUNNING without a live runtime is STARTING (pod-control seed, PR 2 hard requirement): repoll, never a
+    second pod."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     runpod_sim.patch_pod(pod, {"runtime": runtime})
     async with controller(runpod_sim, db_store, RUNPOD_WAKE_MAX_POLLS="3") as c:

@@ -1,4 +1,4 @@
-"""Seed (Last wake outcome): "a wake aborted by shutdown still records its outcome"."""
+"""The pod-control seed (Last wake outcome): "a wake aborted by shutdown still records its outcome"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each wake outcome over real gRPC, with the exact RunPod calls it made (seed: Wake service, part 2b)."""
+"""Each wake outcome over real gRPC, with the exact RunPod calls it made (pod-control seed: Wake service, part 2b)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.integration.pod_controller.harness import (
 from thermostat.pod_controller.records import PodRecords
 from thermostat.pod_controller.wake_service import Halt, WakeService
 from thermostat.pods.v1 import pods_pb2
-from thermostat.policy.pod_options import parse_pod_options
+from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
 

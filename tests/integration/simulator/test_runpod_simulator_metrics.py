@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from thermostat.dev.simulators.runpod import RunPodSimulator
-from thermostat.policy.vllm_metrics import parse_vllm_metrics
+from thermostat.policy.idle.vllm_metrics import parse_vllm_metrics
 
 VOLUME = "bjn7d94ej9"
 

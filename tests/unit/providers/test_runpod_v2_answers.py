@@ -12,7 +12,7 @@ import pytest
 
 from thermostat.chassis.ports import free_port
 from thermostat.dev.simulators.runpod import RunPodSimulator
-from thermostat.policy.pod_model import Availability, Lookup, PodObservation, PodStatus
+from thermostat.policy.common.pod_model import Availability, Lookup, PodObservation, PodStatus
 from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
 
 VOLUME = "bjn7d94ej9"

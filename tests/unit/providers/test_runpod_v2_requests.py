@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from thermostat.dev.simulators.runpod import RecordedRequest, RunPodSimulator
-from thermostat.policy.pod_model import Lookup
+from thermostat.policy.common.pod_model import Lookup
 from thermostat.providers.runpod_v2 import RunPodV2Client, path_segment
 from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thermostat.policy.pod_model import Availability, Lookup, PodStatus
+from thermostat.policy.common.pod_model import Availability, Lookup, PodStatus
 from thermostat.providers.runpod_v2_shapes import (
     is_problem_not_found,
     problem_detail,

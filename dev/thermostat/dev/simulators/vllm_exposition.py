@@ -1,6 +1,6 @@
 """vLLM's Prometheus /metrics exposition, as the simulated pod serves it.
 
-The styles cover what a scraper meets on the floating vllm/vllm-openai:latest tag (seed, #2075): "recent"
+The styles cover what a scraper meets on the floating vllm/vllm-openai:latest tag (pod-control seed, #2075): "recent"
 (V1: engine + model_name labels, every finished_reason pre-created so zero series appear, plus the
 prometheus_client *_created gauges a parser must ignore), "legacy" (V0: model_name only) and
 "gauges-only" (an older vLLM without the work counters, which must still read idle on gauges alone).
