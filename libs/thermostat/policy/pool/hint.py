@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from thermostat.policy.pool.machine_type import Catalogue, MachineType
+from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.machines import Machine, of_tenant
-from thermostat.policy.pool.placement import DeferReason, Demand, PlacementPlan, plan_placement, ready_count
+from thermostat.policy.pool.placement import Demand, PlacementPlan, plan_placement, ready_count
 from thermostat.policy.pool.queue_order import QueuedJob
+from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind, unknown_machine_type
 
 
 class HintReason(StrEnum):
@@ -39,17 +40,24 @@ class HintDecision:
 def decide_hint(
     *,
     tenant_id: str,
-    machine_type: MachineType,
+    machine_type: str,
     machines: Sequence[Machine],
     catalogue: Catalogue,
     max_workers_total: int | None,
-) -> HintDecision:
-    """Start one machine unless one is warm or starting for the tenant and type, within both caps."""
-    if ready_count(of_tenant(machines, tenant_id, machine_type.name), catalogue) > 0:
+) -> HintDecision | SubmitError:
+    """Start one machine unless one is warm or starting for the tenant and type, within both caps.
+
+    The body's `machine_type` is checked as a submit's is: required, and in the catalogue.
+    """
+    if not machine_type:
+        return SubmitError(kind=SubmitErrorKind.MISSING, parameter="machine_type", message="is required")
+    if catalogue.get(machine_type) is None:
+        return unknown_machine_type(machine_type, catalogue)
+    if ready_count(of_tenant(machines, tenant_id, machine_type), catalogue) > 0:
         return HintDecision(started=False, reason=HintReason.NO_DEMAND, plan=PlacementPlan())
     demand = Demand(
         tenant_id=tenant_id,
-        machine_type=machine_type.name,
+        machine_type=machine_type,
         queued=1,
         head=QueuedJob(id="hint", priority=0, sequence=0),
     )
@@ -57,5 +65,4 @@ def decide_hint(
     if plan.starts:
         return HintDecision(started=True, reason=None, plan=plan)
     reason = HintReason.FLEET_CAP if plan.fleet_cap_hit else HintReason.TENANT_CAP
-    assert any(item.reason is DeferReason(reason.value) for item in plan.deferred)
     return HintDecision(started=False, reason=reason, plan=plan)

@@ -42,7 +42,7 @@ def plan_reaping(*, machines: Iterable[Machine], catalogue: Catalogue, now: floa
             continue
         current = catalogue.get(machine.machine_type)
         cool_down = current.cool_down_seconds if current is not None else machine.cool_down_seconds
-        if now - machine.idle_since < cool_down or now < machine.idle_since:
+        if now - machine.idle_since < cool_down:  # a reading before idle_since is negative: not idle yet
             continue
         if current is None:
             reason = RetireReason.TYPE_REMOVED

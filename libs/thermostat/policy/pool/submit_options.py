@@ -90,12 +90,7 @@ def decide_submit_options(
             return _invalid(parameter, f"must be a positive finite number of seconds, got {value}")
     chosen = catalogue.get(machine_type)
     if chosen is None:
-        known = ", ".join(catalogue.names) or "none"
-        return SubmitError(
-            kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
-            parameter="machine_type",
-            message=f"{machine_type!r} is not in the catalogue (known: {known})",
-        )
+        return unknown_machine_type(machine_type, catalogue)
     timeout = min(timeout_seconds or chosen.job_timeout_seconds, chosen.job_timeout_seconds)
     wait = None
     if sync:
@@ -132,6 +127,15 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
         timeout_seconds=times["timeout_seconds"],
         wait_seconds=times["wait_seconds"] if sync else None,
         sync=sync,
+    )
+
+
+def unknown_machine_type(name: str, catalogue: Catalogue) -> SubmitError:
+    known = ", ".join(catalogue.names) or "none"
+    return SubmitError(
+        kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
+        parameter="machine_type",
+        message=f"{name!r} is not in the catalogue (known: {known})",
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu, machine
-from thermostat.policy.pool.hint import HintReason, decide_hint
+from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
 from thermostat.policy.pool.machines import Machine, MachineState
+from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind
 
 S = MachineState
 
@@ -41,11 +42,12 @@ def test_hint_decision(
     machine_type = cpu(max_workers=max_workers)
     decision = decide_hint(
         tenant_id="acme",
-        machine_type=machine_type,
+        machine_type="cpu",
         machines=machines,
         catalogue=catalogue(machine_type),
         max_workers_total=total,
     )
+    assert isinstance(decision, HintDecision)
     assert (decision.started, decision.reason) == (started, reason)
     assert len(decision.plan.starts) == (1 if started else 0)
 
@@ -54,18 +56,32 @@ def test_repeated_hint_is_free() -> None:
     """Once the hinted machine is starting, the same hint starts nothing more."""
     machine_type = cpu()
     first = decide_hint(
-        tenant_id="acme",
-        machine_type=machine_type,
-        machines=[],
-        catalogue=catalogue(machine_type),
-        max_workers_total=None,
+        tenant_id="acme", machine_type="cpu", machines=[], catalogue=catalogue(machine_type), max_workers_total=None
     )
+    assert isinstance(first, HintDecision)
     assert first.started
     again = decide_hint(
         tenant_id="acme",
-        machine_type=machine_type,
+        machine_type="cpu",
         machines=[machine("m", S.STARTING)],
         catalogue=catalogue(machine_type),
         max_workers_total=None,
     )
+    assert isinstance(again, HintDecision)
     assert (again.started, again.reason) == (False, HintReason.NO_DEMAND)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        pytest.param("", SubmitErrorKind.MISSING, id="machine-type-missing"),
+        pytest.param("gpu", SubmitErrorKind.UNKNOWN_MACHINE_TYPE, id="machine-type-not-in-catalogue"),
+    ],
+)
+def test_hint_machine_type_is_checked_like_a_submits(name: str, kind: SubmitErrorKind) -> None:
+    """A hint names a machine type of the catalogue, or it is refused naming machine_type."""
+    result = decide_hint(
+        tenant_id="acme", machine_type=name, machines=[], catalogue=catalogue(cpu()), max_workers_total=None
+    )
+    assert isinstance(result, SubmitError)
+    assert (result.kind, result.parameter) == (kind, "machine_type")
