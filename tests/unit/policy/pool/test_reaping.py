@@ -52,10 +52,18 @@ def test_clock_reading_before_idle_since_is_not_idle_time() -> None:
     assert reaped([machine("m", idle_since=START)], START - 3600, catalogue(cpu(cool_down_seconds=0))) == ()
 
 
-def test_wall_clock_step_does_not_reap() -> None:
-    """Idle time is monotonic `now - idle_since`; a wall-clock jump of a day changes neither reading."""
-    wall_clock_step = 86_400.0  # never enters: both readings come from the monotonic clock
-    assert wall_clock_step and reaped([machine("m", idle_since=START)], START + 59) == ()
+@pytest.mark.parametrize(
+    "offset", [pytest.param(-START, id="clock-at-zero"), pytest.param(86_400.0 * 365, id="a-year-on")]
+)
+def test_only_elapsed_monotonic_time_matters(offset: float) -> None:
+    """The decision reads `now - idle_since` only: the same elapsed time at any clock origin decides the same."""
+    machines = [machine("young", idle_since=START + 30), machine("old", idle_since=START)]
+    shifted = [machine("young", idle_since=START + 30 + offset), machine("old", idle_since=START + offset)]
+    assert (
+        reaped(machines, START + 60)
+        == reaped(shifted, START + 60 + offset)
+        == (Retirement(machine_id="old", reason=RetireReason.COOL_DOWN),)
+    )
 
 
 @pytest.mark.parametrize(
