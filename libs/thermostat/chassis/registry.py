@@ -66,6 +66,10 @@ IDLE_MONITOR = ServiceDef(
 )
 SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR)
 
+PROGRAMS: tuple[str, ...] = ("thermostat.worker",)
+"""Runnable packages under services/ that are not gRPC services of the house: the reference worker runs inside
+the pool's machine images, behind the worker contract, and is started by a backend, not by the dev stack."""
+
 
 def service(name: str) -> ServiceDef:
     """The registered service called `name`."""

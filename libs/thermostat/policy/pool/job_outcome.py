@@ -1,0 +1,84 @@
+"""Job outcome: what a worker's reply to `POST /execute` means for the job, the machine and the meter.
+
+The seed: "The caller has to be able to tell 'your code raised' from 'we could not run it'." So:
+- The worker answered 2xx: the job completed with the body as its result; the machine goes back to warm.
+- The worker answered with an error status (≥ 400, or anything else that is not 2xx): the job failed with
+  the worker's message, and the machine is kept. The worker is alive and said so; the code in the cell
+  raised, which is no reason to throw away a warm machine.
+- The job's deadline passed: timed out, and the machine is retired. Its process is still running the job,
+  so it cannot take the next one. The deadline is wall-clock for the whole call (the job's
+  timeout_seconds), not a per-read timeout a worker streaming a byte a minute would never trip.
+- The worker could not be reached, the connection broke mid-reply, or anything unexpected: the job failed,
+  and the machine is retired; a machine in an unknown state is not trusted with the next job.
+- A result over the pool's size limit: failed, machine kept (the worker worked; the pool refused the bytes).
+
+A job cancelled while running stays cancelled whatever the reply (seed: "The cancel stands even if the
+machine finished first: its result is dropped"); the machine follows the same rule as above, so one that
+ignored the cancel and never answers is retired at the job's timeout.
+
+Every outcome here is of a job that reached a machine, so each records exactly one usage event, with the
+job's terminal state (the service writes it in the same transaction as that state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from thermostat.policy.pool.jobs import JobState
+
+MAX_ERROR_CHARS = 1000
+
+
+class ReplyKind(StrEnum):
+    """ReplyKind is how a call to a worker ended, as the worker client reports it."""
+
+    ANSWERED = "answered"  # an HTTP status and a body
+    DEADLINE = "deadline"  # the job's wall-clock deadline passed first
+    UNREACHABLE = "unreachable"  # no connection
+    BROKEN = "broken"  # connection lost or protocol error mid-call, or anything unexpected
+    TOO_LARGE = "too_large"  # answered, with a body over the pool's limit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerReply:
+    """WorkerReply is the typed outcome of one `POST /execute` (the worker client builds it)."""
+
+    kind: ReplyKind
+    status: int | None = None
+    body: bytes = b""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOutcome:
+    """JobOutcome is the job's terminal state, its result or error, and whether the machine is retired."""
+
+    state: JobState
+    result: bytes | None
+    error: str | None
+    retire_machine: bool
+
+
+def decide_job_outcome(reply: WorkerReply, *, cancelled: bool, timeout_seconds: float) -> JobOutcome:
+    """Map one worker reply; `cancelled` is whether the job was cancelled while it ran."""
+    if reply.kind is ReplyKind.ANSWERED and reply.status is not None and 200 <= reply.status < 300:
+        outcome = JobOutcome(state=JobState.COMPLETED, result=reply.body, error=None, retire_machine=False)
+    elif reply.kind is ReplyKind.ANSWERED:
+        message = reply.body.decode("utf-8", errors="replace").strip()[:MAX_ERROR_CHARS]
+        error = f"worker answered HTTP {reply.status}" + (f": {message}" if message else "")
+        outcome = JobOutcome(state=JobState.FAILED, result=None, error=error, retire_machine=False)
+    elif reply.kind is ReplyKind.TOO_LARGE:
+        outcome = JobOutcome(state=JobState.FAILED, result=None, error=reply.error, retire_machine=False)
+    elif reply.kind is ReplyKind.DEADLINE:
+        error = f"job ran past its timeout of {timeout_seconds:g} s"
+        outcome = JobOutcome(state=JobState.TIMED_OUT, result=None, error=error, retire_machine=True)
+    elif reply.kind is ReplyKind.UNREACHABLE:
+        error = "worker unreachable" + (f": {reply.error}" if reply.error else "")
+        outcome = JobOutcome(state=JobState.FAILED, result=None, error=error, retire_machine=True)
+    else:
+        error = "worker call failed" + (f": {reply.error}" if reply.error else "")
+        outcome = JobOutcome(state=JobState.FAILED, result=None, error=error, retire_machine=True)
+    if cancelled:
+        return JobOutcome(state=JobState.CANCELLED, result=None, error=None, retire_machine=outcome.retire_machine)
+    return outcome

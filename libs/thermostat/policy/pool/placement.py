@@ -1,0 +1,132 @@
+"""Placement: which machines to start for the queued demand, within the tenant and fleet caps.
+
+Theory of operation. Demand is counted per (tenant, machine type): the number of queued jobs no machine has
+taken yet. Each warm (idle) or starting machine of that tenant and type on the type's current image will
+take one of them, so only the rest needs a new machine. Busy machines are not counted: the seed starts a
+machine when none is warm rather than queue behind a running job.
+
+Caps, in this order:
+- The tenant cap (`max_workers`, per tenant per type) counts the tenant's starting, warm and busy machines
+  of the type, old image included: they still run (and bill). A stopping machine is no longer the tenant's.
+- The fleet cap (`POOL_MAX_WORKERS_TOTAL`) counts every machine that exists at a provider, stopping ones
+  included: a machine whose stop failed still bills, and the next pass retries the stop (seed).
+- Stale-image machines (type image changed) take no new work. When one sits idle and is the reason the
+  tenant cap blocks a start, it is retired now instead of at cool-down: it would take no job anyway, and
+  otherwise an image change under `max_workers: 1` would hold the tenant's queue for a whole cool-down.
+  Its stop frees the tenant's slot at once but the fleet's only when it is gone.
+
+When the fleet cap binds, demand is served in queue order of each group's first job (priority, then FIFO),
+so the fleet's last slot goes to the job first in line; a plan whose demand the fleet cap cut says so, for
+the warning the seed asks for ("a capped fleet looks exactly like a slow queue from the outside").
+A type missing from the catalogue gets no machine: its queued jobs fail with the reason (the service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from thermostat.policy.pool.machine_type import Catalogue
+from thermostat.policy.pool.machines import FLEET_STATES, LIVE_STATES, Machine, MachineState, is_stale, of_tenant
+from thermostat.policy.pool.queue_order import QueuedJob, queue_key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    """Demand is one tenant's queued, unassigned jobs of one machine type; `head` is the first in line."""
+
+    tenant_id: str
+    machine_type: str
+    queued: int
+    head: QueuedJob
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineStart:
+    """MachineStart asks for one new machine for a tenant, on the type's current image."""
+
+    tenant_id: str
+    machine_type: str
+    image: str
+
+
+class DeferReason(StrEnum):
+    TENANT_CAP = "tenant_cap"
+    FLEET_CAP = "fleet_cap"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deferred:
+    """Deferred is demand left waiting for capacity this pass; the next pass places it."""
+
+    tenant_id: str
+    machine_type: str
+    count: int
+    reason: DeferReason
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementPlan:
+    starts: tuple[MachineStart, ...] = ()
+    retire: tuple[str, ...] = ()  # idle stale-image machines stopped to make room under the tenant cap
+    deferred: tuple[Deferred, ...] = ()
+
+    @property
+    def fleet_cap_hit(self) -> bool:
+        """The fleet cap held back some demand: the service logs a warning."""
+        return any(item.reason is DeferReason.FLEET_CAP for item in self.deferred)
+
+
+def plan_placement(
+    *,
+    demand: Iterable[Demand],
+    machines: Sequence[Machine],
+    catalogue: Catalogue,
+    max_workers_total: int | None,
+) -> PlacementPlan:
+    """Starts, early retirements and deferrals for this pass's demand."""
+    fleet = sum(1 for machine in machines if machine.state in FLEET_STATES)
+    starts: list[MachineStart] = []
+    retire: list[str] = []
+    deferred: list[Deferred] = []
+    for wanted in sorted(demand, key=lambda item: queue_key(item.head)):
+        machine_type = catalogue.get(wanted.machine_type)
+        if machine_type is None or wanted.queued <= 0:
+            continue
+        mine = [m for m in of_tenant(machines, wanted.tenant_id, wanted.machine_type) if m.id not in retire]
+        planned = sum(1 for s in starts if (s.tenant_id, s.machine_type) == (wanted.tenant_id, wanted.machine_type))
+        need = wanted.queued - ready_count(mine, catalogue) - planned
+        if need <= 0:
+            continue
+        count = need
+        if machine_type.max_workers is not None:
+            live = sum(1 for m in mine if m.state in LIVE_STATES) + planned
+            room = machine_type.max_workers - live
+            if room < need:
+                idle_stale = [m.id for m in mine if m.state is MachineState.WARM and is_stale(m, catalogue)]
+                freed = idle_stale[: need - max(room, 0)]
+                retire.extend(freed)
+                room += len(freed)
+            if room < count:
+                deferred.append(_deferred(wanted, count - max(room, 0), DeferReason.TENANT_CAP))
+                count = max(room, 0)
+        if max_workers_total is not None and count > max_workers_total - fleet:
+            room = max(max_workers_total - fleet, 0)
+            deferred.append(_deferred(wanted, count - room, DeferReason.FLEET_CAP))
+            count = room
+        fleet += count
+        starts.extend(
+            MachineStart(tenant_id=wanted.tenant_id, machine_type=machine_type.name, image=machine_type.image)
+            for _ in range(count)
+        )
+    return PlacementPlan(starts=tuple(starts), retire=tuple(retire), deferred=tuple(deferred))
+
+
+def ready_count(mine: Iterable[Machine], catalogue: Catalogue) -> int:
+    """Machines that will take a queued job without a new start: warm or starting, on the current image."""
+    return sum(1 for m in mine if m.state in (MachineState.WARM, MachineState.STARTING) and not is_stale(m, catalogue))
+
+
+def _deferred(wanted: Demand, count: int, reason: DeferReason) -> Deferred:
+    return Deferred(tenant_id=wanted.tenant_id, machine_type=wanted.machine_type, count=count, reason=reason)

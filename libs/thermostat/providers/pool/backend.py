@@ -1,0 +1,54 @@
+"""The Backend protocol: start / stop / health and nothing else (seed: "the pool does not know which it is
+talking to"). Local processes now; Docker, RunPod and Fly satisfy the same protocol with the next issue.
+
+- `start` boots one machine for a `MachineSpec` and returns its handle once the provider has accepted it
+  (not once it is healthy: the pool polls `health` until the boot timeout). A start that fails raises
+  `BackendError` with a message safe to record on the job (never the token).
+- `stop` is idempotent: stopping a machine already gone, or one this backend does not know, is no error.
+  A stop that fails raises `BackendError`; the pool keeps the row and retries on its next pass.
+- `health` is a probe: True only when the machine is up and its worker answers `GET /health` with 200.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from thermostat.policy.pool.machine_type import MachineType
+
+WORKER_TOKEN_VARIABLE = "STRATA_WORKER_TOKEN"  # noqa: S105 - a variable name, not a secret
+
+
+class BackendError(Exception):
+    """BackendError is a start or stop the provider refused or that failed; the message is safe to record."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineSpec:
+    """MachineSpec is what a backend needs to start one machine; the token never shows in its repr."""
+
+    machine_id: str
+    tenant_id: str
+    machine_type: MachineType
+    worker_token: str = field(repr=False)
+
+    def env(self) -> dict[str, str]:
+        """The machine's environment: the type's `env` plus the per-machine worker token (which wins)."""
+        return {**self.machine_type.env, WORKER_TOKEN_VARIABLE: self.worker_token}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MachineHandle:
+    """MachineHandle is a started machine as its provider names it and where its worker listens."""
+
+    provider_id: str
+    endpoint: str
+    region: str | None = None
+
+
+class Backend(Protocol):
+    async def start(self, spec: MachineSpec) -> MachineHandle: ...
+
+    async def stop(self, provider_id: str) -> None: ...
+
+    async def health(self, handle: MachineHandle) -> bool: ...

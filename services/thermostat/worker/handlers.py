@@ -1,0 +1,65 @@
+"""The handlers a reference worker can run, chosen by STRATA_WORKER_HANDLER.
+
+echo   answers 200 with the payload, byte for byte
+sleep  sleeps, then answers 200 `slept <seconds>`; the duration is the payload's `seconds` (a JSON object
+       field, or the whole payload as a bare number), else STRATA_WORKER_SLEEP_SECONDS; a cancel ends it
+fail   answers 500 with STRATA_WORKER_FAIL_MESSAGE: a cell whose code raised
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from .config import WorkerConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerResult:
+    status: int
+    body: bytes
+
+
+Handler = Callable[[bytes], Awaitable[HandlerResult]]
+
+
+def build_handler(config: WorkerConfig) -> Handler:
+    async def echo(payload: bytes) -> HandlerResult:
+        return HandlerResult(status=200, body=payload)
+
+    async def sleep(payload: bytes) -> HandlerResult:
+        seconds = sleep_seconds(payload, default=config.sleep_seconds)
+        await asyncio.sleep(seconds)
+        return HandlerResult(status=200, body=f"slept {seconds:g}".encode())
+
+    async def fail(payload: bytes) -> HandlerResult:
+        return HandlerResult(status=500, body=config.fail_message.encode())
+
+    return {"echo": echo, "sleep": sleep, "fail": fail}[config.handler]
+
+
+def sleep_seconds(payload: bytes, *, default: float) -> float:
+    decoded = parse_json(payload)
+    value = decoded.get("seconds") if isinstance(decoded, dict) else decoded
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return default
+
+
+def build_id_of(payload: bytes) -> str | None:
+    """The build a payload names (a JSON object's string `build_id`), as a Strata manifest does."""
+    decoded = parse_json(payload)
+    build_id = decoded.get("build_id") if isinstance(decoded, dict) else None
+    return build_id if isinstance(build_id, str) and build_id else None
+
+
+def parse_json(payload: bytes) -> object:
+    if not payload or payload[:1] not in b'{[0123456789.-"':
+        return None
+    try:
+        return json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None

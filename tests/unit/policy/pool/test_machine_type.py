@@ -1,0 +1,234 @@
+"""The catalogue: a PUT body validated whole, every error naming the entry and the field; redaction."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from thermostat.policy.pool.machine_type import (
+    REDACTED,
+    BackendKind,
+    Catalogue,
+    CatalogueRejected,
+    MachineType,
+    catalogue_to_json,
+    parse_catalogue,
+    parse_catalogue_json,
+)
+
+
+def entry(**fields: Any) -> dict[str, Any]:
+    return {"name": "cpu-4x", "image": "strata-worker:latest", **fields}
+
+
+def rejected(body: object) -> CatalogueRejected:
+    result = parse_catalogue(body)
+    assert isinstance(result, CatalogueRejected), result
+    return result
+
+
+def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
+    """A minimal entry takes the documented defaults."""
+    result = parse_catalogue([{"name": "cpu-4x", "image": "python -m thermostat.worker"}])
+    assert result == Catalogue(
+        types=(
+            MachineType(
+                name="cpu-4x",
+                image="python -m thermostat.worker",
+                backend=BackendKind.LOCAL,
+                cpus=None,
+                memory_mb=None,
+                disk_gb=None,
+                gpu_type=None,
+                gpu_count=1,
+                max_workers=None,
+                cool_down_seconds=300.0,
+                health_check_failures=3,
+                boot_timeout_seconds=300.0,
+                job_timeout_seconds=3600.0,
+                env={},
+                provider_options={},
+            ),
+        )
+    )
+
+
+def test_every_field_is_read() -> None:
+    """Each field of the PUT shape lands in its attribute."""
+    body = entry(
+        backend="runpod",
+        cpus=4,
+        memory_mb=8192,
+        disk_gb=20,
+        gpu_type="NVIDIA H100 80GB PCIe",
+        gpu_count=2,
+        max_workers=5,
+        cool_down_seconds=60,
+        health_check_failures=0,
+        boot_timeout_seconds=600,
+        job_timeout_seconds=90.5,
+        env={"STRATA_WORKER_ALLOWED_HOSTS": ".internal"},
+        provider_options={"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"},
+    )
+    result = parse_catalogue([body])
+    assert isinstance(result, Catalogue)
+    (machine_type,) = result.types
+    assert machine_type.backend is BackendKind.RUNPOD
+    assert (machine_type.cpus, machine_type.memory_mb, machine_type.disk_gb) == (4.0, 8192, 20)
+    assert (machine_type.gpu_type, machine_type.gpu_count, machine_type.max_workers) == ("NVIDIA H100 80GB PCIe", 2, 5)
+    assert machine_type.cool_down_seconds == 60.0
+    assert machine_type.health_check_failures == 0
+    assert (machine_type.boot_timeout_seconds, machine_type.job_timeout_seconds) == (600.0, 90.5)
+    assert machine_type.env == {"STRATA_WORKER_ALLOWED_HOSTS": ".internal"}
+    assert machine_type.provider_options == {"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"}
+
+
+def test_get_shape_round_trips_through_put() -> None:
+    """What GET returns (with the admin token) is a valid PUT body for the same catalogue."""
+    original = parse_catalogue([entry(cpus=2, env={"A": "b"}, max_workers=3)])
+    assert isinstance(original, Catalogue)
+    assert parse_catalogue(catalogue_to_json(original, admin=True)) == original
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        pytest.param(
+            {"max_workers": "5"}, "max_workers", "must be an integer, not a string", id="number-sent-as-string"
+        ),
+        pytest.param({"cpus": "4"}, "cpus", "must be a number, not a string", id="cpus-as-string"),
+        pytest.param({"gpus": 1}, "gpus", "is not a machine type field", id="unknown-key"),
+        pytest.param({"cpus": float("nan")}, "cpus", "must be a finite number", id="nan-cpus"),
+        pytest.param(
+            {"cool_down_seconds": float("inf")}, "cool_down_seconds", "must be a finite number", id="infinite-cool-down"
+        ),
+        pytest.param({"max_workers": 0}, "max_workers", "must be at least 1", id="max-workers-below-one"),
+        pytest.param(
+            {"max_workers": True}, "max_workers", "must be an integer, not a boolean", id="boolean-is-not-a-number"
+        ),
+        pytest.param({"max_workers": 2.5}, "max_workers", "must be an integer", id="fractional-integer"),
+        pytest.param(
+            {"boot_timeout_seconds": 0}, "boot_timeout_seconds", "must be greater than 0", id="zero-boot-timeout"
+        ),
+        pytest.param(
+            {"job_timeout_seconds": -1}, "job_timeout_seconds", "must be greater than 0", id="negative-job-timeout"
+        ),
+        pytest.param(
+            {"job_timeout_seconds": 10**6}, "job_timeout_seconds", "at most 86400", id="job-timeout-over-a-day"
+        ),
+        pytest.param({"cpus": 0}, "cpus", "must be greater than 0", id="zero-cpus"),
+        pytest.param({"memory_mb": 0}, "memory_mb", "must be at least 1", id="zero-memory"),
+        pytest.param({"disk_gb": -5}, "disk_gb", "must be at least 1", id="negative-disk"),
+        pytest.param({"cool_down_seconds": -1}, "cool_down_seconds", "must not be negative", id="negative-cool-down"),
+        pytest.param(
+            {"health_check_failures": -1},
+            "health_check_failures",
+            "must not be negative",
+            id="negative-health-failures",
+        ),
+        pytest.param({"gpu_count": -1}, "gpu_count", "must not be negative", id="negative-gpu-count"),
+        pytest.param({"backend": "k8s"}, "backend", "must be one of local, docker, runpod, fly", id="unknown-backend"),
+        pytest.param({"env": {"TOKEN": 5}}, "env", "'TOKEN' must be a string", id="env-value-not-string"),
+        pytest.param({"env": ["A=b"]}, "env", "must be an object of strings", id="env-not-object"),
+        pytest.param({"provider_options": "x"}, "provider_options", "must be an object", id="options-not-object"),
+        pytest.param({"image": "python -c 'unclosed"}, "image", "not a command line", id="local-image-unparseable"),
+        pytest.param({"image": "  "}, "image", "must be a non-empty string", id="blank-image"),
+        pytest.param({"name": "has space"}, "name", "must be 1-63 letters", id="bad-name"),
+    ],
+)
+def test_invalid_field_is_rejected_naming_entry_and_field(fields: dict[str, Any], field: str, message: str) -> None:
+    """Each invalid field is a 400 naming the entry (index and name) and the field; nothing is stored."""
+    result = rejected([entry(name="ok"), entry(name="gpu", **fields) if "name" not in fields else entry(**fields)])
+    (error,) = result.errors
+    assert error.index == 1
+    assert error.field == field
+    assert message in error.message
+    assert str(error).startswith("machine_types[1]")
+    assert f".{field}:" in str(error)
+    if "name" not in fields:
+        assert "('gpu')" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param([{"image": "x"}], "name", id="missing-name"),
+        pytest.param([{"name": "a"}], "image", id="missing-image"),
+    ],
+)
+def test_missing_required_field_is_named(body: list[dict[str, Any]], field: str) -> None:
+    """A missing name or image is an error naming that field."""
+    (error,) = rejected(body).errors
+    assert (error.index, error.field, error.message) == (0, field, "is required")
+
+
+def test_duplicate_names_are_rejected_naming_both_entries() -> None:
+    """Two entries with one name: the second is the error, pointing at the first."""
+    (error,) = rejected([entry(), entry(image="other")]).errors
+    assert (error.index, error.name, error.field) == (1, "cpu-4x", "name")
+    assert "duplicates machine_types[0]" in error.message
+
+
+def test_every_error_is_reported_at_once() -> None:
+    """A body with several faults reports all of them, so a caller fixes it in one round."""
+    result = rejected([entry(max_workers=0, cpus="2"), {"image": "x"}])
+    assert [(e.index, e.field) for e in result.errors] == [(0, "cpus"), (0, "max_workers"), (1, "name")]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [pytest.param({"name": "a"}, id="object"), pytest.param("cpu", id="string"), pytest.param(None, id="null")],
+)
+def test_body_must_be_a_list(body: object) -> None:
+    """The PUT body is a top-level JSON array."""
+    (error,) = rejected(body).errors
+    assert error.message == "must be a JSON list"
+
+
+def test_entry_must_be_an_object() -> None:
+    """A list element that is not an object is named by its index."""
+    (error,) = rejected([entry(), "cpu-4x"]).errors
+    assert (error.index, error.field, error.message) == (1, None, "must be a JSON object")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param('[{"name": "a", "image": "b", "cpus": NaN}]', id="nan-literal"),
+        pytest.param('[{"name": "a", "image": "b", "cpus": Infinity}]', id="infinity-literal"),
+        pytest.param('[{"name": "a", "image": "b", "cpus": 1e400}]', id="overflowing-number"),
+        pytest.param("[{", id="not-json"),
+    ],
+)
+def test_json_text_with_non_finite_numbers_is_rejected(text: str) -> None:
+    """NaN and Infinity literals (accepted by Python's json) and overflowing numbers are refused."""
+    result = parse_catalogue_json(text)
+    assert isinstance(result, CatalogueRejected)
+    assert "finite" in result.detail or "not valid JSON" in result.detail
+
+
+def test_env_values_are_never_echoed_in_errors() -> None:
+    """An invalid env value's content does not reach the error (it may be a credential)."""
+    result = rejected([entry(env={"TOKEN": ["s3cr3t"]})])
+    assert "s3cr3t" not in result.detail
+
+
+@pytest.mark.parametrize(
+    ("admin", "env", "options"),
+    [
+        pytest.param(False, {"KEY": REDACTED}, {"cloud": REDACTED, "gpu": REDACTED}, id="api-token-redacted"),
+        pytest.param(True, {"KEY": "s3cr3t"}, {"cloud": "SECURE", "gpu": {"a": 1}}, id="admin-sees-values"),
+    ],
+)
+def test_env_and_provider_options_values_are_redacted_without_admin(
+    admin: bool, env: dict[str, str], options: dict[str, Any]
+) -> None:
+    """Without the admin token env and provider_options keep their keys and read `<redacted>`."""
+    catalogue = parse_catalogue([entry(env={"KEY": "s3cr3t"}, provider_options={"cloud": "SECURE", "gpu": {"a": 1}})])
+    assert isinstance(catalogue, Catalogue)
+    (shown,) = catalogue_to_json(catalogue, admin=admin)
+    assert shown["env"] == env
+    assert shown["provider_options"] == options
+    assert ("s3cr3t" in json.dumps(shown)) is admin
