@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -67,11 +68,13 @@ class PodControl:
         return self.client.is_configured and pod.configured
 
     async def stop(self, pod: PodOptions, pod_ids: Sequence[str], trigger: str) -> list[pods_pb2.PodResult]:
-        async def one(pod_id: str) -> pods_pb2.PodResult:
+        """Stop `pod_ids`: issued (ordered against the pod's wakes) before RunPod is asked, settled after."""
+
+        async def one(pod_id: str, stop_id: uuid.UUID | None) -> pods_pb2.PodResult:
             result = await self.client.stop(pod_id)
             await self.records.record_action(ActionEntry(
                 pod_name=pod.name, action="Stop", pod_id=pod_id, ok=result.ok, http_status=result.http_status,
-                trigger=trigger))
+                trigger=trigger, stop_id=stop_id))
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
                 try:
@@ -82,9 +85,17 @@ class PodControl:
                               type(error).__name__)
             return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
 
+        async def all_of_them() -> list[pods_pb2.PodResult]:
+            stop_id = await self.records.begin_stop(pod.name, trigger)
+            # a stop cut off here stays unsettled: a wake it overlaps then waits out the settle bound
+            results = list(await asyncio.gather(*(one(i, stop_id) for i in pod_ids)))
+            if stop_id is not None:
+                await self.records.settle_stop(stop_id, [r.pod_id for r in results if r.ok])
+            return results
+
         # shielded: a caller that gives up (a deadline) must not cut a stop off between RunPod accepting it and
-        # its audit row (#2050)
-        return list(await asyncio.shield(asyncio.gather(*(one(i) for i in pod_ids))))
+        # its audit row (#2050), nor leave it unsettled for a wake waiting on it
+        return await asyncio.shield(all_of_them())
 
     async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
         async def attempt(_attempt_id: object, fence: Fence) -> tuple[dict[str, Any], dict[str, Any]]:
