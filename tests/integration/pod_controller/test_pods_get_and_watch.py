@@ -71,6 +71,23 @@ async def test_get_reads_every_pod_on_the_volume_from_one_list_call(pods_stub, r
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
+async def test_get_and_watch_observe_by_id_a_running_pod_listed_without_runtime(pods_stub, runpod_sim) -> None:
+    """A list entry without `runtime` cannot say the pod serves: it is read by id, so isRunning is true (issue 7)."""
+    runpod_sim.configure(list_without_runtime=True)
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.lookup, view.pod_id, view.status, view.is_running) == ("FOUND", serving, "RUNNING", True)
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST, ("GET", f"/v2/pods/{serving}")]
+    assert stale != serving
+    call = pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
+    try:
+        first = await asyncio.wait_for(anext(aiter(call)), 5)
+        assert (first.pod.pod_id, first.pod.status, first.pod.is_running) == (serving, "RUNNING", True)
+    finally:
+        call.cancel()
+
+
 async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_clears_it(
     pods_stub, internal_stub, runpod_sim
 ) -> None:
