@@ -389,6 +389,22 @@ async def test_api_family_prints_camel_case_and_false_and_zero(http: httpx.Async
 
 
 @pytest.mark.e2e
+async def test_fields_a_service_names_in_x_json_nulls_print_null_whether_printed_empty_or_absent(
+    http: httpx.AsyncClient,
+) -> None:
+    """An empty plain string ("" from the printer) and unset message/optional fields each become null, once."""
+    response = await http.get("/api/pods/podless")
+    assert response.status_code == 200
+    assert "x-json-nulls" not in response.headers
+    assert response.text.count('"podId"') == 1
+    assert response.json() == {
+        "name": "podless", "podId": None, "configured": False, "gpuCount": 0, "readySince": None, "gpuId": None,
+        "pricePerHour": 0,
+    }
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+@pytest.mark.e2e
 async def test_v1_family_prints_snake_case_and_false_and_zero(http: httpx.AsyncClient) -> None:
     """/v1/ answers the proto field names and prints false and 0."""
     response = await http.get("/v1/jobs/j-1")

@@ -138,8 +138,20 @@ async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None
 
 
 def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
-    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset."""
-    return [json_name for proto_name, json_name in fields if not message.HasField(proto_name)]
+    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset.
+
+    A field with presence is unset when HasField says so; a plain proto3 string is unset when empty — then it
+    is not on the wire at all, and making it `optional` would change the field's cardinality, which the
+    FILE breaking rules forbid. The REST view writes either kind as null.
+    """
+    descriptor = message.DESCRIPTOR.fields_by_name
+    return [json_name for proto_name, json_name in fields
+            if not (message.HasField(proto_name) if descriptor[proto_name].has_presence
+                    else getattr(message, proto_name))]
+
+
+# podId / proxyUrl are null in the seed when no pod is named
+_NO_POD = (("pod_id", "podId"), ("proxy_url", "proxyUrl"))
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
@@ -166,7 +178,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         if result.get("price_per_hour") is not None:
             response.price_per_hour = result["price_per_hour"]
         await _set_status(context, 202 if outcome is WakeOutcome.WAITING else None,
-                          nulls=_absent(response, (("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
+                          nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
         return response
 
     async def StopPod(self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
@@ -187,7 +199,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         pod = await self.c.pod(request.name, context)
         view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
         await _set_status(context, nulls=_absent(view, (
-            ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
+            *_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
         return view
 
     async def GetPodHistory(self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext

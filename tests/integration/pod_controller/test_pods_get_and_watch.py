@@ -58,6 +58,24 @@ async def test_get_with_no_pod_on_the_volume_is_not_found_unknown(pods_stub, run
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
+async def test_get_naming_no_pod_leaves_pod_id_and_proxy_url_unset_and_names_them_for_the_edge(pods_stub) -> None:
+    """No pod named: pod_id/proxy_url are not on the wire, and x-json-nulls asks the edge for podId/proxyUrl null."""
+    call = pods_stub.GetPod(QWEN, timeout=10)
+    view = await call
+    assert not {"pod_id", "proxy_url"} & {field.name for field, _ in view.ListFields()}
+    assert pods_pb2.GetPodResponse.FromString(view.SerializeToString()).pod_id == ""
+    nulls = dict(await call.initial_metadata())["x-json-nulls"].split(",")
+    assert {"podId", "proxyUrl"} <= set(nulls)
+
+
+async def test_get_naming_a_pod_does_not_ask_for_pod_id_null(pods_stub, runpod_sim) -> None:
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    call = pods_stub.GetPod(QWEN, timeout=10)
+    assert (await call).pod_id == pod
+    nulls = dict(await call.initial_metadata()).get("x-json-nulls", "").split(",")
+    assert "podId" not in nulls and "proxyUrl" not in nulls
+
+
 async def test_get_reads_every_pod_on_the_volume_from_one_list_call(pods_stub, runpod_sim) -> None:
     """Reporting costs one RunPod call however many pods the volume holds: the list carries each pod's object."""
     stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
