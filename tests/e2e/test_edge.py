@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
 from thermostat.edge.envoy_config import (
     DEFAULT_LISTEN_PORT,
+    HEALTH_FILTER,
     EdgeSpec,
     HealthCheckTiming,
     Upstream,
@@ -59,7 +61,7 @@ def test_config_routes_each_service_to_its_owner_and_reflection_to_the_designate
         )
     )
     routes = {
-        r["match"]["prefix"]: r.get("route", {}).get("cluster")
+        r["match"].get("prefix", r["match"].get("path")): r.get("route", {}).get("cluster")
         for r in _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
     }
     assert routes["/a.v1.Pods/"] == "pods"
@@ -70,15 +72,28 @@ def test_config_routes_each_service_to_its_owner_and_reflection_to_the_designate
     assert transcoder["typed_config"]["services"] == ["a.v1.Pods", "b.v1.Pool", "b.v1.Admin"]
 
 
-def test_config_health_checks_every_cluster_and_requires_all_of_them_for_health() -> None:
-    """Every cluster has an active gRPC health check with a short no-traffic interval and counts at 100 %."""
+def test_config_health_checks_every_cluster_and_health_asks_all_of_them() -> None:
+    """Every cluster has an active gRPC health check with a short no-traffic interval (routing); the /health
+    route alone runs the health script, which names every cluster with its health service."""
     config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods"), _upstream("pool", 2, "b.v1.Pool")))
     for cluster in config["static_resources"]["clusters"]:
         (check,) = cluster["health_checks"]
         assert check["grpc_health_check"]["service_name"] in {"a.v1.Pods", "b.v1.Pool"}
         assert check["no_traffic_interval"] == "1.000s"
-    health = next(f for f in _hcm(config)["http_filters"] if f["name"] == "envoy.filters.http.health_check")
-    assert health["typed_config"]["cluster_min_healthy_percentages"] == {"pods": {"value": 100}, "pool": {"value": 100}}
+    (health_filter,) = [f for f in _hcm(config)["http_filters"] if f["name"] == HEALTH_FILTER]
+    assert "default_source_code" not in health_filter["typed_config"]  # no script for any other request
+    assert _hcm(config)["http_filters"][0] is health_filter
+    routes = _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
+    (health,) = [r for r in routes if r["match"].get("path") == "/health"]
+    script = health["typed_per_filter_config"][HEALTH_FILTER]["source_code"]["inline_string"]
+    assert 'cluster = "pods", health_service = "a.v1.Pods"' in script
+    assert 'cluster = "pool", health_service = "b.v1.Pool"' in script
+    assert [r for r in routes if HEALTH_FILTER in r.get("typed_per_filter_config", {})] == [health]
+
+
+def test_a_cluster_or_service_name_that_is_not_plain_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be plain"):
+        build_envoy_config(_spec(_upstream('po"ds', 1, "a.v1.Pods")))
 
 
 def test_config_prints_proto_names_only_on_the_v1_family() -> None:
@@ -88,7 +103,7 @@ def test_config_prints_proto_names_only_on_the_v1_family() -> None:
     options = {
         r["match"]["prefix"]: r["typed_per_filter_config"]["envoy.filters.http.grpc_json_transcoder"]["print_options"]
         for r in routes
-        if "typed_per_filter_config" in r
+        if "envoy.filters.http.grpc_json_transcoder" in r.get("typed_per_filter_config", {})
     }
     assert options == {
         "/api/": {"preserve_proto_field_names": False, "always_print_primitive_fields": True},
@@ -213,14 +228,47 @@ def _no_grpc_plumbing(response: httpx.Response) -> list[str]:
 
 @pytest.mark.e2e
 async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncClient, upstream: RunningServer) -> None:
-    """/health is 200 while the upstream is SERVING, 503 once it is NOT_SERVING, 200 again after."""
+    """/health is 200 while the upstream is SERVING, 503 naming it once it is NOT_SERVING, 200 again after."""
     assert await _health_becomes(http, 200) == 200
     try:
         await upstream.set_serving(False)
-        assert await _health_becomes(http, 503) == 503
+        down = await http.get("/health")
+        assert down.status_code == 503
+        assert down.headers["content-type"] == "application/json"
+        assert down.json() == {"status": "NOT_SERVING", "upstreams": [
+            {"name": "edgetest", "services": [SERVICE], "serving": False, "status": "NOT_SERVING"}]}
     finally:
         await upstream.set_serving(True)
-    assert await _health_becomes(http, 200) == 200
+    up = await http.get("/health")
+    assert up.status_code == 200
+    assert up.json() == {"status": "SERVING", "upstreams": [
+        {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING"}]}
+
+
+@pytest.mark.e2e
+async def test_health_with_one_upstream_down_is_503_naming_which_one(
+    upstream: RunningServer, tmp_path: Path
+) -> None:
+    """Two upstreams, nothing listening behind the second: 503, the first serving, the second not."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    # the dead upstream owns no route (a service the descriptor set lacks would fail the transcoder's config)
+    dead = Upstream(cluster="pool", services=(), host="127.0.0.1", port=dead_port, health_service="b.v1.Pool")
+    spec = _spec(_upstream("edgetest", upstream.port, SERVICE), dead, listen_port=0, admin_port=0,
+                 health=FAST_CHECKS)
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5.0) as http:
+            response = await http.get("/health")
+    finally:
+        assert await envoy.stop() == 0
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "NOT_SERVING"
+    assert [(u["name"], u["services"], u["serving"]) for u in body["upstreams"]] == [
+        ("edgetest", [SERVICE], True), ("pool", [], False)]
+    assert body["upstreams"][1]["status"].startswith("unreachable")
 
 
 @pytest.mark.e2e

@@ -126,7 +126,7 @@ function envoy_on_response(handle)
   end
 
   local status = tonumber(headers:get(":status")) or original
-  -- A reply without a body (the /health 503, any HEAD) stays as it is: Lua cannot add a body to it.
+  -- A reply without a body (any HEAD) stays as it is: Lua cannot add a body to it.
   local body = handle:body()
   if body == nil then
     return
