@@ -91,6 +91,17 @@ def test_config_health_checks_every_cluster_and_health_asks_all_of_them() -> Non
     assert [r for r in routes if HEALTH_FILTER in r.get("typed_per_filter_config", {})] == [health]
 
 
+def test_the_rest_response_filter_is_skipped_for_native_grpc_calls() -> None:
+    """Matched on the request's content-type, so a native gRPC call runs no Lua at all."""
+    config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods")))
+    (rest,) = [f for f in _hcm(config)["http_filters"] if f["name"] == "envoy.filters.http.lua"]
+    (matcher,) = rest["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+    predicate = matcher["predicate"]["single_predicate"]
+    assert (predicate["input"]["typed_config"]["header_name"], predicate["value_match"]) == (
+        "content-type", {"prefix": "application/grpc"})
+    assert matcher["on_match"]["action"]["typed_config"]["@type"].endswith("SkipFilter")
+
+
 def test_a_cluster_or_service_name_that_is_not_plain_is_refused() -> None:
     with pytest.raises(ValueError, match="must be plain"):
         build_envoy_config(_spec(_upstream('po"ds', 1, "a.v1.Pods")))

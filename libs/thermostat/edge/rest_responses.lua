@@ -1,8 +1,11 @@
 -- REST responses at the edge: HTTP statuses gRPC lacks, problem+json errors, no gRPC plumbing headers.
 --
 -- Listed before grpc_json_transcoder, so on the response path it sees what the transcoder produced.
--- Native gRPC responses (content-type application/grpc*) go through the same listener and are left
--- exactly as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code".
+-- Native gRPC calls (content-type application/grpc*) go through the same listener and are left exactly
+-- as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code". The edge's
+-- config skips this filter for them on the request's content-type; the check below is a second guard.
+-- A reply with nothing to rewrite (no x-http-code, title or nulls, a success) only loses its gRPC
+-- plumbing headers; its body is read only when a null is to be written or an error becomes problem+json.
 
 local REASONS = {
   [200] = "OK", [201] = "Created", [202] = "Accepted", [204] = "No Content",
