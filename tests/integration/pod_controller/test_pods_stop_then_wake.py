@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -79,24 +80,34 @@ async def test_a_wake_requested_after_a_stop_was_issued_waits_for_it_and_starts_
         assert (record.outcome, record.wake_outcome) == ("Succeeded", "Started")
 
 
-async def test_a_stop_issued_while_a_wake_is_under_way_is_waited_for_and_not_undone(runpod_sim, db_store) -> None:
-    """Wake requested → stop issued (held at RunPod) → the wake's start waits for it → Failed, nothing started."""
+async def test_a_stop_issued_while_a_wake_is_under_way_is_waited_for_and_not_undone(
+    runpod_sim, db_store, caplog
+) -> None:
+    """Wake requested → stop issued, accepted by RunPod but not yet settled → the wake, about to start the
+    stopped pod, waits for the stop → it settles → the wake ends Failed; the start is never sent."""
+    caplog.set_level(logging.INFO, logger="thermostat.pod_controller.wake_gate")
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    stop_at_runpod = runpod_sim.hold("POST", f"/v2/pods/{pod}/action")
     list_of_the_wake = runpod_sim.hold("GET", "/v2/pods")
     async with controller(runpod_sim, db_store) as c:
         wake = asyncio.create_task(start(c.public))
         await list_of_the_wake.reached()
+        stop_at_runpod = runpod_sim.hold("POST", f"/v2/pods/{pod}/action", after_commit=True)
         stop = asyncio.ensure_future(c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR,
                                                       timeout=30))
         await stop_at_runpod.reached()
-        list_of_the_wake.release()
+        list_of_the_wake.release()  # the wake now sees the pod EXITED and would start it
+
+        async def fence_waits() -> bool | None:
+            return True if "manual stop issued during the wake is in flight" in caplog.text else None
+
+        await eventually(fence_waits, timeout=10)
+        assert writes(runpod_sim) == [action(pod)]  # the stop only: the wake is waiting, not starting
         stop_at_runpod.release()
         assert (await stop).ok
         answer = await wake
     assert answer.code is grpc.StatusCode.ABORTED
     assert f"pod {pod} was stopped (manual) during the wake" in answer.details
-    assert writes(runpod_sim) == [action(pod)]  # the stop only: no start, no create
+    assert writes(runpod_sim) == [action(pod)]  # still the stop only: no start, no create
     assert runpod_sim.pod(pod)["status"] == "EXITED"
 
 
