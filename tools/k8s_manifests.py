@@ -27,12 +27,12 @@ HEADER = """\
 # Envoy as the ingress. Two Secrets, both managed outside this repository:
 # - `thermostat-database` (DATABASE_URL), required: without a store no service can start.
 # - `thermostat-runpod` (keys runpod-api-key, rig-operator-token, rig-wake-token), referenced with
-#   `optional: true` (seed: Disabled-until-configured), so everything boots before it is provisioned: GET answers
-#   configured:false, start/stop are refused (401/403 while no operator token exists, else 503), no call reaches
-#   RunPod, and the idle monitor stays up watching nothing. The controller reads the key at start, so once the
-#   Secret exists: `kubectl rollout restart deployment/pod-controller`. The monitor needs no restart: it asks the
-#   controller again every MONITOR_RECHECK_SECONDS and starts watching a pod once the controller reports it
-#   configured.
+#   `optional: true` (pod-control seed: Disabled-until-configured), so everything boots before it is provisioned:
+#   GET answers configured:false, start/stop are refused (401/403 while no operator token exists, else 503), no
+#   call reaches RunPod, and the idle monitor stays up watching nothing. The controller reads the key at start, so
+#   once the Secret exists: `kubectl rollout restart deployment/pod-controller`. The monitor needs no restart: it
+#   asks the controller again every MONITOR_RECHECK_SECONDS and starts watching a pod once the controller reports
+#   it configured.
 # Written by `make k8s` (tools/k8s_manifests.py) from the service registry (thermostat.chassis.registry):
 # change those, not this file.
 """

@@ -37,6 +37,11 @@ class EdgeTestService(edgetest_pb2_grpc.EdgeTestServiceServicer):
         self._received = received
 
     async def GetPod(self, request, context):
+        if request.name == "podless":
+            # what the pod controller does when no pod is named: podId is "" (absent on the wire), the message
+            # and the optional field unset, and every one of them named for the edge to print as null
+            await context.send_initial_metadata((("x-json-nulls", "podId,readySince,gpuId"),))
+            return edgetest_pb2.GetPodResponse(name=request.name)
         return edgetest_pb2.GetPodResponse(name=request.name, pod_id="pod-123", ready_since=READY_SINCE)
 
     async def StartPod(self, request, context):

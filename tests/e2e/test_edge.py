@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, star
 from thermostat.dev.envoy import EnvoyError, EnvoyProcess, start_envoy, validate_config
 from thermostat.edge.envoy_config import (
     DEFAULT_LISTEN_PORT,
+    HEALTH_FILTER,
     EdgeSpec,
     HealthCheckTiming,
     Upstream,
@@ -59,7 +61,7 @@ def test_config_routes_each_service_to_its_owner_and_reflection_to_the_designate
         )
     )
     routes = {
-        r["match"]["prefix"]: r.get("route", {}).get("cluster")
+        r["match"].get("prefix", r["match"].get("path")): r.get("route", {}).get("cluster")
         for r in _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
     }
     assert routes["/a.v1.Pods/"] == "pods"
@@ -70,15 +72,39 @@ def test_config_routes_each_service_to_its_owner_and_reflection_to_the_designate
     assert transcoder["typed_config"]["services"] == ["a.v1.Pods", "b.v1.Pool", "b.v1.Admin"]
 
 
-def test_config_health_checks_every_cluster_and_requires_all_of_them_for_health() -> None:
-    """Every cluster has an active gRPC health check with a short no-traffic interval and counts at 100 %."""
+def test_config_health_checks_every_cluster_and_health_asks_all_of_them() -> None:
+    """Every cluster has an active gRPC health check with a short no-traffic interval (routing); the /health
+    route alone runs the health script, which names every cluster with its health service."""
     config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods"), _upstream("pool", 2, "b.v1.Pool")))
     for cluster in config["static_resources"]["clusters"]:
         (check,) = cluster["health_checks"]
         assert check["grpc_health_check"]["service_name"] in {"a.v1.Pods", "b.v1.Pool"}
         assert check["no_traffic_interval"] == "1.000s"
-    health = next(f for f in _hcm(config)["http_filters"] if f["name"] == "envoy.filters.http.health_check")
-    assert health["typed_config"]["cluster_min_healthy_percentages"] == {"pods": {"value": 100}, "pool": {"value": 100}}
+    (health_filter,) = [f for f in _hcm(config)["http_filters"] if f["name"] == HEALTH_FILTER]
+    assert "default_source_code" not in health_filter["typed_config"]  # no script for any other request
+    assert _hcm(config)["http_filters"][0] is health_filter
+    routes = _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
+    (health,) = [r for r in routes if r["match"].get("path") == "/health"]
+    script = health["typed_per_filter_config"][HEALTH_FILTER]["source_code"]["inline_string"]
+    assert 'cluster = "pods", health_service = "a.v1.Pods"' in script
+    assert 'cluster = "pool", health_service = "b.v1.Pool"' in script
+    assert [r for r in routes if HEALTH_FILTER in r.get("typed_per_filter_config", {})] == [health]
+
+
+def test_the_rest_response_filter_is_skipped_for_native_grpc_calls() -> None:
+    """Matched on the request's content-type, so a native gRPC call runs no Lua at all."""
+    config = build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods")))
+    (rest,) = [f for f in _hcm(config)["http_filters"] if f["name"] == "envoy.filters.http.lua"]
+    (matcher,) = rest["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+    predicate = matcher["predicate"]["single_predicate"]
+    assert (predicate["input"]["typed_config"]["header_name"], predicate["value_match"]) == (
+        "content-type", {"prefix": "application/grpc"})
+    assert matcher["on_match"]["action"]["typed_config"]["@type"].endswith("SkipFilter")
+
+
+def test_a_cluster_or_service_name_that_is_not_plain_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be plain"):
+        build_envoy_config(_spec(_upstream('po"ds', 1, "a.v1.Pods")))
 
 
 def test_config_prints_proto_names_only_on_the_v1_family() -> None:
@@ -88,7 +114,7 @@ def test_config_prints_proto_names_only_on_the_v1_family() -> None:
     options = {
         r["match"]["prefix"]: r["typed_per_filter_config"]["envoy.filters.http.grpc_json_transcoder"]["print_options"]
         for r in routes
-        if "typed_per_filter_config" in r
+        if "envoy.filters.http.grpc_json_transcoder" in r.get("typed_per_filter_config", {})
     }
     assert options == {
         "/api/": {"preserve_proto_field_names": False, "always_print_primitive_fields": True},
@@ -213,14 +239,47 @@ def _no_grpc_plumbing(response: httpx.Response) -> list[str]:
 
 @pytest.mark.e2e
 async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncClient, upstream: RunningServer) -> None:
-    """/health is 200 while the upstream is SERVING, 503 once it is NOT_SERVING, 200 again after."""
+    """/health is 200 while the upstream is SERVING, 503 naming it once it is NOT_SERVING, 200 again after."""
     assert await _health_becomes(http, 200) == 200
     try:
         await upstream.set_serving(False)
-        assert await _health_becomes(http, 503) == 503
+        down = await http.get("/health")
+        assert down.status_code == 503
+        assert down.headers["content-type"] == "application/json"
+        assert down.json() == {"status": "NOT_SERVING", "upstreams": [
+            {"name": "edgetest", "services": [SERVICE], "serving": False, "status": "NOT_SERVING"}]}
     finally:
         await upstream.set_serving(True)
-    assert await _health_becomes(http, 200) == 200
+    up = await http.get("/health")
+    assert up.status_code == 200
+    assert up.json() == {"status": "SERVING", "upstreams": [
+        {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING"}]}
+
+
+@pytest.mark.e2e
+async def test_health_with_one_upstream_down_is_503_naming_which_one(
+    upstream: RunningServer, tmp_path: Path
+) -> None:
+    """Two upstreams, nothing listening behind the second: 503, the first serving, the second not."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    # the dead upstream owns no route (a service the descriptor set lacks would fail the transcoder's config)
+    dead = Upstream(cluster="pool", services=(), host="127.0.0.1", port=dead_port, health_service="b.v1.Pool")
+    spec = _spec(_upstream("edgetest", upstream.port, SERVICE), dead, listen_port=0, admin_port=0,
+                 health=FAST_CHECKS)
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5.0) as http:
+            response = await http.get("/health")
+    finally:
+        assert await envoy.stop() == 0
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "NOT_SERVING"
+    assert [(u["name"], u["services"], u["serving"]) for u in body["upstreams"]] == [
+        ("edgetest", [SERVICE], True), ("pool", [], False)]
+    assert body["upstreams"][1]["status"].startswith("unreachable")
 
 
 @pytest.mark.e2e
@@ -386,6 +445,22 @@ async def test_api_family_prints_camel_case_and_false_and_zero(http: httpx.Async
         "readySince": READY_SINCE_JSON,
         "pricePerHour": 0,
     }
+
+
+@pytest.mark.e2e
+async def test_fields_a_service_names_in_x_json_nulls_print_null_whether_printed_empty_or_absent(
+    http: httpx.AsyncClient,
+) -> None:
+    """An empty plain string ("" from the printer) and unset message/optional fields each become null, once."""
+    response = await http.get("/api/pods/podless")
+    assert response.status_code == 200
+    assert "x-json-nulls" not in response.headers
+    assert response.text.count('"podId"') == 1
+    assert response.json() == {
+        "name": "podless", "podId": None, "configured": False, "gpuCount": 0, "readySince": None, "gpuId": None,
+        "pricePerHour": 0,
+    }
+    assert int(response.headers["content-length"]) == len(response.content)
 
 
 @pytest.mark.e2e

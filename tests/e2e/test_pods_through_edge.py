@@ -156,6 +156,7 @@ async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_on
     assert (body["configured"], body["isRunning"], body["podsOnVolume"], body["lookup"], body["status"]) == (
         False, False, 0, "UNCONFIGURED", "UNKNOWN")
     assert (body["readySince"], body["lastWake"], body["etaSeconds"]) == (None, None, None)
+    assert (body["podId"], body["proxyUrl"]) == (None, None), "no pod named: null, as the pod-control seed prints"
     assert "readySince" in view
     assert view["readySince"] is None, "isRunning true with readySince null: waking, not usable yet (seed)"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,6 +32,11 @@ HCM: Final = "envoy.filters.network.http_connection_manager"
 TRANSCODER: Final = "envoy.filters.http.grpc_json_transcoder"
 _TYPES: Final = "type.googleapis.com/envoy.extensions"
 _LUA_SOURCE: Final = resources.files(__package__).joinpath("rest_responses.lua").read_text(encoding="utf-8")
+_HEALTH_LUA: Final = resources.files(__package__).joinpath("health.lua").read_text(encoding="utf-8")
+HEALTH_FILTER: Final = "thermostat.health"
+REST_FILTER: Final = "envoy.filters.http.lua"
+# Cluster and service names are written into the /health script and its JSON body as they are.
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,127}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,12 +68,13 @@ SEED_FAMILIES: Final = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthCheckTiming:
-    """Active gRPC health checking of every upstream; one failed check turns /health to 503."""
+    """Active gRPC health checking of every upstream (what routing trusts); `timeout_s` also bounds each
+    upstream's check when GET /health asks them."""
 
     interval_s: float = 1.0
     timeout_s: float = 1.0
-    # Envoy checks a cluster that carries no traffic every no_traffic_interval, 60 s by default, and
-    # /health is not traffic: it kept answering 200 for >8 s after the server went NOT_SERVING (spike).
+    # Envoy checks a cluster that carries no traffic every no_traffic_interval, 60 s by default: a cluster
+    # gone NOT_SERVING kept receiving requests for >8 s (spike).
     no_traffic_interval_s: float = 1.0
     unhealthy_threshold: int = 1
     healthy_threshold: int = 1
@@ -145,10 +152,37 @@ def _transcoder(spec: EdgeSpec, services: list[str], *, proto_field_names: bool)
     }
 
 
+def _health_route(spec: EdgeSpec) -> dict[str, Any]:
+    """GET /health, answered by the health script (the direct response is only its backstop)."""
+    return {
+        "match": {"path": spec.health_path},
+        "direct_response": {"status": 503, "body": {"inline_string": "health script did not answer"}},
+        "typed_per_filter_config": {
+            HEALTH_FILTER: {
+                "@type": f"{_TYPES}.filters.http.lua.v3.LuaPerRoute",
+                "source_code": {"inline_string": _health_script(spec)},
+            },
+            # its reply still runs the response filters: the 503 is this JSON, not a problem+json rewrite
+            REST_FILTER: {"@type": f"{_TYPES}.filters.http.lua.v3.LuaPerRoute", "disabled": True},
+        },
+    }
+
+
+def _health_script(spec: EdgeSpec) -> str:
+    def lua_list(names: tuple[str, ...]) -> str:
+        return "{" + ", ".join(f'"{n}"' for n in names) + "}"
+
+    upstreams = ",\n".join(
+        f'  {{cluster = "{u.cluster}", health_service = "{u.health_service}", services = {lua_list(u.services)}}}'
+        for u in spec.upstreams)
+    prelude = f"UPSTREAMS = {{\n{upstreams}\n}}\nTIMEOUT_MS = {int(spec.health.timeout_s * 1000)}\n\n"
+    return prelude + _HEALTH_LUA
+
+
 def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     timeout = _duration(spec.route_timeout_s)
     grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
-    routes: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = [_health_route(spec)]
     # Native gRPC, and transcoded REST once the transcoder has rewritten :path to /pkg.Service/Method.
     for upstream in spec.upstreams:
         routes.extend(
@@ -176,14 +210,37 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     return routes
 
 
-def _health_filter(spec: EdgeSpec) -> dict[str, Any]:
+def _health_filter() -> dict[str, Any]:
+    # No default script: only the /health route gives it one, so no other request pays for a Lua call.
+    return {"name": HEALTH_FILTER, "typed_config": {"@type": f"{_TYPES}.filters.http.lua.v3.Lua"}}
+
+
+def _rest_filter() -> dict[str, Any]:
+    """The REST response filter, skipped for native gRPC calls: they need nothing from it, and a skipped
+    filter costs them no Lua coroutine. Decided on the request's content-type when it arrives (a transcoded
+    REST request is application/json then); a per-route switch would not do, as the transcoder re-routes REST
+    onto the gRPC routes and the filter reads the route again on the response."""
     return {
-        "name": "envoy.filters.http.health_check",
+        "name": REST_FILTER,
         "typed_config": {
-            "@type": f"{_TYPES}.filters.http.health_check.v3.HealthCheck",
-            "pass_through_mode": False,
-            "headers": [{"name": ":path", "string_match": {"exact": spec.health_path}}],
-            "cluster_min_healthy_percentages": {u.cluster: {"value": 100} for u in spec.upstreams},
+            "@type": "type.googleapis.com/envoy.extensions.common.matching.v3.ExtensionWithMatcher",
+            "extension_config": {
+                "name": REST_FILTER,
+                "typed_config": {
+                    "@type": f"{_TYPES}.filters.http.lua.v3.Lua",
+                    "default_source_code": {"inline_string": _LUA_SOURCE},
+                },
+            },
+            "xds_matcher": {"matcher_list": {"matchers": [{
+                "predicate": {"single_predicate": {
+                    "input": {"name": "content-type", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                        "header_name": "content-type"}},
+                    "value_match": {"prefix": "application/grpc"},
+                }},
+                "on_match": {"action": {"name": "skip", "typed_config": {
+                    "@type": f"{_TYPES}.filters.common.matcher.action.v3.SkipFilter"}}},
+            }]}},
         },
     }
 
@@ -234,6 +291,10 @@ def _check(spec: EdgeSpec) -> None:
     if len(set(clusters)) != len(clusters):
         raise ValueError(f"cluster names must be unique: {clusters}")
     services = [s for u in spec.upstreams for s in u.services]
+    odd = [n for u in spec.upstreams for n in (u.cluster, *u.services, *([u.health_service] if u.health_service
+                                                                        else [])) if not _PLAIN_NAME.fullmatch(n)]
+    if odd:
+        raise ValueError(f"cluster and service names must be plain (letters, digits, _ . -): {odd}")
     if len(set(services)) != len(services):
         raise ValueError(f"a service is owned by exactly one upstream: {services}")
     if spec.reflection_cluster is not None and spec.reflection_cluster not in clusters:
@@ -256,15 +317,9 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
             "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": _routes(spec, services)}],
         },
         "http_filters": [
-            _health_filter(spec),
+            _health_filter(),
             # Before the transcoder: the response path runs in reverse, so Lua sees transcoded responses.
-            {
-                "name": "envoy.filters.http.lua",
-                "typed_config": {
-                    "@type": f"{_TYPES}.filters.http.lua.v3.Lua",
-                    "default_source_code": {"inline_string": _LUA_SOURCE},
-                },
-            },
+            _rest_filter(),
             {"name": TRANSCODER, "typed_config": _transcoder(spec, services, proto_field_names=False)},
             {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}},
         ],

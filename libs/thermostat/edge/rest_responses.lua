@@ -1,8 +1,11 @@
 -- REST responses at the edge: HTTP statuses gRPC lacks, problem+json errors, no gRPC plumbing headers.
 --
 -- Listed before grpc_json_transcoder, so on the response path it sees what the transcoder produced.
--- Native gRPC responses (content-type application/grpc*) go through the same listener and are left
--- exactly as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code".
+-- Native gRPC calls (content-type application/grpc*) go through the same listener and are left exactly
+-- as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code". The edge's
+-- config skips this filter for them on the request's content-type; the check below is a second guard.
+-- A reply with nothing to rewrite (no x-http-code, title or nulls, a success) only loses its gRPC
+-- plumbing headers; its body is read only when a null is to be written or an error becomes problem+json.
 
 local REASONS = {
   [200] = "OK", [201] = "Created", [202] = "Accepted", [204] = "No Content",
@@ -49,34 +52,42 @@ local function status_message(body)
   return nil
 end
 
--- The transcoder prints no unset message or optional field, where the pod-control seed's clients read `null`
--- ("isRunning: true, readySince: null" means waking). A service names such top-level fields in the
--- x-json-nulls header (JSON names, comma-separated) and they are written as null.
-local function insert_nulls(handle, names)
-  local fields = {}
-  for name in names:gmatch("[%w_]+") do
-    fields[#fields + 1] = '"' .. name .. '":null'
-  end
-  if #fields == 0 then
-    return
-  end
+-- The transcoder prints no unset message or optional field, and an empty plain string as "", where the
+-- pod-control seed's clients read `null` ("isRunning: true, readySince: null" means waking; podId null: no pod named).
+-- A service names such top-level fields in the x-json-nulls header (JSON names, comma-separated): a printed
+-- "" is replaced by null, an absent field is added as null. The printer writes fields in field-number
+-- order and a nested message comes after the scalars a service names, so the first `"name":""` is the
+-- top-level one; inside a JSON string a quote is escaped, so no string value can match it.
+local function write_nulls(handle, names)
   local body = handle:body()
   if body == nil then
     return
   end
   local text = body:getBytes(0, body:length())
-  local first = text:find("{", 1, true)
-  if first == nil then
-    return
+  local added = {}
+  for name in names:gmatch("[%w_]+") do
+    local empty = '"' .. name .. '":""'
+    local at = text:find(empty, 1, true)
+    if at ~= nil then
+      text = text:sub(1, at - 1) .. '"' .. name .. '":null' .. text:sub(at + #empty)
+    else
+      added[#added + 1] = '"' .. name .. '":null'
+    end
   end
-  local rest = text:sub(first + 1)
-  local separator = ","
-  if rest:match("^%s*}") then
-    separator = ""
+  if #added > 0 then
+    local first = text:find("{", 1, true)
+    if first == nil then
+      return
+    end
+    local rest = text:sub(first + 1)
+    local separator = ","
+    if rest:match("^%s*}") then
+      separator = ""
+    end
+    text = text:sub(1, first) .. table.concat(added, ",") .. separator .. rest
   end
-  local out = text:sub(1, first) .. table.concat(fields, ",") .. separator .. rest
-  body:setBytes(out)
-  handle:headers():replace("content-length", tostring(#out))
+  body:setBytes(text)
+  handle:headers():replace("content-length", tostring(#text))
 end
 
 function envoy_on_response(handle)
@@ -112,13 +123,13 @@ function envoy_on_response(handle)
   end
   if original < 400 or content_type:sub(1, 24) == "application/problem+json" then
     if nulls ~= nil and original < 400 and content_type:sub(1, 16) == "application/json" then
-      insert_nulls(handle, nulls)
+      write_nulls(handle, nulls)
     end
     return
   end
 
   local status = tonumber(headers:get(":status")) or original
-  -- A reply without a body (the /health 503, any HEAD) stays as it is: Lua cannot add a body to it.
+  -- A reply without a body (any HEAD) stays as it is: Lua cannot add a body to it.
   local body = handle:body()
   if body == nil then
     return

@@ -9,6 +9,7 @@ headers or exception text (an h11 "Illegal header value" error quotes the header
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -31,6 +32,7 @@ from thermostat.providers.runpod_v2_shapes import (
     created_pod_id,
     decode_json,
     is_problem_not_found,
+    needs_observing_by_id,
     problem_detail,
     read_catalog,
     read_pod,
@@ -197,8 +199,10 @@ class RunPodV2Client:
     async def observe_volume(self, volume_id: str) -> tuple[VolumeLookup, tuple[PodObservation, ...]]:
         """GET /pods once: the volume lookup and every listed pod read from the same answer.
 
-        The list carries each pod's full object, so reporting (GET, the monitor's observe) costs one call
-        instead of 1 + N; the wake keeps observing each pod by id, as the pod-control seed's flow pins.
+        A list entry that carries the pod's `runtime` is read as it stands, so reporting (GET, the monitor's
+        observe) costs one call instead of 1 + N; a RUNNING entry without a `runtime` key is observed by id
+        (GET /pods/{id}), as the pod-control seed does — read from the list, a serving pod would be STARTING. The
+        wake keeps observing each pod by id, as the pod-control seed's flow pins.
         """
         if not volume_id:
             return VolumeLookup(lookup=Lookup.UNREADABLE), ()
@@ -211,7 +215,11 @@ class RunPodV2Client:
             return VolumeLookup(lookup=Lookup.UNREADABLE), ()
         ids = tuple(pod_id for pod_id, _ in pods)
         lookup = VolumeLookup(lookup=Lookup.FOUND if ids else Lookup.NOT_FOUND, pod_ids=ids)
-        return lookup, tuple(read_pod(pod_id, pod) for pod_id, pod in pods)
+
+        async def read(pod_id: str, pod: dict[str, object]) -> PodObservation:
+            return await self.observe_pod(pod_id) if needs_observing_by_id(pod) else read_pod(pod_id, pod)
+
+        return lookup, tuple(await asyncio.gather(*(read(pod_id, pod) for pod_id, pod in pods)))
 
     async def create_pod(
         self, *, name: str, template_id: str, datacenter_id: str, gpu_id: str, volume_id: str

@@ -148,6 +148,13 @@ def read_volume_pods(body: object, volume_id: str) -> tuple[tuple[str, dict[str,
     return tuple(found.items())
 
 
+def needs_observing_by_id(pod: dict[str, object]) -> bool:
+    """A RUNNING list entry with no `runtime` key at all (absent, not null) says nothing about its uptime or
+    GPUs: read from the list it would be STARTING, so the pod is observed by id as the pod-control seed does. A null
+    runtime is an answer (not up yet) and is read as it stands."""
+    return pod.get("status") == "RUNNING" and "runtime" not in pod
+
+
 def read_pods_on_volume(body: object, volume_id: str) -> tuple[str, ...] | None:
     """read_pods_on_volume lists the ids mounting `volume_id`, in list order; None when the list is unreadable."""
     pods = read_volume_pods(body, volume_id)

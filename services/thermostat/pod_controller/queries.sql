@@ -1,6 +1,7 @@
 -- name: insert_action
-INSERT INTO pod_actions (id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10);
+INSERT INTO pod_actions (id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, detail,
+                         stop_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: history_page
 -- Billable actions and wake outcomes of one pod, newest first, keyset-paginated on (at, id).
@@ -19,9 +20,22 @@ SELECT attempt_id, pod_name, requested_at, completed_at, outcome, wake_outcome, 
        price_per_hour, candidates_considered, last_provider_status
 FROM pod_wakes WHERE pod_name = $1 ORDER BY requested_at DESC LIMIT 1;
 
+-- name: pod_order_lock
+-- Taken (to the end of the transaction) before a wake or a stop stamps itself: stamps read from the clock
+-- under it are in the order their rows become visible, on every replica.
+SELECT pg_advisory_xact_lock(hashtextextended('thermostat.pod-order:' || lower($1), 0));
+
 -- name: insert_wake
--- Fails with a unique violation while another wake of the pod is in flight.
-INSERT INTO pod_wakes (attempt_id, pod_name, holder) VALUES ($1, $2, $3) RETURNING requested_at;
+-- Under pod_order_lock. Fails with a unique violation while another wake of the pod is in flight.
+INSERT INTO pod_wakes (attempt_id, pod_name, holder, requested_at) VALUES ($1, $2, $3, clock_timestamp())
+RETURNING requested_at;
+
+-- name: begin_stop
+-- Under pod_order_lock: the stop is issued now, before RunPod is asked.
+INSERT INTO pod_stops (stop_id, pod_name, trigger, issued_at) VALUES ($1, $2, $3, clock_timestamp());
+
+-- name: settle_stop
+UPDATE pod_stops SET settled_at = now(), accepted_pod_ids = $2 WHERE stop_id = $1;
 
 -- name: complete_wake
 UPDATE pod_wakes SET completed_at = now(), outcome = $2, wake_outcome = $3, reason = $4, pod_id = $5,
@@ -48,11 +62,15 @@ SELECT attempt_id, result FROM pod_wakes
 WHERE pod_name = $1 AND completed_at >= $2 AND result IS NOT NULL
 ORDER BY completed_at DESC LIMIT 1;
 
--- name: stop_since
--- A stop RunPod accepted for the pod after a wake began: the wake must not start or replace it.
-SELECT pod_id, trigger FROM pod_actions
-WHERE pod_name = $1 AND action = 'Stop' AND ok AND at >= $2
-ORDER BY at LIMIT 1;
+-- name: stops_around_wake
+-- The pod's stops a wake requested at $2 answers to: every one issued after it, and those issued before it
+-- that are still open within the settle bound ($3 seconds). A Stop written without its stop row (a store
+-- blip when it was issued) counts as issued when it was recorded. `now` is the database's clock.
+SELECT issued_at, trigger, settled_at IS NOT NULL AS settled, accepted_pod_ids, now() AS now FROM pod_stops
+WHERE pod_name = $1 AND (issued_at > $2 OR (settled_at IS NULL AND issued_at > now() - make_interval(secs => $3)))
+UNION ALL
+SELECT at, trigger, true, ARRAY[pod_id], now() FROM pod_actions
+WHERE pod_name = $1 AND action = 'Stop' AND ok AND stop_id IS NULL AND at >= $2;
 
 -- name: db_now
 SELECT now();

@@ -38,6 +38,7 @@ class ActionEntry:
     gpu_id: str | None = None
     price_per_hour: float | None = None
     detail: str | None = None
+    stop_id: uuid.UUID | None = None
 
 
 class PodRecords:
@@ -55,11 +56,39 @@ class PodRecords:
             # shielded: an action issued during shutdown or by a cancelled caller is still recorded
             await asyncio.shield(asyncio.wait_for(self.pool.execute(
                 Q["insert_action"], uuid.uuid4(), entry.pod_name, entry.action, entry.pod_id, entry.gpu_id,
-                entry.price_per_hour, entry.http_status, entry.ok, entry.trigger, entry.detail,
+                entry.price_per_hour, entry.http_status, entry.ok, entry.trigger, entry.detail, entry.stop_id,
             ), self.timeout))
         except Exception as error:
             log.error("billable action NOT persisted (%s): %s", type(error).__name__,
                       json.dumps(asdict(entry), default=str))
+
+    async def begin_stop(self, pod_name: str, trigger: str) -> uuid.UUID | None:
+        """Write that a stop is issued, ordered against the pod's wakes; None when the store refused (the stop
+        goes ahead all the same, and its Stop record then orders it)."""
+        stop_id = uuid.uuid4()
+
+        async def write() -> None:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(Q["pod_order_lock"], pod_name)
+                await conn.execute(Q["begin_stop"], stop_id, pod_name, trigger)
+
+        try:
+            await asyncio.shield(asyncio.wait_for(write(), self.timeout))
+        except Exception as error:
+            log.error("pod %s: %s stop issued, NOT written before the call (%s)", pod_name, trigger,
+                      type(error).__name__)
+            return None
+        return stop_id
+
+    async def settle_stop(self, stop_id: uuid.UUID, accepted_pod_ids: list[str]) -> None:
+        """Write that a stop's answers are all in: a wake waiting on it goes on."""
+        try:
+            await asyncio.shield(asyncio.wait_for(
+                self.pool.execute(Q["settle_stop"], stop_id, accepted_pod_ids), self.timeout))
+        except Exception as error:
+            # a wake waiting on it waits out the settle bound instead
+            log.error("stop %s: settlement NOT written (%s); accepted: %s", stop_id, type(error).__name__,
+                      ", ".join(accepted_pod_ids) or "none")
 
     async def set_readiness(self, pod_name: str, pod_id: str, ready_since: datetime) -> bool:
         """Publish readiness; True when it changed (then the boot it ends is measured)."""

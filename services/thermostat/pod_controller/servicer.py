@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -65,11 +66,13 @@ class PodControl:
         return self.client.is_configured and pod.configured
 
     async def stop(self, pod: PodOptions, pod_ids: Sequence[str], trigger: str) -> list[pods_pb2.PodResult]:
-        async def one(pod_id: str) -> pods_pb2.PodResult:
+        """Stop `pod_ids`: issued (ordered against the pod's wakes) before RunPod is asked, settled after."""
+
+        async def one(pod_id: str, stop_id: uuid.UUID | None) -> pods_pb2.PodResult:
             result = await self.client.stop(pod_id)
             await self.records.record_action(ActionEntry(
                 pod_name=pod.name, action="Stop", pod_id=pod_id, ok=result.ok, http_status=result.http_status,
-                trigger=trigger))
+                trigger=trigger, stop_id=stop_id))
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
                 try:
@@ -80,9 +83,17 @@ class PodControl:
                               type(error).__name__)
             return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
 
+        async def all_of_them() -> list[pods_pb2.PodResult]:
+            stop_id = await self.records.begin_stop(pod.name, trigger)
+            # a stop cut off here stays unsettled: a wake it overlaps then waits out the settle bound
+            results = list(await asyncio.gather(*(one(i, stop_id) for i in pod_ids)))
+            if stop_id is not None:
+                await self.records.settle_stop(stop_id, [r.pod_id for r in results if r.ok])
+            return results
+
         # shielded: a caller that gives up (a deadline) must not cut a stop off between RunPod accepting it and
-        # its audit row (#2050)
-        return list(await asyncio.shield(asyncio.gather(*(one(i) for i in pod_ids))))
+        # its audit row (#2050), nor leave it unsettled for a wake waiting on it
+        return await asyncio.shield(all_of_them())
 
     async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
         async def attempt(_attempt_id: object, fence: Fence) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -126,8 +137,20 @@ async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None
 
 
 def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
-    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset."""
-    return [json_name for proto_name, json_name in fields if not message.HasField(proto_name)]
+    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset.
+
+    A field with presence is unset when HasField says so; a plain proto3 string is unset when empty — then it
+    is not on the wire at all, and making it `optional` would change the field's cardinality, which the
+    FILE breaking rules forbid. The REST view writes either kind as null.
+    """
+    descriptor = message.DESCRIPTOR.fields_by_name
+    return [json_name for proto_name, json_name in fields
+            if not (message.HasField(proto_name) if descriptor[proto_name].has_presence
+                    else getattr(message, proto_name))]
+
+
+# podId / proxyUrl are null in the pod-control seed when no pod is named
+_NO_POD = (("pod_id", "podId"), ("proxy_url", "proxyUrl"))
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
@@ -154,7 +177,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         if result.get("price_per_hour") is not None:
             response.price_per_hour = result["price_per_hour"]
         await _set_status(context, 202 if outcome is WakeOutcome.WAITING else None,
-                          nulls=_absent(response, (("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
+                          nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
         return response
 
     async def StopPod(self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
@@ -175,7 +198,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         pod = await self.c.pod(request.name, context)
         view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
         await _set_status(context, nulls=_absent(view, (
-            ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
+            *_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
         return view
 
     async def GetPodHistory(self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext

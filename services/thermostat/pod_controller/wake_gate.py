@@ -14,9 +14,13 @@ would both read "no pod" and both POST /v2/pods. So:
 Without the store there is no cross-replica gate, and a wake without it could bill twice: the gate then
 refuses (fail closed) instead of running unguarded.
 
-Before every billable call the wake asks its fence: the lease must be trusted for longer than the call may
-take (a create still on the wire must not outlive the lease), and no stop may have been accepted for the pod
-since the wake began — an operator's stop during a wake is not undone by a replacement.
+Stops and wakes of a pod are ordered by when they were issued (policy/stop_order.py): the Requested row is
+stamped under the pod's order lock, as every stop is before RunPod is asked. Before it observes anything the
+wake lets a stop still in flight settle, so a wake asked for just after a stop (or as the idle stop fires)
+sees the stopped pod and starts it. Before every billable call the wake asks its fence: the lease must be
+trusted for longer than the call may take (a create still on the wire must not outlive the lease), and no
+stop issued since the wake was requested may have been accepted — an operator's stop during a wake is not
+undone by a start or a replacement.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 import asyncpg
 
+from thermostat.policy.wake.stop_order import StopEntry, StopVerdict, judge_stops
 from thermostat.store.db import Store
 from thermostat.store.keeper import LeaseKeeper
 
@@ -64,6 +69,9 @@ class WakeGate:
         self.call_budget = call_budget
         self.poll_seconds = poll_seconds
         self.record_timeout = record_timeout
+        # How long a stop can be in flight: its RunPod call, its action record and its settlement. A stop
+        # still open past it lost its replica, and is waited for no longer.
+        self.stop_settle_seconds = call_budget + 3 * record_timeout
         self._tasks: dict[str, asyncio.Task[Payload]] = {}
 
     async def run(self, pod_name: str, wake: RunWake) -> Payload:
@@ -127,23 +135,42 @@ class WakeGate:
             return None
         return dict(json.loads(done["result"])) if done is not None and done["result"] is not None else None
 
+    async def _stops(self, pod_name: str, requested_at: datetime) -> Halt | None:
+        """Wait while a stop of the pod is in flight; then a Halt if one issued since `requested_at` stopped it."""
+        while True:
+            try:
+                rows = await asyncio.wait_for(self.store.pool.fetch(
+                    Q["stops_around_wake"], pod_name, requested_at, self.stop_settle_seconds), self.record_timeout)
+            except _STORE_ERRORS as error:
+                # the stop log is best-effort: without it no stop is known; a store that is gone altogether
+                # also stops renewing the lease, and the fence's trust check halts the wake
+                log.warning("pod %s: stops around the wake unreadable (%s)", pod_name, type(error).__name__)
+                return None
+            if not rows:
+                return None
+            decision = judge_stops(
+                requested_at=requested_at, now=rows[0]["now"], settle_seconds=self.stop_settle_seconds,
+                stops=[StopEntry(issued_at=r["issued_at"], trigger=r["trigger"], settled=r["settled"],
+                                 accepted_pod_ids=tuple(r["accepted_pod_ids"])) for r in rows])
+            match decision.verdict:
+                case StopVerdict.PROCEED:
+                    return None
+                case StopVerdict.HALT:
+                    return Halt(in_flight=False, reason=decision.reason)
+                case StopVerdict.WAIT:
+                    log.info("pod %s: %s; the wake waits for it to settle", pod_name, decision.reason)
+                    await asyncio.sleep(self.poll_seconds)
+
     def _fence(self, pod_name: str, keeper: LeaseKeeper, requested_at: datetime) -> Fence:
         async def fence() -> Halt | None:
+            # stops first: waiting on one in flight takes time, and the lease is judged after it
+            halt = await self._stops(pod_name, requested_at)
+            if halt is not None:
+                return halt
             lease = keeper.lease
             if lease is None or lease.remaining_trust() < self.call_budget:
                 return Halt(in_flight=True, reason="the wake lease is no longer trusted here; another replica "
                                                    "may carry the wake")
-            try:
-                stop = await asyncio.wait_for(
-                    self.store.pool.fetchrow(Q["stop_since"], pod_name, requested_at), self.record_timeout)
-            except _STORE_ERRORS as error:
-                # the action log is best-effort: without it no stop is known; a store that is gone altogether
-                # also stops renewing the lease, and the trust check above halts the wake
-                log.warning("pod %s: stops since the wake began unreadable (%s)", pod_name, type(error).__name__)
-                return None
-            if stop is not None:
-                return Halt(in_flight=False, reason=f"pod {stop['pod_id']} was stopped ({stop['trigger']}) during "
-                                                    "the wake; not starting or replacing it")
             return None
 
         return fence
@@ -157,7 +184,7 @@ class WakeGate:
             for row in abandoned:
                 log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name,
                             row["attempt_id"])
-            requested_at = await asyncio.wait_for(pool.fetchval(Q["insert_wake"], attempt, pod_name, keeper.holder),
+            requested_at = await asyncio.wait_for(self._insert_wake(attempt, pod_name, keeper.holder),
                                                   self.record_timeout)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
@@ -165,8 +192,12 @@ class WakeGate:
                         type(error).__name__)
         if requested_at is None:
             requested_at = await pool.fetchval(Q["db_now"])
+        fence = self._fence(pod_name, keeper, requested_at)
         try:
-            result, completion = await wake(attempt, self._fence(pod_name, keeper, requested_at))
+            # a stop issued before this wake is let land first: the wake then sees the stopped pod and starts it
+            # (a stop issued since halts it, as it halts any billable call below)
+            halted = await self._stops(pod_name, requested_at)
+            result, completion = await wake(attempt, _closed(halted) if halted is not None else fence)
         except asyncio.CancelledError:
             # shutdown past its grace: the outcome is still recorded (#2541), then the cancellation goes on
             await self._complete(pod_name, attempt, {
@@ -176,6 +207,12 @@ class WakeGate:
             raise
         await self._complete(pod_name, attempt, completion, result)
         return result
+
+    async def _insert_wake(self, attempt: uuid.UUID, pod_name: str, holder: str) -> datetime:
+        async with self.store.pool.acquire() as conn, conn.transaction():
+            await conn.execute(Q["pod_order_lock"], pod_name)
+            requested_at: datetime = await conn.fetchval(Q["insert_wake"], attempt, pod_name, holder)
+            return requested_at
 
     async def _complete(self, pod_name: str, attempt: uuid.UUID, completion: Payload, result: Payload | None) -> None:
         try:
@@ -215,3 +252,10 @@ class WakeGate:
                 if await self.store.leases.holder(f"wake:{key}") is None:
                     return None  # its runner is gone: lead a new wake (it closes the abandoned row)
             await asyncio.sleep(self.poll_seconds)
+
+
+def _closed(halt: Halt) -> Fence:
+    async def fence() -> Halt | None:
+        return halt
+
+    return fence

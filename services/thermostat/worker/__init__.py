@@ -1,4 +1,6 @@
-"""The reference worker: the pool's worker contract in one small aiohttp process (seed: The worker contract).
+"""The reference worker: the pool's worker contract in one small aiohttp process.
+
+worker-pool seed: The worker contract.
 
     GET  /health                          200 without auth; names the handler, reveals nothing secret
     POST /execute                         Authorization: Bearer $STRATA_WORKER_TOKEN (401 otherwise);

@@ -119,3 +119,17 @@ async def test_max_runtime_zero_disables_the_cap(make_rig: MakeRig) -> None:
     assert not any(d.stop for d in decisions)
     assert {d.state.cap_started_at for d in decisions} == {decisions[0].state.cap_started_at}
     assert rig.status(POD_ID) == "RUNNING"
+
+
+async def test_a_dead_vllm_on_a_pod_listed_without_runtime_is_unreachable_not_booting(rig: MonitorRig) -> None:
+    """A RUNNING list entry without `runtime` is observed by id: the monitor sees RUNNING, so a dead vLLM
+    accrues toward the idle stop instead of reading as a pod still booting (issue 7)."""
+    rig.sim.configure(list_without_runtime=True)
+    rig.add_pod(POD_ID)
+    await rig.tick()
+    rig.sim.record_turn(POD_ID, prompt_tokens=500, gen_tokens=200)
+    await rig.tick()
+    rig.sim.kill_vllm(POD_ID)
+    decision = await rig.tick()
+    assert decision.signal.signal is PodSignal.UNREACHABLE_BUT_RUNNING
+    assert decision.state.counters.idle_streak == 1

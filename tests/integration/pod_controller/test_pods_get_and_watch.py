@@ -54,6 +54,24 @@ async def test_get_with_no_pod_on_the_volume_is_not_found_unknown(pods_stub, run
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
 
+async def test_get_naming_no_pod_leaves_pod_id_and_proxy_url_unset_and_names_them_for_the_edge(pods_stub) -> None:
+    """No pod named: pod_id/proxy_url are not on the wire, and x-json-nulls asks the edge for podId/proxyUrl null."""
+    call = pods_stub.GetPod(QWEN, timeout=10)
+    view = await call
+    assert not {"pod_id", "proxy_url"} & {field.name for field, _ in view.ListFields()}
+    assert pods_pb2.GetPodResponse.FromString(view.SerializeToString()).pod_id == ""
+    nulls = dict(await call.initial_metadata())["x-json-nulls"].split(",")
+    assert {"podId", "proxyUrl"} <= set(nulls)
+
+
+async def test_get_naming_a_pod_does_not_ask_for_pod_id_null(pods_stub, runpod_sim) -> None:
+    pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    call = pods_stub.GetPod(QWEN, timeout=10)
+    assert (await call).pod_id == pod
+    nulls = dict(await call.initial_metadata()).get("x-json-nulls", "").split(",")
+    assert "podId" not in nulls and "proxyUrl" not in nulls
+
+
 async def test_get_reads_every_pod_on_the_volume_from_one_list_call(pods_stub, runpod_sim) -> None:
     """Reporting costs one RunPod call however many pods the volume holds: the list carries each pod's object."""
     stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
@@ -65,6 +83,23 @@ async def test_get_reads_every_pod_on_the_volume_from_one_list_call(pods_stub, r
     assert view.proxy_url == f"{runpod_sim.url}/proxy/{serving}-8000"
     assert stale != serving
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
+
+
+async def test_get_and_watch_observe_by_id_a_running_pod_listed_without_runtime(pods_stub, runpod_sim) -> None:
+    """A list entry without `runtime` cannot say the pod serves: it is read by id, so isRunning is true (issue 7)."""
+    runpod_sim.configure(list_without_runtime=True)
+    stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
+    serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    view = await pods_stub.GetPod(QWEN, timeout=10)
+    assert (view.lookup, view.pod_id, view.status, view.is_running) == ("FOUND", serving, "RUNNING", True)
+    assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST, ("GET", f"/v2/pods/{serving}")]
+    assert stale != serving
+    call = pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
+    try:
+        first = await asyncio.wait_for(anext(aiter(call)), 5)
+        assert (first.pod.pod_id, first.pod.status, first.pod.is_running) == (serving, "RUNNING", True)
+    finally:
+        call.cancel()
 
 
 async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_clears_it(

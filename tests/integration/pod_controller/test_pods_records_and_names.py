@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 
 import grpc
 import pytest
@@ -37,6 +38,7 @@ async def test_a_stop_succeeds_with_the_action_table_gone_and_logs_the_full_entr
     assert reply.ok
     assert runpod_sim.pod(pod)["status"] == "EXITED"
     (entry,) = _error_entries(caplog)
+    assert uuid.UUID(entry.pop("stop_id"))  # the stop it belongs to, written (to pod_stops) before the call
     assert entry == {"pod_name": "qwen", "action": "Stop", "pod_id": pod, "ok": True, "trigger": "manual",
                      "http_status": 200, "gpu_id": None, "price_per_hour": None, "detail": None}
 

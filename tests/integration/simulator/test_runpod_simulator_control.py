@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -257,3 +258,40 @@ def test_the_standalone_simulator_prints_its_urls_and_stops_on_sigterm() -> None
         assert process.wait(timeout=10) == 0
         if process.stdout is not None:
             process.stdout.close()
+
+
+def test_list_without_runtime_leaves_the_key_out_of_list_entries_only(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    """The switch for the list shape nothing verified says carries `runtime`: absent from every list entry,
+    still on GET /v2/pods/{id}; off again, the list carries it (null for a pod that is not RUNNING)."""
+    running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    stopped = sim.add_pod(volume_id="bjn7d94ej9", status="EXITED")
+    assert http.put("/_sim/settings", json={"listWithoutRuntime": True}).status_code == 200
+    listed = http.get("/v2/pods", headers=api_headers).json()["pods"]
+    assert [("runtime" in entry) for entry in listed] == [False, False]
+    assert http.get(f"/v2/pods/{running}", headers=api_headers).json()["runtime"] is not None
+    assert http.put("/_sim/settings", json={"listWithoutRuntime": False}).status_code == 200
+    listed = {entry["id"]: entry for entry in http.get("/v2/pods", headers=api_headers).json()["pods"]}
+    assert listed[running]["runtime"] is not None and listed[stopped]["runtime"] is None
+
+
+@pytest.mark.parametrize("after_commit", [False, True], ids=["parked-before-runpod-acts", "parked-after-it-acted"])
+def test_a_hold_parks_one_matching_request_until_released(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str], after_commit: bool
+) -> None:
+    """Before commit nothing has changed while parked; after commit the pod is stopped but the caller waits."""
+    pod = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    hold = sim.hold("POST", f"/v2/pods/{pod}/action", after_commit=after_commit)
+    answers: list[int] = []
+    caller = threading.Thread(target=lambda: answers.append(
+        http.post(f"/v2/pods/{pod}/action", json={"action": "stop"}, headers=api_headers).status_code))
+    caller.start()
+    assert hold.arrived.wait(5)
+    assert sim.pod(pod)["status"] == ("EXITED" if after_commit else "RUNNING")
+    assert answers == []
+    hold.release()
+    caller.join(5)
+    assert answers == [200]
+    assert sim.pod(pod)["status"] == "EXITED"
+    assert sim.faults() == []  # one request only

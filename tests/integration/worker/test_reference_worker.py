@@ -1,4 +1,4 @@
-"""The reference worker keeps the seed's worker contract, over real sockets, as a real child process."""
+"""The reference worker keeps the worker-pool seed's worker contract, over real sockets, as a real child process."""
 
 from __future__ import annotations
 

@@ -449,6 +449,32 @@ async def test_observe_volume_reads_every_pod_from_one_list_call(client, sim) ->
     assert [(r.method, r.path) for r in sim.requests()] == [("GET", "/v2/pods")]
 
 
+async def test_observe_volume_observes_by_id_a_running_pod_listed_without_runtime(client, sim) -> None:
+    """Both list shapes: with `runtime` one call; without it the RUNNING pod is read by id (RUNNING, 1 GPU),
+    the EXITED one still from the list."""
+    running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    stopped = sim.add_pod(volume_id="bjn7d94ej9", status="EXITED")
+    for list_without_runtime, calls in ((False, [("GET", "/v2/pods")]),
+                                        (True, [("GET", "/v2/pods"), ("GET", f"/v2/pods/{running}")])):
+        sim.configure(list_without_runtime=list_without_runtime)
+        sim.clear_requests()
+        volume, pods = await client.observe_volume("bjn7d94ej9")
+        assert volume.pod_ids == (running, stopped)
+        assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
+            (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+        assert [(r.method, r.path) for r in sim.requests()] == calls
+
+
+async def test_a_running_pod_listed_without_runtime_whose_observe_fails_is_unreadable(client, sim) -> None:
+    """The by-id read decides, as in the pod-control seed: a failed observe is UNREADABLE, not the list's STARTING."""
+    running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    sim.configure(list_without_runtime=True)
+    sim.inject("GET", f"/v2/pods/{running}", status=500)
+    volume, (pod,) = await client.observe_volume("bjn7d94ej9")
+    assert volume.lookup is Lookup.FOUND
+    assert (pod.pod_id, pod.lookup) == (running, Lookup.UNREADABLE)
+
+
 async def test_observe_volume_keeps_a_failed_list_unreadable(client, sim) -> None:
     """A 500 on the list is UNREADABLE with no pods, never the NOT_FOUND that gates a create."""
     sim.inject("GET", "/v2/pods", status=500)

@@ -7,6 +7,7 @@ import pytest
 from thermostat.policy.common.pod_model import Availability, Lookup, PodStatus
 from thermostat.providers.runpod_v2_shapes import (
     is_problem_not_found,
+    needs_observing_by_id,
     problem_detail,
     read_catalog,
     read_pod,
@@ -142,3 +143,19 @@ def test_an_unnamed_pod_elsewhere_does_not_spoil_the_list() -> None:
     """Only a pod on our volume must be nameable; a stranger's odd row is not our concern."""
     body = {"pods": [{"mounts": {"network": [{"volumeId": "theirs"}]}}]}
     assert read_pods_on_volume(body, "ours") == ()
+
+
+@pytest.mark.parametrize(
+    ("entry", "by_id"),
+    [
+        pytest.param({"status": "RUNNING"}, True, id="running-without-a-runtime-key"),
+        pytest.param({"status": "RUNNING", "runtime": None}, False, id="running-with-a-null-runtime"),
+        pytest.param({"status": "RUNNING", "runtime": {"uptimeInSeconds": 30}}, False, id="running-with-runtime"),
+        pytest.param({"status": "EXITED"}, False, id="exited-without-a-runtime-key"),
+    ],
+)
+def test_only_a_running_list_entry_without_a_runtime_key_is_observed_by_id(entry: dict, by_id: bool) -> None:
+    """The list cannot say a RUNNING pod serves without its runtime; any other entry is read as it stands."""
+    assert needs_observing_by_id(entry) is by_id
+    if by_id:
+        assert read_pod("p", entry).status is PodStatus.STARTING  # what reading it from the list would say

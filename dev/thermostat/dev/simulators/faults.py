@@ -8,13 +8,41 @@ and bills; the caller saw a failure).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from http import HTTPStatus
 
 BODY_KINDS = ("problem", "text", "malformed", "json", "empty")
+
+
+@dataclass(slots=True, kw_only=True)
+class Hold:
+    """Hold parks a matching request until the test releases it, so a test can order it against another call.
+
+    `after_commit` False parks it before RunPod acts (the call is in flight, nothing changed yet); True parks
+    the answer after the state changed (RunPod acted, the caller has not heard). In-process only.
+    """
+
+    after_commit: bool = False
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def reached(self, timeout: float = 10.0) -> None:
+        """Wait (without blocking the event loop) until a request is parked here."""
+        if not await asyncio.to_thread(self.arrived.wait, timeout):
+            raise AssertionError(f"no request reached the hold within {timeout} s")
+
+    def park(self, stopping: threading.Event) -> None:
+        self.arrived.set()
+        while not self.released.wait(0.05) and not stopping.is_set():
+            pass
 
 
 @dataclass(slots=True, kw_only=True)
@@ -36,6 +64,7 @@ class Fault:
     delay_seconds: float = 0.0
     hang: bool = False
     commit_then_fail: bool = False
+    hold: Hold | None = None
 
     def __post_init__(self) -> None:
         if self.body not in BODY_KINDS:
@@ -81,6 +110,7 @@ class Fault:
             "delaySeconds": self.delay_seconds,
             "hang": self.hang,
             "commitThenFail": self.commit_then_fail,
+            "hold": self.hold is not None,
         }
 
 

@@ -27,7 +27,7 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote
 
-from thermostat.dev.simulators.faults import Fault, fault_from_json
+from thermostat.dev.simulators.faults import Fault, Hold, fault_from_json
 from thermostat.dev.simulators.runpod_catalog import (
     DEFAULT_TEMPLATE_ID,
     DEFAULT_VOLUME_ID,
@@ -159,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
         simulator._record(request)
         fault = None if raw_path.startswith("/_sim") else simulator._take_fault(self.command, raw_path)
         if fault is not None:
+            if fault.hold is not None and not fault.hold.after_commit:
+                fault.hold.park(simulator._stopping)
             if fault.delay_seconds > 0 and simulator._stopping.wait(fault.delay_seconds):
                 return
             if fault.hang:
@@ -173,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             _log.exception("runpod simulator: %s %s failed", self.command, raw_path)
             answer = _problem(ApiError(500, "Internal Server Error", "simulator error"))
+        if fault is not None and fault.hold is not None and fault.hold.after_commit:
+            fault.hold.park(simulator._stopping)
         if fault is not None and fault.commit_then_fail:
             # The gateway-5xx-after-commit incident: the pod now exists and bills, the caller sees a 502.
             answer = fault.response()
@@ -385,6 +389,12 @@ class RunPodSimulator:
         )
         self._add_fault(fault)
         return fault
+
+    def hold(self, method: str, path: str, *, after_commit: bool = False, count: int | None = 1) -> Hold:
+        """hold parks the next `count` requests matching method + path glob until `release()`; see Hold."""
+        held = Hold(after_commit=after_commit)
+        self._add_fault(Fault(method=method.upper(), path=path, remaining=count, hold=held))
+        return held
 
     def _add_fault(self, fault: Fault) -> None:
         with self._lock:

@@ -67,6 +67,7 @@ class SimSettings:
     terminated_linger_seconds: float = 0.0
     require_browser_user_agent: bool = True
     list_newest_first: bool = False
+    list_without_runtime: bool = False
     hang_seconds: float = 30.0
     model_name: str = "Qwen/Qwen2.5-Coder-32B-Instruct"
     metrics_style: str = "recent"
@@ -289,7 +290,13 @@ class PodWorld:
             pods = list(self._pods.values())
             if self.settings.list_newest_first:
                 pods.reverse()
-            return {"pods": [self._v2(pod, now) for pod in pods]}
+            listed = [self._v2(pod, now) for pod in pods]
+            if self.settings.list_without_runtime:
+                # Nothing verified against the live API says a list entry carries `runtime` (the v1 list had
+                # no such block): this shape leaves the key out of every entry; GET /pods/{id} still has it.
+                for entry in listed:
+                    entry.pop("runtime", None)
+            return {"pods": listed}
 
     def get_pod(self, pod_id: str) -> dict[str, object]:
         with self.lock:

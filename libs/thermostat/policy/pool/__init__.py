@@ -1,4 +1,4 @@
-"""The pool dispatcher's decisions (seed: worker-pool.md), pure like the rest of the policy library.
+"""The pool dispatcher's decisions (worker-pool seed: worker-pool.md), pure like the rest of the policy library.
 
 One module per decision: the catalogue (`machine_type`), submit options, queue order, placement, warm-machine
 choice, cool-down reaping, health retirement, job-outcome mapping, cancel and hints. Observations come in as

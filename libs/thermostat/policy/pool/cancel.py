@@ -1,4 +1,4 @@
-"""Cancel: what `POST /v1/jobs/{id}/cancel` does in each job state (seed: Cancelling a job).
+"""Cancel: what `POST /v1/jobs/{id}/cancel` does in each job state (worker-pool seed: Cancelling a job).
 
 Cancelling stops the job, not the machine. The job is marked cancelled at once, so a sync wait on it
 returns straight away; what else happens depends on how far it got:

@@ -1,6 +1,6 @@
 """Health retirement: retire a warm machine after `health_check_failures` consecutive missed probes.
 
-The seed: "One miss is a slow machine or a dropped packet, and retiring on that trades a cold start for
+The worker-pool seed: "One miss is a slow machine or a dropped packet, and retiring on that trades a cold start for
 every hiccup; three is a machine that is gone." A probe that answers resets the count. 0 turns probing off
 for a type. Only warm machines are probed: a machine running a job is neither probed nor reaped, and one
 that turned busy while its probe was in flight is not judged by it (its miss may be the job's load).

@@ -1,6 +1,6 @@
 """Hints: "jobs are near", so a machine's boot overlaps the user's typing instead of their first run.
 
-The seed: a hint starts one machine of the type for the caller's tenant unless one is already warm or
+The worker-pool seed: a hint starts one machine of the type for the caller's tenant unless one is already warm or
 starting (then `started` is false and `reason` is `no_demand`, so repeating a hint is free). It is held to
 the type's max_workers and the fleet's max_workers_total like a job's machine (`tenant_cap`, `fleet_cap`),
 and a machine no job reaches is stopped after the type's cool-down like any idle one (the reaper's work).

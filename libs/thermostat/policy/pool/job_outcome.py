@@ -1,6 +1,6 @@
 """Job outcome: what a worker's reply to `POST /execute` means for the job, the machine and the meter.
 
-The seed: "The caller has to be able to tell 'your code raised' from 'we could not run it'." So:
+The worker-pool seed: "The caller has to be able to tell 'your code raised' from 'we could not run it'." So:
 - The worker answered 2xx: the job completed with the body as its result; the machine goes back to warm.
 - The worker answered with an error status (≥ 400, or anything else that is not 2xx): the job failed with
   the worker's message, and the machine is kept. The worker is alive and said so; the code in the cell
@@ -12,7 +12,7 @@ The seed: "The caller has to be able to tell 'your code raised' from 'we could n
   and the machine is retired; a machine in an unknown state is not trusted with the next job.
 - A result over the pool's size limit: failed, machine kept (the worker worked; the pool refused the bytes).
 
-A job cancelled while running stays cancelled whatever the reply (seed: "The cancel stands even if the
+A job cancelled while running stays cancelled whatever the reply (worker-pool seed: "The cancel stands even if the
 machine finished first: its result is dropped"); the machine follows the same rule as above, so one that
 ignored the cancel and never answers is retired at the job's timeout.
 

@@ -1,4 +1,4 @@
-"""A job's states (seed: types.py `Job`).
+"""A job's states (worker-pool seed: types.py `Job`).
 
     queued ──claimed by a machine──▶ dispatched ──payload sent──▶ running ──▶ completed | failed | timed_out
        │                                 │                          │

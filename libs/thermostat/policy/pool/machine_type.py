@@ -2,14 +2,14 @@
 
 A `PUT /v1/machine-types` body is the whole catalogue, a JSON list of machine types in the shape GET
 returns; only `name` and `image` are required. Every field's type and range is checked before anything is
-stored (seed: "a number sent as a string, an unknown key, a non-finite number, a max_workers below 1, a
+stored (worker-pool seed: "a number sent as a string, an unknown key, a non-finite number, a max_workers below 1, a
 timeout, cpus, memory_mb or disk_gb of zero or less, or a negative cool-down, health_check_failures or
 gpu_count is a 400 naming the field"), and every error names the entry by index and name. Numbers are JSON
 numbers, never strings, and never booleans (Python's `True` is an int; `"max_workers": true` is not 1).
 
 Defaults, chosen for a pool that should not bill for idle machines by accident:
 - `backend` "local" (a child process on this host; `docker`, `runpod` and `fly` come with the next issue).
-- `cpus`, `memory_mb`, `disk_gb` unset: the machine may take the whole host (seed: Isolation).
+- `cpus`, `memory_mb`, `disk_gb` unset: the machine may take the whole host (worker-pool seed: Isolation).
 - `gpu_type` unset, `gpu_count` 1 (read only with a `gpu_type`).
 - `max_workers` unset: no per-tenant ceiling (right for a single-tenant pool, wrong for a hosted one).
 - `cool_down_seconds` 300: an idle machine is stopped five minutes after its last job.

@@ -2,7 +2,7 @@
 
 Theory of operation. Demand is counted per (tenant, machine type): the number of queued jobs no machine has
 taken yet. Each warm (idle) or starting machine of that tenant and type on the type's current image will
-take one of them, so only the rest needs a new machine. Busy machines are not counted: the seed starts a
+take one of them, so only the rest needs a new machine. Busy machines are not counted: the worker-pool seed starts a
 machine when none is warm rather than queue behind a running job.
 
 Caps, in this order:
@@ -17,7 +17,7 @@ Caps, in this order:
 
 When the fleet cap binds, demand is served in queue order of each group's first job (priority, then FIFO),
 so the fleet's last slot goes to the job first in line; a plan whose demand the fleet cap cut says so, for
-the warning the seed asks for ("a capped fleet looks exactly like a slow queue from the outside").
+the warning the worker-pool seed asks for ("a capped fleet looks exactly like a slow queue from the outside").
 A type missing from the catalogue gets no machine: its queued jobs fail with the reason (the service).
 """
 

@@ -1,4 +1,6 @@
-"""Queue order: higher priority first, then first come first served (seed: "priority ... higher runs first").
+"""Queue order: higher priority first, then first come first served.
+
+worker-pool seed: "priority ... higher runs first".
 
 `sequence` is the order jobs were queued in (a store sequence, never a wall clock two processes would have
 to agree on); the job id breaks a tie so the order is total and every process reads the same one.

@@ -1,4 +1,4 @@
-"""Cool-down reaping: stop machines idle past their type's cool_down_seconds (seed: start_scaler).
+"""Cool-down reaping: stop machines idle past their type's cool_down_seconds (worker-pool seed: start_scaler).
 
 Nothing else in the pool ends a machine that finished its work, so this is what stops the bill. Only warm
 (idle) machines are reaped: a busy machine is running a job, a starting one is the reply to demand, a

@@ -1,12 +1,12 @@
 """A submit's options, read from query parameters (REST) or typed fields (gRPC), checked before queueing.
 
-The seed: "machine_type (required), priority (default 0, higher runs first; a 64-bit integer), session_id
+The worker-pool seed: "machine_type (required), priority (default 0, higher runs first; a 64-bit integer), session_id
 and timeout_seconds (both optional). timeout_seconds can shorten the machine type's job_timeout_seconds but
 not extend it. POST /v1/jobs/sync also takes wait_seconds (default 300), which bounds the wait and not the
 job, and is cut to the type's boot_timeout_seconds plus job_timeout_seconds. Both times must be positive
 and finite; anything else is a 422 and no job is queued."
 
-Decisions beyond the seed's words:
+Decisions beyond the worker-pool seed's words:
 - A `timeout_seconds` above the type's job timeout is not an error: it is cut to the type's (it "cannot
   extend" the timeout), so a caller need not know the catalogue's figure.
 - `wait_seconds` is cut to boot + the job's own (possibly shortened) timeout: past that the job has ended
@@ -37,7 +37,7 @@ _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][
 
 
 class SubmitErrorKind(StrEnum):
-    """SubmitErrorKind tells the service which answer a refused submit gets (all 422 in the seed's API)."""
+    """SubmitErrorKind tells the service which answer a refused submit gets (all 422 in the worker-pool seed's API)."""
 
     MISSING = "missing"
     INVALID = "invalid"

@@ -1,4 +1,4 @@
-"""The Backend protocol: start / stop / health and nothing else (seed: "the pool does not know which it is
+"""The Backend protocol: start / stop / health and nothing else (worker-pool seed: "the pool does not know which it is
 talking to"). Local processes now; Docker, RunPod and Fly satisfy the same protocol with the next issue.
 
 - `start` boots one machine for a `MachineSpec` and returns its handle once the provider has accepted it

@@ -9,7 +9,7 @@ Theory of operation:
 - `execute` has one wall-clock deadline for the whole call, connect to last byte: the job's timeout. A
   per-read timeout would let a worker trickling a byte a minute hold a job forever. It reports a typed
   `WorkerReply` that the job-outcome policy maps; it never raises for what the worker did.
-- The payload goes out verbatim with no Content-Type (seed: "the pool forwards it verbatim and sets no
+- The payload goes out verbatim with no Content-Type (worker-pool seed: "the pool forwards it verbatim and sets no
   content type"); W3C `traceparent` / `tracestate` given with the job are forwarded.
 - The result is read up to `max_result_bytes`; a larger one is `TOO_LARGE` (the worker worked; the pool
   refuses the bytes rather than hold them in memory).

@@ -10,7 +10,7 @@ from thermostat.policy.pool.machines import Machine, MachineState
 from thermostat.policy.pool.reaping import Retirement, RetireReason, plan_reaping
 
 S = MachineState
-START = 1_000_000.0  # the seed's scaler tests start the clock here and step it
+START = 1_000_000.0  # the worker-pool seed's scaler tests start the clock here and step it
 CATALOGUE = catalogue(cpu(cool_down_seconds=60), cpu(name="gpu", image="gpu:v1", cool_down_seconds=10))
 
 

@@ -1,0 +1,79 @@
+-- GET /health: asks each upstream's gRPC health service (grpc.health.v1.Health/Check) and answers 200 when
+-- every one serves, else 503, with a JSON body naming each upstream and whether it serves, so an operator
+-- sees at once which one is down (a load balancer still reads only the status code).
+--
+-- Enabled on the /health route only (per-route Lua), so no other request runs this script. UPSTREAMS and
+-- TIMEOUT_MS are prepended by envoy_config.py from the edge's upstreams.
+
+local SERVING = string.char(8, 1) -- HealthCheckResponse{status: SERVING}
+-- Envoy answers a gRPC call it could not deliver with HTTP 200 and a gRPC status (14 when nothing listens).
+local GRPC_FAILURES = {
+  ["4"] = "timed out (DEADLINE_EXCEEDED)",
+  ["5"] = "SERVICE_UNKNOWN (NOT_FOUND)",
+  ["12"] = "no health service (UNIMPLEMENTED)",
+  ["14"] = "unreachable (UNAVAILABLE)",
+}
+
+-- A unary gRPC frame holding HealthCheckRequest{service = name}.
+local function check_request(service)
+  local message = ""
+  if #service > 0 then
+    message = string.char(10, #service) .. service -- field 1, length-delimited (names are < 128 bytes)
+  end
+  local n = #message
+  return string.char(0, 0, 0, math.floor(n / 256) % 256, n % 256) .. message
+end
+
+local function check(handle, upstream)
+  local ok, headers, body = pcall(handle.httpCall, handle, upstream.cluster, {
+    [":method"] = "POST",
+    [":path"] = "/grpc.health.v1.Health/Check",
+    [":authority"] = upstream.cluster,
+    ["content-type"] = "application/grpc",
+    ["te"] = "trailers",
+  }, check_request(upstream.health_service), TIMEOUT_MS)
+  if not ok then
+    return false, "unreachable"
+  end
+  local status = headers[":status"]
+  if status ~= "200" then
+    return false, "unreachable (HTTP " .. tostring(status) .. ")"
+  end
+  local grpc_status = headers["grpc-status"]
+  if grpc_status ~= nil and grpc_status ~= "0" then
+    return false, GRPC_FAILURES[grpc_status] or ("health check failed (gRPC status " .. grpc_status .. ")")
+  end
+  if body ~= nil and body:sub(6, 7) == SERVING then
+    return true, "SERVING"
+  end
+  if body ~= nil and #body >= 7 and body:byte(6) == 8 then
+    local names = { [0] = "UNKNOWN", [2] = "NOT_SERVING", [3] = "SERVICE_UNKNOWN" }
+    return false, names[body:byte(7)] or "NOT_SERVING"
+  end
+  if body ~= nil and #body == 5 then
+    return false, "UNKNOWN"
+  end
+  return false, "unreadable health answer"
+end
+
+function envoy_on_request(handle)
+  local all = true
+  local entries = {}
+  for _, upstream in ipairs(UPSTREAMS) do
+    local serving, detail = check(handle, upstream)
+    all = all and serving
+    local services = {}
+    for i, name in ipairs(upstream.services) do
+      services[i] = '"' .. name .. '"'
+    end
+    entries[#entries + 1] = string.format('{"name":"%s","services":[%s],"serving":%s,"status":"%s"}',
+      upstream.cluster, table.concat(services, ","), tostring(serving), detail)
+  end
+  local body = string.format('{"status":"%s","upstreams":[%s]}', all and "SERVING" or "NOT_SERVING",
+    table.concat(entries, ","))
+  handle:respond({
+    [":status"] = all and "200" or "503",
+    ["content-type"] = "application/json",
+    ["cache-control"] = "no-store",
+  }, body)
+end
