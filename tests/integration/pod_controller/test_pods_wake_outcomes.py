@@ -25,7 +25,7 @@ from tests.integration.pod_controller.harness import (
     wakes,
     writes,
 )
-from thermostat.pod_controller.records import PodRecords
+from thermostat.pod_controller.repository import PodRepository
 from thermostat.pod_controller.wake_service import Halt, WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.common.pod_options import parse_pod_options
@@ -123,7 +123,7 @@ async def test_a_halted_wake_issues_no_billable_call(runpod_sim, db_store, halt,
         return halt
 
     async with RunPodV2Client(SIM_API_KEY, base_url=runpod_sim.base_url) as client:
-        result = await WakeService(client, PodRecords(db_store.pool)).wake(pod, closed)
+        result = await WakeService(client, PodRepository(db_store.pool)).wake(pod, closed)
     assert result.outcome == outcome
     assert result.failure_kind == kind
     assert not result.billed
