@@ -29,15 +29,13 @@ from thermostat.policy.wake.stop_order import StopEntry
 from thermostat.policy.wake.wake_eta import BootRecord
 from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.store.connections import borrow
+from thermostat.store.shared_flight import InFlight, Stored
 from thermostat.store.sql import load_sql
 
 log = logging.getLogger("thermostat.pod_controller.records")
 Q = load_sql(Path(__file__).with_name("queries.sql"))
 
 T = TypeVar("T")
-
-STORE_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
-"""What a statement raises when the store is unreachable, slow or refuses it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,22 +113,6 @@ class WakeCompletion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InFlightWake:
-    """InFlightWake is a wake some replica runs now: its history row is open."""
-
-    attempt_id: uuid.UUID
-    holder: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoredWake:
-    """StoredWake is a wake's row as a joiner polls it: completed yet, and the result its callers got."""
-
-    completed: bool
-    result: WakeResult | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class StopsAround:
     """StopsAround is the pod's stops a wake answers to, with the database's clock when they were read."""
 
@@ -158,6 +140,8 @@ WAKE_RESULTS = WakeResultCodec()
 
 
 class PodRepository:
+    """Every query of the pod controller; its wake rows are the `FlightRows` of the wakes' shared flight."""
+
     def __init__(self, pool: asyncpg.Pool, *, timeout: float = 10.0, read_timeout: float = 1.5) -> None:
         self._pool = pool
         self.timeout = timeout
@@ -265,15 +249,17 @@ class PodRepository:
         row = await self._run(lambda c: c.fetchrow(Q["wake_completed_since"], pod_name, arrival), self.timeout)
         return WAKE_RESULTS.decode(row["result"]) if row is not None and row["result"] is not None else None
 
-    async def in_flight_wake(self, pod_name: str) -> InFlightWake | None:
+    async def in_flight(self, pod_name: str) -> InFlight | None:
+        """The pod's wake some replica runs now (its row is open)."""
         row = await self._run(lambda c: c.fetchrow(Q["in_flight_wake"], pod_name), self.timeout)
-        return InFlightWake(attempt_id=row["attempt_id"], holder=row["holder"]) if row is not None else None
+        return InFlight(flight_id=row["attempt_id"], holder=row["holder"]) if row is not None else None
 
-    async def stored_wake(self, attempt: uuid.UUID) -> StoredWake:
+    async def stored(self, attempt: uuid.UUID) -> Stored[WakeResult]:
+        """A wake's row as a joiner polls it: completed yet, and the result its callers got."""
         row = await self._run(lambda c: c.fetchrow(Q["wake_result"], attempt), self.timeout)
         if row is None or row["completed_at"] is None:
-            return StoredWake(completed=False, result=None)
-        return StoredWake(completed=True, result=WAKE_RESULTS.decode(row["result"]) if row["result"] else None)
+            return Stored(completed=False)
+        return Stored(completed=True, result=WAKE_RESULTS.decode(row["result"]) if row["result"] else None)
 
     async def newest_wake(self, pod_name: str) -> WakeRow | None:
         row = await self._read(lambda c: c.fetchrow(Q["newest_wake"], pod_name))

@@ -27,9 +27,10 @@ from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
 from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.store.connections import STORE_ERRORS
 
 from .pod_view import build_view, observe_volume, wake_record
-from .repository import STORE_ERRORS, ActionEntry, ActionRow, PodRepository, WakeCompletion
+from .repository import ActionEntry, ActionRow, PodRepository, WakeCompletion
 from .wake_gate import WakeGate, WakeGateUnavailable
 from .wake_service import Fence, WakeService, unconfigured
 from .watch_hub import WatchHub

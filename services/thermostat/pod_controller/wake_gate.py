@@ -11,6 +11,10 @@ would both read "no pod" and both POST /v2/pods. So:
   in-flight row: it waits for its completion and returns the result stored with it. A row whose holder's
   lease lapsed (the replica died mid-wake) is closed as abandoned and the next caller runs a new wake.
 
+Both are the store's generic single-flight (store/shared_flight.py, `SharedFlight[WakeResult]`) over the pod's
+wake rows, whose result the repository stores through a codec; this module adds what is particular to a wake:
+its Requested row, its fence and its completion.
+
 Without the store there is no cross-replica gate, and a wake without it could bill twice: the gate then
 refuses (fail closed) instead of running unguarded.
 
@@ -26,7 +30,6 @@ undone by a start or a replacement.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -35,13 +38,14 @@ from dataclasses import asdict
 from datetime import datetime
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
-from thermostat.chassis.single_flight import SingleFlight
 from thermostat.policy.wake.stop_order import StopVerdict, judge_stops
 from thermostat.policy.wake.wake_result import WakeResult
+from thermostat.store.connections import STORE_ERRORS
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
+from thermostat.store.shared_flight import SharedFlight
 
-from .repository import STORE_ERRORS, PodRepository, WakeCompletion
+from .repository import PodRepository, WakeCompletion
 from .wake_service import Fence, Halt
 
 log = logging.getLogger("thermostat.pod_controller.wake_gate")
@@ -63,8 +67,6 @@ class WakeGate:
     def __init__(self, repository: PodRepository, leases: LeaseStore, *, replica: str, lease_seconds: float = 60.0,
                  poll_seconds: float = 0.1, call_budget: float = 20.0, clock: Clock = SYSTEM_CLOCK) -> None:
         self.repository = repository
-        self.leases = leases
-        self.replica = replica
         self.lease_seconds = lease_seconds
         # A billable call is issued only while the lease is trusted for longer than the call may take, so a
         # create still on the wire can never outlive the lease (another replica's create would stack a pod).
@@ -75,7 +77,9 @@ class WakeGate:
         # How long a stop can be in flight: its RunPod call, its action record and its settlement. A stop
         # still open past it lost its replica, and is waited for no longer.
         self.stop_settle_seconds = call_budget + 3 * self.record_timeout
-        self._flights: SingleFlight[WakeResult] = SingleFlight("wake")
+        self._flights: SharedFlight[WakeResult] = SharedFlight(
+            repository, leases, name="wake", replica=replica, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
+            release_timeout=self.record_timeout, clock=clock)
 
     async def run(self, pod_name: str, wake: RunWake) -> WakeResult:
         """Run or join the pod's wake. Cancelling the caller does not cancel the wake.
@@ -83,45 +87,17 @@ class WakeGate:
         `pod_name` is the configured name: its rows are written under it, as every other record of the pod
         is (history and lastWake read them by it); the lease and the in-process join fold its case.
         """
-        key = pod_name.casefold()
-        return await self._flights.do(key, lambda: self._run_or_join(key, pod_name, wake))
-
-    async def drain(self, seconds: float) -> None:
-        """Let running wakes finish (on shutdown); past `seconds`, interrupt them — each records its outcome
-        within the record timeout (and the lease release after it), and the drain waits no longer."""
-        await self._flights.drain(seconds, interrupted_within=2 * self.record_timeout)
-
-    async def _run_or_join(self, key: str, pod_name: str, wake: RunWake) -> WakeResult:
         try:
-            arrival = await self.repository.db_now()
-            while True:
-                keeper = LeaseKeeper(self.leases, name=f"wake:{key}",
-                                     holder=f"{self.replica}:{uuid.uuid4()}", ttl=self.lease_seconds)
-                if await keeper.acquire() is not None:
-                    try:
-                        # a wake that ran entirely after this caller asked answers it too
-                        done = await self._completed_since(pod_name, arrival)
-                        return done if done is not None else await self._lead(pod_name, keeper, wake)
-                    finally:
-                        # bounded: on shutdown this runs in an interrupted task, and an unanswered release
-                        # must not hold the drain (the lease then lapses after its TTL)
-                        with contextlib.suppress(Exception):
-                            async with asyncio.timeout(self.record_timeout):
-                                await keeper.release()
-                joined = await self._join(key, pod_name, arrival)
-                if joined is not None:
-                    return joined
+            return await self._flights.run(pod_name.casefold(), pod_name,
+                                           lambda keeper: self._lead(pod_name, keeper, wake))
         except STORE_ERRORS as error:
             raise WakeGateUnavailable(f"store unreachable ({type(error).__name__}); no wake was started here") \
                 from error
 
-    async def _completed_since(self, pod_name: str, arrival: datetime) -> WakeResult | None:
-        try:
-            return await self.repository.completed_since(pod_name, arrival)
-        except STORE_ERRORS as error:
-            # the history is best-effort; the lease alone still gates the wake
-            log.warning("pod %s: wake history unreadable (%s)", pod_name, type(error).__name__)
-            return None
+    async def drain(self, seconds: float) -> None:
+        """Let running wakes finish (on shutdown); past `seconds`, interrupt them — each records its outcome
+        within the record timeout (and releases its lease after it), and the drain waits no longer."""
+        await self._flights.drain(seconds, interrupted_within=self.record_timeout)
 
     async def _stops(self, pod_name: str, requested_at: datetime) -> Halt | None:
         """Wait while a stop of the pod is in flight; then a Halt if one issued since `requested_at` stopped it."""
@@ -200,27 +176,6 @@ class WakeGate:
             entry = {"attempt_id": str(attempt), "pod_name": pod_name, **asdict(completion)}
             log.error("pod %s: wake %s completed, history NOT persisted (%s): %s", pod_name, attempt, problem,
                       json.dumps(entry, default=str))
-
-    async def _join(self, key: str, pod_name: str, arrival: datetime) -> WakeResult | None:
-        """Wait for the wake another replica runs; None when there is none to join (try to lead)."""
-        flight = await self.repository.in_flight_wake(pod_name)
-        if flight is None:
-            done = await self._completed_since(pod_name, arrival)
-            if done is not None:
-                return done
-            await self.clock.sleep(self.poll_seconds)
-            return None
-        log.info("pod %s: joining wake %s run by %s", pod_name, flight.attempt_id, flight.holder)
-        next_lease_check = self.clock.monotonic() + self.lease_seconds / 3
-        while True:
-            stored = await self.repository.stored_wake(flight.attempt_id)
-            if stored.completed:
-                return stored.result
-            if self.clock.monotonic() >= next_lease_check:
-                next_lease_check = self.clock.monotonic() + self.lease_seconds / 3
-                if await self.leases.holder(f"wake:{key}") is None:
-                    return None  # its runner is gone: lead a new wake (it closes the abandoned row)
-            await self.clock.sleep(self.poll_seconds)
 
 
 def _closed(halt: Halt) -> Fence:
