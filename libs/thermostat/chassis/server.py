@@ -28,6 +28,9 @@ from thermostat.chassis.request_context import RequestContextInterceptor
 
 log = logging.getLogger("thermostat.chassis.server")
 
+STOP_MARGIN_SECONDS = 5.0
+"""How long past its grace a server's stop may take before the host stops waiting for it."""
+
 DependencyCheck = Callable[[], Awaitable[bool]]
 Hook = Callable[[], Awaitable[None]]
 
@@ -113,7 +116,13 @@ class ServiceHost:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe
         log.info("%s draining (grace %.1fs)", self.spec.name, grace)
-        await self.server.stop(grace)
+        # Bounded: grpc's stop waits for its core to report the shutdown complete, and a completion that never
+        # comes would hold the stop hooks (which record what was interrupted) forever.
+        stopping = asyncio.ensure_future(self.server.stop(grace))
+        done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_MARGIN_SECONDS)
+        if not done:
+            log.error("%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway", self.spec.name,
+                      grace + STOP_MARGIN_SECONDS)
         for hook in self.spec.on_stop:
             try:
                 await hook()

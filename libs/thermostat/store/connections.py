@@ -16,7 +16,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["borrow"]
+__all__ = ["STORE_ERRORS", "borrow"]
+
+STORE_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+"""What a statement raises when the store is unreachable, too slow or refuses it."""
 
 # Interrupted or broken: the session's state is unknown, so it is not worth a round trip to reset.
 _UNUSABLE = (asyncio.CancelledError, TimeoutError, OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)

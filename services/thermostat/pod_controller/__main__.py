@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from grpc import aio
 
 from thermostat.chassis.auth import TokenRule, method_name
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.runner import run_service
@@ -19,7 +20,7 @@ from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
 from thermostat.store.db import Store
 
-from .records import PodRecords
+from .repository import PodRepository
 from .servicer import PodControl, PodControllerInternalServicer, PodControllerServicer
 from .settings import PodControllerSettings
 from .wake_gate import WakeGate
@@ -42,7 +43,8 @@ def auth_rules(settings: PodControllerSettings) -> dict[str, TokenRule]:
     }
 
 
-async def build(settings: PodControllerSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
+async def build(settings: PodControllerSettings, env: Mapping[str, str], store: Store, *,
+                clock: Clock = SYSTEM_CLOCK) -> ServiceHost:
     """Wire the pod controller over an open store; the host's stop hooks close what this opened."""
     options = parse_pod_options(env)
     for warning in options.warnings:
@@ -59,12 +61,12 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
     client = RunPodV2Client(
         settings.runpod_api_key.get_secret_value() if settings.runpod_api_key else None,
         base_url=settings.runpod_v2_base_url, timeout_seconds=settings.runpod_timeout_seconds)
-    records = PodRecords(store.pool, timeout=settings.record_timeout_seconds)
-    gate = WakeGate(store, replica=replica_id(),
-                    lease_seconds=settings.wake_lease_seconds, record_timeout=settings.record_timeout_seconds,
-                    call_budget=settings.runpod_timeout_seconds)
+    records = PodRepository(store.pool, timeout=settings.record_timeout_seconds,
+                            read_timeout=settings.store_read_timeout_seconds)
+    gate = WakeGate(records, store.leases, replica=replica_id(), lease_seconds=settings.wake_lease_seconds,
+                    call_budget=settings.runpod_timeout_seconds, clock=clock)
     control = PodControl(options.pods, client, records, gate, WakeService(client, records),
-                         watch_poll_seconds=settings.watch_poll_seconds)
+                         watch_poll_seconds=settings.watch_poll_seconds, clock=clock)
 
     def register(server: aio.Server) -> None:
         pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control), server)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2
@@ -16,32 +14,24 @@ from thermostat.policy.wake.volume_pods import view_volume_pods
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
-from .records import PodRecords
+from .repository import PodRepository, WakeRow
 
 log = logging.getLogger("thermostat.pod_controller.view")
-
-# GET answers 200 through a store blip (pod-control seed: Surface): a slow store costs it at most this, not a
-# pool timeout
-RECORDS_READ_SECONDS = 2.0
 
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
 
 
-def wake_record(row: Mapping[str, Any]) -> pods_pb2.WakeRecord:
-    get = row.get
+def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
     record = pods_pb2.WakeRecord(
-        attempt_id=str(get("attempt_id")), pod_name=get("pod_name") or "", outcome=get("outcome") or "",
-        wake_outcome=get("wake_outcome") or "", reason=get("reason") or "", pod_id=get("pod_id") or "",
-        gpu_id=get("gpu_id") or "", price_per_hour=get("price_per_hour") or 0.0,
-        candidates_considered=get("candidates_considered") or 0,
-        last_provider_status=get("last_provider_status") or 0,
+        attempt_id=row.attempt_id, pod_name=row.pod_name, outcome=row.outcome or "",
+        wake_outcome=row.wake_outcome or "", reason=row.reason or "", pod_id=row.pod_id or "",
+        gpu_id=row.gpu_id or "", price_per_hour=row.price_per_hour or 0.0,
+        candidates_considered=row.candidates_considered or 0,
+        last_provider_status=row.last_provider_status or 0,
     )
-    for field in ("requested_at", "completed_at"):
-        value = get(field)
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if value is not None:
-            stamp(getattr(record, field), value)
+    stamp(record.requested_at, row.requested_at)
+    if row.completed_at is not None:
+        stamp(record.completed_at, row.completed_at)
     return record
 
 
@@ -50,7 +40,7 @@ async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[Volum
     return volume, list(observations)
 
 
-async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOptions,
+async def build_view(client: RunPodV2Client, records: PodRepository, pod: PodOptions,
                      now: datetime) -> pods_pb2.GetPodResponse:
     configured = client.is_configured and pod.configured
     observations: list[PodObservation] = []
@@ -67,29 +57,30 @@ async def build_view(client: RunPodV2Client, records: PodRecords, pod: PodOption
         # null while booting or down (pod-control seed: Surface): a down pod's old report says nothing about now
         return await records.readiness(pod.name, view.pod_id) if view.pod_id and view.is_running else None
 
+    readable = True
     try:
-        readiness, newest = await asyncio.wait_for(
-            asyncio.gather(ready_since(), records.newest_wake(pod.name)), RECORDS_READ_SECONDS)
+        # each read is bounded by the repository's read timeout (STORE_READ_TIMEOUT_SECONDS), side by side
+        readiness, newest = await asyncio.gather(ready_since(), records.newest_wake(pod.name))
     except Exception as error:
         # GET answers 200 whatever is down (pod-control seed: Surface); without the store it reports RunPod's view alone
         log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
                     type(error).__name__)
-        readiness, newest = None, None
+        readiness, newest, readable = None, None, False
     ready = readiness is not None
     if readiness is not None:
         stamp(response.ready_since, readiness)
     if newest is not None:
-        response.last_wake.CopyFrom(wake_record(dict(newest)))
+        response.last_wake.CopyFrom(wake_record(newest))
     if view.pod_id is not None and not ready and view.status in _BOOTING:
         chosen = next((o for o in observations if o.pod_id == view.pod_id), None)
-        gpu_id = (chosen.gpu_id if chosen else None) or (newest["gpu_id"] if newest else None) or ""
-        since = newest["requested_at"] if newest is not None else now
-        try:
-            boots = select_boot_durations(
-                await asyncio.wait_for(records.recent_boots(pod.name), RECORDS_READ_SECONDS), gpu_id or None)
-        except Exception as error:
-            log.warning("pod %s: boot history unreadable (%s); no ETA", pod.name, type(error).__name__)
-            boots = ()
+        gpu_id = (chosen.gpu_id if chosen else None) or (newest.gpu_id if newest else None) or ""
+        since = newest.requested_at if newest is not None else now
+        boots: tuple[float, ...] = ()
+        if readable:  # a store that just failed to answer is not waited on twice in one GET
+            try:
+                boots = select_boot_durations(await records.recent_boots(pod.name), gpu_id or None)
+            except Exception as error:
+                log.warning("pod %s: boot history unreadable (%s); no ETA", pod.name, type(error).__name__)
         eta = estimate_eta(boots, (now - since).total_seconds())
         if eta is not None:
             response.eta_seconds = round(eta, 1)

@@ -13,12 +13,12 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
@@ -27,9 +27,10 @@ from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
 from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
 from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.store.connections import STORE_ERRORS
 
 from .pod_view import build_view, observe_volume, wake_record
-from .records import ActionEntry, PodRecords
+from .repository import ActionEntry, ActionRow, PodRepository, WakeCompletion
 from .wake_gate import WakeGate, WakeGateUnavailable
 from .wake_service import Fence, WakeService, unconfigured
 from .watch_hub import WatchHub
@@ -49,14 +50,15 @@ DEFAULT_PAGE_SIZE = 50
 class PodControl:
     """What both servicers share: the configured pods, the RunPod client, the records, the wake."""
 
-    def __init__(self, pods: Sequence[PodOptions], client: RunPodV2Client, records: PodRecords, gate: WakeGate,
-                 wake: WakeService, *, watch_poll_seconds: float = 2.0) -> None:
+    def __init__(self, pods: Sequence[PodOptions], client: RunPodV2Client, records: PodRepository, gate: WakeGate,
+                 wake: WakeService, *, watch_poll_seconds: float = 2.0, clock: Clock = SYSTEM_CLOCK) -> None:
         self.pods = tuple(pods)
         self.client = client
         self.records = records
         self.gate = gate
         self.wake_service = wake
-        self.watches = WatchHub(watch_poll_seconds)
+        self.clock = clock
+        self.watches = WatchHub(watch_poll_seconds, clock=clock)
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         """The named pod, or NOT_FOUND — always before any RunPod call."""
@@ -76,7 +78,7 @@ class PodControl:
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
                 try:
-                    await asyncio.wait_for(self.records.clear_readiness(pod.name, pod_id), self.records.timeout)
+                    await self.records.clear_readiness(pod.name, pod_id)
                 except Exception as error:
                     # the pod is stopped either way; a store blip must not turn the stop into an error
                     log.error("pod %s: readiness of stopped pod %s NOT cleared (%s)", pod.name, pod_id,
@@ -95,8 +97,8 @@ class PodControl:
         # its audit row (#2050), nor leave it unsettled for a wake waiting on it
         return await asyncio.shield(all_of_them())
 
-    async def run_wake(self, pod: PodOptions) -> dict[str, Any]:
-        async def attempt(_attempt_id: object, fence: Fence) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def run_wake(self, pod: PodOptions) -> WakeResult:
+        async def attempt(_attempt_id: object, fence: Fence) -> tuple[WakeResult, WakeCompletion]:
             try:
                 result = await self.wake_service.wake(pod, fence)
             except Exception as error:
@@ -107,18 +109,13 @@ class PodControl:
             else:
                 last = last_wake_of(result)
             log.info("pod %s: wake %s (%s) %s", pod.name, result.outcome, last.outcome, result.message)
-            completion = {"outcome": str(last.outcome), "wake_outcome": last.wake_outcome, "reason": last.reason,
-                          "pod_id": result.pod_id, "gpu_id": result.gpu_id, "price_per_hour": result.price_per_hour,
-                          "candidates_considered": result.candidates_considered,
-                          "last_provider_status": result.last_provider_status}
-            return _result_json(result), completion
+            completion = WakeCompletion(
+                outcome=str(last.outcome), wake_outcome=last.wake_outcome, reason=last.reason, pod_id=result.pod_id,
+                gpu_id=result.gpu_id, price_per_hour=result.price_per_hour,
+                candidates_considered=result.candidates_considered, last_provider_status=result.last_provider_status)
+            return result, completion
 
         return await self.gate.run(pod.name, attempt)
-
-
-def _result_json(result: WakeResult) -> dict[str, Any]:
-    return {k: (str(v) if v is not None and k in ("outcome", "failure_kind") else v)
-            for k, v in asdict(result).items()}
 
 
 async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None,
@@ -164,18 +161,18 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             result = await self.c.run_wake(pod)  # an unconfigured pod is refused there, and recorded as Refused
         except WakeGateUnavailable as error:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
-        outcome = WakeOutcome(result["outcome"])
-        if result.get("failure_kind") == WakeFailureKind.UNCONFIGURED:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, result["message"])
+        outcome = result.outcome
+        if result.failure_kind is WakeFailureKind.UNCONFIGURED:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, result.message)
         if outcome is WakeOutcome.FAILED:
             await _set_status(context, 409, "Failed")
-            await context.abort(grpc.StatusCode.ABORTED, result["message"] or "wake failed")
-        response = pods_pb2.StartPodResponse(name=pod.name, outcome=str(outcome), pod_id=result["pod_id"] or "",
-                                             proxy_url=result["proxy_url"] or "", message=result["message"] or "")
-        if result.get("gpu_id"):
-            response.gpu_id = result["gpu_id"]
-        if result.get("price_per_hour") is not None:
-            response.price_per_hour = result["price_per_hour"]
+            await context.abort(grpc.StatusCode.ABORTED, result.message or "wake failed")
+        response = pods_pb2.StartPodResponse(name=pod.name, outcome=str(outcome), pod_id=result.pod_id or "",
+                                             proxy_url=result.proxy_url or "", message=result.message or "")
+        if result.gpu_id:
+            response.gpu_id = result.gpu_id
+        if result.price_per_hour is not None:
+            response.price_per_hour = result.price_per_hour
         await _set_status(context, 202 if outcome is WakeOutcome.WAITING else None,
                           nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
         return response
@@ -196,7 +193,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def GetPod(self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
                      ) -> pods_pb2.GetPodResponse:
         pod = await self.c.pod(request.name, context)
-        view = await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+        view = await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
         await _set_status(context, nulls=_absent(view, (
             *_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
         return view
@@ -213,18 +210,23 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             before = _decode_token(request.page_token)
             if before is None:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not a token this route issued")
-        rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
+        try:
+            rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
+        except STORE_ERRORS as error:
+            # the history is the store's alone: without it, say so at once rather than after a pool timeout
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"history unreadable: store unreachable "
+                                                             f"({type(error).__name__})")
         response = pods_pb2.GetPodHistoryResponse(name=pod.name)
         for row in rows[:size]:
-            entry = pods_pb2.HistoryEntry(at=to_timestamp(row["at"]))
-            if row["kind"] == "action":
-                entry.action.CopyFrom(_action(row["row"]))
+            entry = pods_pb2.HistoryEntry(at=to_timestamp(row.at))
+            if isinstance(row.entry, ActionRow):
+                entry.action.CopyFrom(_action(row.entry))
             else:
-                entry.wake.CopyFrom(wake_record(row["row"]))
+                entry.wake.CopyFrom(wake_record(row.entry))
             response.entries.append(entry)
         if len(rows) > size:
             last = rows[size - 1]
-            response.next_page_token = _encode_token(last["at"], last["id"])
+            response.next_page_token = _encode_token(last.at, last.id)
         return response
 
     async def WatchPod(self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
@@ -232,7 +234,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         pod = await self.c.pod(request.name, context)
 
         async def view() -> pods_pb2.GetPodResponse:
-            return await build_view(self.c.client, self.c.records, pod, datetime.now(UTC))
+            return await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
 
         async for current in self.c.watches.watch(pod.name.casefold(), view):
             yield pods_pb2.WatchPodResponse(pod=current)
@@ -295,13 +297,12 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         return pods_pb2.ReportReadinessResponse()
 
 
-def _action(row: dict[str, Any]) -> pods_pb2.PodAction:
+def _action(row: ActionRow) -> pods_pb2.PodAction:
     action = pods_pb2.PodAction(
-        id=str(row["id"]), pod_name=row["pod_name"], action=row["action"], pod_id=row["pod_id"],
-        gpu_id=row.get("gpu_id") or "", price_per_hour=row.get("price_per_hour") or 0.0,
-        http_status=row.get("http_status") or 0, ok=bool(row["ok"]), trigger=row["trigger"],
-        detail=row.get("detail") or "")
-    stamp(action.at, datetime.fromisoformat(row["at"]))
+        id=row.id, pod_name=row.pod_name, action=row.action, pod_id=row.pod_id, gpu_id=row.gpu_id or "",
+        price_per_hour=row.price_per_hour or 0.0, http_status=row.http_status or 0, ok=row.ok, trigger=row.trigger,
+        detail=row.detail or "")
+    stamp(action.at, row.at)
     return action
 
 

@@ -21,6 +21,8 @@ class PodControllerSettings(ServiceSettings):
     watch_poll_seconds: float = Field(default=2.0, gt=0, le=60)
     wake_lease_seconds: float = Field(default=60.0, gt=0.5, le=600)
     record_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    # a GET, a watch or a history page waits this long for the store, then answers without its fields
+    store_read_timeout_seconds: float = Field(default=1.5, gt=0, le=30)
     runpod_timeout_seconds: float = Field(default=20.0, gt=0, le=120)
 
     @model_validator(mode="after")

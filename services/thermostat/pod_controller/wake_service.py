@@ -38,7 +38,7 @@ from thermostat.policy.wake.wake_round import (
 )
 from thermostat.providers.runpod_v2 import RunPodV2Client
 
-from .records import ActionEntry, PodRecords
+from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.wake")
 
@@ -88,7 +88,7 @@ class _Halted(Exception):
 
 
 class WakeService:
-    def __init__(self, client: RunPodV2Client, records: PodRecords, *, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, client: RunPodV2Client, records: PodRepository, *, sleep: Sleep = asyncio.sleep) -> None:
         self.client = client
         self.records = records
         self.sleep = sleep

@@ -2,7 +2,8 @@
 
 Every watcher polling RunPod on its own would multiply list and observe calls by the number of watchers; the
 account's rate limit is shared with the wake (a 429 there spends the create walk's retry budget). So a pod's
-view is built once per interval while anyone watches, and each watcher gets every new view.
+view is built once per interval while anyone watches, and each watcher gets every new view: one build when the
+first watcher arrives, then one per interval of the injected clock, however many watch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.pods.v1 import pods_pb2
 
 log = logging.getLogger("thermostat.pod_controller.watch")
@@ -37,8 +39,9 @@ class _Feed:
 
 
 class WatchHub:
-    def __init__(self, poll_seconds: float) -> None:
+    def __init__(self, poll_seconds: float, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.poll_seconds = poll_seconds
+        self.clock = clock
         self._feeds: dict[str, _Feed] = {}
 
     async def watch(self, key: str, build: BuildView) -> AsyncIterator[pods_pb2.GetPodResponse]:
@@ -82,4 +85,4 @@ class WatchHub:
                     async with feed.changed:
                         feed.latest, feed.version = view, feed.version + 1
                         feed.changed.notify_all()
-            await asyncio.sleep(self.poll_seconds)
+            await self.clock.sleep(self.poll_seconds)

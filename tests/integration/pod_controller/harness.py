@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from tests.fixtures.services import OPERATOR, RunningService, pod_controller_env, start_pod_controller
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
@@ -32,9 +33,13 @@ class Controller:
 
 
 @contextlib.asynccontextmanager
-async def controller(sim: RunPodSimulator, store: Store, **env: str) -> AsyncIterator[Controller]:
+async def controller(sim: RunPodSimulator, store: Store, *, clock: Clock = SYSTEM_CLOCK,
+                     **env: str) -> AsyncIterator[Controller]:
     """A pod controller on the simulator with `env` overriding the test defaults (fast polls, qwen)."""
-    async with start_pod_controller(pod_controller_env(sim, **env), store) as running, running.channel() as channel:
+    async with (
+        start_pod_controller(pod_controller_env(sim, **env), store, clock=clock) as running,
+        running.channel() as channel,
+    ):
         yield Controller(running=running, public=pods_pb2_grpc.PodControllerStub(channel),
                          internal=pods_pb2_grpc.PodControllerInternalStub(channel))
 

@@ -9,12 +9,20 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
+from tests.fixtures.manual_clock import ManualClock
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, LIST, controller, start, wakes
 from thermostat.chassis.timestamps import from_timestamp, to_timestamp
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2
 
 QWEN = pods_pb2.GetPodRequest(name="qwen")
+POLL = 0.05  # WATCH_POLL_SECONDS of the test controllers
+
+
+def lists(sim: RunPodSimulator) -> int:
+    """How many times RunPod's pod list was asked for."""
+    return [(r.method, r.path) for r in sim.requests()].count(LIST)
 
 
 
@@ -170,38 +178,46 @@ async def test_eta_shows_while_booting_only_when_a_boot_was_measured(runpod_sim,
         assert 80 < view.eta_seconds <= 90
 
 
-async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancelled(pods_stub, runpod_sim) -> None:
+async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancelled(runpod_sim, db_store) -> None:
     """The first view at once, nothing while nothing changes, the woken pod next; cancel stops the polling."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
-    call = pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
-    views: asyncio.Queue[pods_pb2.GetPodResponse] = asyncio.Queue()
+    clock = ManualClock()
+    async with controller(runpod_sim, db_store, clock=clock) as c:
+        runpod_sim.clear_requests()
+        call = c.public.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
+        views: asyncio.Queue[pods_pb2.GetPodResponse] = asyncio.Queue()
 
-    async def consume() -> None:
-        async for message in call:
-            views.put_nowait(message.pod)
+        async def consume() -> None:
+            async for message in call:
+                views.put_nowait(message.pod)
 
-    reader = asyncio.create_task(consume())
-    try:
-        first = await asyncio.wait_for(views.get(), 5)
-        assert (first.pod_id, first.status, first.is_running) == (pod, "EXITED", False)
-        await asyncio.sleep(0.4)  # ~8 polls at WATCH_POLL_SECONDS=0.05
-        assert views.empty()
-        assert [(r.method, r.path) for r in runpod_sim.requests()].count(LIST) >= 5  # it did poll meanwhile
+        reader = asyncio.create_task(consume())
+        try:
+            first = await asyncio.wait_for(views.get(), 5)
+            assert (first.pod_id, first.status, first.is_running) == (pod, "EXITED", False)
+            await clock.until_sleeping(1)
+            for _ in range(8):
+                clock.advance(POLL)
+                await clock.until_sleeping(1)  # the poller built the view again and waits for the next interval
+            assert views.empty()
+            assert lists(runpod_sim) == 9  # it did poll meanwhile: once at the start, once per interval
 
-        woken = await start(pods_stub)
-        assert woken.reply is not None
-        latest = await asyncio.wait_for(views.get(), 5)
-        while latest.last_wake.outcome != "Succeeded":
+            woken = await start(c.public)
+            assert woken.reply is not None
+            clock.advance(POLL)
             latest = await asyncio.wait_for(views.get(), 5)
-        assert (latest.status, latest.is_running, latest.last_wake.wake_outcome) == ("RUNNING", True, "Started")
-    finally:
-        call.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-    assert call.cancelled()
-    polled = len(runpod_sim.requests())
-    await asyncio.sleep(0.3)
-    assert len(runpod_sim.requests()) == polled  # the server stopped watching
+            assert (latest.status, latest.is_running) == ("RUNNING", True)
+            assert (latest.last_wake.outcome, latest.last_wake.wake_outcome) == ("Succeeded", "Started")
+        finally:
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        assert call.cancelled()
+        await clock.until_sleeping(0)  # the server stopped watching: its poller is gone
+        polled = len(runpod_sim.requests())
+        clock.advance(10 * POLL)
+        await asyncio.sleep(0)
+        assert len(runpod_sim.requests()) == polled
 
 
 async def test_watch_of_an_unknown_name_is_not_found(pods_stub, runpod_sim) -> None:
@@ -243,18 +259,23 @@ async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured
     assert runpod_sim.requests() == []
 
 
-async def test_several_watchers_of_one_pod_share_one_poller(pods_stub, runpod_sim) -> None:
-    """Five watchers cost RunPod what one does: the account's rate limit is shared with the wake."""
+async def test_several_watchers_of_one_pod_share_one_poller(runpod_sim, db_store) -> None:
+    """Five watchers cost RunPod what one does (the account's rate limit is shared with the wake): one list when
+    the first arrives, then exactly one per poll interval."""
     runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    runpod_sim.clear_requests()
-    calls = [pods_stub.WatchPod(pods_pb2.WatchPodRequest(name="qwen")) for _ in range(5)]
-    firsts = await asyncio.gather(*(call.read() for call in calls))
-    assert {f.pod.status for f in firsts} == {"RUNNING"}
-    await asyncio.sleep(0.5)  # ten polls at WATCH_POLL_SECONDS=0.05
-    lists = [r for r in runpod_sim.requests("/v2/pods") if r.path == "/v2/pods"]
-    for call in calls:
-        call.cancel()
-    assert 5 <= len(lists) <= 14, f"{len(lists)} list calls for five watchers over ten poll intervals"
+    clock = ManualClock()
+    async with controller(runpod_sim, db_store, clock=clock) as c:
+        runpod_sim.clear_requests()
+        calls = [c.public.WatchPod(pods_pb2.WatchPodRequest(name="qwen")) for _ in range(5)]
+        firsts = await asyncio.gather(*(call.read() for call in calls))
+        assert {f.pod.status for f in firsts} == {"RUNNING"}
+        await clock.until_sleeping(1)
+        for _ in range(10):
+            clock.advance(POLL)
+            await clock.until_sleeping(1)
+        for call in calls:
+            call.cancel()
+        assert lists(runpod_sim) == 1 + 10
 
 
 async def test_get_serves_the_readiness_of_the_pod_it_reports_when_two_pods_answered(

@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.fixtures.services import OPERATOR, SIM_API_KEY, VOLUME, pod_controller_env
 from tests.integration.pod_controller.harness import (
     A100,
@@ -25,7 +26,7 @@ from tests.integration.pod_controller.harness import (
     wakes,
     writes,
 )
-from thermostat.pod_controller.records import PodRecords
+from thermostat.pod_controller.repository import PodRepository
 from thermostat.pod_controller.wake_service import Halt, WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.common.pod_options import parse_pod_options
@@ -123,7 +124,7 @@ async def test_a_halted_wake_issues_no_billable_call(runpod_sim, db_store, halt,
         return halt
 
     async with RunPodV2Client(SIM_API_KEY, base_url=runpod_sim.base_url) as client:
-        result = await WakeService(client, PodRecords(db_store.pool)).wake(pod, closed)
+        result = await WakeService(client, PodRepository(db_store.pool)).wake(pod, closed)
     assert result.outcome == outcome
     assert result.failure_kind == kind
     assert not result.billed
@@ -135,10 +136,14 @@ async def test_an_operators_stop_during_a_wake_is_not_undone_by_a_replacement(ru
     """The wake starts the stopped pod, the operator stops it: the wake ends Failed without creating or deleting."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     runpod_sim.set_pod_lifecycle(pod, starting_seconds=-1, provisioning_seconds=-1)
-    async with controller(runpod_sim, db_store, RUNPOD_WAKE_POLL_SECONDS="0.3", RUNPOD_WAKE_MAX_POLLS="5") as c:
-        wake = asyncio.create_task(start(c.public))
-        while action(pod) not in writes(runpod_sim):
-            await asyncio.sleep(0.02)
+    # the wake polls the starting pod for as long as it takes the stop to land: no window for the stop to miss
+    async with controller(runpod_sim, db_store, RUNPOD_WAKE_POLL_SECONDS="0.1", RUNPOD_WAKE_MAX_POLLS="1000") as c:
+        wake = asyncio.create_task(start(c.public, timeout=60))
+
+        async def started() -> bool | None:
+            return True if action(pod) in writes(runpod_sim) else None
+
+        await eventually(started, timeout=30)
         stopped = await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
         assert stopped.ok
         answer = await wake

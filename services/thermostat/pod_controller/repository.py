@@ -1,0 +1,338 @@
+"""The pod controller's one door to Postgres: every query it runs, each returning frozen values (style 13).
+
+It owns queries.sql. The records it writes — billable actions (#2050), stops, wakes, readiness, measured
+boots — never block or fail the action they record: each write is capped in time, and a write that fails
+(a store blip) logs the full entry at ERROR — a level nothing filters — so the money-relevant fact survives
+in the logs instead (#2050: the billable lines had rotated out of kubectl logs in minutes).
+
+Every statement runs on a connection borrowed so that its deadline holds (store/connections.py): reads on a
+read path (GET, WatchPod, history) within `read_timeout`, so a frozen store costs a GET that much and no
+more — the first request after a freeze included — and every other statement within `timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from thermostat.policy.wake.stop_order import StopEntry
+from thermostat.policy.wake.wake_eta import BootRecord
+from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
+from thermostat.store.connections import borrow
+from thermostat.store.shared_flight import InFlight, Stored
+from thermostat.store.sql import load_sql
+
+log = logging.getLogger("thermostat.pod_controller.records")
+Q = load_sql(Path(__file__).with_name("queries.sql"))
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionEntry:
+    """ActionEntry is one billable call: Start, Create, Terminate or Stop, accepted (ok) or refused."""
+
+    pod_name: str
+    action: str
+    pod_id: str
+    ok: bool
+    trigger: str
+    http_status: int | None = None
+    gpu_id: str | None = None
+    price_per_hour: float | None = None
+    detail: str | None = None
+    stop_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActionRow:
+    """ActionRow is a billable action as recorded: the entry, its id and when it was written."""
+
+    id: str
+    at: datetime
+    pod_name: str
+    action: str
+    pod_id: str
+    ok: bool
+    trigger: str
+    http_status: int | None = None
+    gpu_id: str | None = None
+    price_per_hour: float | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeRow:
+    """WakeRow is one wake in the history: requested, and completed with its outcome once it ended."""
+
+    attempt_id: str
+    pod_name: str
+    requested_at: datetime
+    completed_at: datetime | None = None
+    outcome: str | None = None
+    wake_outcome: str | None = None
+    reason: str | None = None
+    pod_id: str | None = None
+    gpu_id: str | None = None
+    price_per_hour: float | None = None
+    candidates_considered: int | None = None
+    last_provider_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryEntry:
+    """HistoryEntry is one line of a pod's history, newest first; (at, id) is its place in the pages."""
+
+    at: datetime
+    id: str
+    entry: ActionRow | WakeRow
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeCompletion:
+    """WakeCompletion is what the history keeps of a wake that ended (pod-control seed: PodWakeCompleted)."""
+
+    outcome: str
+    wake_outcome: str
+    reason: str
+    pod_id: str | None = None
+    gpu_id: str | None = None
+    price_per_hour: float | None = None
+    candidates_considered: int | None = None
+    last_provider_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopsAround:
+    """StopsAround is the pod's stops a wake answers to, with the database's clock when they were read."""
+
+    now: datetime
+    stops: tuple[StopEntry, ...]
+
+
+class WakeResultCodec:
+    """A wake's result as stored with its row, for callers joining from another replica: the WakeResult's
+    fields by name, enums by value."""
+
+    def encode(self, value: WakeResult) -> str:
+        return json.dumps(asdict(value))
+
+    def decode(self, text: str) -> WakeResult:
+        data: dict[str, Any] = json.loads(text)
+        known = {f.name: data[f.name] for f in fields(WakeResult) if f.name in data}
+        known["outcome"] = WakeOutcome(known["outcome"])
+        if known.get("failure_kind") is not None:
+            known["failure_kind"] = WakeFailureKind(known["failure_kind"])
+        return WakeResult(**known)
+
+
+WAKE_RESULTS = WakeResultCodec()
+
+
+class PodRepository:
+    """Every query of the pod controller; its wake rows are the `FlightRows` of the wakes' shared flight."""
+
+    def __init__(self, pool: asyncpg.Pool, *, timeout: float = 10.0, read_timeout: float = 1.5) -> None:
+        self._pool = pool
+        self.timeout = timeout
+        self.read_timeout = read_timeout
+
+    async def _run(self, statement: Callable[[PoolConnectionProxy], Awaitable[T]], timeout: float) -> T:
+        async with asyncio.timeout(timeout), borrow(self._pool) as connection:
+            return await statement(connection)
+
+    async def _read(self, statement: Callable[[PoolConnectionProxy], Awaitable[T]]) -> T:
+        return await self._run(statement, self.read_timeout)
+
+    # ---- billable actions and stops
+
+    async def record_action(self, entry: ActionEntry) -> None:
+        """Append a billable action; on failure log it whole at ERROR and carry on."""
+        log.info(
+            "billable %s pod=%s ok=%s gpu=%s price=%s status=%s trigger=%s", entry.action, entry.pod_id, entry.ok,
+            entry.gpu_id, entry.price_per_hour, entry.http_status, entry.trigger,
+        )
+        try:
+            # shielded: an action issued during shutdown or by a cancelled caller is still recorded
+            await asyncio.shield(self._run(lambda c: c.execute(
+                Q["insert_action"], uuid.uuid4(), entry.pod_name, entry.action, entry.pod_id, entry.gpu_id,
+                entry.price_per_hour, entry.http_status, entry.ok, entry.trigger, entry.detail, entry.stop_id,
+            ), self.timeout))
+        except Exception as error:
+            log.error("billable action NOT persisted (%s): %s", type(error).__name__,
+                      json.dumps(asdict(entry), default=str))
+
+    async def begin_stop(self, pod_name: str, trigger: str) -> uuid.UUID | None:
+        """Write that a stop is issued, ordered against the pod's wakes; None when the store refused (the stop
+        goes ahead all the same, and its Stop record then orders it)."""
+        stop_id = uuid.uuid4()
+
+        async def write(conn: PoolConnectionProxy) -> None:
+            async with conn.transaction():
+                await conn.execute(Q["pod_order_lock"], pod_name)
+                await conn.execute(Q["begin_stop"], stop_id, pod_name, trigger)
+
+        try:
+            await asyncio.shield(self._run(write, self.timeout))
+        except Exception as error:
+            log.error("pod %s: %s stop issued, NOT written before the call (%s)", pod_name, trigger,
+                      type(error).__name__)
+            return None
+        return stop_id
+
+    async def settle_stop(self, stop_id: uuid.UUID, accepted_pod_ids: list[str]) -> None:
+        """Write that a stop's answers are all in: a wake waiting on it goes on."""
+        try:
+            await asyncio.shield(self._run(
+                lambda c: c.execute(Q["settle_stop"], stop_id, accepted_pod_ids), self.timeout))
+        except Exception as error:
+            # a wake waiting on it waits out the settle bound instead
+            log.error("stop %s: settlement NOT written (%s); accepted: %s", stop_id, type(error).__name__,
+                      ", ".join(accepted_pod_ids) or "none")
+
+    async def stops_around(self, pod_name: str, requested_at: datetime, settle_seconds: float) -> StopsAround | None:
+        """The stops a wake requested at `requested_at` answers to; None when there are none."""
+        rows = await self._run(lambda c: c.fetch(Q["stops_around_wake"], pod_name, requested_at, settle_seconds),
+                               self.timeout)
+        if not rows:
+            return None
+        return StopsAround(now=rows[0]["now"], stops=tuple(
+            StopEntry(issued_at=r["issued_at"], trigger=r["trigger"], settled=r["settled"],
+                      accepted_pod_ids=tuple(r["accepted_pod_ids"])) for r in rows))
+
+    # ---- wakes
+
+    async def db_now(self) -> datetime:
+        """The database's clock: what wakes and stops are ordered by. Bounded as a read: a wake asked while
+        the store does not answer is refused before anything is written."""
+        now: datetime = await self._read(lambda c: c.fetchval(Q["db_now"]))
+        return now
+
+    async def abandon_wakes(self, pod_name: str) -> list[uuid.UUID]:
+        """Close the pod's wakes left open by a replica that stopped; their attempt ids."""
+        rows = await self._run(lambda c: c.fetch(Q["abandon_wakes"], pod_name), self.timeout)
+        return [r["attempt_id"] for r in rows]
+
+    async def insert_wake(self, attempt: uuid.UUID, pod_name: str, holder: str) -> datetime:
+        """Write the Requested row, stamped under the pod's order lock; when it was requested."""
+
+        async def write(conn: PoolConnectionProxy) -> datetime:
+            async with conn.transaction():
+                await conn.execute(Q["pod_order_lock"], pod_name)
+                requested_at: datetime = await conn.fetchval(Q["insert_wake"], attempt, pod_name, holder)
+                return requested_at
+
+        return await self._run(write, self.timeout)
+
+    async def complete_wake(self, attempt: uuid.UUID, completion: WakeCompletion, result: WakeResult | None) -> bool:
+        """Close the wake's row with its outcome and its callers' result; False when no open row was there."""
+        c = completion
+        status = await self._run(lambda conn: conn.execute(
+            Q["complete_wake"], attempt, c.outcome, c.wake_outcome, c.reason, c.pod_id, c.gpu_id, c.price_per_hour,
+            c.candidates_considered, c.last_provider_status,
+            WAKE_RESULTS.encode(result) if result is not None else None,
+        ), self.timeout)
+        return bool(status != "UPDATE 0")
+
+    async def completed_since(self, pod_name: str, arrival: datetime) -> WakeResult | None:
+        """The result of a wake of the pod that completed at or after `arrival`."""
+        row = await self._run(lambda c: c.fetchrow(Q["wake_completed_since"], pod_name, arrival), self.timeout)
+        return WAKE_RESULTS.decode(row["result"]) if row is not None and row["result"] is not None else None
+
+    async def in_flight(self, pod_name: str) -> InFlight | None:
+        """The pod's wake some replica runs now (its row is open)."""
+        row = await self._run(lambda c: c.fetchrow(Q["in_flight_wake"], pod_name), self.timeout)
+        return InFlight(flight_id=row["attempt_id"], holder=row["holder"]) if row is not None else None
+
+    async def stored(self, attempt: uuid.UUID) -> Stored[WakeResult]:
+        """A wake's row as a joiner polls it: completed yet, and the result its callers got."""
+        row = await self._run(lambda c: c.fetchrow(Q["wake_result"], attempt), self.timeout)
+        if row is None or row["completed_at"] is None:
+            return Stored(completed=False)
+        return Stored(completed=True, result=WAKE_RESULTS.decode(row["result"]) if row["result"] else None)
+
+    async def newest_wake(self, pod_name: str) -> WakeRow | None:
+        row = await self._read(lambda c: c.fetchrow(Q["newest_wake"], pod_name))
+        return _wake_row(dict(row)) if row is not None else None
+
+    # ---- readiness and boots
+
+    async def set_readiness(self, pod_name: str, pod_id: str, ready_since: datetime) -> bool:
+        """Publish readiness; True when it changed (then the boot it ends is measured)."""
+
+        async def write(conn: PoolConnectionProxy) -> bool:
+            async with conn.transaction():
+                changed = await conn.fetchval(Q["set_readiness"], pod_name, pod_id, ready_since)
+                if changed:
+                    wake = await conn.fetchrow(Q["latest_wake_before"], pod_name, ready_since, pod_id)
+                    if wake is not None:
+                        duration = (ready_since - wake["requested_at"]).total_seconds()
+                        if duration >= 0:
+                            gpu_id = wake["gpu_id"] or await conn.fetchval(Q["created_gpu"], pod_name, pod_id) or ""
+                            await conn.execute(Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"],
+                                               ready_since, duration)
+                return bool(changed)
+
+        return await self._run(write, self.timeout)
+
+    async def clear_readiness(self, pod_name: str, pod_id: str | None = None) -> None:
+        await self._run(lambda c: c.execute(Q["clear_readiness"], pod_name, pod_id), self.timeout)
+
+    async def readiness(self, pod_name: str, pod_id: str) -> datetime | None:
+        """When the monitor first saw this pod's vLLM answer since it came up; None while not ready."""
+        ready: datetime | None = await self._read(lambda c: c.fetchval(Q["readiness"], pod_name, pod_id))
+        return ready
+
+    async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
+        """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""
+        rows = await self._read(lambda c: c.fetch(Q["recent_boots"], pod_name, limit))
+        return [BootRecord(gpu_id=r["gpu_id"] or None, wake_to_ready_seconds=float(r["duration_seconds"]))
+                for r in reversed(rows)]
+
+    # ---- history
+
+    async def history_page(self, pod_name: str, *, before: tuple[datetime, str] | None,
+                           limit: int) -> list[HistoryEntry]:
+        at, id_ = before if before else (None, None)
+        rows = await self._read(lambda c: c.fetch(Q["history_page"], pod_name, at, id_, limit))
+        return [HistoryEntry(at=r["at"], id=r["id"],
+                             entry=_action_row(json.loads(r["row"])) if r["kind"] == "action"
+                             else _wake_row(json.loads(r["row"])))
+                for r in rows]
+
+
+def _moment(value: object) -> datetime | None:
+    """A timestamp read from a row: JSON carries it as ISO text, a column as a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def _wake_row(row: dict[str, Any]) -> WakeRow:
+    requested_at = _moment(row["requested_at"])
+    assert requested_at is not None
+    return WakeRow(
+        attempt_id=str(row["attempt_id"]), pod_name=row["pod_name"], requested_at=requested_at,
+        completed_at=_moment(row.get("completed_at")), outcome=row.get("outcome"),
+        wake_outcome=row.get("wake_outcome"), reason=row.get("reason"), pod_id=row.get("pod_id"),
+        gpu_id=row.get("gpu_id"), price_per_hour=row.get("price_per_hour"),
+        candidates_considered=row.get("candidates_considered"), last_provider_status=row.get("last_provider_status"))
+
+
+def _action_row(row: dict[str, Any]) -> ActionRow:
+    at = _moment(row["at"])
+    assert at is not None
+    return ActionRow(
+        id=str(row["id"]), at=at, pod_name=row["pod_name"], action=row["action"], pod_id=row["pod_id"],
+        ok=bool(row["ok"]), trigger=row["trigger"], http_status=row.get("http_status"), gpu_id=row.get("gpu_id"),
+        price_per_hour=row.get("price_per_hour"), detail=row.get("detail"))
