@@ -1,7 +1,8 @@
 """Write deploy/k8s/thermostat.yaml from the service registry (`make k8s`).
 
-Every registered service gets a Deployment (its package as the command, its port, gRPC readiness and
-liveness probes on its health service) and a Service; a service with internal gRPC services is called by
+Every registered service gets a Deployment (its package as the command, its port, the internal token from
+the `thermostat-internal` Secret, gRPC readiness and liveness probes on its health service), a Service and a
+NetworkPolicy admitting only the edge and the services to its port; a service with internal gRPC services is called by
 other services, so its address (POD_CONTROLLER_ADDR) goes into the shared ConfigMap. The output is
 committed; tests/unit/chassis/test_registry.py fails when it differs from what this writes.
 
@@ -14,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.registry import SERVICES, ServiceDef
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,10 +23,12 @@ MANIFEST = ROOT / "deploy" / "k8s" / "thermostat.yaml"
 IMAGE = "thermostat:latest"
 ENV_FROM = "thermostat-database"  # the required Secret every service reads DATABASE_URL from (managed outside)
 RUNPOD_SECRET = "thermostat-runpod"  # noqa: S105 -- a Secret's name; optional: the RunPod key and tokens
+INTERNAL_SECRET = "thermostat-internal"  # noqa: S105 -- a Secret's name; required: the services' internal token
+ROLE = "thermostat/role"  # the label NetworkPolicies select on: `service` for every service, `edge` for Envoy
 
 HEADER = """\
 # Thermostat on Kubernetes: two replicas of each service over one Postgres (DATABASE_URL), gRPC health probes,
-# Envoy as the ingress. Two Secrets, both managed outside this repository:
+# Envoy as the ingress. Three Secrets, all managed outside this repository:
 # - `thermostat-database` (DATABASE_URL), required: without a store no service can start.
 # - `thermostat-runpod` (keys runpod-api-key, rig-operator-token, rig-wake-token), referenced with
 #   `optional: true` (pod-control seed: Disabled-until-configured), so everything boots before it is provisioned:
@@ -33,6 +37,12 @@ HEADER = """\
 #   once the Secret exists: `kubectl rollout restart deployment/pod-controller`. The monitor needs no restart: it
 #   asks the controller again every MONITOR_RECHECK_SECONDS and starts watching a pod once the controller reports
 #   it configured.
+# - `thermostat-internal` (key internal-token), required: THERMOSTAT_INTERNAL_TOKEN, which every service-to-service
+#   call carries and every internal RPC requires (no token: internal calls are refused, so it is not optional).
+#   `kubectl create secret generic thermostat-internal --from-literal=internal-token=$(openssl rand -base64 32)`
+# NetworkPolicies admit to each service's port only pods labelled thermostat/role: service (every service here)
+# or thermostat/role: edge (label the Envoy edge's pods so). Kubelet probes come from the node and are not
+# subject to them on the common CNIs.
 # Written by `make k8s` (tools/k8s_manifests.py) from the service registry (thermostat.chassis.registry):
 # change those, not this file.
 """
@@ -103,7 +113,7 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"  replicas: {rollout.replicas}{_note(rollout.replicas_note, 3)}",
         f"  selector: {{matchLabels: {{app: {name}}}}}",
         "  template:",
-        f"    metadata: {{labels: {{app: {name}}}}}",
+        f"    metadata: {{labels: {{app: {name}, {ROLE}: service}}}}",
         "    spec:",
     ]
     if rollout.termination_grace_seconds is not None:
@@ -115,11 +125,10 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"        image: {IMAGE}",
         f"        command: [python, -m, {service.package}]",
     ]
-    if rollout.env:
-        lines.append("        env:")
-        for item in rollout.env:
-            first, *rest = item.splitlines()
-            lines += [f"        - {first}", *(f"          {line}" for line in rest)]
+    lines.append("        env:")
+    for item in (INTERNAL_TOKEN, *rollout.env):
+        first, *rest = item.splitlines()
+        lines += [f"        - {first}", *(f"          {line}" for line in rest)]
     if rollout.env_from_note:
         lines.append(f"        # {rollout.env_from_note}")
     lines += [
@@ -129,6 +138,26 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"        livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 10, failureThreshold: 6}}",
     ]
     return "\n".join(lines) + "\n"
+
+
+INTERNAL_TOKEN = (f"name: {INTERNAL_TOKEN_ENV}\n"
+                  f"valueFrom: {{secretKeyRef: {{name: {INTERNAL_SECRET}, key: internal-token}}}}")
+
+
+def _network_policy(service: ServiceDef) -> str:
+    """Only the edge and the services reach a service's port."""
+    name = service.name
+    return (
+        "apiVersion: networking.k8s.io/v1\n"
+        "kind: NetworkPolicy\n"
+        f"metadata: {{name: {name}}}\n"
+        "spec:\n"
+        f"  podSelector: {{matchLabels: {{app: {name}}}}}\n"
+        "  policyTypes: [Ingress]\n"
+        "  ingress:\n"
+        f"  - from: [{{podSelector: {{matchExpressions: [{{key: {ROLE}, operator: In, values: [edge, service]}}]}}}}]\n"
+        f"    ports: [{{port: {service.default_port}, protocol: TCP}}]\n"
+    )
 
 
 def _service(service: ServiceDef) -> str:
@@ -149,7 +178,8 @@ def render(services: tuple[ServiceDef, ...] = SERVICES) -> str:
     addresses = "".join(f"  {s.address_env}: {s.address(host=s.name)}\n" for s in services if s.internal_services)
     documents = [CONFIG + addresses]
     for service in services:
-        documents += [_deployment(service, ROLLOUTS.get(service.name, Rollout())), _service(service)]
+        documents += [_deployment(service, ROLLOUTS.get(service.name, Rollout())), _service(service),
+                      _network_policy(service)]
     return HEADER + "---\n".join(documents)
 
 

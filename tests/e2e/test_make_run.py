@@ -4,10 +4,12 @@ before the RunPod secret exists, when it comes up unconfigured instead of exitin
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.postgres import embedded_data_dir
+from thermostat.chassis.registry import public_services
 from thermostat.dev.simulators.runpod import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +45,8 @@ class DevStack:
         self.output: list[str] = []
         self.ports: dict[str, int] = {}
         self.edge = ""
+        self._reader: threading.Thread | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
 
     def wait_up(self) -> str:
         """The edge URL once the summary is printed (its service lines read as well)."""
@@ -60,24 +65,63 @@ class DevStack:
         assert self.edge and len(self.ports) == 2, "".join(self.output[-40:])
         return self.edge
 
+    def follow(self) -> None:
+        """Keep reading the output after wait_up, so a test can wait for a line while the stack runs."""
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self._lines.put(line)
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+
+    def wait_for_line(self, pattern: str, timeout: float = 30) -> str:
+        """The first line (read after follow()) matching `pattern`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f}s:\n"
+                                     + "".join(self.output[-40:])) from None
+            self.output.append(line)
+            if re.search(pattern, line):
+                return line
+
     def interrupt(self) -> str:
         """Ctrl-C, and the rest of the output once the stack has stopped."""
         self.proc.send_signal(signal.SIGINT)
-        rest, _ = self.proc.communicate(timeout=60)
+        if self._reader is not None:
+            self.proc.wait(timeout=60)
+            self._reader.join(timeout=10)
+            rest = "".join(self._drain())
+            assert self.proc.stdout is not None
+            self.proc.stdout.close()
+        else:
+            rest, _ = self.proc.communicate(timeout=60)
         self.output.append(rest)
         assert self.proc.returncode == 0, "".join(self.output[-40:])
         assert "no process left behind" in rest
         return "".join(self.output)
+
+    def _drain(self) -> list[str]:
+        lines = []
+        while not self._lines.empty():
+            lines.append(self._lines.get_nowait())
+        return lines
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             # a failed assertion must not orphan the children (each runs in its own session): stop them first
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.communicate(timeout=60)
+                self.proc.wait(timeout=60) if self._reader is not None else self.proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.communicate()
+                self.proc.wait()
+        if self._reader is not None and self.proc.stdout is not None:
+            self._reader.join(timeout=10)
+            self.proc.stdout.close()
 
 
 @pytest.mark.e2e
@@ -102,6 +146,11 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
                                         "thermostat.monitor.v1.IdleMonitor"], capture_output=True, text=True,
                                        timeout=30, check=False)
             assert "GetMonitorState" in described.stdout, described.stderr
+            # and lists only what the edge routes: the public services and reflection, never an internal one
+            listed = subprocess.run([grpcurl, "-plaintext", edge.removeprefix("http://"), "list"],
+                                    capture_output=True, text=True, timeout=30, check=False)
+            assert sorted(listed.stdout.split()) == sorted(
+                [*public_services(), "grpc.reflection.v1alpha.ServerReflection"]), listed.stdout + listed.stderr
 
             stack.interrupt()
             time.sleep(0.2)
@@ -162,3 +211,42 @@ def _until_disabled(http: httpx.Client) -> dict[str, object]:
             assert body["watch"] == "DisabledUntilConfigured", body
             return body
         time.sleep(0.05)
+
+
+@pytest.mark.e2e
+def test_a_service_killed_under_the_dev_stack_is_reported_and_restarted_and_ctrl_c_still_stops_everything() -> None:
+    """kill -9 of the idle monitor: the stack says so, starts it again, /health is 200 again; SIGINT leaves nothing."""
+    with embedded_data_dir() as data_dir:
+        stack = DevStack(data_dir, {})
+        try:
+            edge = stack.wait_up()
+            stack.follow()
+            (monitor,) = [c for c in psutil.Process(stack.proc.pid).children(recursive=True)
+                          if "thermostat.idle_monitor" in " ".join(c.cmdline())]
+            monitor.kill()
+            reported = stack.wait_for_line(r"idle-monitor killed by SIGKILL .* restarting it in")
+            assert "restart 1 in a row" in reported
+            stack.wait_for_line(r"idle-monitor restarted \(pid \d+\)")
+            _until_health(edge, 200)
+            (again,) = [c for c in psutil.Process(stack.proc.pid).children(recursive=True)
+                        if "thermostat.idle_monitor" in " ".join(c.cmdline())]
+            assert again.pid != monitor.pid
+            children = psutil.Process(stack.proc.pid).children(recursive=True)
+
+            stack.interrupt()
+            time.sleep(0.2)
+            assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+            assert [p for p in psutil.process_iter(["cmdline"])
+                    if str(data_dir) in " ".join(p.info["cmdline"] or [])] == []
+        finally:
+            stack.kill()
+
+
+def _until_health(edge: str, status: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        code = httpx.get(f"{edge}/health", timeout=5).status_code
+        if code == status:
+            return
+        assert time.monotonic() < deadline, f"/health stayed {code}"
+        time.sleep(0.1)

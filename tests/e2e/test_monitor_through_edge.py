@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import grpc
 import httpx
 import pytest
 
@@ -75,7 +74,7 @@ async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
     """Two ticks of an idle pod: Ready since the first, streak 1 of 15, an idle stop projected 14 ticks on."""
     runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
     ready = datetime.now(UTC).replace(microsecond=0)
-    async with grpc.aio.insecure_channel(pod_controller.address) as channel, ScrapeClients() as scrapes:
+    async with pod_controller.channel() as channel, ScrapeClients() as scrapes:
         ticker = PodTicker(pod_name="qwen", controller=pods_pb2_grpc.PodControllerInternalStub(channel),
                            scrapes=scrapes, states=MonitorStateStore(db_store.pool), options=MonitorOptions(),
                            replica="edge-test", scrape_timeout=2, controller_timeout=10)

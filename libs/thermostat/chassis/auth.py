@@ -9,6 +9,7 @@ secret must not open a cost-incurring route).
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,28 +44,36 @@ class TokenRule:
 
 
 AuthRules = Mapping[str, TokenRule]  # full method name ("/pkg.Svc/Method") → rule
+ServiceRules = Mapping[str, TokenRule]  # full service name ("pkg.Svc") → the rule for every method it has
+
+log = logging.getLogger("thermostat.chassis.auth")
 
 
 class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
-    """Enforces the rules for the methods that declare one; other methods are open."""
+    """Enforces the rules for the methods that declare one (a method's own rule, else its service's); other
+    methods are open. A refusal is logged with the method and the reason, never with what was presented."""
 
-    def __init__(self, rules: AuthRules) -> None:
+    def __init__(self, rules: AuthRules, service_rules: ServiceRules | None = None) -> None:
         self._rules = dict(rules)
+        self._service_rules = dict(service_rules or {})
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
-        rule = self._rules.get(handler_call_details.method)
+        method = handler_call_details.method
+        rule = self._rules.get(method) or self._service_rules.get(method.strip("/").partition("/")[0])
         if rule is None:
             return await continuation(handler_call_details)
-        metadata = {k.lower(): v for k, v in handler_call_details.invocation_metadata if isinstance(v, str)}
+        metadata = {k.lower(): v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
         presented = rule.presented(metadata)
         if not presented:
+            log.warning("refused %s: no token presented (UNAUTHENTICATED)", method)
             return _deny(await continuation(handler_call_details), grpc.StatusCode.UNAUTHENTICATED,
                          "a token is required")
         if not rule.admits(presented):
+            log.warning("refused %s: the token presented is not valid for it (PERMISSION_DENIED)", method)
             return _deny(await continuation(handler_call_details), grpc.StatusCode.PERMISSION_DENIED,
                          "the token is not valid for this call")
         return await continuation(handler_call_details)

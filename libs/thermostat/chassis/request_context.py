@@ -16,6 +16,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from thermostat.chassis.internal_auth import InternalTokenInterceptor
+
 REQUEST_ID = "x-request-id"
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -78,8 +80,10 @@ class _Propagate(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientIntercept
         return await continuation(await self._with_context(client_call_details), request)
 
 
-def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None) -> aio.Channel:
-    """A client channel whose calls carry the current request id and trace context.
+def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None,
+                     internal_token: str | None = None) -> aio.Channel:
+    """A client channel whose calls carry the current request id and trace context, and the deployment's
+    internal token when one is given (a channel to another service's internal RPCs).
 
     `max_reconnect_seconds` caps gRPC's reconnect backoff (120 s by default): while it lasts every call fails at
     once, so a peer that comes up after a long absence would otherwise go unnoticed for up to two minutes.
@@ -90,4 +94,7 @@ def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None)
         first = min(1000, cap)
         options = [("grpc.initial_reconnect_backoff_ms", first), ("grpc.min_reconnect_backoff_ms", first),
                    ("grpc.max_reconnect_backoff_ms", cap)]
-    return aio.insecure_channel(target, options=options, interceptors=[_Propagate()])
+    interceptors: list[Any] = [_Propagate()]
+    if internal_token:
+        interceptors.append(InternalTokenInterceptor(internal_token))
+    return aio.insecure_channel(target, options=options, interceptors=interceptors)

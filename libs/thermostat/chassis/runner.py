@@ -38,6 +38,8 @@ async def run_service(
     store = await Store.open(settings.database_url.get_secret_value(), application_name=name)
     host = await build(settings, os.environ, store)
     host.spec.on_stop = [*host.spec.on_stop, store.close]
+    # every service's internal RPCs are guarded, whether or not its build() passed the token on
+    host.spec.internal_token = host.spec.internal_token or settings.internal_token()
     await serve_until_signalled(host, host=settings.grpc_host, port=port,
                                 grace=settings.shutdown_grace_seconds)
     return 0

@@ -24,6 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from thermostat.chassis.auth import AuthInterceptor, AuthRules
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.request_context import RequestContextInterceptor
 
 log = logging.getLogger("thermostat.chassis.server")
@@ -48,6 +49,14 @@ class ServiceSpec:
     on_stop: Sequence[Hook] = ()
     # extra names served by reflection (e.g. every Thermostat service, for grpcurl through the edge)
     reflection_names: Sequence[str] = ()
+    # The deployment's internal token (THERMOSTAT_INTERNAL_TOKEN); None refuses every internal call. Every
+    # internal service of the registry, plus any named here, requires it (chassis/internal_auth.py).
+    internal_token: str | None = None
+    internal_services: Sequence[str] = ()
+
+    @property
+    def internal(self) -> frozenset[str]:
+        return internal_service_names() | frozenset(self.internal_services)
 
 
 class ServiceHost:
@@ -57,7 +66,7 @@ class ServiceHost:
         self.spec = spec
         self.probe_seconds = probe_seconds
         self.health = health.aio.HealthServicer()
-        self.server = aio.server(interceptors=[RequestContextInterceptor(), AuthInterceptor(spec.auth_rules)])
+        self.server: aio.Server | None = None
         self.port = 0
         self._probe: asyncio.Task[None] | None = None
         self._draining = False
@@ -65,9 +74,20 @@ class ServiceHost:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         spec = self.spec
+        # built at start, not in __init__: the runner fills in the internal token after a service's build()
+        internal = spec.internal
+        self.server = aio.server(interceptors=[
+            RequestContextInterceptor(),
+            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal})])
+        served_internal = sorted(internal & set(spec.service_names))
+        if served_internal and not spec.internal_token:
+            log.warning("%s: %s is unset: every call to %s is refused (fail closed) until the service restarts "
+                        "with it", spec.name, INTERNAL_TOKEN_ENV, ", ".join(served_internal))
         spec.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = {*spec.service_names, *spec.reflection_names, health.SERVICE_NAME, reflection.SERVICE_NAME}
+        # Reflection lists what a caller of the edge may call: the public services and reflection itself. The
+        # edge sends reflection to one service, so an internal one listed there would be advertised to everyone.
+        names = {*spec.service_names, *spec.reflection_names, reflection.SERVICE_NAME} - internal
         _load_descriptors(spec.reflection_names)
         reflection.enable_server_reflection(sorted(names), self.server)
         self.port = self.server.add_insecure_port(f"{host}:{port}")
@@ -116,13 +136,14 @@ class ServiceHost:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe
         log.info("%s draining (grace %.1fs)", self.spec.name, grace)
-        # Bounded: grpc's stop waits for its core to report the shutdown complete, and a completion that never
-        # comes would hold the stop hooks (which record what was interrupted) forever.
-        stopping = asyncio.ensure_future(self.server.stop(grace))
-        done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_MARGIN_SECONDS)
-        if not done:
-            log.error("%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway", self.spec.name,
-                      grace + STOP_MARGIN_SECONDS)
+        if self.server is not None:
+            # Bounded: grpc's stop waits for its core to report the shutdown complete, and a completion that never
+            # comes would hold the stop hooks (which record what was interrupted) forever.
+            stopping = asyncio.ensure_future(self.server.stop(grace))
+            done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_MARGIN_SECONDS)
+            if not done:
+                log.error("%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway",
+                          self.spec.name, grace + STOP_MARGIN_SECONDS)
         for hook in self.spec.on_stop:
             try:
                 await hook()

@@ -22,6 +22,12 @@ class ServiceSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace_seconds: float = Field(default=10.0, gt=0, le=300)
     health_probe_seconds: float = Field(default=2.0, gt=0, le=60)
+    thermostat_internal_token: SecretStr | None = Field(
+        default=None, description="the deployment's token for service-to-service calls; unset refuses them")
+
+    def internal_token(self) -> str | None:
+        token = self.thermostat_internal_token
+        return token.get_secret_value() if token else None
 
     def secrets(self) -> list[str]:
         """Every secret value this configuration holds, for log redaction."""

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef
+from thermostat.edge.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
 DEFAULT_LISTEN_PORT: Final = 8080
@@ -28,6 +29,7 @@ DEFAULT_ADMIN_PORT: Final = 9901
 DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[3] / "deploy" / "envoy" / "envoy.yaml"
 REFLECTION_SERVICES: Final = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 
+MAX_REGEX_PROGRAM_SIZE: Final = 4096
 HCM: Final = "envoy.filters.network.http_connection_manager"
 TRANSCODER: Final = "envoy.filters.http.grpc_json_transcoder"
 _TYPES: Final = "type.googleapis.com/envoy.extensions"
@@ -179,6 +181,49 @@ def _health_script(spec: EdgeSpec) -> str:
     return prelude + _HEALTH_LUA
 
 
+def _encoded_either_way(name: str) -> str:
+    """A regex for `name` with any of its characters percent-encoded (the transcoder decodes parameter names:
+    `n%61me=llama` sets name)."""
+    def hex_digit(d: str) -> str:
+        return f"[{d.lower()}{d.upper()}]" if d.isalpha() else d
+
+    def either(char: str) -> str:
+        code = f"{ord(char):02X}"
+        return f"(?:{re.escape(char)}|%{hex_digit(code[0])}{hex_digit(code[1])})"
+
+    return "".join(either(c) for c in name)
+
+
+def path_override_message(parameter: str) -> str:
+    return (f"query parameter {parameter!r} names a field the path binds; "
+            "give it in the path only (a query parameter must not override the path)")
+
+
+def _path_override_routes(bindings: Sequence[PathBinding]) -> list[dict[str, Any]]:
+    """A 400 for a REST request whose query names a field its path binds (path_bindings.py), one route per
+    parameter name so the answer names it. Matched on `:path`, which holds the query; listed after the native
+    gRPC routes, so only REST requests test them. The transcoder is off on these routes: it would otherwise
+    transcode the request and re-route it to the service."""
+    templates: dict[str, list[str]] = {}
+    for binding in bindings:
+        for name in binding.bound:
+            templates.setdefault(name, [])
+            if binding.path_regex not in templates[name]:
+                templates[name].append(binding.path_regex)
+    routes = []
+    for name, paths in sorted(templates.items()):
+        # Envoy matches the whole :path: the path (a trailing slash too, as the transcoder accepts it), then the
+        # parameter first or after any '&', with or without a value, spelled plainly or percent-encoded
+        regex = f"(?:{'|'.join(paths)})/?\\?(?:[^#]*&)?{_encoded_either_way(name)}(?:[=&#].*)?"
+        routes.append({
+            "match": {"prefix": "/", "headers": [{"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}]},
+            "direct_response": {"status": 400, "body": {"inline_string": path_override_message(name)}},
+            "typed_per_filter_config": {
+                TRANSCODER: {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}},
+        })
+    return routes
+
+
 def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     timeout = _duration(spec.route_timeout_s)
     grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
@@ -194,6 +239,7 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
             {"match": {"prefix": f"/{service}/"}, "route": {"cluster": spec.reflection_cluster, **grpc_action}}
             for service in REFLECTION_SERVICES
         )
+    routes.extend(_path_override_routes(path_bindings(spec.descriptor_set.read_bytes(), services)))
     # REST: the route matched on the original path chooses the transcoder's print options. A request
     # the transcoder accepts is re-routed by its rewritten path (the route cache is cleared); one it
     # rejects is answered locally, so the direct response below is only a backstop.
@@ -326,6 +372,10 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
     }
     return {
         "admin": {"address": _address(spec.admin_address, spec.admin_port)},
+        # RE2 refuses a program over 100 instructions by default; the path-override routes' regexes (each path
+        # that binds a name, the name with any character percent-encoded) pass that with a handful of routes.
+        "layered_runtime": {"layers": [{"name": "static", "static_layer": {
+            "re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}}]},
         "static_resources": {
             "listeners": [
                 {

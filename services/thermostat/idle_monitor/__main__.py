@@ -56,7 +56,13 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
              options.idle_threshold, options.check_seconds, options.boot_grace_minutes, options.boot_grace_threshold,
              options.max_runtime_minutes)
     # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
-    channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds)
+    # and its internal calls (ObserveVolume, ReportReadiness, StopPods) carry the deployment's internal token
+    token = settings.internal_token()
+    if token is None:
+        log.warning("THERMOSTAT_INTERNAL_TOKEN is unset: the pod controller refuses this monitor's internal calls "
+                    "(readiness, stops), so no pod is watched or idle-stopped until both restart with it")
+    channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds,
+                               internal_token=token)
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
     replica = replica_id()
     states = MonitorStateStore(store.pool)
@@ -107,7 +113,8 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
 
     host = ServiceHost(
         ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served, register=register,
-                    dependency_check=store.ping, on_start=[start_watching], on_stop=[stop_watching]),
+                    dependency_check=store.ping, on_start=[start_watching], on_stop=[stop_watching],
+                    internal_token=token),
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)

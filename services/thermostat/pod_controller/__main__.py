@@ -77,10 +77,11 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
         await client.aclose()
 
     return ServiceHost(
-        # reflection lists every public service of the house: the edge sends grpcurl's reflection calls here
+        # reflection lists every public service of the house (never an internal one): the edge sends grpcurl's
+        # reflection calls here
         ServiceSpec(name=POD_CONTROLLER.name, service_names=POD_CONTROLLER.served, register=register,
                     auth_rules=auth_rules(settings), dependency_check=store.ping, on_stop=[shutdown],
-                    reflection_names=public_services()),
+                    reflection_names=public_services(), internal_token=settings.internal_token()),
         probe_seconds=settings.health_probe_seconds,
     )
 

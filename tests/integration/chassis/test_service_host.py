@@ -92,11 +92,12 @@ async def test_a_dependency_check_that_raises_reads_as_not_serving() -> None:
 
 
 async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
-    """grpcurl (the dev dependency) lists the services and calls a method through server reflection."""
+    """grpcurl (the dev dependency) lists what the edge would route, never an internal service nor health, and
+    still calls health through server reflection."""
     seen: list[dict[str, str]] = []
     host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: s.add_generic_rpc_handlers(
-            (_echo_handlers(seen),)))
+        ServiceSpec(name="t", service_names=["test.Echo", "test.Internal"], internal_services=["test.Internal"],
+                    register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)))
     )
     port = await host.start()
     grpcurl = str(Path(sys.executable).parent / "grpcurl")
@@ -107,9 +108,7 @@ async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
         )
         assert listed.returncode == 0, listed.stderr
         names = listed.stdout.split()
-        assert "grpc.health.v1.Health" in names
-        assert "grpc.reflection.v1alpha.ServerReflection" in names
-        assert "test.Echo" in names
+        assert sorted(names) == ["grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
         called = await asyncio.to_thread(
             subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
             capture_output=True, text=True, timeout=30,
@@ -229,3 +228,46 @@ def test_sigterm_drains_in_flight_rpcs_and_refuses_new_ones() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def _internal_handlers() -> grpc.GenericRpcHandler:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return request
+
+    return grpc.method_handlers_generic_handler("test.Internal", {"Any": grpc.unary_unary_rpc_method_handler(echo)})
+
+
+@pytest.mark.parametrize(("served_token", "channel_token", "expected"), [
+    pytest.param("internal-secret", "internal-secret", grpc.StatusCode.OK, id="the-deployment-token-admits"),
+    pytest.param("internal-secret", None, grpc.StatusCode.UNAUTHENTICATED, id="no-token-is-unauthenticated"),
+    pytest.param("internal-secret", "other", grpc.StatusCode.PERMISSION_DENIED, id="another-token-is-denied"),
+    pytest.param(None, "internal-secret", grpc.StatusCode.PERMISSION_DENIED, id="unset-on-the-server-refuses-all"),
+])
+async def test_an_internal_service_admits_only_the_internal_token_from_a_channel_that_carries_it(
+        served_token: str | None, channel_token: str | None, expected: grpc.StatusCode) -> None:
+    """The chassis guards every method of an internal service with one rule; the public ones stay open."""
+    host = ServiceHost(ServiceSpec(
+        name="t", service_names=["test.Echo", "test.Internal"], internal_services=["test.Internal"],
+        internal_token=served_token,
+        register=lambda s: s.add_generic_rpc_handlers((_echo_handlers([]), _internal_handlers()))))
+    port = await host.start()
+    try:
+        async with insecure_channel(f"127.0.0.1:{port}", internal_token=channel_token) as channel:
+            assert await channel.unary_unary("/test.Echo/Open")(b"x", timeout=5) == b"x"
+            try:
+                await channel.unary_unary("/test.Internal/Any")(b"x", timeout=5)
+                code = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+    finally:
+        await host.stop(0.1)
+    assert code == expected
+
+
+def test_every_internal_service_of_the_registry_is_guarded_by_any_host() -> None:
+    """A service added to the registry with internal RPCs needs no line of its own to be guarded."""
+    from thermostat.chassis.registry import SERVICES
+
+    spec = ServiceSpec(name="anything", service_names=[], register=lambda s: None)
+    assert {name for s in SERVICES for name in s.internal_services} <= spec.internal
+    assert "thermostat.pods.v1.PodControllerInternal" in spec.internal

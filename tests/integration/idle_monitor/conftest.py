@@ -23,7 +23,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.fixtures.services import SIM_API_KEY, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from tests.fixtures.services import (
+    INTERNAL_TOKEN,
+    SIM_API_KEY,
+    VOLUME,
+    RunningService,
+    pod_controller_env,
+    start_pod_controller,
+)
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.timestamps import from_timestamp
 from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.__main__ import Monitor
@@ -171,7 +179,7 @@ async def make_rig(sim: RunPodSimulator, clock: ManualClock, controller: Running
                    db_store: Store) -> AsyncIterator[MakeRig]:
     """make_rig(**MONITOR_ENV) builds the rig with those monitor timings (defaults otherwise)."""
     async with contextlib.AsyncExitStack() as stack:
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(controller.address))
+        channel = await stack.enter_async_context(controller.channel())
         scrapes = await stack.enter_async_context(ScrapeClients())
 
         async def make(*, scrape_timeout: float = SCRAPE_TIMEOUT, **env: str) -> MonitorRig:
@@ -213,7 +221,7 @@ def monitor_env(database_url: str, controller_address: str, **overrides: str) ->
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RUNPOD_", "IDLE_", "CHECK_", "MAX_RUNTIME", "MONITOR_", "POD_CONTROLLER"))}
     env.update({"DATABASE_URL": database_url, "POD_CONTROLLER_ADDR": controller_address, "IDLE_MONITOR_PORT": "0",
-                "HEALTH_PROBE_SECONDS": "0.5", "LOG_LEVEL": "INFO"})
+                "HEALTH_PROBE_SECONDS": "0.5", "LOG_LEVEL": "INFO", INTERNAL_TOKEN_ENV: INTERNAL_TOKEN})
     env.update(overrides)
     return env
 

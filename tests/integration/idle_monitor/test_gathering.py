@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.fixtures.services import SIM_API_KEY
+from tests.fixtures.services import INTERNAL_TOKEN, SIM_API_KEY
 from tests.integration.idle_monitor.conftest import FRESH_ID, POD_ID, STALE_ID, MakeRig, MonitorRig
+from thermostat.chassis.internal_auth import InternalTokenInterceptor
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.idle.pod_signal import PodSignal
 
@@ -92,7 +93,8 @@ async def test_a_dropped_readiness_report_is_published_on_the_next_tick(rig: Mon
                                                                         ) -> None:
     """The ready tick's report fails; the next tick publishes readySince as of the ready tick."""
     dropper = DropFirstReadinessReport()
-    async with grpc.aio.insecure_channel(rig.controller.address, interceptors=[dropper]) as flaky:
+    async with grpc.aio.insecure_channel(
+            rig.controller.address, interceptors=[dropper, InternalTokenInterceptor(INTERNAL_TOKEN)]) as flaky:
         rig.ticker.controller = pods_pb2_grpc.PodControllerInternalStub(flaky)
         rig.add_pod(POD_ID)
         ready_tick = rig.now

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
@@ -74,7 +73,7 @@ async def replica(name: str, database_url: str, controller: RunningService) -> A
     """One monitor replica in this process: its own pools, channel and HTTP client, like its own process."""
     store = await Store.open(database_url, max_size=2, application_name=name)
     try:
-        async with grpc.aio.insecure_channel(controller.address) as channel, ScrapeClients() as scrapes:
+        async with controller.channel() as channel, ScrapeClients() as scrapes:
             states = MonitorStateStore(store.pool)
             ticker = RecordingTicker(pod_name=POD, controller=pods_pb2_grpc.PodControllerInternalStub(channel),
                                      scrapes=scrapes, states=states, options=monitor_options(**TIMINGS), replica=name,

@@ -101,3 +101,19 @@ def test_the_edge_routes_public_services_only_to_each_service_by_its_kubernetes_
     assert [(u.cluster, u.host, u.port, u.services) for u in upstreams()] == [
         (s.name, s.name, s.default_port, s.public_services) for s in SERVICES
     ]
+
+
+@BY_NAME
+def test_every_service_reads_the_internal_token_from_its_secret_and_admits_only_the_edge_and_services(
+        service: ServiceDef) -> None:
+    """Each Deployment gets THERMOSTAT_INTERNAL_TOKEN from the required Secret; its NetworkPolicy admits only
+    pods labelled as the edge or a service, on its own port; each service's pods carry the service label."""
+    documents = k8s_manifests.render().split("\n---\n")
+    deployment = next(d for d in documents if "kind: Deployment" in d and f"{{name: {service.name}}}" in d)
+    assert ("- name: THERMOSTAT_INTERNAL_TOKEN\n          valueFrom: {secretKeyRef: {name: thermostat-internal, "
+            "key: internal-token}}") in deployment
+    assert f"labels: {{app: {service.name}, thermostat/role: service}}" in deployment
+    (policy,) = [d for d in documents if "kind: NetworkPolicy" in d and f"{{name: {service.name}}}" in d]
+    assert f"podSelector: {{matchLabels: {{app: {service.name}}}}}" in policy
+    assert "{key: thermostat/role, operator: In, values: [edge, service]}" in policy
+    assert f"ports: [{{port: {service.default_port}, protocol: TCP}}]" in policy

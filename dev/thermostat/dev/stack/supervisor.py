@@ -4,6 +4,10 @@ Used by `make run` (python -m thermostat.dev.stack) and by the end-to-end tests.
 session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
 Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
 child's name in front.
+
+Once the stack is up, a child that exits (a crash, a kill -9) is reported and started again after a backoff
+that doubles from 1 s to 30 s and starts over once a child has stayed up for a minute, as a compose restart
+policy would: the stack never runs on silently without a service.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -22,6 +27,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
@@ -37,11 +43,36 @@ DEMO_TIMINGS = {"RUNPOD_WAKE_POLL_SECONDS": "2", "CHECK_SECONDS": "10", "IDLE_MI
                 "RUNPOD_BOOT_GRACE_MINUTES": "3"}
 
 
+RESTART_FIRST_DELAY = 1.0
+RESTART_MAX_DELAY = 30.0
+RESTART_STEADY_SECONDS = 60.0  # a child up this long restarts after the first delay again
+
+
 @dataclass
 class Child:
     name: str
     process: asyncio.subprocess.Process
+    argv: list[str] = field(default_factory=list)
+    env: Mapping[str, str] = field(default_factory=dict)
     relay: asyncio.Task[None] | None = None
+    started: float = field(default_factory=time.monotonic)
+    restarts: int = 0  # in a row, since it last stayed up RESTART_STEADY_SECONDS
+
+
+def restart_delay(restarts: int, uptime: float) -> float:
+    """How long to wait before starting a child again that exited after `uptime` seconds, `restarts` restarts
+    in a row before this one."""
+    if uptime >= RESTART_STEADY_SECONDS:
+        return RESTART_FIRST_DELAY
+    return min(RESTART_MAX_DELAY, RESTART_FIRST_DELAY * 2.0 ** min(restarts, 16))
+
+
+def exit_description(returncode: int) -> str:
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-returncode).name}"
+        return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 @dataclass(kw_only=True)
@@ -72,6 +103,8 @@ class Stack:
         self.ports: dict[str, int] = {}
         self.simulator_url: str | None = None
         self.edge_url = ""
+        self._stopping = asyncio.Event()
+        self._watchers: list[asyncio.Task[None]] = []
 
     # ---------------------------------------------------------------------------------------------- start
 
@@ -90,6 +123,10 @@ class Stack:
         log.info("store ready (%d migration(s) applied)", len(applied))
 
         env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
+        if not env.get(INTERNAL_TOKEN_ENV):
+            # one token for the whole stack, minted per run: the services' internal calls authenticate with it
+            env[INTERNAL_TOKEN_ENV] = secrets.token_urlsafe(32)
+            log.info("%s minted for this run and given to every service", INTERNAL_TOKEN_ENV)
         if cfg.runpod_base_url:
             env["RUNPOD_V2_BASE_URL"] = cfg.runpod_base_url
             log.info("RunPod: %s (RUNPOD_V2_BASE_URL); no simulator started", cfg.runpod_base_url)
@@ -115,6 +152,8 @@ class Stack:
         await asyncio.gather(*(self._wait_serving(s) for s in cfg.services))
 
         await self._start_edge()
+        self._watchers = [asyncio.create_task(self._keep_running(child), name=f"keep {child.name} running")
+                          for child in self.children]
         log.info("stack up in %.1fs", time.monotonic() - started)
 
     def _start_postgres(self) -> str:
@@ -164,15 +203,44 @@ class Stack:
             *argv, env=dict(env), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         )
-        child = Child(name=name, process=process)
-        child.relay = asyncio.create_task(self._relay(child))
+        child = Child(name=name, process=process, argv=argv, env=dict(env))
+        child.relay = asyncio.create_task(self._relay(child, process))
         self.children.append(child)
         return child
 
-    async def _relay(self, child: Child) -> None:
-        assert child.process.stdout is not None
+    async def _keep_running(self, child: Child) -> None:
+        """Report a child that exits while the stack runs and start it again after a backoff."""
+        while True:
+            returncode = await child.process.wait()
+            if self._stopping.is_set():
+                return
+            uptime = time.monotonic() - child.started
+            delay = restart_delay(child.restarts, uptime)
+            child.restarts = 0 if uptime >= RESTART_STEADY_SECONDS else child.restarts + 1
+            log.warning("%s %s after %.0fs up; restarting it in %.0fs (restart %d in a row)", child.name,
+                        exit_description(returncode), uptime, delay, child.restarts)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+            if self._stopping.is_set():
+                return
+            if child.relay is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(child.relay, 2)
+            process = await asyncio.create_subprocess_exec(
+                *child.argv, env=dict(child.env), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            )
+            child.process, child.started = process, time.monotonic()
+            child.relay = asyncio.create_task(self._relay(child, process))
+            log.warning("%s restarted (pid %d)", child.name, process.pid)
+            if self._stopping.is_set():  # stop() may have passed this child while it was down: stop it here
+                await self._stop(child, signal.SIGTERM, 15)
+                return
+
+    async def _relay(self, child: Child, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
         width = max(len(c.name) for c in self.children) if self.children else len(child.name)
-        async for raw in child.process.stdout:
+        async for raw in process.stdout:
             if self.config.relay_logs:
                 print(f"{child.name:<{max(width, 14)}} | {raw.decode(errors='replace').rstrip()}", flush=True)
 
@@ -229,11 +297,15 @@ class Stack:
                 await asyncio.wait_for(child.relay, 2)
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self.envoy is not None:
             await self.envoy.stop()
             self.envoy = None
         for child in reversed(self.children):
             await self._stop(child, signal.SIGTERM, 15)
+        # a watcher that restarted its child while stop() passed it stops that child itself
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        self._watchers = []
         self.children.clear()
         if self.postgres is not None:
             await asyncio.to_thread(self.postgres.stop)
