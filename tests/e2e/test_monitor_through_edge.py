@@ -16,9 +16,9 @@ from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, write_envoy_config
 from thermostat.edge.process import start_envoy
 from thermostat.idle_monitor.__main__ import SERVICE as MONITOR
+from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
-from thermostat.idle_monitor.state_store import MonitorStateStore
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pod_controller.__main__ import PUBLIC
@@ -43,7 +43,7 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
                        ) -> AsyncIterator[int]:
     pods = parse_pod_options(pod_controller_env(runpod_sim)).pods
     async with pod_controller.channel() as channel:
-        servicer = IdleMonitorServicer(pods, MonitorStateStore(db_store.pool), MonitorOptions(),
+        servicer = IdleMonitorServicer(pods, MonitorRepository(db_store.pool), MonitorOptions(),
                                        pods_pb2_grpc.PodControllerStub(channel), 10,
                                        watch_of=lambda _: Watch.WATCHING)
         host = ServiceHost(ServiceSpec(name="idle-monitor", service_names=[MONITOR], register=lambda server:
@@ -79,7 +79,7 @@ async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
     ready = datetime.now(UTC).replace(microsecond=0)
     async with grpc.aio.insecure_channel(pod_controller.address) as channel, ScrapeClients() as scrapes:
         ticker = PodTicker(pod_name="qwen", controller=pods_pb2_grpc.PodControllerInternalStub(channel),
-                           scrapes=scrapes, states=MonitorStateStore(db_store.pool), options=MonitorOptions(),
+                           scrapes=scrapes, states=MonitorRepository(db_store.pool), options=MonitorOptions(),
                            replica="edge-test", scrape_timeout=2, controller_timeout=10)
         for at in (ready, ready + timedelta(seconds=60)):
             await ticker.tick_once(at)

@@ -16,7 +16,7 @@ from thermostat.policy.monitor_watch import Watch, watch_reason
 from thermostat.policy.pod_options import PodOptions, find_pod
 from thermostat.policy.pod_signal import PodSignal
 
-from .state_store import MonitorStateStore, SavedState
+from .repository import MonitorRepository, SavedState
 
 # the seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
 SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
@@ -56,7 +56,7 @@ def projected_stop(saved: SavedState, options: MonitorOptions) -> tuple[datetime
 
 
 class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore[misc]
-    def __init__(self, pods: Sequence[PodOptions], states: MonitorStateStore, options: MonitorOptions,
+    def __init__(self, pods: Sequence[PodOptions], states: MonitorRepository, options: MonitorOptions,
                  controller: pods_pb2_grpc.PodControllerStub, controller_timeout: float, *,
                  watch_of: Callable[[str], Watch]) -> None:
         self.pods = pods

@@ -36,8 +36,8 @@ from thermostat.policy.pod_model import Lookup, PodObservation, PodStatus, Volum
 from thermostat.policy.pod_signal import PodReading
 from thermostat.policy.vllm_metrics import PodActivity, parse_vllm_metrics
 
+from .repository import MonitorRepository, SavedState
 from .scrape_clients import ScrapeClients
-from .state_store import MonitorStateStore, SavedState
 from .watch import answer_of_error
 
 log = logging.getLogger("thermostat.idle_monitor")
@@ -73,7 +73,7 @@ class PodTicker:
     """Ticks one named pod. `may_act` is asked right before a stop: only the lease holder stops."""
 
     def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
-                 scrapes: ScrapeClients, states: MonitorStateStore, options: MonitorOptions, replica: str,
+                 scrapes: ScrapeClients, states: MonitorRepository, options: MonitorOptions, replica: str,
                  scrape_timeout: float, controller_timeout: float,
                  heard: Callable[[ControllerAnswer, str], None] | None = None) -> None:
         self.pod_name = pod_name
@@ -161,7 +161,7 @@ class PodTicker:
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
         await self.states.save(self.pod_name, SavedState(
             state=state, last_signal=str(decision.signal.signal), last_signal_pod_id=decision.signal.pod_id or "",
-            last_tick_at=now), self.replica)
+            last_tick_at=now, ticked_by=self.replica))
 
     async def _stop(self, pod_ids: tuple[str, ...], trigger: StopTrigger) -> tuple[PodStopOutcome, ...]:
         try:
