@@ -192,6 +192,11 @@ async def test_observe_volume_reports_every_pod_in_list_order_for_the_monitor(in
     assert (reply.name, reply.configured, reply.lookup) == ("qwen", True, "FOUND")
     assert [(p.pod_id, p.lookup, p.status, p.gpu_count, p.gpu_id) for p in reply.pods] == [
         (running, "FOUND", "RUNNING", 1, A100), (stopped, "FOUND", "EXITED", 1, A100)]
+    assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_FOUND, "each enum beside its string"
+    assert [(p.lookup_result, p.pod_status) for p in reply.pods] == [
+        (pods_pb2.LOOKUP_RESULT_FOUND, pods_pb2.POD_STATUS_RUNNING),
+        (pods_pb2.LOOKUP_RESULT_FOUND, pods_pb2.POD_STATUS_EXITED),
+    ]
     assert reply.pods[0].proxy_url == f"{runpod_sim.url}/proxy/{running}-8000"
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
@@ -205,10 +210,12 @@ async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured
     async with controller(runpod_sim, db_store) as c:
         reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
         assert (reply.lookup, list(reply.pods)) == ("UNREADABLE", [])
+        assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_UNREADABLE
     runpod_sim.clear_requests()
     async with controller(runpod_sim, db_store, RUNPOD_API_KEY="") as c:
         reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
         assert (reply.configured, reply.lookup, list(reply.pods)) == (False, "UNCONFIGURED", [])
+        assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_UNCONFIGURED
     assert runpod_sim.requests() == []
 
 
