@@ -73,8 +73,10 @@ async def test_two_holders_racing_for_a_lease_exactly_one_wins_every_round(racer
 
 async def test_an_expired_lease_is_taken_over_with_the_next_term(leases):
     """After the TTL passes by the database clock another holder takes the lease, term + 1."""
-    first = await leases.acquire("pod:qwen", "a", TTL)
-    blocked = await leases.acquire("pod:qwen", "b", TTL)
+    first = await leases.acquire("pod:qwen", "a", 30)
+    blocked = await leases.acquire("pod:qwen", "b", TTL)  # refused however slowly this runs: 30 s are left
+    assert first is not None
+    assert await leases.renew(first, ttl=TTL) is not None  # now it runs out in TTL
     await wait_until_free(leases, "pod:qwen")
     taken = await leases.acquire("pod:qwen", "b", TTL)
     assert first is not None
