@@ -61,9 +61,9 @@ import psutil  # noqa: E402
 
 from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
+from thermostat.idle_monitor.repository import MonitorRepository  # noqa: E402
 from thermostat.idle_monitor.scrape_clients import ScrapeClients  # noqa: E402
 from thermostat.idle_monitor.settings import IdleMonitorSettings  # noqa: E402
-from thermostat.idle_monitor.state_store import MonitorStateStore  # noqa: E402
 from thermostat.idle_monitor.ticker import PodTicker  # noqa: E402
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc  # noqa: E402
 from thermostat.policy.idle.monitor_options import parse_monitor_options  # noqa: E402
@@ -239,7 +239,7 @@ async def run(sizes: list[int], ticks: int, scrape_timeout: float, backlog: int)
                     httpx.AsyncClient(base_url=base_url.removesuffix("/v2"), timeout=60) as sim:
                 internal = pods_pb2_grpc.PodControllerInternalStub(channel)
                 ticker = PodTicker(pod_name=POD, controller=internal, scrapes=scrapes,
-                                   states=MonitorStateStore(store.pool), options=options, replica="bench",
+                                   states=MonitorRepository(store.pool), options=options, replica="bench",
                                    scrape_timeout=scrape_timeout, controller_timeout=60)
                 bench = Bench(sim, ticker, internal, store, scrape_timeout, ticks, psutil.Process(sim_process.pid),
                               psutil.Process(controller_process.pid))

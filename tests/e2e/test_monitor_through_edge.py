@@ -16,9 +16,9 @@ from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.dev.envoy import start_envoy
 from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
+from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
-from thermostat.idle_monitor.state_store import MonitorStateStore
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
@@ -41,7 +41,7 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
                        ) -> AsyncIterator[int]:
     pods = parse_pod_options(pod_controller_env(runpod_sim)).pods
     async with pod_controller.channel() as channel:
-        servicer = IdleMonitorServicer(pods, MonitorStateStore(db_store.pool), MonitorOptions(),
+        servicer = IdleMonitorServicer(pods, MonitorRepository(db_store.pool), MonitorOptions(),
                                        pods_pb2_grpc.PodControllerStub(channel), 10,
                                        watch_of=lambda _: Watch.WATCHING)
         host = ServiceHost(ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served,
@@ -76,7 +76,7 @@ async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
     ready = datetime.now(UTC).replace(microsecond=0)
     async with pod_controller.channel() as channel, ScrapeClients() as scrapes:
         ticker = PodTicker(pod_name="qwen", controller=pods_pb2_grpc.PodControllerInternalStub(channel),
-                           scrapes=scrapes, states=MonitorStateStore(db_store.pool), options=MonitorOptions(),
+                           scrapes=scrapes, states=MonitorRepository(db_store.pool), options=MonitorOptions(),
                            replica="edge-test", scrape_timeout=2, controller_timeout=10)
         for at in (ready, ready + timedelta(seconds=60)):
             await ticker.tick_once(at)

@@ -18,6 +18,9 @@ Theory of operation:
 - `is_trusted()` turns False the moment the trust window ends, without waiting for the loop: check it
   right before each action the lease guards. Leaders that kept believing for days (Oban 1488) never
   checked.
+- Time is the injected `clock` (default the system's; its monotonic reading stamps trust, its sleep paces
+  renewals, retries and the bound on each renewal), so a test steps time instead of waiting for it. The
+  keeper's lease store is re-stamped on the same clock: trust is only comparable on the clock it was read from.
 - `release()` (and leaving `async with`) stops renewing and releases the lease if it is still ours, so a
   graceful shutdown hands leadership over at once instead of after a TTL (solid_queue 568).
 """
@@ -28,12 +31,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
+from thermostat.chassis.clock import Clock
 from thermostat.store.lease import Lease, LeaseStore
 
 __all__ = ["LeaseKeeper", "LeaseLoss", "LeaseLossReason"]
@@ -68,6 +71,7 @@ class LeaseKeeper:
         renew_interval: float | None = None,
         retry_interval: float | None = None,
         on_lost: Callable[[LeaseLoss], object] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         renew_interval = ttl / 3 if renew_interval is None else renew_interval
         if not 0 < renew_interval < ttl:
@@ -75,7 +79,8 @@ class LeaseKeeper:
         self.name = name
         self.holder = holder
         self.ttl = ttl
-        self._leases = leases
+        self._leases = leases if clock is None else leases.using(clock)
+        self._clock = self._leases.clock
         self._renew_interval = renew_interval
         self._retry_interval = renew_interval / 4 if retry_interval is None else retry_interval
         self._on_lost = on_lost
@@ -98,7 +103,7 @@ class LeaseKeeper:
     def is_trusted(self, now: float | None = None) -> bool:
         """Whether this holder may act on the lease now."""
         lease = self._lease
-        return lease is not None and lease.is_trusted(now)
+        return lease is not None and lease.is_trusted(self._clock.monotonic() if now is None else now)
 
     async def acquire(self) -> Lease | None:
         """Try once to take the lease; on success keep it renewed in the background."""
@@ -124,7 +129,7 @@ class LeaseKeeper:
                 lease = None
             if lease is not None:
                 return lease
-            await asyncio.sleep(pause)
+            await self._clock.sleep(pause)
 
     async def wait_lost(self) -> LeaseLoss:
         """Wait until the held lease is lost (not released)."""
@@ -159,28 +164,44 @@ class LeaseKeeper:
                 await task
 
     async def _keep(self, lease: Lease) -> None:
-        next_at = time.monotonic() + self._renew_interval
+        clock = self._clock
+        next_at = clock.monotonic() + self._renew_interval
         while True:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            asked_at = time.monotonic()
+            await clock.sleep(next_at - clock.monotonic())
+            asked_at = clock.monotonic()
             remaining = lease.trusted_until - asked_at
             # Past its trust (the process stalled), one honest attempt still tells TAKEN from EXPIRED.
             deadline = remaining if remaining > 0 else self._renew_interval
             try:
-                async with asyncio.timeout(deadline):
-                    renewed = await self._leases.renew(lease)
+                renewed = await self._renew_within(lease, deadline)
             except Exception as error:
-                if time.monotonic() >= lease.trusted_until:
+                if clock.monotonic() >= lease.trusted_until:
                     self._lose(lease, LeaseLossReason.EXPIRED)
                     return
                 _log.warning("renewing lease %s failed (%r); retrying", self.name, error)
-                next_at = time.monotonic() + self._retry_interval
+                next_at = clock.monotonic() + self._retry_interval
                 continue
             if renewed is None:
                 self._lose(lease, LeaseLossReason.TAKEN)
                 return
             self._lease = lease = renewed
             next_at = asked_at + self._renew_interval
+
+    async def _renew_within(self, lease: Lease, seconds: float) -> Lease | None:
+        """Renew, or raise TimeoutError once `seconds` pass on the keeper's clock (the renewal is cancelled)."""
+        renewal = asyncio.ensure_future(self._leases.renew(lease))
+        timer = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({renewal, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not renewal.done():
+                renewal.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewal
+        if renewal.cancelled():
+            raise TimeoutError(f"renewing lease {self.name} took longer than {seconds:.2f} s")
+        return renewal.result()
 
     def _lose(self, lease: Lease, reason: LeaseLossReason) -> None:
         _log.warning("lost lease %s (term %d, holder %s): %s", lease.name, lease.term, lease.holder, reason.value)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import asyncpg
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
@@ -79,23 +80,34 @@ class LeaseHolder:
 
 
 class LeaseStore:
-    """Acquire, renew, release and inspect leases over a pool (give it its own small pool)."""
+    """Acquire, renew, release and inspect leases over a pool (give it its own small pool).
+
+    `clock` stamps when each acquire or renew was asked, so `Lease.trusted_until` is on its monotonic reading.
+    """
 
     def __init__(
         self,
         pool: asyncpg.Pool,
         *,
         safety_fraction: float = DEFAULT_SAFETY_FRACTION,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 0 <= safety_fraction < 1:
             raise ValueError(f"safety_fraction must be in [0, 1), not {safety_fraction}")
         self._pool = pool
         self._safety_fraction = safety_fraction
+        self.clock = clock
+
+    def using(self, clock: Clock) -> LeaseStore:
+        """The same leases over the same pool, with trust stamped on `clock`."""
+        if clock is self.clock:
+            return self
+        return LeaseStore(self._pool, safety_fraction=self._safety_fraction, clock=clock)
 
     async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
         """Take the lease for `ttl` seconds; None while another holder's lease is live."""
         _check_args(name, holder, ttl)
-        asked_at = time.monotonic()
+        asked_at = self.clock.monotonic()
         row = await self._fetchrow(_SQL["acquire"], name, holder, float(ttl))
         if row is None:
             return None
@@ -105,7 +117,7 @@ class LeaseStore:
         """Extend `lease` by `ttl` (default: its own) from now; None when it was lost to another term."""
         ttl = lease.ttl if ttl is None else ttl
         _check_args(lease.name, lease.holder, ttl)
-        asked_at = time.monotonic()
+        asked_at = self.clock.monotonic()
         row = await self._fetchrow(_SQL["renew"], lease.name, lease.holder, lease.term, float(ttl))
         if row is None:
             return None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from grpc import aio
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
@@ -24,10 +25,10 @@ from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
 
 from .leader import PodLeader
+from .repository import MonitorRepository
 from .scrape_clients import ScrapeClients
 from .servicer import IdleMonitorServicer
 from .settings import IdleMonitorSettings
-from .state_store import MonitorStateStore
 from .ticker import PodTicker
 from .watch import PodWatch
 
@@ -43,7 +44,8 @@ class Monitor:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> Monitor:
+async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store, *,
+                clock: Clock = SYSTEM_CLOCK) -> Monitor:
     """Wire the monitor. A pod is ticked once the pod controller reports it configured; until then the monitor
     stays up and SERVING and watches nothing for it (policy/monitor_watch.py) — it never exits for want of one."""
     options, warnings = parse_monitor_options(env)
@@ -65,7 +67,7 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
                                internal_token=token)
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
     replica = replica_id()
-    states = MonitorStateStore(store.pool)
+    states = MonitorRepository(store.pool)  # the one part of the monitor that queries the pool
     leaders: list[PodLeader] = []
     tasks: list[asyncio.Task[None]] = []
     stopping = False
@@ -79,13 +81,14 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
                           options=options, replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
                           controller_timeout=settings.controller_timeout_seconds, heard=watches[pod.name].heard),
                 store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
-                check_seconds=options.check_seconds)
+                check_seconds=options.check_seconds, clock=clock)
             leaders.append(leader)
             tasks.append(asyncio.create_task(leader.run(), name=f"monitor:{pod.name}"))
         return start
 
     watches = {p.name: PodWatch(p.name, internal, recheck_seconds=settings.monitor_recheck_seconds,
-                                controller_timeout=settings.controller_timeout_seconds, start_ticking=ticking(p))
+                                controller_timeout=settings.controller_timeout_seconds, start_ticking=ticking(p),
+                                clock=clock)
                for p in pods}
 
     async def start_watching() -> None:

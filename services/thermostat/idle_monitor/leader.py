@@ -4,6 +4,8 @@ With two monitor replicas exactly one ticks a given pod; when it dies its lease 
 over within one lease period. A new holder reads the persisted state and waits out the rest of the check
 interval the last holder began, so a failover neither skips a tick nor counts one twice — the streak goes
 on exactly where it was.
+
+Time is the injected `clock` (the lease keeper's too): a test steps it and counts ticks exactly.
 """
 
 from __future__ import annotations
@@ -11,26 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import UTC, datetime
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
-from .state_store import MonitorStateStore
+from .repository import MonitorRepository
 from .ticker import PodTicker
 
 log = logging.getLogger("thermostat.idle_monitor")
 
 
 class PodLeader:
-    def __init__(self, ticker: PodTicker, leases: LeaseStore, states: MonitorStateStore, *, replica: str,
-                 lease_seconds: float, check_seconds: float) -> None:
+    def __init__(self, ticker: PodTicker, leases: LeaseStore, states: MonitorRepository, *, replica: str,
+                 lease_seconds: float, check_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.ticker = ticker
         self.leases = leases
         self.states = states
         self.replica = replica
         self.lease_seconds = lease_seconds
         self.check_seconds = check_seconds
+        self.clock = clock
         self.keeper: LeaseKeeper | None = None
 
     @property
@@ -41,7 +44,7 @@ class PodLeader:
         name = self.ticker.pod_name
         while True:
             keeper = LeaseKeeper(self.leases, name=f"monitor:{name.casefold()}", holder=self.replica,
-                                 ttl=self.lease_seconds)
+                                 ttl=self.lease_seconds, clock=self.clock)
             lease = await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.check_seconds))
             self.keeper = keeper
             log.info("pod %s: this replica ticks it (lease term %d)", name, lease.term)
@@ -51,7 +54,7 @@ class PodLeader:
                 # a store blip right after winning must not end this pod's leader task for good: nobody would
                 # tick (and stop) the pod again; release, pause, campaign anew
                 log.exception("pod %s: leading failed; campaigning again", name)
-                await asyncio.sleep(min(self.lease_seconds / 3, self.check_seconds))
+                await self.clock.sleep(min(self.lease_seconds / 3, self.check_seconds))
             finally:
                 self.keeper = None
                 with contextlib.suppress(Exception):
@@ -64,25 +67,26 @@ class PodLeader:
         # the last holder may have died with a readiness report the controller never took
         self.ticker.republish(saved.state)
         if saved.last_tick_at is not None:
-            due = (saved.last_tick_at - datetime.now(UTC)).total_seconds() + self.check_seconds
+            due = (saved.last_tick_at - self.clock.now()).total_seconds() + self.check_seconds
             if due > 0 and not await self._sleep_unless_lost(keeper, min(due, self.check_seconds)):
                 return
         while keeper.is_trusted():
-            started = asyncio.get_running_loop().time()
+            started = self.clock.monotonic()
             try:
-                await self.ticker.tick_once(datetime.now(UTC), keeper.is_trusted)
+                await self.ticker.tick_once(self.clock.now(), keeper.is_trusted)
             except Exception:
                 log.exception("pod %s: tick failed; the next tick starts afresh", self.ticker.pod_name)
-            elapsed = asyncio.get_running_loop().time() - started
+            elapsed = self.clock.monotonic() - started
             if not await self._sleep_unless_lost(keeper, max(0.0, self.check_seconds - elapsed)):
                 return
 
-    @staticmethod
-    async def _sleep_unless_lost(keeper: LeaseKeeper, seconds: float) -> bool:
-        """Sleep `seconds`; False as soon as the lease is lost."""
+    async def _sleep_unless_lost(self, keeper: LeaseKeeper, seconds: float) -> bool:
+        """Sleep `seconds` on the clock; False as soon as the lease is lost."""
         lost = asyncio.ensure_future(keeper.wait_lost())
+        slept = asyncio.ensure_future(self.clock.sleep(seconds))
         try:
-            done, _ = await asyncio.wait({lost}, timeout=seconds)
-            return not done and keeper.is_trusted()
+            await asyncio.wait({lost, slept}, return_when=asyncio.FIRST_COMPLETED)
+            return not lost.done() and keeper.is_trusted()
         finally:
             lost.cancel()
+            slept.cancel()

@@ -1,5 +1,5 @@
 -- name: load_state
-SELECT state, last_signal, last_signal_pod_id, last_tick_at FROM monitor_state WHERE pod_name = $1;
+SELECT state, last_signal, last_signal_pod_id, last_tick_at, ticked_by FROM monitor_state WHERE pod_name = $1;
 
 -- name: save_state
 INSERT INTO monitor_state (pod_name, state, last_signal, last_signal_pod_id, last_tick_at, ticked_by, updated_at)

@@ -17,7 +17,7 @@ from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_watch import Watch, watch_reason
 from thermostat.policy.idle.projected_stop import project_stop
 
-from .state_store import MonitorStateStore
+from .repository import MonitorRepository
 
 # the pod-control seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
 SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
@@ -26,7 +26,7 @@ PHASE_NAMES = {Phase.DOWN: "Down", Phase.BOOTING: "Booting", Phase.READY: "Ready
 
 
 class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore[misc]
-    def __init__(self, pods: Sequence[PodOptions], states: MonitorStateStore, options: MonitorOptions,
+    def __init__(self, pods: Sequence[PodOptions], states: MonitorRepository, options: MonitorOptions,
                  controller: pods_pb2_grpc.PodControllerStub, controller_timeout: float, *,
                  watch_of: Callable[[str], Watch]) -> None:
         self.pods = pods

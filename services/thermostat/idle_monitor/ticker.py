@@ -37,8 +37,8 @@ from thermostat.policy.idle.monitor_watch import ControllerAnswer
 from thermostat.policy.idle.pod_signal import PodReading
 from thermostat.policy.idle.vllm_metrics import PodActivity, parse_vllm_metrics
 
+from .repository import MonitorRepository, SavedState
 from .scrape_clients import ScrapeClients
-from .state_store import MonitorStateStore, SavedState
 from .watch import answer_of_error
 
 log = logging.getLogger("thermostat.idle_monitor")
@@ -51,22 +51,22 @@ _TRIGGERS = {
 _LEVELS = {EventLevel.INFO: logging.INFO, EventLevel.WARNING: logging.WARNING}
 
 
-def _lookup(value: str) -> Lookup:
-    try:
-        return Lookup(value)
-    except ValueError:
-        return Lookup.UNREADABLE  # UNCONFIGURED or anything unexpected says nothing about the pods
+# UNCONFIGURED says nothing about the pods, and UNSPECIFIED (a controller that predates the enum) even less
+_LOOKUPS: dict[int, Lookup] = {pods_pb2.LOOKUP_RESULT_FOUND: Lookup.FOUND,
+                               pods_pb2.LOOKUP_RESULT_NOT_FOUND: Lookup.NOT_FOUND}
+_STATUSES: dict[int, PodStatus] = {pods_pb2.PodStatus.Value(f"POD_STATUS_{s}"): s for s in PodStatus}
 
 
-def _status(value: str) -> PodStatus:
-    try:
-        return PodStatus(value)
-    except ValueError:
-        return PodStatus.UNKNOWN
+def _lookup(value: int) -> Lookup:
+    return _LOOKUPS.get(value, Lookup.UNREADABLE)
+
+
+def _status(value: int) -> PodStatus:
+    return _STATUSES.get(value, PodStatus.UNKNOWN)
 
 
 def _observation(pod: pods_pb2.ObservedPod) -> PodObservation:
-    return PodObservation(lookup=_lookup(pod.lookup), pod_id=pod.pod_id, status=_status(pod.status),
+    return PodObservation(lookup=_lookup(pod.lookup_result), pod_id=pod.pod_id, status=_status(pod.pod_status),
                           gpu_count=pod.gpu_count, gpu_id=pod.gpu_id or None)
 
 
@@ -74,7 +74,7 @@ class PodTicker:
     """Ticks one named pod. `may_act` is asked right before a stop: only the lease holder stops."""
 
     def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
-                 scrapes: ScrapeClients, states: MonitorStateStore, options: MonitorOptions, replica: str,
+                 scrapes: ScrapeClients, states: MonitorRepository, options: MonitorOptions, replica: str,
                  scrape_timeout: float, controller_timeout: float,
                  heard: Callable[[ControllerAnswer, str], None] | None = None) -> None:
         self.pod_name = pod_name
@@ -114,13 +114,13 @@ class PodTicker:
         self.heard(ControllerAnswer.CONFIGURED, "")
         scrapes = await asyncio.gather(*(
             self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
-        if _lookup(volume.lookup) is not Lookup.UNREADABLE:
+        if _lookup(volume.lookup_result) is not Lookup.UNREADABLE:
             await self.scrapes.retain({p.pod_id for p in volume.pods})
         readings = tuple(
             PodReading(pod_id=p.pod_id, observation=_observation(p),
                        scrape=None if text is None else _answered(parse_vllm_metrics(text)))
             for p, text in zip(volume.pods, scrapes, strict=True))
-        lookup = VolumeLookup(lookup=_lookup(volume.lookup), pod_ids=tuple(p.pod_id for p in volume.pods))
+        lookup = VolumeLookup(lookup=_lookup(volume.lookup_result), pod_ids=tuple(p.pod_id for p in volume.pods))
         return TickObservation(volume=lookup, pods=readings), True
 
     async def tick_once(self, now: datetime, may_act: Callable[[], bool] = lambda: True) -> TickDecision | None:
@@ -162,7 +162,7 @@ class PodTicker:
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
         await self.states.save(self.pod_name, SavedState(
             state=state, last_signal=str(decision.signal.signal), last_signal_pod_id=decision.signal.pod_id or "",
-            last_tick_at=now), self.replica)
+            last_tick_at=now, ticked_by=self.replica))
 
     async def _stop(self, pod_ids: tuple[str, ...], trigger: StopTrigger) -> tuple[PodStopOutcome, ...]:
         try:

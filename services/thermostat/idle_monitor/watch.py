@@ -11,12 +11,12 @@ later loses or regains its configuration without a second loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 import grpc
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.idle.monitor_watch import ControllerAnswer, LineLevel, PodWatchState, Watch, after_answer
@@ -35,12 +35,14 @@ class PodWatch:
     """Whether this replica watches `pod_name`; `start_ticking` runs once, the first time it is configured."""
 
     def __init__(self, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub, *,
-                 recheck_seconds: float, controller_timeout: float, start_ticking: Callable[[], None]) -> None:
+                 recheck_seconds: float, controller_timeout: float, start_ticking: Callable[[], None],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.pod_name = pod_name
         self.controller = controller
         self.recheck_seconds = recheck_seconds
         self.controller_timeout = controller_timeout
         self.start_ticking = start_ticking
+        self.clock = clock
         self.state = PodWatchState()
         self.asks = 0  # how often this loop asked (tests wait on it instead of sleeping)
 
@@ -76,4 +78,4 @@ class PodWatch:
             await self.ask()
             if self.state.ticking:
                 return
-            await asyncio.sleep(self.recheck_seconds)
+            await self.clock.sleep(self.recheck_seconds)

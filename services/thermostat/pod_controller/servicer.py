@@ -240,6 +240,10 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             yield pods_pb2.WatchPodResponse(pod=current)
 
 
+def _lookup_result(lookup: Lookup) -> pods_pb2.LookupResult:
+    return getattr(pods_pb2, f"LOOKUP_RESULT_{lookup}")  # type: ignore[no-any-return]  # every Lookup has one
+
+
 class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer):  # type: ignore[misc]
     def __init__(self, control: PodControl) -> None:
         self.c = control
@@ -249,14 +253,16 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         pod = await self.c.pod(request.name, context)
         response = pods_pb2.ObserveVolumeResponse(name=pod.name, configured=self.c.configured(pod))
         if not response.configured:
-            response.lookup = "UNCONFIGURED"
+            response.lookup, response.lookup_result = "UNCONFIGURED", pods_pb2.LOOKUP_RESULT_UNCONFIGURED
             return response
         volume, observations = await observe_volume(self.c.client, pod)
-        response.lookup = str(volume.lookup)
+        # each enum beside its string, which stays filled for readers that predate the enum fields
+        response.lookup, response.lookup_result = str(volume.lookup), _lookup_result(volume.lookup)
         for o in observations:
             response.pods.append(pods_pb2.ObservedPod(
                 pod_id=o.pod_id, lookup=str(o.lookup), status=str(o.status), gpu_count=o.gpu_count,
-                proxy_url=pod.proxy_url(o.pod_id), gpu_id=o.gpu_id or ""))
+                proxy_url=pod.proxy_url(o.pod_id), gpu_id=o.gpu_id or "", lookup_result=_lookup_result(o.lookup),
+                pod_status=getattr(pods_pb2, f"POD_STATUS_{o.status}")))
         return response
 
     async def StopPods(self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext

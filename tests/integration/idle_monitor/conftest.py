@@ -36,9 +36,9 @@ from thermostat.chassis.timestamps import from_timestamp
 from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.idle_monitor.__main__ import Monitor
 from thermostat.idle_monitor.__main__ import build as build_monitor
+from thermostat.idle_monitor.repository import MonitorRepository, SavedState
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.settings import IdleMonitorSettings
-from thermostat.idle_monitor.state_store import MonitorStateStore, SavedState
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.idle_monitor.watch import PodWatch
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
@@ -83,7 +83,7 @@ class MonitorRig:
     controller: RunningService
     internal: pods_pb2_grpc.PodControllerInternalStub
     pods: pods_pb2_grpc.PodControllerStub
-    states: MonitorStateStore
+    states: MonitorRepository
     scrapes: ScrapeClients
     options: MonitorOptions
     scrape_timeout: float = SCRAPE_TIMEOUT
@@ -93,7 +93,7 @@ class MonitorRig:
     def __post_init__(self) -> None:
         self.ticker = self.new_ticker(self.replica)
 
-    def new_ticker(self, replica: str, *, states: MonitorStateStore | None = None,
+    def new_ticker(self, replica: str, *, states: MonitorRepository | None = None,
                    scrapes: ScrapeClients | None = None) -> PodTicker:
         return PodTicker(pod_name=POD, controller=self.internal, scrapes=scrapes or self.scrapes,
                          states=states or self.states, options=self.options, replica=replica,
@@ -185,7 +185,7 @@ async def make_rig(sim: RunPodSimulator, clock: ManualClock, controller: Running
         async def make(*, scrape_timeout: float = SCRAPE_TIMEOUT, **env: str) -> MonitorRig:
             return MonitorRig(sim=sim, clock=clock, controller=controller,
                               internal=pods_pb2_grpc.PodControllerInternalStub(channel),
-                              pods=pods_pb2_grpc.PodControllerStub(channel), states=MonitorStateStore(db_store.pool),
+                              pods=pods_pb2_grpc.PodControllerStub(channel), states=MonitorRepository(db_store.pool),
                               scrapes=scrapes, options=monitor_options(**env), scrape_timeout=scrape_timeout)
 
         yield make

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, minutes
+from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
-from thermostat.idle_monitor.state_store import MonitorStateStore
 from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.store.db import Store
 
@@ -22,7 +22,7 @@ async def restarted(rig: MonitorRig, database_url: str) -> AsyncIterator[None]:
     store = await Store.open(database_url, max_size=2, application_name="restarted-monitor")
     try:
         async with ScrapeClients() as scrapes:
-            rig.ticker = rig.new_ticker("replica-after-restart", states=MonitorStateStore(store.pool),
+            rig.ticker = rig.new_ticker("replica-after-restart", states=MonitorRepository(store.pool),
                                         scrapes=scrapes)
             yield
     finally:
@@ -66,5 +66,4 @@ async def test_a_restart_continues_the_idle_streak_and_keeps_readiness(
         _, stopped_at, _ = await rig.tick_until_stop(limit=20)
     assert ready == ready_tick
     assert stopped_at - ready_tick == minutes(15)
-    rows = await rig.states.pool.fetch("SELECT ticked_by FROM monitor_state")
-    assert [r["ticked_by"] for r in rows] == ["replica-after-restart"]
+    assert (await rig.saved()).ticked_by == "replica-after-restart"

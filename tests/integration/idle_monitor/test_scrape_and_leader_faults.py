@@ -6,9 +6,10 @@ import contextlib
 import time
 from datetime import datetime
 
+from tests.fixtures.clock import FakeClock
 from thermostat.idle_monitor.leader import PodLeader
+from thermostat.idle_monitor.repository import SavedState
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
-from thermostat.idle_monitor.state_store import SavedState
 from thermostat.policy.idle.monitor_state import MonitorState
 from thermostat.store.db import Store
 
@@ -71,14 +72,19 @@ class _CountingTicker:
 
 
 async def test_a_store_blip_when_leadership_starts_does_not_end_the_leader(db_store: Store) -> None:
-    """One failed state load right after winning the lease: the leader campaigns again and ticks."""
-    ticker = _CountingTicker()
-    leader = PodLeader(ticker, db_store.leases, _FlakyStates(), replica="r1", lease_seconds=1.0,  # type: ignore[arg-type]
-                       check_seconds=0.1)
+    """One failed state load right after winning the lease: the leader pauses, campaigns again and ticks."""
+    clock, ticker, states = FakeClock(), _CountingTicker(), _FlakyStates()
+    leader = PodLeader(ticker, db_store.leases, states, replica="r1", lease_seconds=30.0,  # type: ignore[arg-type]
+                       check_seconds=1.0, clock=clock)
     task = asyncio.create_task(leader.run())
-    await asyncio.sleep(2.0)
-    died = task.done()
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    assert not died and ticker.ticks > 0, f"leader task done={died}, ticks={ticker.ticks}"
+    try:
+        await clock.settled(2)  # the pause after the failure, and the keeper still renewing the won lease
+        assert (states.loads, ticker.ticks) == (1, 0)
+        clock.advance(1.0)
+        await clock.settled(2)  # leading again: its tick interval and its keeper
+        assert (states.loads, ticker.ticks) == (2, 1)
+        assert leader.leading and not task.done()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from tests.fixtures.manual_clock import ManualClock
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, LIST, controller, start, wakes
 from thermostat.chassis.timestamps import from_timestamp, to_timestamp
@@ -181,7 +181,7 @@ async def test_eta_shows_while_booting_only_when_a_boot_was_measured(runpod_sim,
 async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancelled(runpod_sim, db_store) -> None:
     """The first view at once, nothing while nothing changes, the woken pod next; cancel stops the polling."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
-    clock = ManualClock()
+    clock = FakeClock()
     async with controller(runpod_sim, db_store, clock=clock) as c:
         runpod_sim.clear_requests()
         call = c.public.WatchPod(pods_pb2.WatchPodRequest(name="qwen"))
@@ -195,10 +195,10 @@ async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancel
         try:
             first = await asyncio.wait_for(views.get(), 5)
             assert (first.pod_id, first.status, first.is_running) == (pod, "EXITED", False)
-            await clock.until_sleeping(1)
+            await clock.settled(1)
             for _ in range(8):
                 clock.advance(POLL)
-                await clock.until_sleeping(1)  # the poller built the view again and waits for the next interval
+                await clock.settled(1)  # the poller built the view again and waits for the next interval
             assert views.empty()
             assert lists(runpod_sim) == 9  # it did poll meanwhile: once at the start, once per interval
 
@@ -213,7 +213,7 @@ async def test_watch_streams_a_view_per_change_not_per_poll_and_ends_when_cancel
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         assert call.cancelled()
-        await clock.until_sleeping(0)  # the server stopped watching: its poller is gone
+        await clock.settled(0)  # the server stopped watching: its poller is gone
         polled = len(runpod_sim.requests())
         clock.advance(10 * POLL)
         await asyncio.sleep(0)
@@ -239,6 +239,11 @@ async def test_observe_volume_reports_every_pod_in_list_order_for_the_monitor(in
     assert (reply.name, reply.configured, reply.lookup) == ("qwen", True, "FOUND")
     assert [(p.pod_id, p.lookup, p.status, p.gpu_count, p.gpu_id) for p in reply.pods] == [
         (running, "FOUND", "RUNNING", 1, A100), (stopped, "FOUND", "EXITED", 1, A100)]
+    assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_FOUND, "each enum beside its string"
+    assert [(p.lookup_result, p.pod_status) for p in reply.pods] == [
+        (pods_pb2.LOOKUP_RESULT_FOUND, pods_pb2.POD_STATUS_RUNNING),
+        (pods_pb2.LOOKUP_RESULT_FOUND, pods_pb2.POD_STATUS_EXITED),
+    ]
     assert reply.pods[0].proxy_url == f"{runpod_sim.url}/proxy/{running}-8000"
     assert [(r.method, r.path) for r in runpod_sim.requests()] == [LIST]
 
@@ -252,10 +257,12 @@ async def test_observe_volume_keeps_a_failed_list_unreadable_and_an_unconfigured
     async with controller(runpod_sim, db_store) as c:
         reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
         assert (reply.lookup, list(reply.pods)) == ("UNREADABLE", [])
+        assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_UNREADABLE
     runpod_sim.clear_requests()
     async with controller(runpod_sim, db_store, RUNPOD_API_KEY="") as c:
         reply = await c.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), timeout=10)
         assert (reply.configured, reply.lookup, list(reply.pods)) == (False, "UNCONFIGURED", [])
+        assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_UNCONFIGURED
     assert runpod_sim.requests() == []
 
 
@@ -263,16 +270,16 @@ async def test_several_watchers_of_one_pod_share_one_poller(runpod_sim, db_store
     """Five watchers cost RunPod what one does (the account's rate limit is shared with the wake): one list when
     the first arrives, then exactly one per poll interval."""
     runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    clock = ManualClock()
+    clock = FakeClock()
     async with controller(runpod_sim, db_store, clock=clock) as c:
         runpod_sim.clear_requests()
         calls = [c.public.WatchPod(pods_pb2.WatchPodRequest(name="qwen")) for _ in range(5)]
         firsts = await asyncio.gather(*(call.read() for call in calls))
         assert {f.pod.status for f in firsts} == {"RUNNING"}
-        await clock.until_sleeping(1)
+        await clock.settled(1)
         for _ in range(10):
             clock.advance(POLL)
-            await clock.until_sleeping(1)
+            await clock.settled(1)
         for call in calls:
             call.cancel()
         assert lists(runpod_sim) == 1 + 10

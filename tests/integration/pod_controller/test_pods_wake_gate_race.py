@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.fixtures.manual_clock import ManualClock
+from tests.fixtures.clock import FakeClock
 from thermostat.pod_controller.repository import PodRepository, WakeCompletion
 from thermostat.pod_controller.wake_gate import WakeGate
 from thermostat.policy.wake.wake_result import WakeOutcome, WakeResult
@@ -53,7 +53,7 @@ async def test_a_joiner_polls_the_leaders_row_per_interval_of_its_clock_and_retu
     db_store: Store,
 ) -> None:
     """Replica b joins a's wake in flight; a's result reaches b at b's first poll after a completed."""
-    clock = ManualClock()
+    clock = FakeClock()
     gate_a = _gate(db_store, "a")
     gate_b = WakeGate(PodRepository(db_store.pool), db_store.leases, replica="b", clock=clock)
     running, release, runs = asyncio.Event(), asyncio.Event(), []
@@ -71,9 +71,9 @@ async def test_a_joiner_polls_the_leaders_row_per_interval_of_its_clock_and_retu
     leader = asyncio.create_task(gate_a.run("qwen", lead))
     await running.wait()
     joiner = asyncio.create_task(gate_b.run("qwen", rerun))
-    await clock.until_sleeping(1)  # b found a's row in flight and waits for its next poll
+    await clock.settled(1)  # b found a's row in flight and waits for its next poll
     clock.advance(gate_b.poll_seconds)
-    await clock.until_sleeping(1)
+    await clock.settled(1)
     assert not joiner.done()
     release.set()
     led = await leader
@@ -85,7 +85,7 @@ async def test_a_joiner_polls_the_leaders_row_per_interval_of_its_clock_and_retu
 async def test_a_joiner_whose_leader_died_leads_a_new_wake_at_its_next_lease_check(db_store: Store) -> None:
     """The leader's lease is gone but its row is open: the joiner notices at its lease check (a third of the
     lease, on its clock), closes the row as abandoned and runs the wake itself."""
-    clock = ManualClock()
+    clock = FakeClock()
     repository = PodRepository(db_store.pool)
     gate = WakeGate(repository, db_store.leases, replica="b", clock=clock)
     dead = await db_store.leases.acquire("wake:qwen", "a:crashed", 60)
@@ -98,10 +98,10 @@ async def test_a_joiner_whose_leader_died_leads_a_new_wake_at_its_next_lease_che
         return WakeResult(outcome=WakeOutcome.STARTED, message="by b"), _completion()
 
     joiner = asyncio.create_task(gate.run("qwen", wake))
-    await clock.until_sleeping(1)
+    await clock.settled(1)
     await db_store.leases.release(dead)  # the leader is gone; its row stays open
     clock.advance(gate.poll_seconds)
-    await clock.until_sleeping(1)
+    await clock.settled(1)
     assert runs == []  # between lease checks the joiner only reads the row
     clock.advance(gate.lease_seconds / 3)
     assert await joiner == WakeResult(outcome=WakeOutcome.STARTED, message="by b")

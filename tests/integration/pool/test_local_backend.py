@@ -21,10 +21,10 @@ from thermostat.providers.pool.worker_client import WorkerClient
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):  # gone between the signal and the read
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is not alive
-        return stat.read().split(") ", 1)[1][0] != "Z"
 
 
 def proc_file(pid: int, name: str) -> bytes:

@@ -1,23 +1,27 @@
-"""LeaseKeeper: renews in the background, gives up before others may take over, reports every loss."""
+"""LeaseKeeper: renews in the background, gives up before others may take over, reports every loss.
+
+The keeper runs on a fake clock the test steps (tests/fixtures/clock.py), so "before a rival may take over"
+is exact: the keeper gives up when its clock reaches the lease's trust, while the database — the judge of
+expiry, in real time — still holds the lease for the rest of a TTL no test outlives. Where a rival must get
+the lease, the test expires it in SQL, as the database clock would have.
+"""
 
 import asyncio
-import threading
 from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.fixtures.tcp_proxy import FreezableProxy
 from thermostat.store.db import create_pool
 from thermostat.store.keeper import LeaseKeeper, LeaseLoss, LeaseLossReason
-from thermostat.store.lease import Lease, LeaseStore
+from thermostat.store.lease import DEFAULT_SAFETY_FRACTION, Lease, LeaseStore
 
-TTL = 0.5
-RENEW = 0.1
-# Where a test asserts that the keeper gives up *before* a rival may take over, a wide margin keeps the
-# assertion about the rule rather than about scheduling on a busy machine.
-WIDE_MARGIN = 0.4
+TTL = 30.0  # on the fake clock for the keeper; real seconds for the database, longer than any test
+RENEW = 10.0
+TRUST = TTL * (1 - DEFAULT_SAFETY_FRACTION)
 
 
 @pytest.fixture
@@ -34,106 +38,118 @@ async def rival(db_pool):
     return LeaseStore(db_pool)
 
 
-def take_over_from_another_thread(database_url: str, name: str) -> Lease:
-    """Block this thread (and its event loop: a stalled process) while another takes the lease."""
-    result: list[Lease] = []
-
-    async def take_over() -> None:
-        connection_pool = await create_pool(database_url, min_size=1, max_size=1)
-        try:
-            leases = LeaseStore(connection_pool)
-            result.append(await eventually(lambda: leases.acquire(name, "b", 30), timeout=5))
-        finally:
-            await connection_pool.close()
-
-    thread = threading.Thread(target=asyncio.run, args=(take_over(),))
-    thread.start()
-    thread.join()
-    assert result, "the rival never got the lease"
-    return result[0]
+@pytest.fixture
+def clock():
+    return FakeClock()
 
 
-async def test_keeper_renews_so_nobody_else_gets_the_lease_past_its_ttl(keeper_pool, rival):
-    """Held for two TTLs: the term stays, the expiry moves on, a rival is refused throughout."""
-    async with LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW) as keeper:
+async def expire(pool: asyncpg.Pool, name: str) -> None:
+    """Let the lease lapse now by the database clock, as a TTL running out would."""
+    await pool.execute("UPDATE leases SET expires_at = now() WHERE name = $1", name)
+
+
+async def renewed(keeper: LeaseKeeper, clock: FakeClock, seconds: float) -> Lease:
+    """Step the clock to the next renewal and wait for it to land (the keeper is parked again by then)."""
+    before = keeper.lease
+    await clock.settled(1)
+    clock.advance(seconds)
+    return await eventually(lambda: asyncio.sleep(0, keeper.lease if keeper.lease is not before else None), timeout=10)
+
+
+async def test_keeper_renews_so_nobody_else_gets_the_lease_past_its_ttl(keeper_pool, rival, clock):
+    """Held for two TTLs: one renewal per interval, the term stays, the expiry moves on, a rival is refused."""
+    async with LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
+                           clock=clock) as keeper:
         first = await keeper.acquire()
         assert first is not None
-        for _ in range(4):
-            await asyncio.sleep(TTL / 2)
+        lease = first
+        for _ in range(6):
+            previous, lease = lease, await renewed(keeper, clock, RENEW)
+            assert (lease.term, lease.trusted_until) == (first.term, clock.monotonic() + TRUST)
+            assert lease.expires_at > previous.expires_at
             assert await rival.acquire("leader", "b", TTL) is None
-            assert keeper.is_trusted()
+        assert clock.monotonic() - first.trusted_until > TTL, "trusted long past the first lease's trust"
+        assert keeper.is_trusted()
         current = await rival.holder("leader")
     assert current is not None
     assert (current.holder, current.term) == ("a", first.term)
-    assert current.expires_at > first.expires_at
 
 
-async def test_keeper_starved_of_connections_gives_up_before_a_rival_can_take_over(keeper_pool, rival):
-    """With renewals stuck (its pool exhausted) the keeper reports EXPIRED while the lease is still live."""
+async def test_keeper_starved_of_connections_gives_up_before_a_rival_can_take_over(keeper_pool, rival, clock, db_pool):
+    """With renewals stuck (its pool exhausted) the keeper reports EXPIRED when its trust ends, while the
+    database still holds the lease for it."""
     losses: list[LeaseLoss] = []
-    keeper = LeaseKeeper(
-        LeaseStore(keeper_pool, safety_fraction=WIDE_MARGIN),
-        name="leader",
-        holder="a",
-        ttl=TTL,
-        renew_interval=RENEW,
-        on_lost=losses.append,
-    )
+    keeper = LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
+                         on_lost=losses.append, clock=clock)
     lease = await keeper.acquire()
     assert lease is not None
+    await clock.settled(1)  # the keeper waits for its first renewal
     async with keeper_pool.acquire():  # the only connection: every renewal now waits
-        loss = await asyncio.wait_for(keeper.wait_lost(), timeout=TTL * 2)
+        clock.advance(RENEW)
+        await clock.settled(1)  # the renewal waits for a connection, bounded by the trust that remains
+        assert keeper.is_trusted() and keeper.loss is None
+        clock.advance(lease.trusted_until - clock.monotonic())
+        loss = await asyncio.wait_for(keeper.wait_lost(), timeout=10)
         refused = await rival.acquire("leader", "b", TTL)
     assert loss.reason is LeaseLossReason.EXPIRED
     assert losses == [loss]
     assert not keeper.is_trusted()
     assert refused is None, "the keeper must stop trusting before the database expires the lease"
-    taken = await eventually(lambda: rival.acquire("leader", "b", TTL))
-    assert taken.term == lease.term + 1
+    await expire(db_pool, "leader")
+    taken = await rival.acquire("leader", "b", TTL)
+    assert taken is not None and taken.term == lease.term + 1
     assert await keeper.release() is False
     holder = await rival.holder("leader")
     assert holder is not None
     assert holder.holder == "b"
 
 
-async def test_keeper_whose_store_stops_answering_gives_up_before_a_rival_can_take_over(database_url, rival):
-    """A half-open link (no reset, no answer) ends in EXPIRED within the trust window, not a TCP timeout."""
+async def test_keeper_whose_store_stops_answering_gives_up_before_a_rival_can_take_over(
+    database_url, rival, clock, db_pool
+):
+    """A half-open link (no reset, no answer) ends in EXPIRED when trust ends, not at a TCP timeout."""
     target = urlsplit(database_url)
     async with FreezableProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
         pool = await create_pool(
             target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl(), min_size=1, max_size=1
         )
         try:
-            keeper = LeaseKeeper(
-                LeaseStore(pool, safety_fraction=WIDE_MARGIN), name="leader", holder="a", ttl=TTL, renew_interval=RENEW
-            )
+            keeper = LeaseKeeper(LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
+                                 clock=clock)
             lease = await keeper.acquire()
             assert lease is not None
+            await clock.settled(1)
             proxy.freeze()
-            loss = await asyncio.wait_for(keeper.wait_lost(), timeout=TTL)
+            clock.advance(RENEW)
+            await clock.settled(1)  # the renewal is out on the frozen link, bounded by the trust that remains
+            clock.advance(lease.trusted_until - clock.monotonic())
+            loss = await asyncio.wait_for(keeper.wait_lost(), timeout=10)
             refused = await rival.acquire("leader", "b", TTL)
-            taken = await eventually(lambda: rival.acquire("leader", "b", TTL))
+            await expire(db_pool, "leader")
+            taken = await rival.acquire("leader", "b", TTL)
         finally:
             proxy.thaw()
             pool.terminate()
     assert loss.reason is LeaseLossReason.EXPIRED
     assert refused is None
-    assert taken.term == lease.term + 1
+    assert taken is not None and taken.term == lease.term + 1
 
 
-async def test_keeper_that_stalled_past_its_ttl_learns_on_renew_that_the_lease_was_taken(
-    keeper_pool, rival, database_url
-):
-    """A stalled process wakes, renews, is told TAKEN, and cannot release the new holder's lease."""
+async def test_keeper_that_stalled_past_its_ttl_learns_on_renew_that_the_lease_was_taken(keeper_pool, rival, clock,
+                                                                                         db_pool):
+    """A keeper whose clock stood still while its lease lapsed and changed hands renews, is told TAKEN, and
+    cannot release the new holder's lease."""
     losses: list[LeaseLoss] = []
-    # The renewal after the stall gets a renew interval to answer; half a TTL keeps a slow answer TAKEN.
-    keeper = LeaseKeeper(
-        LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=TTL / 2, on_lost=losses.append
-    )
+    keeper = LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
+                         on_lost=losses.append, clock=clock)
     lease = await keeper.acquire()
     assert lease is not None
-    taken = take_over_from_another_thread(database_url, "leader")
-    loss = await asyncio.wait_for(keeper.wait_lost(), timeout=TTL)
+    await expire(db_pool, "leader")
+    taken = await rival.acquire("leader", "b", TTL)
+    assert taken is not None
+    await clock.settled(1)
+    clock.advance(RENEW)
+    loss = await asyncio.wait_for(keeper.wait_lost(), timeout=10)
     assert loss.reason is LeaseLossReason.TAKEN
     assert loss.lease.term == lease.term
     assert losses == [loss]
@@ -156,12 +172,21 @@ async def test_leaving_the_keeper_releases_the_lease_for_the_next_holder_at_once
     assert taken.term == lease.term + 1
 
 
-async def test_campaign_waits_out_the_rivals_lease_and_then_leads(keeper_pool, rival):
-    """A campaigning keeper takes the lease once the rival's runs out, with the next term."""
+async def test_campaign_waits_out_the_rivals_lease_and_then_leads(keeper_pool, rival, clock, db_pool):
+    """A campaigning keeper retries while the rival's lease is live, and takes it at the first attempt after
+    it lapses, with the next term."""
     rivals = await rival.acquire("leader", "b", TTL)
     assert rivals is not None
-    async with LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=30) as keeper:
-        lease = await asyncio.wait_for(keeper.campaign(retry_interval=0.02), timeout=TTL * 4)
+    async with LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, clock=clock) as keeper:
+        campaign = asyncio.ensure_future(keeper.campaign(retry_interval=1.0))
+        for _ in range(3):
+            await clock.settled(1)
+            assert not campaign.done()
+            clock.advance(1.0)
+        await clock.settled(1)
+        await expire(db_pool, "leader")
+        clock.advance(1.0)
+        lease = await asyncio.wait_for(campaign, timeout=10)
         assert (lease.holder, lease.term) == ("a", rivals.term + 1)
         assert keeper.is_trusted()
 
@@ -172,11 +197,12 @@ async def test_keeper_rejects_a_renew_interval_not_below_the_ttl(keeper_pool):
         LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=1, renew_interval=1)
 
 
-async def test_store_errors_during_renewal_are_retried_while_trust_remains(database_url, rival):
-    """A renewal that fails (its connection killed) is retried; the keeper keeps the lease."""
+async def test_store_errors_during_renewal_are_retried_while_trust_remains(database_url, rival, clock):
+    """Renewals whose connection was killed are retried; the keeper keeps the lease and its term."""
     pool = await create_pool(database_url, min_size=1, max_size=1)
     try:
-        async with LeaseKeeper(LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW) as keeper:
+        async with LeaseKeeper(LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
+                               clock=clock) as keeper:
             lease = await keeper.acquire()
             assert lease is not None
             admin = await asyncpg.connect(database_url)
@@ -187,10 +213,15 @@ async def test_store_errors_during_renewal_are_retried_while_trust_remains(datab
                         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
                         "AND application_name = 'thermostat'"
                     )
-                    await asyncio.sleep(RENEW * 2)
+                    # a failed renewal is retried every RENEW / 4 while trust remains: step until one lands
+                    before = keeper.lease
+                    while keeper.lease is before:
+                        assert keeper.loss is None
+                        await clock.settled(1)
+                        clock.advance(RENEW / 4)
+                        await asyncio.sleep(0.01)
             finally:
                 await admin.close()
-            await asyncio.sleep(TTL)
             assert keeper.loss is None
             assert keeper.is_trusted()
             holder = await rival.holder("leader")

@@ -7,6 +7,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from thermostat.store.db import create_pool
 from thermostat.store.lease import DEFAULT_SAFETY_FRACTION, LeaseStore
@@ -72,8 +73,10 @@ async def test_two_holders_racing_for_a_lease_exactly_one_wins_every_round(racer
 
 async def test_an_expired_lease_is_taken_over_with_the_next_term(leases):
     """After the TTL passes by the database clock another holder takes the lease, term + 1."""
-    first = await leases.acquire("pod:qwen", "a", TTL)
-    blocked = await leases.acquire("pod:qwen", "b", TTL)
+    first = await leases.acquire("pod:qwen", "a", 30)
+    blocked = await leases.acquire("pod:qwen", "b", TTL)  # refused however slowly this runs: 30 s are left
+    assert first is not None
+    assert await leases.renew(first, ttl=TTL) is not None  # now it runs out in TTL
     await wait_until_free(leases, "pod:qwen")
     taken = await leases.acquire("pod:qwen", "b", TTL)
     assert first is not None
@@ -153,8 +156,10 @@ async def test_expired_but_untaken_lease_can_still_be_renewed(leases):
     assert await leases.holder("gate") is not None
 
 
-async def test_a_slow_answer_does_not_extend_trust(leases, database_url):
+async def test_a_slow_answer_does_not_extend_trust(db_pool, database_url):
     """Trust counts from when the holder asked (River's rule), however late the answer comes."""
+    clock = FakeClock()
+    leases = LeaseStore(db_pool, clock=clock)
     lease = await leases.acquire("gate", "a", 1.0)
     assert lease is not None
     blocker = await asyncpg.connect(database_url)
@@ -162,18 +167,23 @@ async def test_a_slow_answer_does_not_extend_trust(leases, database_url):
         transaction = blocker.transaction()
         await transaction.start()
         await blocker.execute("SELECT 1 FROM leases WHERE name = 'gate' FOR UPDATE")
-        asked_at = time.monotonic()
+        asked_at = clock.monotonic()
         renewal = asyncio.create_task(leases.renew(lease))
-        await asyncio.sleep(0.3)  # the renewal waits on the row lock
+        await eventually(lambda: _waiting_on_a_lock(blocker), timeout=10)
+        clock.advance(5.0)  # the answer comes five seconds after the question
         await transaction.rollback()
         renewed = await renewal
     finally:
         await blocker.close()
-    answered_at = time.monotonic()
     assert renewed is not None
-    assert answered_at - asked_at >= 0.3
-    # Trust counted from the answer would end at or after asked_at + 0.3 + 0.8; 0.1 s covers scheduling.
-    assert renewed.trusted_until <= asked_at + 0.1 + 1.0 * (1 - DEFAULT_SAFETY_FRACTION)
+    assert renewed.trusted_until == asked_at + 1.0 * (1 - DEFAULT_SAFETY_FRACTION)
+    assert not renewed.is_trusted(clock.monotonic()), "the slow answer came after the trust it grants had ended"
+
+
+async def _waiting_on_a_lock(connection: asyncpg.Connection) -> bool | None:
+    waiting = await connection.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+    return True if waiting else None
 
 
 async def test_a_lease_is_trusted_for_less_than_its_ttl(leases):
