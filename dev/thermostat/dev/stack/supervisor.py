@@ -324,7 +324,7 @@ class Stack:
         lines += [
             "",
             f"  curl -s {self.edge_url}/api/pods/qwen",
-            f"  curl -s -X POST -H 'X-Rig-Operator-Token: $RIG_OPERATOR_TOKEN' {self.edge_url}/api/pods/qwen/start",
+            f'  curl -s -X POST -H "X-Rig-Operator-Token: $RIG_OPERATOR_TOKEN" {self.edge_url}/api/pods/qwen/start',
             f"  grpcurl -plaintext {self.edge_url.removeprefix('http://')} list",
             "",
             "Ctrl-C stops everything.",
