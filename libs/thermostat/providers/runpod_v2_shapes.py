@@ -199,6 +199,13 @@ def created_pod_id(content: bytes) -> str | None:
     return pod_id if isinstance(pod_id, str) and pod_id else None
 
 
+def created_pod_datacenter(content: bytes) -> str | None:
+    """The created pod's dataCenterId; None until the scheduler has placed it (or when the answer lacks it)."""
+    body = decode_json(content)
+    datacenter = body.get("dataCenterId") if isinstance(body, dict) else None
+    return datacenter if isinstance(datacenter, str) and datacenter else None
+
+
 def read_retry_after(value: str | None) -> float | None:
     """Retry-After in delta-seconds; an HTTP-date or junk is ignored (the caller then uses its own interval)."""
     if value is None:
