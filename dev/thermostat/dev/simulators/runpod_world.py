@@ -655,7 +655,8 @@ class _CreateRequest:
                 counts = ", ".join(map(str, CPU_VCPU_COUNTS))
                 raise ApiError(400, "Bad Request", f"cpu.vcpuCount must be one of {counts}")
             vcpu_count = vcpus
-            cpu_id = cpu.get("id") if isinstance(cpu.get("id"), str) else None
+            flavor = cpu.get("id") if isinstance(cpu, dict) else None
+            cpu_id = flavor if isinstance(flavor, str) else None
         datacenter_ids = body.get("dataCenterIds", [])
         if not isinstance(datacenter_ids, list) or not all(isinstance(dc, str) for dc in datacenter_ids):
             raise ApiError(400, "Bad Request", "dataCenterIds must be a list of strings")
