@@ -104,7 +104,9 @@ def test_default_endpoint_is_the_private_network_address(client: WorkerClient) -
 
 async def test_provider_options_override_the_config_but_not_the_token(fly: FlySimulator, backend: FlyBackend) -> None:
     """provider_options override config fields (guest merges), env merges, and the token is put back."""
-    options = {"guest": {"cpu_kind": "performance"}, "env": {"B": "2", "STRATA_WORKER_TOKEN": "x"}, "auto_destroy": True}
+    options = {
+        "guest": {"cpu_kind": "performance"}, "env": {"B": "2", "STRATA_WORKER_TOKEN": "x"}, "auto_destroy": True,
+    }  # fmt: skip
     await backend.start(spec(fly_type(cpus=2, env={"A": "1"}, provider_options=options)))
     config = created(fly).json_body["config"]  # type: ignore[index]
     assert config["guest"] == {"cpus": 2, "cpu_kind": "performance"}
@@ -117,7 +119,7 @@ async def test_env_override_that_cannot_hold_the_token_is_refused_before_any_req
     fly: FlySimulator, backend: FlyBackend, env: object
 ) -> None:
     """An env override that is not an object of strings fails the start; Fly is never called."""
-    with pytest.raises(BackendError, match="provider_options.env cannot hold the worker token"):
+    with pytest.raises(BackendError, match=r"provider_options\.env cannot hold the worker token"):
         await backend.start(spec(fly_type(provider_options={"env": env})))
     assert fly.requests() == []
 
@@ -174,7 +176,8 @@ async def test_missing_image_is_flys_422(fly: FlySimulator, backend: FlyBackend)
 
 async def test_refusal_never_carries_the_api_token_or_the_worker_token(fly: FlySimulator, backend: FlyBackend) -> None:
     """Fly echoing the bearer and the env in a long error is scrubbed and bounded."""
-    fly.refuse_next_create(400, f"Authorization: Bearer {FLY_TOKEN} env STRATA_WORKER_TOKEN={MACHINE_TOKEN} " + "z" * 900)
+    echoed = f"Authorization: Bearer {FLY_TOKEN} env STRATA_WORKER_TOKEN={MACHINE_TOKEN} "
+    fly.refuse_next_create(400, echoed + "z" * 900)
     with pytest.raises(BackendError) as refused:
         await backend.start(spec(fly_type()))
     message = str(refused.value)
