@@ -38,6 +38,7 @@ from thermostat.providers.runpod_v2_shapes import (
     problem_detail,
     read_catalog,
     read_pod,
+    read_pod_ids_named,
     read_pods_on_volume,
     read_retry_after,
     read_volume_pods,
@@ -259,6 +260,15 @@ class RunPodV2Client:
         detail = problem_detail(response.content)
         _log.warning("runpod POST /pods (%s) -> %d: %s", what, response.status_code, detail or "-")
         return CreateResult(http_status=response.status_code, retry_after_seconds=retry_after, detail=detail)
+
+    async def pods_named(self, name: str) -> tuple[str, ...] | None:
+        """GET /pods, the ids of live pods named `name` (the pool's names are unique); None when unreadable."""
+        if not name:
+            return None
+        response = await self._api("GET", "/pods")
+        if response is None or not response.is_success:
+            return None
+        return read_pod_ids_named(decode_json(response.content), name)
 
     async def _action(self, pod_id: str, action: str) -> ActionResult:
         if not pod_id:

@@ -195,3 +195,20 @@ async def test_stop_that_fly_refuses_is_an_error(fly: FlySimulator, client: Work
             await wrong.stop("m1")
     finally:
         await wrong.aclose()
+
+
+async def test_create_answered_5xx_after_commit_destroys_the_machine_it_made(
+    fly: FlySimulator, backend: FlyBackend
+) -> None:
+    """A gateway 502 after Fly made the machine: found by name in the app, destroyed, nothing left."""
+    fly.refuse_next_create(502, "bad gateway", after_commit=True)
+    with pytest.raises(BackendError, match=r"create HTTP 502: bad gateway; destroyed machine \w+ it had created"):
+        await backend.start(spec(fly_type()))
+    assert fly.live() == []
+
+
+async def test_create_5xx_that_made_nothing_says_so(fly: FlySimulator, backend: FlyBackend) -> None:
+    """A 503 before Fly acted: the error says no machine was created."""
+    fly.refuse_next_create(503, "service unavailable")
+    with pytest.raises(BackendError, match=r"create HTTP 503: service unavailable; no machine was created"):
+        await backend.start(spec(fly_type()))

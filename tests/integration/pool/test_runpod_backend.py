@@ -228,3 +228,43 @@ async def test_stop_that_runpod_refuses_is_an_error(runpod: RunPodSimulator, bac
                   json_body={"title": "Internal", "status": 500, "detail": "try again"})  # fmt: skip
     with pytest.raises(BackendError, match=r"runpod: pod p9: terminate HTTP 500: try again"):
         await backend.stop("p9")
+
+
+async def test_create_answered_5xx_after_commit_terminates_the_pod_it_placed(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """A gateway 502 after RunPod placed the pod: the backend finds it by name and terminates it."""
+    runpod.inject("POST", "/v2/pods", status=502, commit_then_fail=True)
+    machine = spec(runpod_type())
+    with pytest.raises(BackendError, match=r"create HTTP 502: .*; terminated pod \w+ it had created"):
+        await backend.start(machine)
+    assert billing(runpod) == []
+    calls = [(r.method, r.path) for r in runpod.requests()]
+    assert calls[:2] == [("POST", "/v2/pods"), ("GET", "/v2/pods")]
+    assert calls[2][0] == "DELETE"
+
+
+async def test_create_without_an_answer_terminates_the_pod_it_placed(
+    runpod: RunPodSimulator, client: WorkerClient
+) -> None:
+    """A create that timed out after RunPod committed it leaves nothing billing either."""
+    impatient = RunPodBackend(client, api_key=API_KEY, base_url=runpod.base_url, timeout_seconds=0.3)
+    held = runpod.hold("POST", "/v2/pods", after_commit=True)
+    try:
+        expected = r"runpod: machine \w+ \(type cpu-small\): create: RunPod did not answer; terminated pod \w+ it had"
+        with pytest.raises(BackendError, match=expected):
+            await impatient.start(spec(runpod_type()))
+    finally:
+        held.release()
+        await impatient.aclose()
+    assert billing(runpod) == []
+
+
+async def test_create_refused_5xx_before_anything_was_placed_says_so(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """A 503 that placed nothing: the error carries RunPod's detail and says no pod was created."""
+    runpod.inject("POST", "/v2/pods", status=503, body="json",
+                  json_body={"title": "Unavailable", "status": 503, "detail": "maintenance"})  # fmt: skip
+    with pytest.raises(BackendError, match=r"create HTTP 503: maintenance; no pod was created"):
+        await backend.start(spec(runpod_type()))

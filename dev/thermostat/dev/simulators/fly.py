@@ -8,8 +8,9 @@ One threaded HTTP server on loopback serves (notes/provider-apis.md §3):
                                     502 otherwise (point POOL_FLY_ENDPOINT_TEMPLATE at `{url}/vm/{id}`)
 Bearer auth (401 `{"error": …}`); unknown app 404; an image the simulator does not have is a 422 like Fly's
 ("failed to get manifest"). `refuse_next_create(status, error)` scripts a refusal (e.g. 422 insufficient
-capacity). Every API request is recorded for shape pins. A machine's worker is a real child process
-(`machine_command`, the reference worker by default); when it dies the machine reads `stopped`, as a
+capacity; `after_commit=True` makes the machine first, a gateway error after Fly acted). Every API request
+is recorded for shape pins. A machine's worker is a real child process (`machine_command`, the reference
+worker by default); when it dies the machine reads `stopped`, as a
 `restart: no` machine does.
 
 Standalone: `python -m thermostat.dev.simulators.fly --port 9200 --app thermostat-pool`, then
@@ -165,7 +166,7 @@ class FlySimulator:
         self._requested_port = port
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
-        self._refusals: deque[tuple[int, str, str]] = deque()
+        self._refusals: deque[tuple[int, str, str, bool]] = deque()
         self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -221,10 +222,11 @@ class FlySimulator:
             self._refusals.clear()
             self._requests.clear()
 
-    def refuse_next_create(self, status: int, error: str, kind: str = "unknown") -> None:
-        """The next create answers `status` with Fly's error body, e.g. 422 / insufficient_capacity."""
+    def refuse_next_create(self, status: int, error: str, kind: str = "unknown", *, after_commit: bool = False) -> None:
+        """The next create answers `status` with Fly's error body, e.g. 422 / insufficient_capacity;
+        `after_commit` makes the machine first (a gateway error after Fly acted)."""
         with self._lock:
-            self._refusals.append((status, error, kind))
+            self._refusals.append((status, error, kind, after_commit))
 
     def machines(self) -> list[SimFlyMachine]:
         with self._lock:
@@ -282,7 +284,9 @@ class FlySimulator:
 
     def _create(self, app: str, body: object) -> Answer:
         if self._refusals:
-            status, error, kind = self._refusals.popleft()
+            status, error, kind, after_commit = self._refusals.popleft()
+            if after_commit:
+                self._create(app, body)
             return _error(status, error, kind)
         config = body.get("config") if isinstance(body, dict) else None
         if not isinstance(config, dict) or not isinstance(config.get("image"), str):

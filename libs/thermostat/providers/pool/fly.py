@@ -9,6 +9,8 @@ Theory of operation (worker-pool seed, "The Fly Machines backend"; notes/provide
   `provider_options` overrides anything in the config (dict values such as `guest` merge); an `env`
   override merges too, the worker token always put back, and one that is not an object of strings cannot
   hold the token and is refused before any request is sent.
+- A create that got no answer or a 5xx may still have made a machine: the app's machines are listed and any
+  named as this one is destroyed before the start fails, so nothing bills.
 - The endpoint is `http://{id}.vm.{app}.internal:{port}` (POOL_FLY_ENDPOINT_TEMPLATE overrides it, for the
   simulator); region is the answer's `region`.
 - stop destroys by force (`DELETE …/machines/{id}?force=true`); a 404 is already gone.
@@ -127,7 +129,13 @@ class FlyBackend:
         subject = machine_subject(spec.machine_id, spec.machine_type.name)
         secrets = (self._token, spec.worker_token)
         body = create_body(spec, region=self._region, name_prefix=self._prefix)
-        response = await self._call("POST", self._machines, subject, "create", secrets, json=body)
+        try:
+            response = await self._call("POST", self._machines, subject, "create", secrets, json=body)
+        except BackendError as error:
+            raise BackendError(f"{error}; {await self._sweep(body['name'])}") from None
+        if response.status_code >= 500:
+            # a gateway error can follow a create Fly committed: find the machine and destroy it
+            raise BackendError(f"{_refused(response, subject, 'create', secrets)}; {await self._sweep(body['name'])}")
         if response.status_code != 200:
             raise _refused(response, subject, "create", secrets)
         machine = _read(response)
@@ -140,6 +148,30 @@ class FlyBackend:
             endpoint=self.endpoint(machine_id),
             region=region if isinstance(region, str) and region else self._region,
         )
+
+    async def _sweep(self, name: str) -> str:
+        """Destroy any machine a failed create left under `name`; what happened, for the error."""
+        try:
+            listed = await self._http.get(self._machines, headers=self._headers())
+            machines = listed.json() if listed.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            machines = None
+        if not isinstance(machines, list):
+            return f"could not list machines: look for one named {name}"
+        ids = [
+            machine["id"]
+            for machine in machines
+            if isinstance(machine, dict) and machine.get("name") == name and isinstance(machine.get("id"), str)
+        ]
+        left = []
+        for machine_id in ids:
+            try:
+                await self.stop(machine_id)
+            except BackendError:
+                left.append(machine_id)
+        if left:
+            return f"machine {', '.join(left)} named {name} could not be destroyed"
+        return f"destroyed machine {', '.join(ids)} it had created" if ids else "no machine was created"
 
     async def stop(self, provider_id: str) -> None:
         subject = f"machine {provider_id}"

@@ -12,6 +12,8 @@ Theory of operation (worker-pool seed, "The RunPod backend"; notes/provider-apis
   refused before any request is sent.
 - The endpoint is the pod's proxy URL (RUNPOD_PROXY_URL_TEMPLATE, shared with the pod controller) on the
   worker port; region is the create answer's `dataCenterId`, None until the scheduler places the pod.
+- A create that got no answer or a 5xx may still have placed a pod (a gateway error after the commit): the
+  pods are listed, and any named as this machine is terminated before the start fails, so nothing bills.
 - stop terminates (`DELETE /v2/pods/{id}`); RunPod's own 404 means already gone, which is success.
 - health is the worker's `GET /health` through the proxy: the proxy answers only for a RUNNING pod whose
   port listens, and an API read per probe would spend RunPod's rate limit on every scaler pass.
@@ -132,11 +134,12 @@ class RunPodBackend:
         body = create_body(spec, name_prefix=self._prefix, worker_port=self._worker_port)
         created = await self._runpod.create_pod_from_body(body, what=f"pool machine {spec.machine_id}")
         secrets = (self._key, spec.worker_token)
-        if created.http_status == 0:
-            raise provider_error(
-                "runpod", subject, "create", f"RunPod did not answer; look for a pod named {body['name']}",
-                secrets=secrets,
-            )
+        if created.http_status == 0 or created.http_status >= 500:
+            # no answer, or a gateway error, can follow a create RunPod committed: find the pod and end it
+            swept = await self._sweep(body["name"])
+            what = "create" if created.http_status == 0 else f"create HTTP {created.http_status}"
+            said = created.detail or "RunPod did not answer"
+            raise provider_error("runpod", subject, what, f"{said}; {swept}", secrets=secrets)
         if not 200 <= created.http_status < 300:
             raise provider_error(
                 "runpod", subject, f"create HTTP {created.http_status}", created.detail or "", secrets=secrets
@@ -148,6 +151,20 @@ class RunPodBackend:
             endpoint=self._runpod.proxy_url(created.pod_id, self._worker_port),
             region=created.datacenter_id,
         )
+
+    async def _sweep(self, name: str) -> str:
+        """Terminate any pod the failed create left under `name`; what happened, for the error."""
+        pod_ids = await self._runpod.pods_named(name)
+        if pod_ids is None:
+            return f"could not list pods: look for one named {name}"
+        left = [pod_id for pod_id in pod_ids if not await self._terminated(pod_id)]
+        if left:
+            return f"pod {', '.join(left)} named {name} could not be terminated"
+        return f"terminated pod {', '.join(pod_ids)} it had created" if pod_ids else "no pod was created"
+
+    async def _terminated(self, pod_id: str) -> bool:
+        answer = await self._runpod.terminate(pod_id)
+        return answer.ok or answer.not_found
 
     async def stop(self, provider_id: str) -> None:
         answer = await self._runpod.terminate(provider_id)
