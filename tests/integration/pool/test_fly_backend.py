@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -212,3 +214,31 @@ async def test_create_5xx_that_made_nothing_says_so(fly: FlySimulator, backend: 
     fly.refuse_next_create(503, "service unavailable")
     with pytest.raises(BackendError, match=r"create HTTP 503: service unavailable; no machine was created"):
         await backend.start(spec(fly_type()))
+
+
+async def test_start_cancelled_after_fly_made_the_machine_destroys_it(
+    fly: FlySimulator, backend: FlyBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool gives up on a boot whose create Fly acted on but had not answered: the machine is destroyed."""
+    loop = asyncio.get_running_loop()
+    made = asyncio.Event()
+    answered = threading.Event()
+    original = fly._handle
+
+    def create_then_wait(request: RecordedRequest) -> Any:
+        """Fly acts on the create, then holds its answer until the test lets it go (the simulator's thread)."""
+        result = original(request)
+        if request.method == "POST":
+            loop.call_soon_threadsafe(made.set)
+            answered.wait(10)
+        return result
+
+    monkeypatch.setattr(fly, "_handle", create_then_wait)
+    boot = asyncio.create_task(backend.start(spec(fly_type())))
+    await made.wait()
+    assert len(fly.live()) == 1
+    boot.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await boot
+    answered.set()
+    assert fly.live() == []

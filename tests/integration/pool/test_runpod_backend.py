@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fixtures.polling import eventually
@@ -268,3 +270,40 @@ async def test_create_refused_5xx_before_anything_was_placed_says_so(
                   json_body={"title": "Unavailable", "status": 503, "detail": "maintenance"})  # fmt: skip
     with pytest.raises(BackendError, match=r"create HTTP 503: maintenance; no pod was created"):
         await backend.start(spec(runpod_type()))
+
+
+async def test_start_cancelled_while_the_create_is_in_flight_terminates_the_pod(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """The pool gives up on a boot after RunPod placed the pod but before it answered: the pod is terminated."""
+    held = runpod.hold("POST", "/v2/pods", after_commit=True)
+    boot = asyncio.create_task(backend.start(spec(runpod_type())))
+    await held.reached()
+    assert len(billing(runpod)) == 1
+    boot.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await boot
+    held.release()
+    assert billing(runpod) == []
+
+
+async def test_machine_can_be_killed_over_the_control_api(runpod: RunPodSimulator, backend: RunPodBackend) -> None:
+    """POST /_sim/pods/{id}/kill-machine is the HTTP twin of kill_machine, for the demo and other processes."""
+    handle = await backend.start(spec(runpod_type()))
+    await healthy(backend, handle)
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(f"{runpod.url}/_sim/pods/{handle.provider_id}/kill-machine", json={})
+    assert answer.status_code == 200
+    assert not await backend.health(handle)
+
+
+async def test_job_longer_than_the_proxy_allows_is_cut_with_a_524(
+    runpod: RunPodSimulator, backend: RunPodBackend, client: WorkerClient
+) -> None:
+    """Why the catalogue caps runpod jobs: the proxy ends a request past its limit (here shortened) with 524."""
+    runpod.configure(proxy_timeout_seconds=0.3)
+    env = {"STRATA_WORKER_HANDLER": "sleep", "STRATA_WORKER_SLEEP_SECONDS": "3"}
+    handle = await backend.start(spec(runpod_type(env=env)))
+    await healthy(backend, handle)
+    reply = await client.execute(handle.endpoint, MACHINE_TOKEN, b"{}", deadline_seconds=10)
+    assert (reply.kind, reply.status) == (ReplyKind.ANSWERED, 524)

@@ -624,6 +624,8 @@ class RunPodSimulator:
             self.set_in_flight(pod_id, int(body.get("running", 0)), int(body.get("waiting", 0)))
         elif verb == "vllm":
             self.world.set_vllm_alive(pod_id, bool(body.get("alive", True)))
+        elif verb == "kill-machine":
+            self.kill_machine(pod_id)
         else:
             raise ValueError(f"unknown pod control {verb!r}")
         return 200, next(state for state in self.pods() if state["id"] == pod_id)

@@ -9,8 +9,8 @@ Theory of operation (worker-pool seed, "The Fly Machines backend"; notes/provide
   `provider_options` overrides anything in the config (dict values such as `guest` merge); an `env`
   override merges too, the worker token always put back, and one that is not an object of strings cannot
   hold the token and is refused before any request is sent.
-- A create that got no answer or a 5xx may still have made a machine: the app's machines are listed and any
-  named as this one is destroyed before the start fails, so nothing bills.
+- A create that got no answer, a 5xx, or was cancelled in flight may still have made a machine: the app's
+  machines are listed and any named as this one is destroyed before the start fails, so nothing bills.
 - The endpoint is `http://{id}.vm.{app}.internal:{port}` (POOL_FLY_ENDPOINT_TEMPLATE overrides it, for the
   simulator); region is the answer's `region`.
 - stop destroys by force (`DELETE …/machines/{id}?force=true`); a 404 is already gone.
@@ -21,6 +21,7 @@ Theory of operation (worker-pool seed, "The Fly Machines backend"; notes/provide
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping
@@ -133,6 +134,10 @@ class FlyBackend:
             response = await self._call("POST", self._machines, subject, "create", secrets, json=body)
         except BackendError as error:
             raise BackendError(f"{error}; {await self._sweep(body['name'])}") from None
+        except asyncio.CancelledError:
+            # a boot abandoned mid-create (the caller's timeout) must not leave a machine billing unseen
+            await asyncio.shield(self._sweep(body["name"]))
+            raise
         if response.status_code >= 500:
             # a gateway error can follow a create Fly committed: find the machine and destroy it
             raise BackendError(f"{_refused(response, subject, 'create', secrets)}; {await self._sweep(body['name'])}")

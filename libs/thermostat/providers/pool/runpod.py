@@ -12,8 +12,9 @@ Theory of operation (worker-pool seed, "The RunPod backend"; notes/provider-apis
   refused before any request is sent.
 - The endpoint is the pod's proxy URL (RUNPOD_PROXY_URL_TEMPLATE, shared with the pod controller) on the
   worker port; region is the create answer's `dataCenterId`, None until the scheduler places the pod.
-- A create that got no answer or a 5xx may still have placed a pod (a gateway error after the commit): the
-  pods are listed, and any named as this machine is terminated before the start fails, so nothing bills.
+- A create that got no answer, a 5xx, or was cancelled in flight may still have placed a pod (a gateway
+  error after the commit): the pods are listed, and any named as this machine is terminated before the start
+  fails, so nothing bills.
 - stop terminates (`DELETE /v2/pods/{id}`); RunPod's own 404 means already gone, which is success.
 - health is the worker's `GET /health` through the proxy: the proxy answers only for a RUNNING pod whose
   port listens, and an API read per probe would spend RunPod's rate limit on every scaler pass.
@@ -24,6 +25,7 @@ Theory of operation (worker-pool seed, "The RunPod backend"; notes/provider-apis
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -132,7 +134,12 @@ class RunPodBackend:
         if not self._runpod.is_configured:
             raise BackendError(f"runpod: {subject}: not configured (set POOL_RUNPOD_API_KEY or RUNPOD_API_KEY)")
         body = create_body(spec, name_prefix=self._prefix, worker_port=self._worker_port)
-        created = await self._runpod.create_pod_from_body(body, what=f"pool machine {spec.machine_id}")
+        try:
+            created = await self._runpod.create_pod_from_body(body, what=f"pool machine {spec.machine_id}")
+        except asyncio.CancelledError:
+            # a boot abandoned mid-create (the caller's timeout) must not leave a pod billing unseen
+            await asyncio.shield(self._sweep(body["name"]))
+            raise
         secrets = (self._key, spec.worker_token)
         if created.http_status == 0 or created.http_status >= 500:
             # no answer, or a gateway error, can follow a create RunPod committed: find the pod and end it
