@@ -14,6 +14,7 @@ import functools
 import logging
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, Self
@@ -29,6 +30,7 @@ from thermostat.policy.common.pod_model import (
     VolumeLookup,
 )
 from thermostat.providers.runpod_v2_shapes import (
+    created_pod_datacenter,
     created_pod_id,
     decode_json,
     is_problem_not_found,
@@ -36,6 +38,7 @@ from thermostat.providers.runpod_v2_shapes import (
     problem_detail,
     read_catalog,
     read_pod,
+    read_pod_ids_named,
     read_pods_on_volume,
     read_retry_after,
     read_volume_pods,
@@ -62,6 +65,8 @@ class ActionResult:
 
     ok: bool
     http_status: int
+    not_found: bool = False  # RunPod's own problem+json 404: the pod is gone (a bare 404 says nothing)
+    detail: str | None = None  # the problem's detail on a refusal
 
 
 def path_segment(value: str) -> str:
@@ -233,7 +238,11 @@ class RunPodV2Client:
             "gpu": {"id": gpu_id, "count": 1},
             "mounts": {"network": [{"volumeId": volume_id, "path": NETWORK_VOLUME_MOUNT_PATH}]},
         }
-        response = await self._api("POST", "/pods", json_body=body)
+        return await self.create_pod_from_body(body, what=f"gpu {gpu_id}")
+
+    async def create_pod_from_body(self, body: Mapping[str, object], *, what: str = "-") -> CreateResult:
+        """POST /pods with a body the caller built (the pool's image pods); `what` names it in the log line."""
+        response = await self._api("POST", "/pods", json_body=dict(body))
         if response is None:
             # A create that timed out may still have placed a pod: status 0 is never retried blind.
             return CreateResult(http_status=0)
@@ -242,10 +251,24 @@ class RunPodV2Client:
             pod_id = created_pod_id(response.content)
             if pod_id is None:
                 _log.warning("runpod POST /pods -> %d without a pod id", response.status_code)
-            return CreateResult(http_status=response.status_code, pod_id=pod_id, retry_after_seconds=retry_after)
+            return CreateResult(
+                http_status=response.status_code,
+                pod_id=pod_id,
+                retry_after_seconds=retry_after,
+                datacenter_id=created_pod_datacenter(response.content),
+            )
         detail = problem_detail(response.content)
-        _log.warning("runpod POST /pods (gpu %s) -> %d: %s", gpu_id, response.status_code, detail or "-")
+        _log.warning("runpod POST /pods (%s) -> %d: %s", what, response.status_code, detail or "-")
         return CreateResult(http_status=response.status_code, retry_after_seconds=retry_after, detail=detail)
+
+    async def pods_named(self, name: str) -> tuple[str, ...] | None:
+        """GET /pods, the ids of live pods named `name` (the pool's names are unique); None when unreadable."""
+        if not name:
+            return None
+        response = await self._api("GET", "/pods")
+        if response is None or not response.is_success:
+            return None
+        return read_pod_ids_named(decode_json(response.content), name)
 
     async def _action(self, pod_id: str, action: str) -> ActionResult:
         if not pod_id:
@@ -287,4 +310,12 @@ def _tls_context() -> ssl.SSLContext:
 def _action_result(response: httpx.Response | None) -> ActionResult:
     if response is None:
         return ActionResult(ok=False, http_status=0)
-    return ActionResult(ok=response.is_success, http_status=response.status_code)
+    if response.is_success:
+        return ActionResult(ok=True, http_status=response.status_code)
+    return ActionResult(
+        ok=False,
+        http_status=response.status_code,
+        not_found=response.status_code == 404
+        and is_problem_not_found(response.headers.get("content-type"), response.content),
+        detail=problem_detail(response.content),
+    )

@@ -199,6 +199,29 @@ def created_pod_id(content: bytes) -> str | None:
     return pod_id if isinstance(pod_id, str) and pod_id else None
 
 
+def read_pod_ids_named(body: object, name: str) -> tuple[str, ...] | None:
+    """The ids of listed pods named exactly `name` and not TERMINATED; None when the list is unreadable."""
+    pods = body.get("pods") if isinstance(body, dict) else None
+    if not isinstance(pods, list):
+        return None
+    return tuple(
+        pod["id"]
+        for pod in pods
+        if isinstance(pod, dict)
+        and pod.get("name") == name
+        and pod.get("status") != "TERMINATED"
+        and isinstance(pod.get("id"), str)
+        and pod["id"]
+    )
+
+
+def created_pod_datacenter(content: bytes) -> str | None:
+    """The created pod's dataCenterId; None until the scheduler has placed it (or when the answer lacks it)."""
+    body = decode_json(content)
+    datacenter = body.get("dataCenterId") if isinstance(body, dict) else None
+    return datacenter if isinstance(datacenter, str) and datacenter else None
+
+
 def read_retry_after(value: str | None) -> float | None:
     """Retry-After in delta-seconds; an HTTP-date or junk is ignored (the caller then uses its own interval)."""
     if value is None:

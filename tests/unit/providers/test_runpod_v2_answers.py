@@ -333,10 +333,20 @@ async def test_start_stop_and_terminate_report_acceptance_and_status(
     """Each action reports whether RunPod accepted it plus the HTTP status the audit trail records."""
     pod_id = sim.add_pod(volume_id=VOLUME, status="EXITED")
     assert await client.start(pod_id) == ActionResult(ok=True, http_status=200)
-    assert await client.start(pod_id) == ActionResult(ok=False, http_status=409)
+    assert await client.start(pod_id) == ActionResult(
+        ok=False, http_status=409, detail="action start is not valid for a pod in status RUNNING"
+    )
     assert await client.stop(pod_id) == ActionResult(ok=True, http_status=200)
     assert await client.terminate(pod_id) == ActionResult(ok=True, http_status=204)
-    assert await client.terminate(pod_id) == ActionResult(ok=False, http_status=404)
+    gone = await client.terminate(pod_id)
+    assert (gone.ok, gone.http_status, gone.not_found) == (False, 404, True)
+
+
+async def test_a_bare_404_on_terminate_is_not_read_as_gone(sim: RunPodSimulator, client: RunPodV2Client) -> None:
+    """Only RunPod's problem+json 404 says the pod is gone; a proxy page's 404 says nothing about it."""
+    sim.inject("DELETE", "/v2/pods/*", status=404, body="text")
+    answer = await client.terminate("p1")
+    assert (answer.ok, answer.http_status, answer.not_found) == (False, 404, False)
 
 
 async def test_an_action_without_an_answer_is_refused_with_status_zero(

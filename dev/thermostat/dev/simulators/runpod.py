@@ -4,6 +4,9 @@ One threaded HTTP server on loopback serves three surfaces:
   /v2/...                       the REST v2 paths and shapes (bearer auth, problem+json errors)
   /proxy/{podId}-{port}/metrics each pod's public proxy in front of vLLM (Cloudflare's UA rule, 404 while
                                 not RUNNING, 502 while the model loads or vLLM is dead)
+  /proxy/{podId}-{port}/...     for a pool pod (created with an `image` by a simulator given
+                                `machine_command`): a real worker process, forwarded to while RUNNING,
+                                502 once it died, 524 past `proxy_timeout_seconds` (Cloudflare's 100 s)
   /_sim/...                     JSON control: volumes, catalogue, faults, pods, vLLM driving, request log
 
 Clients point RUNPOD_V2_BASE_URL at `{url}/v2` and the proxy template at `{url}/proxy/{podId}-{port}`.
@@ -20,14 +23,15 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote
 
 from thermostat.dev.simulators.faults import Fault, Hold, fault_from_json
+from thermostat.dev.simulators.machines import REFERENCE_WORKER, forward
 from thermostat.dev.simulators.runpod_catalog import (
     DEFAULT_TEMPLATE_ID,
     DEFAULT_VOLUME_ID,
@@ -60,6 +64,7 @@ class RecordedRequest:
     body: str
     json_body: object
     received_at: float
+    raw_body: bytes | None = field(default=None, repr=False)  # the bytes as sent, for forwarding to a machine
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -155,6 +160,7 @@ class _Handler(BaseHTTPRequestHandler):
             body=content.decode("utf-8", errors="replace"),
             json_body=_decode(content),
             received_at=time.time(),
+            raw_body=content,
         )
         simulator._record(request)
         fault = None if raw_path.startswith("/_sim") else simulator._take_fault(self.command, raw_path)
@@ -211,8 +217,13 @@ class RunPodSimulator:
         volumes: Mapping[str, str] | None = None,
         request_log_size: int = 10_000,
         clock: Callable[[], float] = time.time,
+        machine_command: Sequence[str] | None = None,
     ) -> None:
-        """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping."""
+        """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping.
+
+        `machine_command` (e.g. REFERENCE_WORKER) makes every pod created with an `image` run that command as
+        its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
+        """
         self._api_key = api_key
         self._host = host
         self._requested_port = port
@@ -224,6 +235,7 @@ class RunPodSimulator:
             catalogue=self._initial_catalogue,
             volumes=self._initial_volumes,
             clock=clock,
+            machine_command=machine_command,
         )
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
@@ -250,6 +262,7 @@ class RunPodSimulator:
         if server is None or thread is None:
             return
         self._stopping.set()
+        self.world.kill_machines()
         server.shutdown()
         server.server_close()
         thread.join()
@@ -344,6 +357,14 @@ class RunPodSimulator:
 
     def revive_vllm(self, pod_id: str) -> None:
         self.world.set_vllm_alive(pod_id, True)
+
+    def kill_machine(self, pod_id: str) -> None:
+        """The pool pod's worker process dies; the pod stays RUNNING and its proxy answers 502."""
+        self.world.kill_machine(pod_id)
+
+    def pod_env(self, pod_id: str) -> dict[str, str]:
+        """The env a pod was created with (a pool pod's machine runs with it)."""
+        return self.world.pod_env(pod_id)
 
     def pod(self, pod_id: str) -> dict[str, object]:
         """pod is the pod's current v2 JSON (as GET /v2/pods/{id} would answer), KeyError if unknown."""
@@ -498,12 +519,30 @@ class RunPodSimulator:
 
     def _proxy(self, request: RecordedRequest, path: list[str]) -> Answer:
         not_found: Answer = 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
+        if path and "-" in path[0] and self.world.has_machine(path[0].rpartition("-")[0]):
+            return self._to_machine(request, path, not_found)
         if len(path) != 2 or path[1] != "metrics" or request.method != "GET" or "-" not in path[0]:
             return not_found
         pod_id, _, port = path[0].rpartition("-")
         if not port.isdigit():
             return not_found
         return self.world.metrics(pod_id, int(port), request.headers.get("user-agent", ""))
+
+    def _to_machine(self, request: RecordedRequest, path: list[str], not_found: Answer) -> Answer:
+        pod_id, _, port = path[0].rpartition("-")
+        machine_port = self.world.machine_port(pod_id, int(port)) if port.isdigit() else None
+        if machine_port is None:
+            return not_found
+        if machine_port < 0:
+            return 502, {"Content-Type": "text/html; charset=utf-8"}, b"<html>502 Bad Gateway</html>\n"
+        prefix = request.path.split("/", 3)
+        rest = "/" + prefix[3] if len(prefix) > 3 else "/"
+        target = rest + (f"?{request.query}" if request.query else "")
+        content = request.raw_body if request.raw_body is not None else request.body.encode()
+        return forward(
+            machine_port, request.method, target, request.headers, content,
+            timeout=self.world.settings.proxy_timeout_seconds, timeout_status=524,
+        )
 
     def _control(self, request: RecordedRequest, path: list[str]) -> Answer:
         body = request.json_body if isinstance(request.json_body, dict) else {}
@@ -585,6 +624,8 @@ class RunPodSimulator:
             self.set_in_flight(pod_id, int(body.get("running", 0)), int(body.get("waiting", 0)))
         elif verb == "vllm":
             self.world.set_vllm_alive(pod_id, bool(body.get("alive", True)))
+        elif verb == "kill-machine":
+            self.kill_machine(pod_id)
         else:
             raise ValueError(f"unknown pod control {verb!r}")
         return 200, next(state for state in self.pods() if state["id"] == pod_id)
@@ -629,6 +670,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--terminated-linger-seconds", type=float, default=30.0)
     parser.add_argument("--allow-any-user-agent", action="store_true", help="turn off the Cloudflare UA rule")
     parser.add_argument("--volume", action="append", default=[], metavar="ID=DATACENTER", help="add a network volume")
+    parser.add_argument("--machines", action="store_true",
+                        help="pods created with an image run the reference worker behind the proxy (the pool)")
     parser.add_argument("--stopped-pod", action="store_true", help=f"seed an EXITED pod on volume {DEFAULT_VOLUME_ID}")
     return parser.parse_args(argv)
 
@@ -647,7 +690,8 @@ def main(argv: list[str] | None = None) -> int:
         volume_id, _, datacenter_id = entry.partition("=")
         volumes[volume_id] = datacenter_id
     simulator = RunPodSimulator(
-        api_key=args.api_key, host=args.host, port=args.port, settings=settings, volumes=volumes
+        api_key=args.api_key, host=args.host, port=args.port, settings=settings, volumes=volumes,
+        machine_command=REFERENCE_WORKER if args.machines else None,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)

@@ -12,10 +12,11 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
+from thermostat.dev.simulators.machines import SimMachine
 from thermostat.dev.simulators.runpod_catalog import (
     DEFAULT_DATACENTER_ID,
     DEFAULT_TEMPLATE_ID,
@@ -42,6 +43,8 @@ ALLOWED_ACTIONS: dict[str, tuple[str, ...]] = {
 }
 _BILLING = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+# cpu3g and its siblings come in powers of two (worker-pool seed, "The RunPod backend")
+CPU_VCPU_COUNTS = (2, 4, 8, 16, 32)
 
 
 class ApiError(Exception):
@@ -72,6 +75,8 @@ class SimSettings:
     model_name: str = "Qwen/Qwen2.5-Coder-32B-Instruct"
     metrics_style: str = "recent"
     vllm_port: int = 8000
+    # Cloudflare in front of the pod proxy ends a request after 100 s with a 524 (provider-apis.md §1)
+    proxy_timeout_seconds: float = 100.0
 
     def to_json(self) -> dict[str, object]:
         return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
@@ -140,6 +145,9 @@ class SimPod:
     vllm: VllmCounters = field(default_factory=lambda: VllmCounters(started_at=0.0))
     vllm_dead: bool = False
     patch: dict[str, object] = field(default_factory=dict)
+    cpu_id: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    machine: SimMachine | None = None  # an image pod of a simulator given a machine command: a real worker
 
     def serves_port(self, port: int) -> bool:
         return any(_port_number(entry) == port for entry in self.ports)
@@ -163,8 +171,10 @@ class PodWorld:
         catalogue: Iterable[SimGpu],
         volumes: Mapping[str, str],
         clock: Callable[[], float] = time.time,
+        machine_command: Sequence[str] | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self._machine_command = tuple(machine_command) if machine_command else None
         self.settings = settings
         self._catalogue: dict[str, SimGpu] = {gpu.id: gpu for gpu in catalogue}
         self._volumes: dict[str, str] = dict(volumes)
@@ -191,6 +201,8 @@ class PodWorld:
             pod.vllm = VllmCounters(started_at=at)
         if status == "TERMINATED":
             pod.terminated_at = at
+            if pod.machine is not None:
+                pod.machine.kill()
 
     def _advance(self, pod: SimPod, now: float) -> None:
         following = {"PROVISIONING": ("provisioning", "STARTING"), "STARTING": ("starting", "RUNNING")}
@@ -324,7 +336,12 @@ class PodWorld:
                 image=request.image,
                 ports=request.ports or [f"{self.settings.vllm_port}/http"],
                 network_mounts=request.mounts,
+                cpu_id=request.cpu_id,
+                env=request.env,
             )
+            if self._machine_command is not None and request.image is not None and request.template_id is None:
+                # the pod's container: booted at create, reachable through the proxy once RUNNING
+                pod.machine = SimMachine(self._machine_command, request.env)
             self._pods[pod.id] = pod
             self._advance(pod, now)
             return self._v2(pod, now)
@@ -391,6 +408,31 @@ class PodWorld:
             if pod.status != "TERMINATED":
                 self._enter(pod, "TERMINATED", now)
             self._tick()
+
+    def machine_port(self, pod_id: str, port: int) -> int | None:
+        """The loopback port of the worker behind {podId}-{port}; None when the proxy has nothing to reach."""
+        with self.lock:
+            self._tick()
+            pod = self._pods.get(pod_id)
+            if pod is None or pod.machine is None or pod.status != "RUNNING" or not pod.serves_port(port):
+                return None
+            return pod.machine.port if pod.machine.alive else -1
+
+    def has_machine(self, pod_id: str) -> bool:
+        with self.lock:
+            pod = self._pods.get(pod_id)
+            return pod is not None and pod.machine is not None
+
+    def kill_machine(self, pod_id: str) -> None:
+        """The pod's worker dies (kill -9); the pod itself stays RUNNING and billed, as a crashed container does."""
+        with self.lock:
+            machine = self._control_pod(pod_id).machine
+        if machine is not None:
+            machine.kill()
+
+    def pod_env(self, pod_id: str) -> dict[str, str]:
+        with self.lock:
+            return dict(self._control_pod(pod_id).env)
 
     def metrics(self, pod_id: str, port: int, user_agent: str) -> tuple[int, dict[str, str], bytes]:
         """metrics is the pod proxy in front of vLLM's /metrics, with Cloudflare's and vLLM's failure modes."""
@@ -549,8 +591,15 @@ class PodWorld:
             now = self._tick()
             return [self.pod_state(pod, now) for pod in self._pods.values()]
 
+    def kill_machines(self) -> None:
+        with self.lock:
+            for pod in self._pods.values():
+                if pod.machine is not None:
+                    pod.machine.kill()
+
     def reset(self, *, catalogue: Iterable[SimGpu], volumes: Mapping[str, str], settings: SimSettings) -> None:
         with self.lock:
+            self.kill_machines()
             self._pods.clear()
             self._next_ids.clear()
             self._catalogue = {gpu.id: gpu for gpu in catalogue}
@@ -567,6 +616,8 @@ class _CreateRequest:
     gpu_id: str | None
     gpu_count: int
     vcpu_count: int | None
+    cpu_id: str | None
+    env: dict[str, str]
     datacenter_ids: list[str]
     ports: list[str]
     mounts: list[dict[str, str]]
@@ -587,7 +638,7 @@ class _CreateRequest:
         cloud = body.get("cloud", "SECURE")
         if cloud not in ("SECURE", "COMMUNITY"):
             raise ApiError(400, "Bad Request", "cloud must be SECURE or COMMUNITY")
-        gpu_id, gpu_count, vcpu_count = None, 0, None
+        gpu_id, gpu_count, vcpu_count, cpu_id = None, 0, None, None
         gpu, cpu = body.get("gpu"), body.get("cpu")
         if gpu is not None:
             count = gpu.get("count", 1) if isinstance(gpu, dict) else None
@@ -600,10 +651,18 @@ class _CreateRequest:
             vcpus = cpu.get("vcpuCount", 2) if isinstance(cpu, dict) else None
             if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus < 1:
                 raise ApiError(400, "Bad Request", "cpu must be an object with a positive vcpuCount")
+            if vcpus not in CPU_VCPU_COUNTS:
+                counts = ", ".join(map(str, CPU_VCPU_COUNTS))
+                raise ApiError(400, "Bad Request", f"cpu.vcpuCount must be one of {counts}")
             vcpu_count = vcpus
+            flavor = cpu.get("id") if isinstance(cpu, dict) else None
+            cpu_id = flavor if isinstance(flavor, str) else None
         datacenter_ids = body.get("dataCenterIds", [])
         if not isinstance(datacenter_ids, list) or not all(isinstance(dc, str) for dc in datacenter_ids):
             raise ApiError(400, "Bad Request", "dataCenterIds must be a list of strings")
+        env = body.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ApiError(400, "Bad Request", "env must be an object of strings")
         ports = body.get("ports", [])
         if not isinstance(ports, list) or not all(isinstance(p, str) and _port_number(p) for p in ports):
             raise ApiError(400, "Bad Request", 'ports must be a list like ["8000/http"]')
@@ -615,6 +674,8 @@ class _CreateRequest:
             gpu_id=gpu_id,
             gpu_count=gpu_count,
             vcpu_count=vcpu_count,
+            cpu_id=cpu_id,
+            env=dict(env),
             datacenter_ids=list(datacenter_ids),
             ports=list(ports),
             mounts=_read_mounts(body.get("mounts")),

@@ -113,3 +113,4 @@ class CreateResult:
     pod_id: str | None = None
     retry_after_seconds: float | None = None
     detail: str | None = None
+    datacenter_id: str | None = None  # the answer's dataCenterId: None until the scheduler places the pod

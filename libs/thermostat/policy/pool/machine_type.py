@@ -8,7 +8,8 @@ gpu_count is a 400 naming the field"), and every error names the entry by index 
 numbers, never strings, and never booleans (Python's `True` is an int; `"max_workers": true` is not 1).
 
 Defaults, chosen for a pool that should not bill for idle machines by accident:
-- `backend` "local" (a child process on this host; `docker`, `runpod` and `fly` come with the next issue).
+- `backend` "local" (a child process on this host); `docker`, `runpod` and `fly` are checked against this
+  deployment's settings and the providers' limits by `backends.check_backends` after parsing.
 - `cpus`, `memory_mb`, `disk_gb` unset: the machine may take the whole host (worker-pool seed: Isolation).
 - `gpu_type` unset, `gpu_count` 1 (read only with a `gpu_type`).
 - `max_workers` unset: no per-tenant ceiling (right for a single-tenant pool, wrong for a hosted one).
@@ -50,7 +51,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 class BackendKind(StrEnum):
-    """BackendKind names who provides a machine: `local` now; docker, runpod and fly with the next issue."""
+    """BackendKind names who provides a machine: a local process, a Docker container, a RunPod pod, a Fly Machine."""
 
     LOCAL = "local"
     DOCKER = "docker"

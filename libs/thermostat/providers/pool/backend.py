@@ -1,5 +1,6 @@
-"""The Backend protocol: start / stop / health and nothing else (worker-pool seed: "the pool does not know which it is
-talking to"). Local processes now; Docker, RunPod and Fly satisfy the same protocol with the next issue.
+"""The Backend protocol: start / stop / health and nothing else (worker-pool seed: "the pool does not know which it
+is talking to"). Local processes, Docker containers, RunPod pods and Fly Machines satisfy it (local.py, docker.py,
+runpod.py, fly.py); settings.py builds them from the environment.
 
 - `start` boots one machine for a `MachineSpec` and returns its handle once the provider has accepted it
   (not once it is healthy: the pool polls `health` until the boot timeout). A start that fails raises
@@ -17,6 +18,9 @@ from typing import Protocol
 from thermostat.policy.pool.machine_type import MachineType
 
 WORKER_TOKEN_VARIABLE = "STRATA_WORKER_TOKEN"  # noqa: S105 - a variable name, not a secret
+# The port a machine's worker listens on inside its container / pod / VM (POOL_WORKER_PORT); the worker image
+# binds it (worker-pool seed, "The worker contract").
+DEFAULT_WORKER_PORT = 8080
 
 
 class BackendError(Exception):

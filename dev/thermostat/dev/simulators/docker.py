@@ -1,0 +1,386 @@
+"""Docker Engine API simulator on a UNIX socket, for the Docker backend's tests and `make run`.
+
+Serves the calls the pool makes (notes/provider-apis.md §4), with or without a `/v1.NN` prefix:
+  POST /containers/create?name=   201 {Id, Warnings}; 404 "No such image: …" for an image it does not have,
+                                  409 for a name in use, 400 for a body without Image
+  POST /containers/{id}/start     204; 304 already running; 500 with the image's start error (the container
+                                  stays "created", as the daemon leaves it)
+  GET  /containers/{id}/json      State {Status, Running, ExitCode, Pid}, Config {Image, Env, Labels},
+                                  HostConfig as sent, NetworkSettings.Ports with the chosen host port
+  POST /containers/{id}/stop?t=   204; 304 not running
+  DELETE /containers/{id}?force=  204; 409 running without force
+  GET  /_ping, GET /version
+Every request is recorded (`requests()`), bodies decoded, so a test pins shapes field by field.
+
+An image is a name mapped to the command that plays the container: by default `strata-worker:latest` runs
+the reference worker (`python -m thermostat.worker`) as a real child process on a free loopback port; that
+port is what the simulator reports as the daemon-chosen host port of every published port. `images={...,
+"broken:latest": ImageSpec(start_error="…")}` makes a start fail with the daemon's message. A machine killed
+(`kill_machine`) reads "exited".
+
+Standalone: `python -m thermostat.dev.simulators.docker --socket /tmp/docker-sim.sock` (then
+`POOL_DOCKER_SOCKET=/tmp/docker-sim.sock`); `--image NAME=COMMAND` adds an image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import signal
+import socketserver
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from types import FrameType, TracebackType
+from typing import Any, Self
+from urllib.parse import unquote
+
+from thermostat.dev.simulators.machines import REFERENCE_WORKER, Answer, SimMachine
+from thermostat.dev.simulators.runpod import RecordedRequest
+
+DEFAULT_IMAGE = "strata-worker:latest"
+DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSpec:
+    """ImageSpec is what a simulated image does when started: run `command`, or fail with `start_error`."""
+
+    command: tuple[str, ...] = REFERENCE_WORKER
+    start_error: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class SimContainer:
+    id: str
+    name: str
+    image: str
+    env: list[str]
+    labels: dict[str, str]
+    exposed_ports: dict[str, object]
+    host_config: dict[str, Any]
+    status: str = "created"
+    exit_code: int = 0
+    machine: SimMachine | None = None
+    stop_timeouts: list[str] = field(default_factory=list)
+
+    def refresh(self) -> None:
+        if self.status == "running" and self.machine is not None and not self.machine.alive:
+            self.status, self.exit_code = "exited", 137
+
+
+def _json(status: int, body: object) -> Answer:
+    return status, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+def _error(status: int, message: str) -> Answer:
+    return _json(status, {"message": message})
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: str, simulator: DockerSimulator) -> None:
+        self.simulator = simulator
+        super().__init__(path, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+
+    def address_string(self) -> str:  # a UNIX socket peer has no address
+        return "unix"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("docker simulator: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        raw_path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        content = self.rfile.read(length) if length > 0 else b""
+        try:
+            decoded: object = json.loads(content) if content else None
+        except (ValueError, UnicodeDecodeError):
+            decoded = None
+        request = RecordedRequest(
+            method=self.command,
+            path=raw_path,
+            query=query,
+            headers={name.lower(): value for name, value in self.headers.items()},
+            body=content.decode("utf-8", errors="replace"),
+            json_body=decoded,
+            received_at=time.time(),
+            raw_body=content,
+        )
+        try:
+            status, headers, body = self.server.simulator._handle(request)
+        except Exception:
+            _log.exception("docker simulator: %s %s failed", self.command, raw_path)
+            status, headers, body = _error(500, "simulator error")
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+
+class DockerSimulator:
+    """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
+
+    def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
+        self.socket_path = socket_path
+        self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
+        self._lock = threading.RLock()
+        self._containers: dict[str, SimContainer] = {}
+        self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        self._server = _Server(self.socket_path, self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="docker-sim", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and kill every machine still running (nothing outlives the simulator)."""
+        if self._server is not None and self._thread is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+            self._server = self._thread = None
+        self.reset()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- control ---------------------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Kill every machine, forget every container and the request log."""
+        with self._lock:
+            for container in self._containers.values():
+                if container.machine is not None:
+                    container.machine.kill()
+            self._containers.clear()
+            self._requests.clear()
+
+    def add_image(self, name: str, spec: ImageSpec | None = None) -> None:
+        with self._lock:
+            self._images[name] = spec or ImageSpec()
+
+    def containers(self) -> list[SimContainer]:
+        with self._lock:
+            for container in self._containers.values():
+                container.refresh()
+            return list(self._containers.values())
+
+    def running(self) -> list[SimContainer]:
+        """Containers whose machine is running: what would be billing."""
+        return [container for container in self.containers() if container.status == "running"]
+
+    def container(self, container_id: str) -> SimContainer:
+        with self._lock:
+            return self._containers[container_id]
+
+    def kill_machine(self, container_id: str) -> None:
+        """The container's process dies (kill -9): it reads exited from now on."""
+        machine = self.container(container_id).machine
+        if machine is not None:
+            machine.kill()
+
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    # --- the Engine API --------------------------------------------------------------------------------------
+
+    def _handle(self, request: RecordedRequest) -> Answer:
+        with self._lock:
+            self._requests.append(request)
+        segments = [unquote(part) for part in request.path.split("/")[1:]]
+        if segments and segments[0].startswith("v1."):
+            segments = segments[1:]
+        params = request.params
+        method = request.method
+        if segments == ["_ping"]:
+            return 200, {"Content-Type": "text/plain; charset=utf-8", "Api-Version": "1.47"}, b"OK"
+        if segments == ["version"]:
+            return _json(200, {"ApiVersion": "1.47", "MinAPIVersion": "1.24", "Version": "simulated"})
+        if segments == ["containers", "create"] and method == "POST":
+            return self._create(request.json_body, (params.get("name") or [""])[0])
+        if len(segments) >= 2 and segments[0] == "containers":
+            container_id, verb = segments[1], segments[2] if len(segments) > 2 else ""
+            with self._lock:
+                container = self._find(container_id)
+                if container is None:
+                    return _error(404, f"No such container: {container_id}")
+                container.refresh()
+                if verb == "json" and method == "GET":
+                    return _json(200, self._inspect(container))
+                if verb == "start" and method == "POST":
+                    return self._start(container)
+                if verb == "stop" and method == "POST":
+                    return self._stop(container, (params.get("t") or ["10"])[0])
+                if verb == "" and method == "DELETE":
+                    return self._delete(container, (params.get("force") or ["false"])[0] in ("1", "true"))
+        return _error(404, f"page not found: {method} {request.path}")
+
+    def _find(self, reference: str) -> SimContainer | None:
+        if reference in self._containers:
+            return self._containers[reference]
+        return next((c for c in self._containers.values() if c.name == reference), None)
+
+    def _create(self, body: object, name: str) -> Answer:
+        if not isinstance(body, dict) or not isinstance(body.get("Image"), str) or not body["Image"]:
+            return _error(400, "config cannot be empty in order to create a container")
+        image = body["Image"]
+        with self._lock:
+            if image not in self._images:
+                return _error(404, f"No such image: {image}")
+            if name and self._find(name) is not None:
+                return _error(409, f'Conflict. The container name "/{name}" is already in use.')
+            container_id = secrets.token_hex(32)
+            host_config = body.get("HostConfig")
+            self._containers[container_id] = SimContainer(
+                id=container_id,
+                name=name or f"sim_{container_id[:12]}",
+                image=image,
+                env=[item for item in body.get("Env") or [] if isinstance(item, str)],
+                labels=dict(body.get("Labels") or {}),
+                exposed_ports=dict(body.get("ExposedPorts") or {}),
+                host_config=dict(host_config) if isinstance(host_config, dict) else {},
+            )
+        return _json(201, {"Id": container_id, "Warnings": []})
+
+    def _start(self, container: SimContainer) -> Answer:
+        if container.status == "running":
+            return 304, {}, b""
+        image = self._images[container.image]
+        if image.start_error is not None:
+            return _error(500, image.start_error)
+        env = dict(item.split("=", 1) for item in container.env if "=" in item)
+        container.machine = SimMachine(image.command, env)
+        container.status, container.exit_code = "running", 0
+        return 204, {}, b""
+
+    def _stop(self, container: SimContainer, timeout: str) -> Answer:
+        container.stop_timeouts.append(timeout)
+        if container.status != "running":
+            return 304, {}, b""
+        if container.machine is not None:
+            container.machine.terminate(float(timeout) if timeout.lstrip("-").isdigit() else 10.0)
+        container.status, container.exit_code = "exited", 143
+        return 204, {}, b""
+
+    def _delete(self, container: SimContainer, force: bool) -> Answer:
+        if container.status == "running" and not force:
+            return _error(409, f"cannot remove container {container.name}: container is running: stop the "
+                               "container before removing or force remove")
+        if container.machine is not None:
+            container.machine.kill()
+        del self._containers[container.id]
+        return 204, {}, b""
+
+    def _inspect(self, container: SimContainer) -> dict[str, object]:
+        running = container.status == "running" and container.machine is not None
+        bindings = container.host_config.get("PortBindings") or {}
+        ports: dict[str, object] = {}
+        if running and container.machine is not None:
+            for port, wanted in bindings.items():
+                host_ip = wanted[0].get("HostIp", "") if isinstance(wanted, list) and wanted else ""
+                ports[port] = [{"HostIp": host_ip or "0.0.0.0", "HostPort": str(container.machine.port)}]
+        return {
+            "Id": container.id,
+            "Name": f"/{container.name}",
+            "State": {
+                "Status": container.status,
+                "Running": running,
+                "ExitCode": container.exit_code,
+                "Pid": container.machine.pid if running and container.machine is not None else 0,
+            },
+            "Config": {
+                "Image": container.image,
+                "Env": list(container.env),
+                "Labels": dict(container.labels),
+                "ExposedPorts": dict(container.exposed_ports),
+            },
+            "HostConfig": dict(container.host_config),
+            "NetworkSettings": {"Ports": ports},
+        }
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.docker",
+                                     description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--socket", default=DEFAULT_SOCKET, help="the UNIX socket to serve on")
+    parser.add_argument("--image", action="append", default=[], metavar="NAME=COMMAND",
+                        help=f"an image and the command that plays it ({DEFAULT_IMAGE} runs the reference worker)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    images = {DEFAULT_IMAGE: ImageSpec()}
+    for entry in args.image:
+        name, _, command = entry.partition("=")
+        images[name] = ImageSpec(command=tuple(shlex.split(command)))
+    simulator = DockerSimulator(args.socket, images=images).start()
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    print("docker simulator ready", flush=True)
+    print(f"POOL_DOCKER_SOCKET={simulator.socket_path}", flush=True)
+    stop.wait()
+    simulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

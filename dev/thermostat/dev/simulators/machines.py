@@ -1,0 +1,93 @@
+"""Simulated machines: the reference worker (or any command) as a real child process on a loopback port.
+
+The Docker, Fly and RunPod simulators run one per container / machine / pod, so a job sent through a
+backend reaches a real worker over a real socket. The child gets PATH, the machine's environment as the
+provider was asked for it, and `STRATA_WORKER_PORT` set to a free loopback port (the simulator's stand-in for
+the port the provider publishes). `forward` relays one HTTP request to a machine, the way a provider's proxy
+does, and answers 502 when nothing listens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+REFERENCE_WORKER: tuple[str, ...] = (sys.executable, "-m", "thermostat.worker")
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
+     "content-length"}
+)  # fmt: skip
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class SimMachine:
+    """SimMachine is one running child process listening on `port`."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        self.port = free_port()
+        child_env = {"PATH": os.environ.get("PATH", ""), **env, "STRATA_WORKER_PORT": str(self.port)}
+        self._process = subprocess.Popen(
+            list(argv),
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the machine's process group at once (a machine that died)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+
+    def terminate(self, grace_seconds: float) -> None:
+        """SIGTERM, wait up to the grace, then SIGKILL (a container stop)."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(grace_seconds)
+        self.kill()
+
+
+def forward(
+    port: int, method: str, path: str, headers: Mapping[str, str], body: bytes, *, timeout: float, timeout_status: int
+) -> Answer:
+    """Relay one request to 127.0.0.1:port; 502 when the machine does not answer, `timeout_status` past `timeout`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        sent = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
+        connection.request(method, path, body=body or None, headers=sent)
+        response = connection.getresponse()
+        content = response.read()
+        kept = {name: value for name, value in response.getheaders() if name.lower() not in _HOP_BY_HOP}
+        return response.status, kept, content
+    except TimeoutError:
+        return timeout_status, {"Content-Type": "text/plain; charset=utf-8"}, f"error code: {timeout_status}\n".encode()
+    except OSError:
+        return 502, {"Content-Type": "text/html; charset=utf-8"}, b"<html>502 Bad Gateway</html>\n"
+    finally:
+        connection.close()

@@ -1,0 +1,82 @@
+"""Which backends a catalogue may name, and what each provider cannot do: the catalogue's second check.
+
+`parse_catalogue` checks each field on its own; `check_backends` then checks the parsed catalogue against
+this deployment and the providers' hard limits, before anything is stored (a 400 with every error, each
+naming the entry and the field, like the field checks):
+- A type naming a backend that is not configured is refused, saying which setting is missing: a type
+  nobody can start would queue jobs that fail only at boot. `local` is always configured.
+- A runpod type whose `job_timeout_seconds` exceeds 100 is refused: RunPod's proxy (Cloudflare) ends any
+  request after 100 s with a 524, and the pool's call to a worker lasts the whole job, so a longer job
+  fails however high its timeout is set (worker-pool seed, "The RunPod backend").
+- A runpod CPU type (no gpu_type) asking for more than 32 cpus is refused: RunPod's CPU pods come in
+  2, 4, 8, 16 or 32 vCPUs, and the backend rounds up to the next of those.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+
+from thermostat.policy.pool.machine_type import (
+    BackendKind,
+    Catalogue,
+    CatalogueError,
+    CatalogueRejected,
+)
+
+RUNPOD_PROXY_LIMIT_SECONDS = 100.0
+RUNPOD_VCPU_COUNTS = (2, 4, 8, 16, 32)
+RUNPOD_MAX_VCPUS = RUNPOD_VCPU_COUNTS[-1]
+
+# What to set for each backend, named in the refusal when the shell passes no more precise reason.
+REQUIRED_SETTINGS: Mapping[BackendKind, str] = {
+    BackendKind.DOCKER: "POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST) naming a Docker daemon's socket",
+    BackendKind.RUNPOD: "POOL_RUNPOD_API_KEY (or RUNPOD_API_KEY)",
+    BackendKind.FLY: "FLY_API_TOKEN, POOL_FLY_APP and POOL_FLY_REGION",
+}
+
+
+def runpod_vcpu_count(cpus: float | None) -> int | None:
+    """The vCPU count a RunPod CPU pod is created with: cpus rounded up to 2, 4, 8, 16 or 32; unset is 2;
+    None when more than 32 are asked for."""
+    wanted = 0.0 if cpus is None else cpus
+    return next((count for count in RUNPOD_VCPU_COUNTS if count >= math.ceil(wanted)), None)
+
+
+def check_backends(
+    catalogue: Catalogue,
+    *,
+    configured: Collection[BackendKind],
+    missing_settings: Mapping[BackendKind, str] | None = None,
+) -> Catalogue | CatalogueRejected:
+    """The catalogue as given, or every reason it cannot be served by this deployment.
+
+    `configured` is the set of backends this process can start machines on (local is always among them);
+    `missing_settings` may say, per unconfigured backend, what exactly is missing (the shell knows, e.g.
+    "POOL_FLY_REGION"); otherwise REQUIRED_SETTINGS names everything the backend needs.
+    """
+    errors: list[CatalogueError] = []
+    available = {*configured, BackendKind.LOCAL}
+    for index, machine_type in enumerate(catalogue.types):
+
+        def refuse(field: str, message: str, index: int = index, name: str = machine_type.name) -> None:
+            errors.append(CatalogueError(index=index, name=name, field=field, message=message))
+
+        backend = machine_type.backend
+        if backend not in available:
+            setting = (missing_settings or {}).get(backend) or REQUIRED_SETTINGS.get(backend, "its settings")
+            refuse("backend", f"the {backend.value} backend is not configured: set {setting}")
+        if backend is BackendKind.RUNPOD:
+            if machine_type.job_timeout_seconds > RUNPOD_PROXY_LIMIT_SECONDS:
+                refuse(
+                    "job_timeout_seconds",
+                    f"must be at most {RUNPOD_PROXY_LIMIT_SECONDS:g} seconds for the runpod backend, got "
+                    f"{machine_type.job_timeout_seconds:g}: RunPod's proxy ends any request after "
+                    f"{RUNPOD_PROXY_LIMIT_SECONDS:g} s (HTTP 524) and a job is one request; run longer jobs on "
+                    "docker or fly",
+                )
+            if machine_type.gpu_type is None and runpod_vcpu_count(machine_type.cpus) is None:
+                refuse("cpus", f"must be at most {RUNPOD_MAX_VCPUS} for a runpod CPU pod, got {machine_type.cpus:g}")
+    if errors:
+        return CatalogueRejected(errors=tuple(errors))
+    return catalogue

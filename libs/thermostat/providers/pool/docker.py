@@ -1,0 +1,205 @@
+"""DockerBackend: machines as containers on a Docker daemon, over the Engine API's UNIX socket with httpx.
+
+No Docker SDK: every request is a plain HTTP call whose shape a test pins against the simulator
+(thermostat.dev.simulators.docker). notes/provider-apis.md §4 has the API facts.
+
+Theory of operation:
+- start: `POST /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the
+  worker token, labels naming the pool, the machine type and the machine, the worker port exposed and
+  published on 127.0.0.1 with `HostPort: ""` (the daemon picks a free host port), and `NanoCpus` / `Memory`
+  only when the type sets cpus / memory_mb (0 would mean "no limit" to the daemon: an unset limit is left
+  out, never sent as 0). Then `POST /containers/{id}/start`, then `GET /containers/{id}/json` for the host
+  port the daemon chose. The pool does not pull: an image not on the host fails with the daemon's own
+  "No such image" message. A container that was created but would not start (or whose port cannot be read,
+  or whose start was cancelled) is force-removed before the error is raised, so nothing is left behind.
+- stop: `POST /containers/{id}/stop?t=5`, then `DELETE /containers/{id}?force=true`; a 404 from either (the
+  container is already gone) and a 304 from stop (already stopped) are success.
+- health: the daemon reports the container running, and its worker answers `GET /health` with 200.
+- Errors name the machine (or container) and carry the daemon's `message`, bounded and scrubbed of the
+  worker token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from typing import Any, Final
+
+import httpx
+
+from thermostat.providers.pool.backend import DEFAULT_WORKER_PORT, Backend, BackendError, MachineHandle, MachineSpec
+from thermostat.providers.pool.provider_errors import machine_subject, provider_error
+from thermostat.providers.pool.worker_client import WorkerClient
+
+DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
+# 1.41 (Engine 20.10) is inside every current daemon's supported range (moby's default minimum is 1.40).
+DOCKER_API_VERSION: Final = "v1.41"
+STOP_TIMEOUT_SECONDS: Final = 5
+LABEL_POOL: Final = "thermostat.pool"
+LABEL_MACHINE_TYPE: Final = "thermostat.machine_type"
+LABEL_MACHINE_ID: Final = "thermostat.machine_id"
+LOOPBACK: Final = "127.0.0.1"
+
+_log = logging.getLogger(__name__)
+
+
+def docker_socket_path(*, pool_docker_socket: str | None, docker_host: str | None) -> str:
+    """POOL_DOCKER_SOCKET, else a unix:// DOCKER_HOST, else /var/run/docker.sock (a tcp:// host is not used)."""
+    if pool_docker_socket and pool_docker_socket.strip():
+        return pool_docker_socket.strip()
+    if docker_host and docker_host.strip().startswith("unix://"):
+        return docker_host.strip().removeprefix("unix://")
+    return DEFAULT_DOCKER_SOCKET
+
+
+def create_body(spec: MachineSpec, *, pool: str, worker_port: int) -> dict[str, Any]:
+    """The `POST /containers/create` body for one machine (pure, pinned field by field by the tests)."""
+    machine_type = spec.machine_type
+    port = f"{worker_port}/tcp"
+    host_config: dict[str, Any] = {"PortBindings": {port: [{"HostIp": LOOPBACK, "HostPort": ""}]}}
+    if machine_type.cpus is not None:
+        host_config["NanoCpus"] = math.ceil(machine_type.cpus * 1_000_000_000)
+    if machine_type.memory_mb is not None:
+        host_config["Memory"] = machine_type.memory_mb * 1024 * 1024
+    return {
+        "Image": machine_type.image,
+        "Env": [f"{name}={value}" for name, value in spec.env().items()],
+        "Labels": {LABEL_POOL: pool, LABEL_MACHINE_TYPE: machine_type.name, LABEL_MACHINE_ID: spec.machine_id},
+        "ExposedPorts": {port: {}},
+        "HostConfig": host_config,
+    }
+
+
+def container_name(spec: MachineSpec, *, pool: str) -> str:
+    return f"{pool}-{spec.machine_type.name}-{spec.machine_id}"
+
+
+class DockerBackend:
+    """DockerBackend starts one container per machine on the daemon behind `socket_path`."""
+
+    def __init__(
+        self,
+        worker: WorkerClient,
+        *,
+        socket_path: str = DEFAULT_DOCKER_SOCKET,
+        pool: str = "thermostat",
+        worker_port: int = DEFAULT_WORKER_PORT,
+        timeout_seconds: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._worker = worker
+        self._pool = pool
+        self._worker_port = worker_port
+        self.socket_path = socket_path
+        self._http = httpx.AsyncClient(
+            transport=transport or httpx.AsyncHTTPTransport(uds=socket_path),
+            base_url=f"http://docker/{DOCKER_API_VERSION}",
+            timeout=httpx.Timeout(timeout_seconds),
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"DockerBackend(socket_path={self.socket_path!r}, pool={self._pool!r})"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def start(self, spec: MachineSpec) -> MachineHandle:
+        subject = machine_subject(spec.machine_id, spec.machine_type.name)
+        secrets = (spec.worker_token,)
+        body = create_body(spec, pool=self._pool, worker_port=self._worker_port)
+        name = container_name(spec, pool=self._pool)
+        created = await self._call(
+            "POST", "/containers/create", subject, "create", secrets, params={"name": name}, json=body
+        )
+        if created.status_code != 201:
+            raise _refused(created, subject, "create", secrets)
+        container_id = _read(created).get("Id")
+        if not isinstance(container_id, str) or not container_id:
+            raise BackendError(f"docker: {subject}: create answered without a container id")
+        try:
+            started = await self._call("POST", f"/containers/{container_id}/start", subject, "start", secrets)
+            if started.status_code not in (204, 304):
+                raise _refused(started, subject, "start", secrets)
+            port = await self._published_port(container_id, subject, secrets)
+        except BaseException:
+            # a container that will not start is removed, not left behind (shielded: a cancelled boot too)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._remove(container_id))
+            raise
+        return MachineHandle(provider_id=container_id, endpoint=f"http://{LOOPBACK}:{port}", region=None)
+
+    async def _published_port(self, container_id: str, subject: str, secrets: tuple[str, ...]) -> int:
+        inspected = await self._call("GET", f"/containers/{container_id}/json", subject, "inspect", secrets)
+        if inspected.status_code != 200:
+            raise _refused(inspected, subject, "inspect", secrets)
+        settings = _read(inspected).get("NetworkSettings")
+        ports = settings.get("Ports") if isinstance(settings, dict) else None
+        bindings = ports.get(f"{self._worker_port}/tcp") if isinstance(ports, dict) else None
+        for binding in bindings if isinstance(bindings, list) else []:
+            host_port = binding.get("HostPort") if isinstance(binding, dict) else None
+            if isinstance(host_port, str) and host_port.isdigit():
+                return int(host_port)
+        raise BackendError(f"docker: {subject}: the daemon published no host port for {self._worker_port}/tcp")
+
+    async def stop(self, provider_id: str) -> None:
+        subject = f"container {provider_id}"
+        stopped = await self._call(
+            "POST", f"/containers/{provider_id}/stop", subject, "stop", (), params={"t": str(STOP_TIMEOUT_SECONDS)}
+        )
+        if stopped.status_code not in (204, 304, 404):
+            raise _refused(stopped, subject, "stop", ())
+        await self._remove(provider_id)
+
+    async def _remove(self, container_id: str) -> None:
+        subject = f"container {container_id}"
+        removed = await self._call(
+            "DELETE", f"/containers/{container_id}", subject, "remove", (), params={"force": "true"}
+        )
+        if removed.status_code not in (204, 404):
+            raise _refused(removed, subject, "remove", ())
+
+    async def health(self, handle: MachineHandle) -> bool:
+        try:
+            inspected = await self._http.get(f"/containers/{handle.provider_id}/json")
+        except httpx.HTTPError:
+            return False
+        state = _read(inspected).get("State") if inspected.status_code == 200 else None
+        if not isinstance(state, dict) or state.get("Running") is not True:
+            return False
+        return await self._worker.health(handle.endpoint)
+
+    async def _call(
+        self, method: str, path: str, subject: str, what: str, secrets: tuple[str, ...], **kwargs: Any
+    ) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            # the exception's text could quote the request; only its class leaves this function
+            raise provider_error(
+                "docker", subject, what, f"daemon at {self.socket_path} did not answer ({type(error).__name__})",
+                secrets=secrets,
+            ) from None
+        _log.debug("docker %s %s -> %d", method, path, response.status_code)
+        return response
+
+
+def _read(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[str, ...]) -> BackendError:
+    message = _read(response).get("message")
+    text = message if isinstance(message, str) and message else response.text
+    return provider_error("docker", subject, f"{what} HTTP {response.status_code}", text, secrets=secrets)
+
+
+def _conforms(backend: DockerBackend) -> Backend:
+    """DockerBackend satisfies the Backend protocol (checked by mypy here)."""
+    return backend

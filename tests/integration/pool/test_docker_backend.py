@@ -1,0 +1,195 @@
+"""The Docker backend against the Engine API simulator on a UNIX socket: request shapes, lifecycle, refusals."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.fixtures.polling import eventually
+from tests.integration.pool.conftest import MACHINE_TOKEN, spec
+from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
+from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.policy.pool.job_outcome import ReplyKind
+from thermostat.policy.pool.machine_type import BackendKind, MachineType
+from thermostat.providers.pool.backend import BackendError, MachineHandle
+from thermostat.providers.pool.docker import DockerBackend, docker_socket_path
+from thermostat.providers.pool.worker_client import WorkerClient
+
+
+def docker_type(**fields: object) -> MachineType:
+    return MachineType(**{"name": "cpu-small", "image": DEFAULT_IMAGE, "backend": BackendKind.DOCKER, **fields})
+
+
+@pytest.fixture(scope="module")
+def running_daemon() -> Iterator[DockerSimulator]:
+    folder = tempfile.mkdtemp(prefix="dsim", dir="/tmp")  # AF_UNIX paths are short: pytest's tmp_path may not fit
+    images = {DEFAULT_IMAGE: ImageSpec(), "broken:1": ImageSpec(start_error="OCI runtime create failed: exec: "
+                                                                               '"worker": executable file not found')}
+    try:
+        with DockerSimulator(f"{folder}/docker.sock", images=images) as simulator:
+            yield simulator
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(running_daemon: DockerSimulator) -> Iterator[DockerSimulator]:
+    running_daemon.reset()
+    yield running_daemon
+    running_daemon.reset()
+
+
+@pytest.fixture
+async def backend(daemon: DockerSimulator, client: WorkerClient) -> AsyncIterator[DockerBackend]:
+    docker = DockerBackend(client, socket_path=daemon.socket_path, pool="pool-a", worker_port=8080)
+    yield docker
+    await docker.aclose()
+
+
+def calls(daemon: DockerSimulator) -> list[tuple[str, str, str]]:
+    return [(r.method, r.path, r.query) for r in daemon.requests()]
+
+
+def create_request(daemon: DockerSimulator) -> RecordedRequest:
+    return next(r for r in daemon.requests() if r.path.endswith("/containers/create"))
+
+
+async def healthy(backend: DockerBackend, handle: MachineHandle) -> None:
+    async def probe() -> bool | None:
+        return True if await backend.health(handle) else None
+
+    await eventually(probe, timeout=20, every=0.05)
+
+
+def test_socket_is_pool_setting_then_unix_docker_host_then_the_default() -> None:
+    """POOL_DOCKER_SOCKET wins; a unix:// DOCKER_HOST is next; a tcp:// host is not a socket."""
+    assert docker_socket_path(pool_docker_socket="/s/pool.sock", docker_host="unix:///s/host.sock") == "/s/pool.sock"
+    assert docker_socket_path(pool_docker_socket=None, docker_host="unix:///s/host.sock") == "/s/host.sock"
+    assert docker_socket_path(pool_docker_socket=" ", docker_host="tcp://10.0.0.1:2375") == "/var/run/docker.sock"
+    assert docker_socket_path(pool_docker_socket=None, docker_host=None) == "/var/run/docker.sock"
+
+
+async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """Create carries image, env + token, labels, the port on loopback with a daemon-chosen host port."""
+    machine = spec(docker_type(env={"CELL": "on"}))
+    handle = await backend.start(machine)
+    assert calls(daemon) == [
+        ("POST", "/v1.41/containers/create", f"name=pool-a-cpu-small-{machine.machine_id}"),
+        ("POST", f"/v1.41/containers/{handle.provider_id}/start", ""),
+        ("GET", f"/v1.41/containers/{handle.provider_id}/json", ""),
+    ]
+    body = create_request(daemon).json_body
+    assert body == {
+        "Image": DEFAULT_IMAGE,
+        "Env": ["CELL=on", f"STRATA_WORKER_TOKEN={MACHINE_TOKEN}"],
+        "Labels": {
+            "thermostat.pool": "pool-a",
+            "thermostat.machine_type": "cpu-small",
+            "thermostat.machine_id": machine.machine_id,
+        },
+        "ExposedPorts": {"8080/tcp": {}},
+        "HostConfig": {"PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}},
+    }
+    port = daemon.container(handle.provider_id).machine.port  # type: ignore[union-attr]
+    assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://127.0.0.1:{port}", region=None)
+
+
+async def test_limits_are_sent_only_when_set(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """cpus become NanoCpus and memory_mb bytes; the daemon records them as sent."""
+    handle = await backend.start(spec(docker_type(cpus=1.5, memory_mb=512)))
+    host_config = create_request(daemon).json_body["HostConfig"]  # type: ignore[index]
+    assert host_config["NanoCpus"] == 1_500_000_000
+    assert host_config["Memory"] == 512 * 1024 * 1024
+    assert daemon.container(handle.provider_id).host_config["NanoCpus"] == 1_500_000_000
+
+
+async def test_unset_limits_are_omitted_never_zero(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """An unset limit is absent: 0 would also mean unlimited, but says something the type did not."""
+    await backend.start(spec(docker_type()))
+    host_config = create_request(daemon).json_body["HostConfig"]  # type: ignore[index]
+    assert "NanoCpus" not in host_config
+    assert "Memory" not in host_config
+
+
+async def test_catalogue_token_never_replaces_the_minted_one(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """A STRATA_WORKER_TOKEN in the type's env is overwritten by the machine's own."""
+    await backend.start(spec(docker_type(env={"STRATA_WORKER_TOKEN": "from-catalogue"})))
+    assert create_request(daemon).json_body["Env"] == [f"STRATA_WORKER_TOKEN={MACHINE_TOKEN}"]  # type: ignore[index]
+
+
+async def test_machine_boots_runs_a_job_and_is_destroyed(
+    daemon: DockerSimulator, backend: DockerBackend, client: WorkerClient
+) -> None:
+    """start → health → a real execute through the worker client → stop (gone); a second stop is a no-op."""
+    handle = await backend.start(spec(docker_type()))
+    await healthy(backend, handle)
+    reply = await client.execute(handle.endpoint, MACHINE_TOKEN, b"job payload", deadline_seconds=10)
+    assert (reply.kind, reply.status, reply.body) == (ReplyKind.ANSWERED, 200, b"job payload")
+    daemon.clear_requests()
+    await backend.stop(handle.provider_id)
+    assert calls(daemon) == [
+        ("POST", f"/v1.41/containers/{handle.provider_id}/stop", "t=5"),
+        ("DELETE", f"/v1.41/containers/{handle.provider_id}", "force=true"),
+    ]
+    assert daemon.containers() == []
+    assert not await backend.health(handle)
+    await backend.stop(handle.provider_id)  # 404 from both calls: already gone
+
+
+async def test_machine_that_dies_reads_unhealthy(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """Killing the container's process makes the daemon report it exited, and health false."""
+    handle = await backend.start(spec(docker_type()))
+    await healthy(backend, handle)
+    daemon.kill_machine(handle.provider_id)
+    assert not await backend.health(handle)
+    assert daemon.container(handle.provider_id).status == "exited"
+
+
+async def test_missing_image_fails_with_the_daemons_message(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """The pool does not pull: an image not on the host is the daemon's own "No such image", nothing created."""
+    machine = spec(docker_type(image="not-here:1"))
+    with pytest.raises(BackendError) as refused:
+        await backend.start(machine)
+    assert str(refused.value) == (
+        f"docker: machine {machine.machine_id} (type cpu-small): create HTTP 404: No such image: not-here:1"
+    )
+    assert daemon.containers() == []
+    assert [r.path for r in daemon.requests() if "/images/" in r.path] == []
+
+
+async def test_container_that_will_not_start_is_removed(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """A failed start surfaces the daemon's message and force-removes the container it created."""
+    with pytest.raises(BackendError, match="start HTTP 500: OCI runtime create failed") as refused:
+        await backend.start(spec(docker_type(image="broken:1")))
+    assert MACHINE_TOKEN not in str(refused.value)
+    assert daemon.containers() == []
+    assert calls(daemon)[-1][0] == "DELETE"
+
+
+async def test_daemon_message_is_bounded_and_never_carries_the_token(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """A daemon that echoes the environment in a long error does not leak the token into the job's error."""
+    daemon.add_image("echoes:1", ImageSpec(start_error=f"bad env STRATA_WORKER_TOKEN={MACHINE_TOKEN} " + "x" * 2000))
+    with pytest.raises(BackendError) as refused:
+        await backend.start(spec(docker_type(image="echoes:1")))
+    message = str(refused.value)
+    assert MACHINE_TOKEN not in message
+    assert "STRATA_WORKER_TOKEN=<redacted>" in message
+    assert len(message) < 450
+
+
+async def test_unreachable_daemon_names_the_socket_and_the_machine(client: WorkerClient) -> None:
+    """No daemon behind the socket is a BackendError naming where the backend looked."""
+    docker = DockerBackend(client, socket_path="/tmp/no-such-docker.sock")
+    try:
+        machine = spec(docker_type())
+        with pytest.raises(BackendError, match=rf"machine {machine.machine_id}.*/tmp/no-such-docker.sock"):
+            await docker.start(machine)
+    finally:
+        await docker.aclose()
