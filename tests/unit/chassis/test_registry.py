@@ -42,6 +42,8 @@ def test_every_service_package_under_services_is_registered_and_every_entry_has_
 def test_the_import_contracts_list_exactly_the_registered_services() -> None:
     assert sorted(_contract("services never import each other")["modules"]) == RUNNABLE  # type: ignore[arg-type]
     assert sorted(_contract("libs never import services")["forbidden_modules"]) == RUNNABLE  # type: ignore[arg-type]
+    assert sorted(_contract("services reach the database only through their repository")["source_modules"]) == PACKAGES  # type: ignore[arg-type]
+    assert sorted(_contract("services import only the house's runtime libraries")["source_modules"]) == PACKAGES  # type: ignore[arg-type]
     runtime = _contract("runtime never imports dev tooling")["source_modules"]
     assert set(PACKAGES) <= set(runtime)  # type: ignore[arg-type]
 
