@@ -17,6 +17,7 @@ import pkgutil
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf import descriptor_pool
 from grpc import aio
@@ -45,6 +46,8 @@ class ServiceSpec:
     on_stop: Sequence[Hook] = ()
     # extra names served by reflection (e.g. every Thermostat service, for grpcurl through the edge)
     reflection_names: Sequence[str] = ()
+    # grpc server options (e.g. the pool's raised message sizes for payloads over grpcio's 4 MiB default)
+    grpc_options: Sequence[tuple[str, Any]] = ()
 
 
 class ServiceHost:
@@ -54,7 +57,8 @@ class ServiceHost:
         self.spec = spec
         self.probe_seconds = probe_seconds
         self.health = health.aio.HealthServicer()
-        self.server = aio.server(interceptors=[RequestContextInterceptor(), AuthInterceptor(spec.auth_rules)])
+        self.server = aio.server(interceptors=[RequestContextInterceptor(), AuthInterceptor(spec.auth_rules)],
+                                 options=list(spec.grpc_options))
         self.port = 0
         self._probe: asyncio.Task[None] | None = None
         self._draining = False
