@@ -195,6 +195,8 @@ class Dispatcher:
                 await self.repo.recover_own(self.owner)
         if self._listener is not None:
             with contextlib.suppress(Exception):
+                await self._listener.remove_listener("pool_jobs_done", self._on_job_done)
+                await self._listener.remove_listener("pool_catalogue", self._on_catalogue)
                 await self.repo.pool.release(self._listener)
             self._listener = None
         with contextlib.suppress(Exception):

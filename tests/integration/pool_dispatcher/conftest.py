@@ -35,6 +35,12 @@ def local_type(name: str = "local", **fields: Any) -> dict[str, Any]:
             **fields}
 
 
+def sleepy_type(name: str = "sleepy", **fields: Any) -> dict[str, Any]:
+    """A type whose worker sleeps for the payload's `seconds` (a bare number or {"seconds": n})."""
+    env = {"STRATA_WORKER_HANDLER": "sleep", "STRATA_WORKER_SLEEP_SECONDS": "0", **fields.pop("env", {})}
+    return local_type(name, env=env, **fields)
+
+
 def caller(tenant: str | None = "acme", token: str | None = API_TOKEN, **extra: str) -> tuple[tuple[str, str], ...]:
     metadata = []
     if token is not None:
