@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
@@ -144,7 +144,7 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._scaler: asyncio.Task[None] | None = None
         self._waiters = _Waiters()
-        self._listener: asyncpg.Connection | None = None
+        self._listener: PoolConnectionProxy | None = None
         self._idle_since: dict[str, float] = {}
         self._placing = asyncio.Lock()
         self._place_again = False
@@ -203,7 +203,7 @@ class Dispatcher:
             await self._keeper.release()
 
     def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)  # type: ignore[assignment]
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -217,10 +217,10 @@ class Dispatcher:
         await connection.add_listener("pool_catalogue", self._on_catalogue)
         self._listener = connection
 
-    def _on_job_done(self, _c: object, _pid: int, _channel: str, payload: str) -> None:
-        self._waiters.wake(payload)
+    def _on_job_done(self, _c: object, _pid: int, _channel: str, payload: object) -> None:
+        self._waiters.wake(str(payload))
 
-    def _on_catalogue(self, _c: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_catalogue(self, _c: object, _pid: int, _channel: str, payload: object) -> None:
         if not self._closing:
             self._spawn(self.refresh_catalogue(), "pool-catalogue-refresh")
 

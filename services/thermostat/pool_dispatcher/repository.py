@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from thermostat.policy.pool.machines import Machine, MachineState
 from thermostat.policy.pool.queue_order import QueuedJob
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
+Conn = asyncpg.Connection | PoolConnectionProxy
 Q = load_sql(Path(__file__).with_name("queries.sql"))
 
 PLACEMENT_LOCK = "lock_placement"
@@ -144,6 +146,13 @@ class StoredResult:
     result: bytes | None
 
 
+def _one(row: asyncpg.Record | None) -> asyncpg.Record:
+    """The row a statement that always returns one returned."""
+    if row is None:
+        raise RuntimeError("the statement returned no row")
+    return row
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -180,9 +189,9 @@ class PoolRepository:
                      session_id: str | None, timeout_seconds: float, payload: bytes, owner: Owner,
                      trace: dict[str, str]) -> tuple[JobView, Assignment | None]:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["submit"], uuid.UUID(job_id), tenant_id, machine_type, image, priority,
+            row = _one(await c.fetchrow(Q["submit"], uuid.UUID(job_id), tenant_id, machine_type, image, priority,
                                    session_id, timeout_seconds, payload, owner.instance, owner.term,
-                                   trace.get("traceparent"), trace.get("tracestate"))
+                                   trace.get("traceparent"), trace.get("tracestate")))
         job = _job(row)
         if job.state != "running" or job.worker_id is None:
             return job, None
@@ -194,9 +203,9 @@ class PoolRepository:
                        duration_seconds: float, owner: Owner, retire: bool, take_next: bool, tenant_id: str,
                        machine_type: str) -> Completion:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["complete"], uuid.UUID(job_id), uuid.UUID(machine_id), state, result, error,
+            row = _one(await c.fetchrow(Q["complete"], uuid.UUID(job_id), uuid.UUID(machine_id), state, result, error,
                                    duration_seconds, owner.instance, owner.term, retire, take_next, tenant_id,
-                                   machine_type)
+                                   machine_type))
         next_job = None if row["id"] is None else _assignment(row, machine_id)
         return Completion(job_state=row["job_state"], machine_state=row["machine_state"],
                           provider_id=row["provider_id"],
@@ -213,16 +222,16 @@ class PoolRepository:
         return None if row is None else (row["endpoint"], row["token"])
 
     # placement: the caller holds one transaction under the placement lock
-    async def lock_placement(self, c: asyncpg.Connection) -> None:
+    async def lock_placement(self, c: Conn) -> None:
         await c.execute(Q[PLACEMENT_LOCK])
 
-    async def demand(self, c: asyncpg.Connection) -> list[Demand]:
+    async def demand(self, c: Conn) -> list[Demand]:
         rows = await c.fetch(Q["demand"])
         return [Demand(tenant_id=r["tenant_id"], machine_type=r["machine_type"], queued=r["queued"],
                        head=QueuedJob(id=str(r["id"]), priority=r["priority"], sequence=r["queue_seq"]))
                 for r in rows]
 
-    async def fleet(self, c: asyncpg.Connection | None = None) -> list[FleetMachine]:
+    async def fleet(self, c: Conn | None = None) -> list[FleetMachine]:
         if c is None:
             async with borrow(self.pool) as own:
                 rows = await own.fetch(Q["fleet"])
@@ -230,12 +239,12 @@ class PoolRepository:
             rows = await c.fetch(Q["fleet"])
         return [FleetMachine(machine=_machine(r), job_id=_text(r["job_id"])) for r in rows]
 
-    async def insert_machine(self, c: asyncpg.Connection, *, machine_id: str, tenant_id: str, machine_type: str,
+    async def insert_machine(self, c: Conn, *, machine_id: str, tenant_id: str, machine_type: str,
                              image: str, backend: str, token: str, owner: Owner, cool_down_seconds: float,
                              assign_job: bool) -> str | None:
         """Insert a starting machine; returns the id of the queued job assigned to it, if any."""
-        row = await c.fetchrow(Q["insert_machine"], uuid.UUID(machine_id), tenant_id, machine_type, image, backend,
-                               token, owner.instance, owner.term, assign_job, cool_down_seconds)
+        row = _one(await c.fetchrow(Q["insert_machine"], uuid.UUID(machine_id), tenant_id, machine_type, image, backend,
+                               token, owner.instance, owner.term, assign_job, cool_down_seconds))
         return _text(row["job_id"])
 
     async def record_started(self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None,
@@ -345,7 +354,7 @@ class PoolRepository:
     async def replace_catalogue(self, types_json: str, names: Sequence[str]) -> tuple[int, int]:
         """Store the catalogue; (its version, queued jobs failed for removed types)."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["replace_catalogue"], types_json, list(names))
+            row = _one(await c.fetchrow(Q["replace_catalogue"], types_json, list(names)))
         return row["version"], row["failed"]
 
     async def lapsed_owners(self, owner: Owner) -> list[Owner]:
@@ -355,10 +364,10 @@ class PoolRepository:
 
     async def reclaim(self, lapsed: Owner, owner: Owner) -> tuple[int, int]:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["reclaim"], lapsed.instance, lapsed.term, owner.instance, owner.term)
+            row = _one(await c.fetchrow(Q["reclaim"], lapsed.instance, lapsed.term, owner.instance, owner.term))
         return row["jobs"], row["machines"]
 
     async def recover_own(self, owner: Owner) -> tuple[int, int]:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["recover_own"], owner.instance, owner.term)
+            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term))
         return row["jobs"], row["machines"]

@@ -16,9 +16,11 @@ Theory of operation:
 - Children do not outlive the pool: each asks the kernel for SIGKILL when its parent dies
   (prctl PR_SET_PDEATHSIG, Linux; it fires when the *thread* that started the child ends, which is the
   event loop's thread) and checks that the parent is still there after asking. A small launcher
-  interpreter applies that and the limits, then execs the command (no Python runs between fork and exec). Each runs in its own
-  session and process group, so Ctrl-C in a terminal reaches the pool, which stops its machines in order,
-  and `stop` signals the whole group (a worker's own children included).
+  interpreter applies that and the limits, then execs the command (no Python runs between fork and exec).
+  Each runs in its own session and process group, so Ctrl-C in a terminal reaches the pool, which stops its
+  machines in order, and `stop` signals the whole group (a worker's own children included). A provider id
+  another dispatcher process on this host started (rows move between processes) is stopped by signalling
+  its group, and its health is asked of its worker.
 - `stop` sends SIGTERM, waits `stop_grace_seconds`, then SIGKILL; it is idempotent, and a provider id this
   backend did not start (a child of an earlier pool process, which died with it) is already gone.
 - `health` is "the process is alive and its worker answers GET /health with 200".
