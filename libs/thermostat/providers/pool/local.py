@@ -22,7 +22,7 @@ Theory of operation:
   another dispatcher process on this host started (rows move between processes) is stopped by signalling
   its group, and its health is asked of its worker.
 - `stop` sends SIGTERM, waits `stop_grace_seconds`, then SIGKILL; it is idempotent, and a provider id this
-  backend did not start (a child of an earlier pool process, which died with it) is already gone.
+  backend did not start is signalled by group (see above).
 - `health` is "the process is alive and its worker answers GET /health with 200".
 """
 
