@@ -29,7 +29,7 @@ from thermostat.policy.pool.submit_options import SubmitError, parse_submit_quer
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .dispatcher import Dispatcher
-from .repository import JobView
+from .repository import JobView, UsageView, WorkerView
 
 log = logging.getLogger("thermostat.pool_dispatcher.servicer")
 
@@ -65,6 +65,20 @@ def job_json(job: JobView) -> dict[str, Any]:
             "worker_id": job.worker_id, "timeout_seconds": job.timeout_seconds, "error": job.error,
             "started_at": _epoch(job.started_at), "completed_at": _epoch(job.completed_at),
             "has_result": job.has_result}
+
+
+def worker_json(w: WorkerView) -> dict[str, Any]:
+    """A machine as the REST listing prints it: never its endpoint, host or token."""
+    return {"id": w.id, "tenant_id": w.tenant_id, "machine_type": w.machine_type, "image": w.image,
+            "backend": w.backend, "state": w.state, "region": w.region, "session_id": w.session_id,
+            "job_id": w.job_id, "created_at": _epoch(w.created_at), "warm_at": _epoch(w.warm_at),
+            "last_active_at": _epoch(w.last_active_at), "health_misses": w.health_misses}
+
+
+def usage_json(e: UsageView) -> dict[str, Any]:
+    return {"position": e.position, "job_id": e.job_id, "tenant_id": e.tenant_id, "machine_type": e.machine_type,
+            "worker_id": e.worker_id, "terminal_state": e.terminal_state, "duration_seconds": e.duration_seconds,
+            "started_at": _epoch(e.started_at), "ended_at": _epoch(e.ended_at)}
 
 
 def job_message(job: JobView) -> pool_pb2.Job:
@@ -278,14 +292,27 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                     setattr(item, name, getattr(w, name).timestamp())
         return response
 
-    async def ListUsage(self, request: pool_pb2.ListUsageRequest,
-                        context: grpc.aio.ServicerContext) -> pool_pb2.ListUsageResponse:
+    async def ListWorkersJson(self, request: pool_pb2.ListWorkersJsonRequest,
+                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        tenant = await self._scope(request.tenant_id, context)
+        return _json_body([worker_json(w) for w in await self.d.repo.list_workers(tenant)])
+
+    async def ListUsageJson(self, request: pool_pb2.ListUsageJsonRequest,
+                            context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        events = await self._usage(request, context)
+        return _json_body([usage_json(e) for e in events])
+
+    async def _usage(self, request: Any, context: grpc.aio.ServicerContext) -> list[UsageView]:
         tenant = await self._scope(request.tenant_id, context)
         if request.after_position < 0 or request.page_size < 0:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                          "after_position and page_size must not be negative", 422)
         size = min(request.page_size or DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE)
-        events = await self.d.repo.list_usage(tenant, request.after_position, size)
+        return await self.d.repo.list_usage(tenant, request.after_position, size)
+
+    async def ListUsage(self, request: pool_pb2.ListUsageRequest,
+                        context: grpc.aio.ServicerContext) -> pool_pb2.ListUsageResponse:
+        events = await self._usage(request, context)
         response = pool_pb2.ListUsageResponse(next_position=events[-1].position if events
                                               else request.after_position)
         for e in events:

@@ -173,3 +173,13 @@ async def test_pool_health_needs_no_token_and_counts_machines_by_state(pool: Run
     health = await pool.stub.GetPoolHealth(pool_pb2.GetPoolHealthRequest())
     assert list(health.machine_types) == ["local"]
     assert dict(health.machines) == {"warm": 1}
+
+
+async def test_the_rest_listings_are_top_level_json_arrays_with_nulls(pool: RunningPool) -> None:
+    await pool.run(b"x")
+    workers = json.loads((await pool.stub.ListWorkersJson(pool_pb2.ListWorkersJsonRequest(),
+                                                          metadata=caller())).data)
+    assert [w["state"] for w in workers] == ["warm"] and workers[0]["region"] is None and workers[0]["job_id"] is None
+    assert "endpoint" not in workers[0] and "token" not in workers[0]
+    usage = json.loads((await pool.stub.ListUsageJson(pool_pb2.ListUsageJsonRequest(), metadata=caller())).data)
+    assert [e["terminal_state"] for e in usage] == ["completed"] and usage[0]["position"] >= 1
