@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
+
+import psutil
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
@@ -130,12 +131,9 @@ async def test_a_lapsed_instance_has_its_jobs_failed_and_its_machines_stopped_wi
 
         async def gone() -> bool | None:
             try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+                return True if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else None
+            except psutil.NoSuchProcess:
                 return True
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # alpha's own child: reap the zombie
-            return None
 
         await eventually(gone, timeout=10)
         assert (await alpha.job(job.id)).state == "failed"  # alpha's late completion wrote nothing

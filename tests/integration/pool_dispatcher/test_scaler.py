@@ -120,7 +120,7 @@ async def test_a_hint_starts_one_machine_and_a_repeat_is_no_demand(pool_store: S
         assert await hint(pool, "local") == (False, "no_demand", "202")
         await until(pool, ["warm"])
         assert await hint(pool, "local") == (False, "no_demand", "202")
-        _, metadata = await pool.run(b"x")  # the hinted machine takes the job
+        await pool.run(b"x")  # the hinted machine takes the job
         assert len(await pool.workers()) == 1
 
 

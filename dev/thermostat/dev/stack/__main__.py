@@ -16,7 +16,6 @@ from thermostat.chassis.registry import SERVICES
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
 
-
 DEMO_CATALOGUE = [{"name": "local", "image": f"{sys.executable} -m thermostat.worker", "backend": "local",
                    "max_workers": 2, "cool_down_seconds": 120}]
 """Without POOL_MACHINE_TYPES, the pool serves one local type running the reference worker (echo), so a newcomer
