@@ -301,18 +301,23 @@ WHERE owner <> $1 AND NOT EXISTS (
 
 -- name: reclaim
 -- Take over a lapsed instance's rows: its dispatched and running jobs fail with the reason (no usage:
--- they never reported), its machines become this process's to stop.
-WITH failed AS (
+-- they never reported), its machines become this process's to stop. The lapse is judged again inside the
+-- statement, so an instance that renewed since lapsed_owners read it keeps its rows.
+WITH lapsed AS (
+    SELECT 1 WHERE NOT EXISTS (
+        SELECT 1 FROM leases l
+        WHERE l.name = 'pool-instance:' || $1 AND l.holder = $1 AND l.term = $2 AND l.expires_at > now())
+), failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
         error = 'dispatcher instance ' || $1 || ' stopped answering (its lease lapsed) while the job was in flight'
-    WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running')
+    WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running') AND EXISTS (SELECT 1 FROM lapsed)
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
     SET state = 'stopping', owner = $3, owner_term = $4, job_id = NULL,
         last_error = 'reclaimed from dispatcher instance ' || $1
-    WHERE owner = $1 AND owner_term = $2
+    WHERE owner = $1 AND owner_term = $2 AND EXISTS (SELECT 1 FROM lapsed)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;

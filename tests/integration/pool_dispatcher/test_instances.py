@@ -156,3 +156,17 @@ async def test_a_restart_under_the_same_instance_id_takes_its_rows_back_at_once(
                 failed = await again.job(job.id)
                 assert failed.state == "failed" and "restarted" in failed.error
                 assert await again.usage() == []
+
+
+async def test_an_instance_that_renewed_after_being_read_as_lapsed_keeps_its_rows(database_url: str) -> None:
+    """Reclaim judges the lapse again inside its statement: read lapsed, then renewed, then reclaim: nothing moves."""
+    async with instance(database_url, "alpha", [local_type()]) as (alpha, store), \
+            instance(database_url, "beta", [local_type()]) as (beta, _):
+        await alpha.run(b"warm up")
+        await store.pool.execute("UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1",
+                                 lease_name("alpha"))
+        [lapsed] = await beta.dispatcher.repo.lapsed_owners(beta.dispatcher.owner)
+        await store.pool.execute("UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1",
+                                 lease_name("alpha"))
+        assert await beta.dispatcher.repo.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
+        assert [w.state for w in await alpha.workers()] == ["warm"]
