@@ -21,6 +21,7 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from thermostat.pool.v1 import pool_pb2
+from thermostat.providers.pool.backend import BackendError
 from thermostat.store.db import Store
 
 
@@ -207,3 +208,27 @@ async def test_a_stored_catalogue_replaces_the_configured_one_on_start(pool_stor
         catalogue = json.loads((await restarted.stub.GetMachineTypes(pool_pb2.GetMachineTypesRequest(),
                                                                      metadata=ADMIN)).data)
         assert [t["name"] for t in catalogue] == ["stored"]
+
+
+async def test_a_failed_stop_keeps_the_row_counted_and_the_next_pass_retries_it(pool_store: Store) -> None:
+    clock = FakeClock()
+    env = pool_env([local_type(cool_down_seconds=0)], POOL_MAX_WORKERS_TOTAL="1")
+    async with start_pool(pool_store, env, clock=clock) as pool:
+        await pool.run(b"x", tenant="acme")
+        real_stop = pool.backend.stop
+        refusals = []
+
+        async def refuse_once(provider_id: str) -> None:
+            if not refusals:
+                refusals.append(provider_id)
+                raise BackendError("provider said no")
+            await real_stop(provider_id)
+
+        pool.backend.stop = refuse_once  # type: ignore[method-assign]
+        await pool.dispatcher.reap()
+        assert await states(pool) == ["stopping"]  # still there, still counted against the fleet cap
+        assert await hint(pool, "local", tenant="globex") == (False, "fleet_cap", "202")
+        await pool.dispatcher.scaler_pass()  # the retry stops it and forgets the row
+        assert await states(pool) == []
+        assert pool.backend.pid(refusals[0]) is None
+        assert await hint(pool, "local", tenant="globex") == (True, None, "202")
