@@ -26,6 +26,7 @@ from thermostat.dev.simulators.runpod import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = {"X-Rig-Operator-Token": "e2e-operator"}
+POOL = {"Authorization": "Bearer e2e-pool", "X-Strata-Tenant": "e2e"}
 SIM_KEY = "sim-key-for-the-unconfigured-stack"
 
 
@@ -35,8 +36,10 @@ class DevStack:
     def __init__(self, data_dir: Path, env: Mapping[str, str | None]) -> None:
         full = {**os.environ, "THERMOSTAT_DATA_DIR": str(data_dir), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
                 "RUNPOD_SIMULATOR_PORT": "0", "POD_CONTROLLER_PORT": "0", "IDLE_MONITOR_PORT": "0",
-                "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"]}
-        for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY", "RUNPOD_VOLUME_ID"):
+                "POOL_DISPATCHER_PORT": "0", "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
+                "STRATA_POOL_TOKEN": POOL["Authorization"].removeprefix("Bearer ")}
+        for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY", "RUNPOD_VOLUME_ID", "POOL_MACHINE_TYPES",
+                     "STRATA_POOL_ADMIN_TOKEN"):
             full.pop(name, None)
         full.update({k: v for k, v in env.items() if v is not None})
         self.data_dir = data_dir
@@ -54,7 +57,7 @@ class DevStack:
         started = time.monotonic()
         for line in self.proc.stdout:
             self.output.append(line)
-            service = re.match(r"\s+(pod-controller|idle-monitor)\s+127\.0\.0\.1:(\d+)", line)
+            service = re.match(r"\s+(pod-controller|idle-monitor|pool-dispatcher)\s+127\.0\.0\.1:(\d+)", line)
             if service:
                 self.ports[service.group(1)] = int(service.group(2))
             match = re.search(r"edge \(REST \+ gRPC\)\s+(http://127\.0\.0\.1:\d+)", line)
@@ -62,7 +65,7 @@ class DevStack:
                 self.edge = match.group(1)
             if "Ctrl-C stops everything" in line or time.monotonic() - started > 60:
                 break
-        assert self.edge and len(self.ports) == 2, "".join(self.output[-40:])
+        assert self.edge and len(self.ports) == 3, "".join(self.output[-40:])
         return self.edge
 
     def follow(self) -> None:
@@ -131,10 +134,15 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
         stack = DevStack(data_dir, {})
         try:
             edge = stack.wait_up()
+            # the demo catalogue's local type: a job boots a reference worker, which Ctrl-C must stop too
+            job = httpx.post(f"{edge}/v1/jobs/sync?machine_type=local", content=b"hello", headers=POOL, timeout=30)
+            assert (job.status_code, job.content) == (200, b"hello")
             children = psutil.Process(stack.proc.pid).children(recursive=True)
             names = {" ".join(c.cmdline()[1:4]) for c in children if c.is_running()}
             assert any("thermostat.pod_controller" in n for n in names)
             assert any("thermostat.idle_monitor" in n for n in names)
+            assert any("thermostat.pool_dispatcher" in n for n in names)
+            assert any("thermostat.worker" in n for n in names)
             assert any("thermostat.dev.simulators.runpod" in n for n in names)
             assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
             pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()

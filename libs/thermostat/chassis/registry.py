@@ -64,7 +64,16 @@ IDLE_MONITOR = ServiceDef(
     health_service="thermostat.monitor.v1.IdleMonitor",
     rest_prefixes=("/api/pods/",),
 )
-SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR)
+POOL_DISPATCHER = ServiceDef(
+    name="pool-dispatcher",
+    package="thermostat.pool_dispatcher",
+    port_env="POOL_DISPATCHER_PORT",
+    default_port=50063,
+    public_services=("thermostat.pool.v1.PoolDispatcher",),
+    health_service="thermostat.pool.v1.PoolDispatcher",
+    rest_prefixes=("/v1/",),
+)
+SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER)
 
 PROGRAMS: tuple[str, ...] = ("thermostat.worker",)
 """Runnable packages under services/ that are not gRPC services of the house: the reference worker runs inside

@@ -17,6 +17,7 @@ import pkgutil
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf import descriptor_pool
 from grpc import aio
@@ -57,6 +58,8 @@ class ServiceSpec:
     @property
     def internal(self) -> frozenset[str]:
         return internal_service_names() | frozenset(self.internal_services)
+    # grpc server options (e.g. the pool's raised message sizes for payloads over grpcio's 4 MiB default)
+    grpc_options: Sequence[tuple[str, Any]] = ()
 
 
 class ServiceHost:
@@ -78,7 +81,8 @@ class ServiceHost:
         internal = spec.internal
         self.server = aio.server(interceptors=[
             RequestContextInterceptor(),
-            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal})])
+            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal})],
+            options=list(spec.grpc_options))
         served_internal = sorted(internal & set(spec.service_names))
         if served_internal and not spec.internal_token:
             log.warning("%s: %s is unset: every call to %s is refused (fail closed) until the service restarts "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -14,6 +15,11 @@ from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
+
+DEMO_CATALOGUE = [{"name": "local", "image": f"{sys.executable} -m thermostat.worker", "backend": "local",
+                   "max_workers": 2, "cool_down_seconds": 120}]
+"""Without POOL_MACHINE_TYPES, the pool serves one local type running the reference worker (echo), so a newcomer
+can submit a job right away."""
 
 
 def _port(name: str, default: int) -> int:
@@ -35,6 +41,13 @@ async def main() -> int:
         # start/stop refuse everyone without an operator token (fail closed); the demo mints one per run
         generated_token = secrets.token_urlsafe(18)
         os.environ["RIG_OPERATOR_TOKEN"] = generated_token
+    generated_pool_token = None
+    if not os.environ.get("STRATA_POOL_TOKEN"):
+        # the pool refuses every job route without an API token; the demo mints one per run, as above
+        generated_pool_token = secrets.token_urlsafe(18)
+        os.environ["STRATA_POOL_TOKEN"] = generated_pool_token
+    if not os.environ.get("POOL_MACHINE_TYPES"):
+        os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE)
     try:
         edge_port = listen_port_from_env(os.environ)
     except ValueError as error:
@@ -66,6 +79,9 @@ async def main() -> int:
         if generated_token:
             print(f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
                   f"  export RIG_OPERATOR_TOKEN={generated_token}\n", flush=True)
+        if generated_pool_token:
+            print(f"  STRATA_POOL_TOKEN was unset; this run's pool API token (for the commands above):\n"
+                  f"  export STRATA_POOL_TOKEN={generated_pool_token}\n", flush=True)
         await stop.wait()
     else:
         start.cancel()

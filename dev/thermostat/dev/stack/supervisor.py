@@ -326,6 +326,8 @@ class Stack:
             f"  curl -s {self.edge_url}/api/pods/qwen",
             f'  curl -s -X POST -H "X-Rig-Operator-Token: $RIG_OPERATOR_TOKEN" {self.edge_url}/api/pods/qwen/start',
             f"  grpcurl -plaintext {self.edge_url.removeprefix('http://')} list",
+            f"  curl -s -X POST -H \"Authorization: Bearer $STRATA_POOL_TOKEN\" -H 'X-Strata-Tenant: demo' "
+            f"--data-binary hello '{self.edge_url}/v1/jobs/sync?machine_type=local'",
             "",
             "Ctrl-C stops everything.",
         ]

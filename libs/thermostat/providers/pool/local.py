@@ -15,11 +15,14 @@ Theory of operation:
   and `gpu_count` have no local meaning and are ignored.
 - Children do not outlive the pool: each asks the kernel for SIGKILL when its parent dies
   (prctl PR_SET_PDEATHSIG, Linux; it fires when the *thread* that started the child ends, which is the
-  event loop's thread) and checks that the parent is still there after asking. Each runs in its own
-  session and process group, so Ctrl-C in a terminal reaches the pool, which stops its machines in order,
-  and `stop` signals the whole group (a worker's own children included).
+  event loop's thread) and checks that the parent is still there after asking. A small launcher
+  interpreter applies that and the limits, then execs the command (no Python runs between fork and exec).
+  Each runs in its own session and process group, so Ctrl-C in a terminal reaches the pool, which stops its
+  machines in order, and `stop` signals the whole group (a worker's own children included). A provider id
+  another dispatcher process on this host started (rows move between processes) is stopped by signalling
+  its group, and its health is asked of its worker.
 - `stop` sends SIGTERM, waits `stop_grace_seconds`, then SIGKILL; it is idempotent, and a provider id this
-  backend did not start (a child of an earlier pool process, which died with it) is already gone.
+  backend did not start is signalled by group (see above).
 - `health` is "the process is alive and its worker answers GET /health with 200".
 """
 
@@ -27,16 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import itertools
 import math
 import os
-import resource
 import shlex
+import shutil
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
 from thermostat.providers.pool.worker_client import WorkerClient
@@ -44,7 +46,6 @@ from thermostat.providers.pool.worker_client import WorkerClient
 DEFAULT_STOP_GRACE_SECONDS = 5.0
 INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 
 
 class LocalBackend:
@@ -65,6 +66,7 @@ class LocalBackend:
         self._output = output
         self._children: dict[str, asyncio.subprocess.Process] = {}
         self._endpoints: dict[str, str] = {}
+        self._stopped: set[str] = set()
         self._cpu_offset = itertools.count()
 
     async def start(self, spec: MachineSpec) -> MachineHandle:
@@ -76,19 +78,19 @@ class LocalBackend:
             raise BackendError("image is an empty command line")
         port = _free_port()
         env = {**self._inherited, **spec.env(), "STRATA_WORKER_PORT": str(port), "PORT": str(port)}
-        setup = _child_setup(
-            memory_bytes=None if spec.machine_type.memory_mb is None else spec.machine_type.memory_mb * 1024 * 1024,
-            cpus=self._cpus(spec.machine_type.cpus),
-        )
+        if shutil.which(argv[0], path=env.get("PATH")) is None:  # the launcher would only learn it after exec
+            raise BackendError(f"cannot start {argv[0]!r}: no such executable")
+        memory = None if spec.machine_type.memory_mb is None else spec.machine_type.memory_mb * 1024 * 1024
+        launch = _launcher(memory_bytes=memory, cpus=self._cpus(spec.machine_type.cpus))
         try:
             process = await asyncio.create_subprocess_exec(
+                *launch,
                 *argv,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=self._output,
                 stderr=self._output,
                 start_new_session=True,
-                preexec_fn=setup,
             )
         except OSError as error:
             raise BackendError(f"cannot start {argv[0]!r}: {error.strerror or type(error).__name__}") from None
@@ -100,16 +102,23 @@ class LocalBackend:
     async def stop(self, provider_id: str) -> None:
         process = self._children.get(provider_id)
         if process is None:
+            # Started by another dispatcher process on this host (rows move between processes: a claim, a
+            # reclaim): its worker leads its own process group, so the group is signalled by id.
+            pid = _foreign_pid(provider_id)
+            if pid is not None and provider_id not in self._stopped:
+                _signal_group(pid, signal.SIGTERM)
             return
         # shielded: a caller cancelled mid-grace must not leave the child half-stopped
         await asyncio.shield(self._terminate(process))
         self._children.pop(provider_id, None)
         self._endpoints.pop(provider_id, None)
+        self._stopped.add(provider_id)  # a second stop must not signal a group that reused the pid
 
     async def health(self, handle: MachineHandle) -> bool:
         process = self._children.get(handle.provider_id)
-        if process is None or process.returncode is not None:
+        if process is not None and process.returncode is not None:
             return False
+        # one of ours that runs, or one another dispatcher process on this host started: ask its worker
         return await self._client.health(handle.endpoint)
 
     async def aclose(self) -> None:
@@ -146,6 +155,13 @@ def _conforms(backend: LocalBackend) -> Backend:
     return backend
 
 
+def _foreign_pid(provider_id: str) -> int | None:
+    prefix, _, number = provider_id.partition("-")
+    if prefix != "local" or not number.isdigit() or int(number) <= 1:
+        return None
+    return int(number)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
@@ -158,30 +174,32 @@ def _signal_group(pid: int, signum: signal.Signals) -> None:
         os.killpg(pid, signum)
 
 
-def _child_setup(*, memory_bytes: int | None, cpus: tuple[int, ...] | None) -> Callable[[], None]:
-    """The function the child runs between fork and exec: parent-death signal, then limits."""
-    parent = os.getpid()
-    prctl = _prctl()
+_LAUNCH = """
+import ctypes, os, resource, sys
+parent, memory, cpus, *command = sys.argv[1:]
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    if os.getppid() != int(parent):  # the pool died before the request took effect
+        os._exit(1)
+if memory != "-" and hasattr(resource, "RLIMIT_AS"):
+    resource.setrlimit(resource.RLIMIT_AS, (int(memory), int(memory)))
+if cpus != "-":
+    os.sched_setaffinity(0, [int(cpu) for cpu in cpus.split(",")])
+try:
+    os.execvpe(command[0], command, os.environ)
+except OSError as error:
+    print(f"cannot start {command[0]!r}: {error.strerror}", file=sys.stderr)
+    os._exit(127)
+"""
 
-    def setup() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent:  # the parent died before the request took effect
-                os._exit(1)
-        if memory_bytes is not None and hasattr(resource, "RLIMIT_AS"):
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        if cpus is not None:
-            os.sched_setaffinity(0, cpus)
 
-    return setup
+def _launcher(*, memory_bytes: int | None, cpus: tuple[int, ...] | None) -> list[str]:
+    """The argv prefix that applies the parent-death signal and the limits, then execs the command.
 
-
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    function: Callable[..., int] | None = getattr(libc, "prctl", None)
-    return function
+    A small interpreter (`-I -S`: no site, no user paths) does it rather than a `preexec_fn`: Python code run
+    between fork and exec in a process with gRPC's threads can crash the child (seen: a segfault in
+    threading's after-fork hook), whereas the C fork path runs none.
+    """
+    return [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()),
+            "-" if memory_bytes is None else str(memory_bytes),
+            "-" if not cpus else ",".join(str(cpu) for cpu in cpus)]

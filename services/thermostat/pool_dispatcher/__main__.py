@@ -1,0 +1,105 @@
+"""`python -m thermostat.pool_dispatcher` — run the pool dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpc import aio
+
+from thermostat.chassis.registry import POOL_DISPATCHER
+from thermostat.chassis.runner import run_service
+from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.policy.pool.machine_type import Catalogue, parse_catalogue_json
+from thermostat.pool.v1 import pool_pb2_grpc
+from thermostat.providers.pool.local import LocalBackend
+from thermostat.providers.pool.worker_client import WorkerClient
+from thermostat.store.db import Store
+
+from .dispatcher import Clock, Dispatcher, Hooks, Sleep
+from .repository import PoolRepository
+from .servicer import PoolDispatcherServicer, Tokens
+from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
+
+log = logging.getLogger("thermostat.pool_dispatcher")
+
+
+def configured_catalogue(value: str | None) -> Catalogue:
+    """POOL_MACHINE_TYPES: a JSON list in the PUT shape, or a path to a file holding one; unset: empty."""
+    if not value or not value.strip():
+        return Catalogue()
+    text = value
+    if not value.lstrip().startswith("["):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as error:
+            raise SystemExit(f"POOL_MACHINE_TYPES: neither a JSON list nor a readable file: {error.strerror}") from None
+    parsed = parse_catalogue_json(text)
+    if not isinstance(parsed, Catalogue):
+        raise SystemExit(f"POOL_MACHINE_TYPES: {parsed.detail}")
+    return parsed
+
+
+def grpc_options() -> list[tuple[str, int]]:
+    """Messages up to the payload limit plus headroom, so an oversized payload is a 413 of ours."""
+    return [("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES)]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolService:
+    """The wired service: its host, and the dispatcher and backend it runs (tests reach both)."""
+
+    host: ServiceHost
+    dispatcher: Dispatcher
+    backend: LocalBackend
+
+
+async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
+    """Wire the pool dispatcher over an open store; the host's start and stop hooks run the dispatcher."""
+    return assemble(settings, store).host
+
+
+def assemble(settings: PoolDispatcherSettings, store: Store, *, clock: Clock | None = None,
+             sleep: Sleep | None = None, run_scaler: bool = True, hooks: Hooks | None = None) -> PoolService:
+    """The service's parts over an open store (`build` for the runner; tests inject clock, sleep and hooks)."""
+    catalogue = configured_catalogue(settings.pool_machine_types)
+    if settings.strata_pool_token is None:
+        log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
+    client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
+    backend = LocalBackend(client)
+    dispatcher = Dispatcher(
+        repository=PoolRepository(store.pool), leases=store.leases, backend=backend, client=client,
+        catalogue=catalogue, instance_id=settings.pool_instance_id, lease_seconds=settings.pool_lease_seconds,
+        scaler_seconds=settings.pool_scaler_seconds, health_poll_seconds=settings.pool_health_poll_seconds,
+        max_workers_total=settings.pool_max_workers_total, max_payload_bytes=settings.pool_max_payload_bytes,
+        clock=clock or time.monotonic, sleep=sleep or asyncio.sleep, run_scaler=run_scaler, hooks=hooks,
+    )
+    tokens = Tokens(
+        api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
+        admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None)
+
+    def register(server: aio.Server) -> None:
+        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens), server)
+
+    async def shutdown() -> None:
+        await dispatcher.close()
+        await backend.aclose()  # no worker process outlives the service
+        await client.aclose()
+
+    host = ServiceHost(
+        ServiceSpec(name=POOL_DISPATCHER.name, service_names=POOL_DISPATCHER.served, register=register,
+                    dependency_check=store.ping, on_start=[dispatcher.start], on_stop=[shutdown],
+                    grpc_options=grpc_options()),
+        probe_seconds=settings.health_probe_seconds,
+    )
+    return PoolService(host=host, dispatcher=dispatcher, backend=backend)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(run_service(PoolDispatcherSettings, POOL_DISPATCHER, build=build)))

@@ -1,0 +1,620 @@
+"""The dispatcher: submit, execute, complete, place and boot, cancel, hints, the catalogue and the scaler.
+
+One `Dispatcher` per process. Its rows in the store are owned under its instance lease
+(`pool-instance:<id>`, renewed by a LeaseKeeper); every write matches owner and term (repository.py). The
+hot path is one statement per state change: a submit inserts the job and claims a warm machine together;
+a completion writes the terminal state, the usage event and hands the machine its next queued job
+together. Placement ("count the queue, insert the machine rows") runs under one advisory lock across
+processes; boots run outside it. Decisions are the pool policies' (thermostat.policy.pool).
+
+Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
+`LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
+second. The catalogue is cached with its version: `LISTEN pool_catalogue` and every scaler pass refresh it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from thermostat.policy.pool.cancel import decide_cancel
+from thermostat.policy.pool.health import judge_health, machines_to_probe
+from thermostat.policy.pool.hint import HintDecision, decide_hint
+from thermostat.policy.pool.job_outcome import decide_job_outcome
+from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
+from thermostat.policy.pool.machine_type import Catalogue, MachineType, catalogue_to_json, parse_catalogue
+from thermostat.policy.pool.machines import Machine, MachineState, is_stale
+from thermostat.policy.pool.placement import Demand, plan_placement
+from thermostat.policy.pool.reaping import plan_reaping
+from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
+from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
+from thermostat.providers.pool.worker_client import WorkerClient
+from thermostat.store.connections import borrow
+from thermostat.store.keeper import LeaseKeeper
+from thermostat.store.lease import LeaseStore
+
+from .repository import Assignment, JobView, Owner, PoolRepository, Subscription
+
+log = logging.getLogger("thermostat.pool_dispatcher")
+
+LEASE_PREFIX = "pool-instance:"
+REPOLL_SECONDS = 1.0
+"""A wait re-reads its job this often even without a notification (NOTIFY is a hint, not a delivery)."""
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def lease_name(instance_id: str) -> str:
+    return LEASE_PREFIX + instance_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelOutcome:
+    """The job after a cancel and the REST status (200, or 409 when it finished another way)."""
+
+    job: JobView
+    status_code: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogueState:
+    catalogue: Catalogue
+    version: int  # 0: the configured one, never stored
+
+
+@dataclass(kw_only=True)
+class Hooks:
+    """Test seams at the points two actors race: each is awaited, if set, before the named statement."""
+
+    before_machine_ready: Callable[[str], Awaitable[None]] | None = None
+    before_complete: Callable[[str], Awaitable[None]] | None = None
+    before_insert_machines: Callable[[], Awaitable[None]] | None = None
+
+
+@dataclass
+class _Waiters:
+    events: dict[str, list[asyncio.Event]] = field(default_factory=dict)
+
+    def add(self, job_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self.events.setdefault(job_id, []).append(event)
+        return event
+
+    def remove(self, job_id: str, event: asyncio.Event) -> None:
+        listed = self.events.get(job_id, [])
+        if event in listed:
+            listed.remove(event)
+        if not listed:
+            self.events.pop(job_id, None)
+
+    def wake(self, job_id: str) -> None:
+        for event in self.events.get(job_id, []):
+            event.set()
+
+
+class Dispatcher:
+    """One dispatcher process's pool: its owned rows, its backend's machines, its scaler."""
+
+    def __init__(
+        self,
+        *,
+        repository: PoolRepository,
+        leases: LeaseStore,
+        backend: Backend,
+        client: WorkerClient,
+        catalogue: Catalogue,
+        instance_id: str | None = None,
+        lease_seconds: float = 30.0,
+        scaler_seconds: float = 10.0,
+        health_poll_seconds: float = 0.5,
+        max_workers_total: int | None = None,
+        max_payload_bytes: int = 32 * 1024 * 1024,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        run_scaler: bool = True,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.repo = repository
+        self.backend = backend
+        self.client = client
+        self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
+        self.lease_seconds = lease_seconds
+        self.scaler_seconds = scaler_seconds
+        self.health_poll_seconds = health_poll_seconds
+        self.max_workers_total = max_workers_total
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock
+        self.sleep = sleep
+        self.hooks = hooks or Hooks()
+        self._configured = catalogue
+        self.state = CatalogueState(catalogue=catalogue, version=0)
+        self._keeper = LeaseKeeper(leases, name=lease_name(self.instance_id), holder=self.instance_id,
+                                   ttl=lease_seconds)
+        self._run_scaler = run_scaler
+        self._owner: Owner | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scaler: asyncio.Task[None] | None = None
+        self._waiters = _Waiters()
+        self._listener: Subscription | None = None
+        self._idle_since: dict[str, float] = {}
+        self._placing = asyncio.Lock()
+        self._place_again = False
+        self._closing = False
+
+    # lifecycle
+
+    @property
+    def owner(self) -> Owner:
+        if self._owner is None:
+            raise RuntimeError("the dispatcher has not started")
+        return self._owner
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.state.catalogue
+
+    async def start(self) -> None:
+        """Take the instance lease (the same term back under an old id), recover, listen, start the scaler."""
+        lease = await self._keeper.campaign(retry_interval=min(1.0, self.lease_seconds / 3))
+        self._owner = Owner(self.instance_id, lease.term)
+        jobs, machines = await self.repo.recover_own(self.owner)
+        if jobs or machines:
+            log.warning("instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
+                        self.instance_id, jobs, machines)
+        await self.refresh_catalogue()
+        await self._listen()
+        await self._recover_machines()
+        if self._run_scaler:
+            self._scaler = asyncio.create_task(self._scaler_loop(), name=f"pool-scaler-{self.instance_id}")
+        log.info("pool dispatcher instance %s started (lease term %d)", self.instance_id, lease.term)
+
+    async def close(self) -> None:
+        """Stop the scaler and every machine of this process; fail its in-flight jobs; release the lease."""
+        self._closing = True
+        if self._scaler is not None:
+            self._scaler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scaler
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._owner is not None:
+            with contextlib.suppress(Exception):
+                for own in await self.repo.own_machines(self.owner):
+                    await self._stop_machine(own.machine.id, own.provider_id, reason="dispatcher shutting down",
+                                             states=("starting", "warm", "busy", "stopping"))
+                await self.repo.recover_own(self.owner)
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+        with contextlib.suppress(Exception):
+            await self._keeper.release()
+
+    def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _listen(self) -> None:
+        """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        self._listener = await self.repo.listen({"pool_jobs_done": self._on_job_done,
+                                                 "pool_catalogue": self._on_catalogue})
+
+    def _on_job_done(self, job_id: str) -> None:
+        self._waiters.wake(job_id)
+
+    def _on_catalogue(self, _version: str) -> None:
+        if not self._closing:
+            self._spawn(self.refresh_catalogue(), "pool-catalogue-refresh")
+
+    # catalogue
+
+    async def refresh_catalogue(self) -> None:
+        """Apply the stored catalogue when it is newer than this process's copy."""
+        stored = await self.repo.read_catalogue()
+        if stored is None or stored[0] <= self.state.version:
+            return
+        version, body = stored
+        parsed = parse_catalogue(body)
+        if not isinstance(parsed, Catalogue):  # stored only after validation: a newer release's shape
+            log.error("stored catalogue version %d does not parse here: %s", version, parsed.detail)
+            return
+        self.state = CatalogueState(catalogue=parsed, version=version)
+        log.info("catalogue version %d: %s", version, ", ".join(parsed.names) or "(empty)")
+
+    async def replace_catalogue(self, catalogue: Catalogue) -> int:
+        """Store the whole catalogue; removed types' queued jobs fail; every process applies it at once."""
+        import json
+
+        version, failed = await self.repo.replace_catalogue(
+            json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names)
+        self.state = CatalogueState(catalogue=catalogue, version=version)
+        log.info("catalogue replaced (version %d, %d queued job(s) of removed types failed)", version, failed)
+        self._poke_placement()
+        return version
+
+    async def type_named(self, name: str) -> MachineType | None:
+        """The type from the catalogue, re-reading the stored one before refusing a name."""
+        found = self.catalogue.get(name)
+        if found is None and await self.repo.catalogue_version() > self.state.version:
+            await self.refresh_catalogue()
+            found = self.catalogue.get(name)
+        return found
+
+    # submit, wait, result
+
+    async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes,
+                     trace: dict[str, str]) -> JobView:
+        machine_type = options.machine_type
+        job, assignment = await self.repo.submit(
+            job_id=str(uuid.uuid4()), tenant_id=tenant_id, machine_type=machine_type.name, image=machine_type.image,
+            priority=options.priority, session_id=options.session_id, timeout_seconds=options.timeout_seconds,
+            payload=payload, owner=self.owner, trace=trace)
+        if assignment is not None:
+            self._spawn(self._run(assignment, tenant_id, machine_type.name, machine_type.image),
+                        f"pool-run-{assignment.job_id}")
+        else:
+            self._poke_placement()
+        return job
+
+    async def wait(self, job_id: str, tenant_id: str, timeout: float, *,
+                   since_state: str | None = None) -> JobView | None:
+        """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
+        None when it is not the tenant's."""
+        deadline = self.clock() + timeout
+        event = self._waiters.add(job_id)
+        try:
+            while True:
+                event.clear()
+                job = await self.repo.get_job(job_id, tenant_id)
+                remaining = deadline - self.clock()
+                moved = since_state is not None and job is not None and job.state != since_state
+                if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
+                    return job
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, REPOLL_SECONDS))
+        finally:
+            self._waiters.remove(job_id, event)
+
+    # execute and complete
+
+    async def _run(self, assignment: Assignment | None, tenant_id: str, machine_type: str, image: str) -> None:
+        """Send jobs to one machine until it has no next job: each completion hands it the next in line."""
+        endpoint, token = (assignment.endpoint, assignment.token) if assignment else (None, None)
+        while assignment is not None:
+            if endpoint is None or token is None:
+                address = await self.repo.machine_address(assignment.machine_id)
+                if address is None:
+                    return
+                endpoint, token = address
+            if endpoint is None:
+                return
+            started = self.clock()
+            reply = await self.client.execute(endpoint, token, assignment.payload,
+                                              deadline_seconds=assignment.timeout_seconds, trace=assignment.trace)
+            duration = max(0.0, self.clock() - started)
+            outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=assignment.timeout_seconds)
+            if self.hooks.before_complete is not None:
+                await self.hooks.before_complete(assignment.job_id)
+            current = self.catalogue.get(machine_type)
+            keep_feeding = current is not None and current.image == image
+            completion = await self.repo.complete(
+                job_id=assignment.job_id, machine_id=assignment.machine_id, state=str(outcome.state),
+                result=outcome.result, error=outcome.error, duration_seconds=duration, owner=self.owner,
+                retire=outcome.retire_machine, take_next=keep_feeding, tenant_id=tenant_id,
+                machine_type=machine_type)
+            self._waiters.wake(assignment.job_id)
+            if completion.job_state is None:
+                log.warning("job %s finished on machine %s after this process lost it", assignment.job_id,
+                            assignment.machine_id)
+                return
+            if completion.machine_state == MachineState.STOPPING:
+                log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
+                await self._finish_stop(assignment.machine_id, completion.provider_id)
+                return
+            if completion.machine_state == MachineState.WARM:
+                self._idle_since[assignment.machine_id] = self.clock()
+            assignment = completion.next_job
+
+    # placement and boot
+
+    def _poke_placement(self) -> None:
+        if self._closing:
+            return
+        if self._placing.locked():
+            self._place_again = True
+            return
+        self._spawn(self.place(), "pool-place")
+
+    async def place(self) -> None:
+        """Hand queued work to idle warm machines, then start machines for what is left (serialized)."""
+        async with self._placing:
+            self._place_again = True
+            while self._place_again:
+                self._place_again = False
+                await self._drain_warm()
+                for start in await self._plan_and_insert():
+                    self._spawn(self._boot(*start), f"pool-boot-{start[0]}")
+
+    async def _drain_warm(self) -> None:
+        async with borrow(self.repo.pool) as c:
+            demand = await self.repo.demand(c)
+        if not demand:
+            return
+        wanted = {(d.tenant_id, d.machine_type) for d in demand}
+        for fleet_machine in await self.repo.fleet():
+            machine = fleet_machine.machine
+            if machine.state is not MachineState.WARM or (machine.tenant_id, machine.machine_type) not in wanted:
+                continue
+            if is_stale(machine, self.catalogue):
+                continue
+            assignment = await self.repo.take_next(machine.id, machine.image, self.owner)
+            if assignment is not None:
+                self._spawn(self._run(assignment, machine.tenant_id, machine.machine_type, machine.image),
+                            f"pool-run-{assignment.job_id}")
+
+    async def _plan_and_insert(self) -> list[tuple[str, str, MachineType, str, str | None]]:
+        """One transaction under the placement lock: count the queue and the fleet, insert the starts."""
+        starts: list[tuple[str, str, MachineType, str, str | None]] = []
+        async with borrow(self.repo.pool) as c, c.transaction():
+            await self.repo.lock_placement(c)
+            demand = await self.repo.demand(c)
+            if not demand:
+                return []
+            fleet = await self.repo.fleet(c)
+            plan = plan_placement(
+                demand=[Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
+                        for d in demand],
+                machines=[_as_seen(m.machine, m.job_id) for m in fleet], catalogue=self.catalogue,
+                max_workers_total=self.max_workers_total)
+            if plan.fleet_cap_hit:
+                held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
+                log.warning("fleet cap of %s machines reached: %d queued job(s) wait for capacity",
+                            self.max_workers_total, held)
+            if self.hooks.before_insert_machines is not None:
+                await self.hooks.before_insert_machines()
+            for start in plan.starts:
+                machine_type = self.catalogue.get(start.machine_type)
+                if machine_type is None:
+                    continue
+                machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
+                job_id = await self.repo.insert_machine(
+                    c, machine_id=machine_id, tenant_id=start.tenant_id, machine_type=machine_type.name,
+                    image=machine_type.image, backend=str(machine_type.backend), token=token, owner=self.owner,
+                    cool_down_seconds=machine_type.cool_down_seconds, assign_job=True)
+                starts.append((machine_id, start.tenant_id, machine_type, token, job_id))
+        return starts
+
+    async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
+        """Start one machine for the tenant unless one is warm or starting, within both caps."""
+        if self.catalogue.get(machine_type) is None:
+            await self.type_named(machine_type)
+        async with borrow(self.repo.pool) as c, c.transaction():
+            await self.repo.lock_placement(c)
+            fleet = await self.repo.fleet(c)
+            decision = decide_hint(tenant_id=tenant_id, machine_type=machine_type,
+                                   machines=[_as_seen(m.machine, m.job_id) for m in fleet],
+                                   catalogue=self.catalogue, max_workers_total=self.max_workers_total)
+            if not isinstance(decision, HintDecision) or not decision.started:
+                return decision
+            kind = self.catalogue.get(machine_type)
+            assert kind is not None  # decide_hint refused unknown types
+            machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
+            await self.repo.insert_machine(
+                c, machine_id=machine_id, tenant_id=tenant_id, machine_type=kind.name, image=kind.image,
+                backend=str(kind.backend), token=token, owner=self.owner, cool_down_seconds=kind.cool_down_seconds,
+                assign_job=False)
+        self._spawn(self._boot(machine_id, tenant_id, kind, token, None), f"pool-boot-{machine_id}")
+        return decision
+
+    async def _boot(self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str,
+                    job_id: str | None) -> None:
+        spec = MachineSpec(machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type, worker_token=token)
+        try:
+            handle = await self.backend.start(spec)
+        except BackendError as error:
+            await self._boot_failed(machine_id, None, f"start failed: {error}")
+            return
+        if not await self.repo.record_started(machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint,
+                                              region=handle.region, owner=self.owner):
+            log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
+            await self._stop_quietly(handle.provider_id)
+            return
+        booted_at = self.clock()
+        while not await self.backend.health(handle):
+            if self.clock() - booted_at >= machine_type.boot_timeout_seconds:
+                await self._boot_failed(machine_id, handle.provider_id,
+                                        f"no health answer within {machine_type.boot_timeout_seconds:g} s")
+                return
+            await self.sleep(self.health_poll_seconds)
+        if self.hooks.before_machine_ready is not None:
+            await self.hooks.before_machine_ready(machine_id)
+        state, assignment = await self.repo.machine_ready(machine_id, self.owner)
+        if state is None:
+            log.warning("machine %s booted after this process lost it: stopping it", machine_id)
+            await self._stop_quietly(handle.provider_id)
+            return
+        self._idle_since[machine_id] = self.clock()
+        log.info("machine %s (%s, tenant %s) warm after %.2f s", machine_id, machine_type.name, tenant_id,
+                 self.clock() - booted_at)
+        if assignment is not None:
+            await self._run(Assignment(job_id=assignment.job_id, machine_id=machine_id, payload=assignment.payload,
+                                       timeout_seconds=assignment.timeout_seconds, trace=assignment.trace,
+                                       submitted_at=assignment.submitted_at, endpoint=handle.endpoint,
+                                       token=token), tenant_id, machine_type.name, machine_type.image)
+        else:
+            self._poke_placement()  # queued work of the tenant may be waiting for exactly this machine
+
+    async def _boot_failed(self, machine_id: str, provider_id: str | None, reason: str) -> None:
+        log.warning("machine %s failed to boot: %s", machine_id, reason)
+        if provider_id is not None:
+            await self._stop_quietly(provider_id)
+        requeued = await self.repo.boot_failed(machine_id, self.owner)
+        if requeued:
+            log.info("job(s) %s wait for capacity again", ", ".join(requeued))
+
+    # stopping
+
+    async def _stop_machine(self, machine_id: str, provider_id: str | None, *, reason: str,
+                            states: tuple[str, ...] = ("warm",)) -> bool:
+        retired, recorded_provider = await self.repo.retire(machine_id, self.owner, reason=reason, states=states)
+        if not retired:
+            return False
+        await self._finish_stop(machine_id, recorded_provider or provider_id)
+        return True
+
+    async def _finish_stop(self, machine_id: str, provider_id: str | None) -> None:
+        """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
+        self._idle_since.pop(machine_id, None)
+        if provider_id is not None:
+            try:
+                await self.backend.stop(provider_id)
+            except (BackendError, OSError) as error:
+                log.warning("machine %s: stop failed (%s); the next pass retries it", machine_id, error)
+                return
+        await self.repo.forget_machine(machine_id, self.owner)
+
+    async def _stop_quietly(self, provider_id: str) -> None:
+        try:
+            await self.backend.stop(provider_id)
+        except (BackendError, OSError) as error:
+            log.error("provider machine %s: stop failed: %s", provider_id, error)
+
+    # cancel
+
+    async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelOutcome | None:
+        """Cancel at once; a running job's machine gets the build cancel with its token. None: not found."""
+        cancelled = await self.repo.cancel(job_id, tenant_id, build_id)
+        self._waiters.wake(job_id)
+        if cancelled is not None and cancelled.prior == JobState.RUNNING and cancelled.worker_id is not None:
+            address = await self.repo.machine_address(cancelled.worker_id)
+            if address is not None and address[0] is not None:
+                reply = await self.client.cancel(address[0], address[1], build_id)
+                if not reply.accepted:
+                    log.info("job %s: the machine did not accept the cancel (%s %s); the job runs out", job_id,
+                             reply.status, reply.error)
+        job = await self.repo.get_job(job_id, tenant_id)
+        if job is None:
+            return None
+        if cancelled is not None:
+            return CancelOutcome(job=job, status_code=200)
+        return CancelOutcome(job=job, status_code=decide_cancel(JobState(job.state)).status_code)
+
+    # scaler
+
+    async def _scaler_loop(self) -> None:
+        while True:
+            await self.sleep(self.scaler_seconds)
+            try:
+                await self.scaler_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scaler pass failed; the next one retries")
+
+    async def scaler_pass(self) -> None:
+        """Reclaim lapsed instances, apply the catalogue, place, reap, probe, retry failed stops."""
+        await self._keep_lease()
+        await self._listen()
+        await self.reclaim()
+        await self.refresh_catalogue()
+        await self.place()
+        await self.reap()
+        await self.probe()
+        for machine_id, provider_id in await self.repo.stopping(self.owner):
+            await self._finish_stop(machine_id, provider_id)
+
+    async def _keep_lease(self) -> None:
+        if self._keeper.is_trusted():
+            return
+        lease = await self._keeper.campaign(retry_interval=min(1.0, self.lease_seconds / 3))
+        if lease.term != self.owner.term:
+            log.error("instance %s lost its lease (term %d → %d): its rows were reclaimed", self.instance_id,
+                      self.owner.term, lease.term)
+        self._owner = Owner(self.instance_id, lease.term)
+
+    async def reclaim(self) -> None:
+        for lapsed in await self.repo.lapsed_owners(self.owner):
+            jobs, machines = await self.repo.reclaim(lapsed, self.owner)
+            log.warning("reclaimed instance %s (term %d): %d in-flight job(s) failed, %d machine(s) to stop",
+                        lapsed.instance, lapsed.term, jobs, machines)
+
+    async def reap(self) -> None:
+        """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""
+        now = self.clock()
+        own = await self.repo.own_machines(self.owner)
+        seen = []
+        for row in own:
+            machine = row.machine
+            if machine.state is MachineState.WARM:
+                idle = self._idle_since.setdefault(machine.id, now)
+                seen.append(_with_idle(machine, idle))
+        for retirement in plan_reaping(machines=seen, catalogue=self.catalogue, now=now):
+            provider = next((r.provider_id for r in own if r.machine.id == retirement.machine_id), None)
+            if await self._stop_machine(retirement.machine_id, provider, reason=str(retirement.reason)):
+                log.info("machine %s retired: %s", retirement.machine_id, retirement.reason)
+
+    async def probe(self) -> None:
+        """Probe this process's warm machines at once; N misses retire, a pass where all fail is ours."""
+        own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.WARM]
+        probed = machines_to_probe([r.machine for r in own], self.catalogue)
+        if not probed:
+            return
+        by_id = {r.machine.id: r for r in own}
+
+        async def one(machine: Machine) -> bool:
+            row = by_id[machine.id]
+            if row.provider_id is None or row.endpoint is None:
+                return False
+            return await self.backend.health(MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint,
+                                                           region=row.region))
+
+        answers = await asyncio.gather(*(one(m) for m in probed))
+        verdict = judge_health(machines=probed, probes={m.id: ok for m, ok in zip(probed, answers, strict=True)},
+                               catalogue=self.catalogue)
+        if verdict.local_fault:
+            log.warning("every probed machine missed its health check: treated as this process's network")
+        await self.repo.record_misses(dict(verdict.misses), self.owner)
+        for machine_id in verdict.retire:
+            if await self._stop_machine(machine_id, by_id[machine_id].provider_id, reason="health checks missed"):
+                log.warning("machine %s retired: stopped answering health checks", machine_id)
+
+    async def _recover_machines(self) -> None:
+        """After a restart under the same id: keep the warm machines that answer, stop the rest."""
+        for row in await self.repo.own_machines(self.owner):
+            healthy = False
+            if row.machine.state is MachineState.WARM and row.provider_id and row.endpoint:
+                healthy = await self.backend.health(MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint,
+                                                                  region=row.region))
+            if healthy:
+                self._idle_since[row.machine.id] = self.clock()
+            else:
+                await self._stop_machine(row.machine.id, row.provider_id, reason="not found after restart",
+                                         states=("warm", "stopping"))
+
+
+def _as_seen(machine: Machine, job_id: str | None) -> Machine:
+    """A starting machine that already holds a job is busy as far as placement is concerned."""
+    if machine.state is MachineState.STARTING and job_id is not None:
+        return Machine(id=machine.id, tenant_id=machine.tenant_id, machine_type=machine.machine_type,
+                       image=machine.image, state=MachineState.BUSY, last_session_id=machine.last_session_id,
+                       health_misses=machine.health_misses, cool_down_seconds=machine.cool_down_seconds)
+    return machine
+
+
+def _with_idle(machine: Machine, idle_since: float) -> Machine:
+    return Machine(id=machine.id, tenant_id=machine.tenant_id, machine_type=machine.machine_type,
+                   image=machine.image, state=machine.state, idle_since=idle_since,
+                   last_session_id=machine.last_session_id, health_misses=machine.health_misses,
+                   cool_down_seconds=machine.cool_down_seconds)

@@ -1,0 +1,341 @@
+-- The pool dispatcher's SQL, owned by repository.py. $me / $term are the process's instance id and the term
+-- of its instance lease; every write to an owned row matches both.
+
+-- name: submit
+-- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
+-- current image (session affinity first, then most recently active) unless a queued job of that tenant and
+-- type with at least this priority is ahead of it. Claimed: the job is running on that machine, owned by
+-- this process, which sends it at once. Otherwise it is queued.
+WITH ahead AS (
+    SELECT 1 FROM pool_jobs
+    WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
+    LIMIT 1
+), machine AS (
+    SELECT id FROM pool_machines
+    WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4
+      AND NOT EXISTS (SELECT 1 FROM ahead)
+    ORDER BY ($6::text IS NOT NULL AND session_id = $6) DESC, last_active_at DESC NULLS LAST, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE pool_machines m
+    SET state = 'busy', job_id = $1, session_id = COALESCE($6, m.session_id), last_active_at = now(),
+        owner = $9, owner_term = $10
+    FROM machine WHERE m.id = machine.id
+    RETURNING m.id, m.endpoint, m.token
+)
+INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
+                            started_at, worker_id, owner, owner_term, traceparent, tracestate)
+SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' ELSE 'running' END, $5, $6, $7, $8,
+       CASE WHEN taken.id IS NULL THEN NULL ELSE now() END, taken.id,
+       CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
+       $11, $12
+FROM (SELECT 1) AS one LEFT JOIN taken ON true
+RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
+          j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result,
+          (SELECT endpoint FROM taken) AS endpoint, (SELECT token FROM taken) AS token;
+
+-- name: complete
+-- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
+-- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
+-- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept
+-- and its image is current. $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic),
+-- $7 me, $8 term, $9 retire, $10 take next, $11 tenant, $12 type.
+WITH job AS (
+    UPDATE pool_jobs
+    SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
+        result = CASE WHEN state = 'cancelled' THEN NULL ELSE $4::bytea END,
+        error = CASE WHEN state = 'cancelled' THEN error ELSE $5 END,
+        completed_at = COALESCE(completed_at, now()),
+        payload = NULL, owner = NULL, owner_term = NULL
+    WHERE id = $1 AND worker_id = $2 AND owner = $7 AND owner_term = $8 AND state IN ('running', 'cancelled')
+    RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at
+), usage AS (
+    INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
+                            started_at, ended_at)
+    SELECT id, tenant_id, machine_type, worker_id, state, $6, started_at, completed_at FROM job
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING position
+), next AS (
+    SELECT id FROM pool_jobs
+    WHERE state = 'queued' AND tenant_id = $11 AND machine_type = $12 AND $10 AND NOT $9
+      AND EXISTS (SELECT 1 FROM job)
+    ORDER BY priority DESC, queue_seq
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), handed AS (
+    UPDATE pool_jobs j
+    SET state = 'running', worker_id = $2, owner = $7, owner_term = $8, started_at = now()
+    FROM next WHERE j.id = next.id
+    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
+), machine AS (
+    UPDATE pool_machines m
+    SET state = CASE WHEN $9 THEN 'stopping' WHEN EXISTS (SELECT 1 FROM handed) THEN 'busy' ELSE 'warm' END,
+        job_id = (SELECT id FROM handed),
+        session_id = COALESCE((SELECT session_id FROM handed), m.session_id),
+        last_active_at = now()
+    WHERE m.id = $2 AND m.owner = $7 AND m.owner_term = $8 AND EXISTS (SELECT 1 FROM job)
+    RETURNING m.state, m.provider_id
+)
+SELECT (SELECT state FROM job) AS job_state,
+       (SELECT state FROM machine) AS machine_state,
+       (SELECT provider_id FROM machine) AS provider_id,
+       (SELECT position FROM usage) AS position,
+       handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
+       handed.submitted_at,
+       (SELECT pg_notify('pool_jobs_done', id::text) FROM job) AS notified
+FROM (SELECT 1) AS one LEFT JOIN handed ON true;
+
+-- name: take_next
+-- Hand the next queued job of its tenant and type to an idle warm machine on the current image ($4); the
+-- machine becomes this process's, as a submit's claim makes it.
+WITH machine AS (
+    SELECT id, tenant_id, machine_type FROM pool_machines
+    WHERE id = $1 AND state = 'warm' AND image = $4
+    FOR UPDATE SKIP LOCKED
+), next AS (
+    SELECT j.id FROM pool_jobs j, machine
+    WHERE j.state = 'queued' AND j.tenant_id = machine.tenant_id AND j.machine_type = machine.machine_type
+    ORDER BY j.priority DESC, j.queue_seq
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+), handed AS (
+    UPDATE pool_jobs j
+    SET state = 'running', worker_id = $1, owner = $2, owner_term = $3, started_at = now()
+    FROM next WHERE j.id = next.id
+    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
+), busy AS (
+    UPDATE pool_machines m
+    SET state = 'busy', job_id = handed.id, session_id = COALESCE(handed.session_id, m.session_id),
+        last_active_at = now(), owner = $2, owner_term = $3
+    FROM handed WHERE m.id = $1
+    RETURNING m.endpoint, m.token
+)
+SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
+
+-- name: lock_placement
+-- "Count the queue and insert the machine rows" runs under one lock across every process.
+SELECT pg_advisory_xact_lock(7310010);
+
+-- name: demand
+-- Queued jobs per tenant and type, with the first in line.
+SELECT DISTINCT ON (tenant_id, machine_type)
+       tenant_id, machine_type, count(*) OVER (PARTITION BY tenant_id, machine_type) AS queued,
+       id, priority, queue_seq
+FROM pool_jobs
+WHERE state = 'queued'
+ORDER BY tenant_id, machine_type, priority DESC, queue_seq;
+
+-- name: fleet
+-- Every machine, as the placement and hint policies see it.
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id
+FROM pool_machines;
+
+-- name: insert_machine
+-- A machine about to start, owned by this process, its token minted before boot; the first queued job in
+-- line for its tenant and type (if $9) is assigned to it.
+WITH first AS (
+    SELECT id FROM pool_jobs
+    WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND $9
+    ORDER BY priority DESC, queue_seq
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), assigned AS (
+    UPDATE pool_jobs j SET state = 'dispatched', worker_id = $1, owner = $7, owner_term = $8
+    FROM first WHERE j.id = first.id
+    RETURNING j.id
+), machine AS (
+    INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, owner, owner_term,
+                               cool_down_seconds, job_id)
+    VALUES ($1, $2, $3, $4, $5, $6, 'starting', $7, $8, $10, (SELECT id FROM assigned))
+    RETURNING id
+)
+SELECT (SELECT id FROM assigned) AS job_id FROM machine;
+
+-- name: record_started
+-- The provider started the machine: where it is. Matched on owner, so a machine reclaimed meanwhile is
+-- not recorded (the caller stops it).
+UPDATE pool_machines SET provider_id = $2, endpoint = $3, region = $4
+WHERE id = $1 AND owner = $5 AND owner_term = $6 AND state = 'starting'
+RETURNING id;
+
+-- name: machine_ready
+-- The machine answered its health check: its dispatched job runs on it now, unless it was cancelled in
+-- between (then the machine is warm for the next job).
+WITH job AS (
+    UPDATE pool_jobs j
+    SET state = 'running', started_at = now()
+    FROM pool_machines m
+    WHERE m.id = $1 AND j.id = m.job_id AND j.state = 'dispatched' AND j.owner = $2 AND j.owner_term = $3
+    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
+), machine AS (
+    UPDATE pool_machines m
+    SET state = CASE WHEN EXISTS (SELECT 1 FROM job) THEN 'busy' ELSE 'warm' END,
+        job_id = (SELECT id FROM job),
+        session_id = (SELECT session_id FROM job),
+        warm_at = now(), last_active_at = now()
+    WHERE m.id = $1 AND m.owner = $2 AND m.owner_term = $3 AND m.state = 'starting'
+    RETURNING m.state
+)
+SELECT machine.state AS machine_state, job.*
+FROM machine LEFT JOIN job ON true;
+
+-- name: boot_failed
+-- A machine that did not start or boot goes; its dispatched job waits in the queue again.
+WITH machine AS (
+    DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3
+    RETURNING id
+)
+UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL
+WHERE worker_id IN (SELECT id FROM machine) AND state = 'dispatched'
+RETURNING id;
+
+-- name: retire
+-- Set an idle (warm) or named machine of this process to stopping; a busy one is never retired here.
+UPDATE pool_machines SET state = 'stopping', last_error = $4
+WHERE id = $1 AND owner = $2 AND owner_term = $3 AND state = ANY($5::text[])
+RETURNING provider_id;
+
+-- name: stopping
+-- This process's machines whose stop has not finished (a failed stop is retried on the next pass).
+SELECT id, provider_id FROM pool_machines WHERE owner = $1 AND owner_term = $2 AND state = 'stopping';
+
+-- name: forget_machine
+-- The machine is stopped: its row goes.
+DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3 AND state = 'stopping';
+
+-- name: record_misses
+UPDATE pool_machines SET health_misses = $2
+WHERE id = $1 AND owner = $3 AND owner_term = $4 AND state = 'warm';
+
+-- name: own_machines
+-- This process's machines, with where they are (for probes and stops; never leaves the service).
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
+       provider_id, endpoint, region
+FROM pool_machines WHERE owner = $1 AND owner_term = $2;
+
+-- name: machine_address
+-- Where a machine is and its token, to post a cancel to it.
+SELECT endpoint, token FROM pool_machines WHERE id = $1;
+
+-- name: cancel
+-- Mark the job cancelled at once if it has not finished. A job not yet running drops its owner (it never
+-- reaches a machine); a running one keeps it, so the process running it records its usage when the
+-- machine answers. Returns the state it was in.
+WITH old AS (
+    SELECT id, state FROM pool_jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE
+)
+UPDATE pool_jobs j
+SET state = 'cancelled', completed_at = now(), build_id = $3, result = NULL, error = NULL,
+    payload = CASE WHEN old.state = 'running' THEN j.payload ELSE NULL END,
+    owner = CASE WHEN old.state = 'running' THEN j.owner END,
+    owner_term = CASE WHEN old.state = 'running' THEN j.owner_term END
+FROM old
+WHERE j.id = old.id AND old.state IN ('queued', 'dispatched', 'running')
+RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::text) IS NULL AS notified;
+
+-- name: get_job
+SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+       error, started_at, completed_at, result IS NOT NULL AS has_result
+FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: get_result
+SELECT state, error, result FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: jobs_by_id
+SELECT id, state FROM pool_jobs WHERE id = ANY($1::uuid[]);
+
+-- name: list_workers
+SELECT id, tenant_id, machine_type, image, backend, state, region, session_id, job_id, created_at, warm_at,
+       last_active_at, health_misses
+FROM pool_machines WHERE $1::text IS NULL OR tenant_id = $1
+ORDER BY created_at, id;
+
+-- name: list_usage
+SELECT position, job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds, started_at,
+       ended_at
+FROM pool_usage WHERE position > $2 AND ($1::text IS NULL OR tenant_id = $1)
+ORDER BY position
+LIMIT $3;
+
+-- name: machine_counts
+SELECT state, count(*) AS machines FROM pool_machines GROUP BY state;
+
+-- name: read_catalogue
+SELECT version, types::text AS types FROM pool_catalogue WHERE id = 1;
+
+-- name: catalogue_version
+SELECT version FROM pool_catalogue WHERE id = 1;
+
+-- name: replace_catalogue
+-- Store the whole catalogue (version + 1), fail the queued jobs of removed types with the reason, and tell
+-- every process. $1 types (json text), $2 the names it keeps.
+WITH stored AS (
+    INSERT INTO pool_catalogue (id, version, types, updated_at) VALUES (1, 1, $1::jsonb, now())
+    ON CONFLICT (id) DO UPDATE SET version = pool_catalogue.version + 1, types = EXCLUDED.types, updated_at = now()
+    RETURNING version
+), failed AS (
+    UPDATE pool_jobs
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
+        error = 'machine type ' || machine_type || ' was removed from the catalogue'
+    WHERE state IN ('queued', 'dispatched') AND NOT (machine_type = ANY($2::text[]))
+    RETURNING id
+)
+SELECT (SELECT version FROM stored) AS version,
+       (SELECT count(*) FROM (SELECT pg_notify('pool_jobs_done', id::text) FROM failed) AS n) AS failed,
+       pg_notify('pool_catalogue', (SELECT version FROM stored)::text) IS NULL AS notified;
+
+-- name: lapsed_owners
+-- Instances other than this one whose lease has lapsed (database clock) or moved to another term, and
+-- which still own rows.
+SELECT DISTINCT owner, owner_term FROM (
+    SELECT owner, owner_term FROM pool_jobs WHERE owner IS NOT NULL AND state IN ('dispatched', 'running')
+    UNION
+    SELECT owner, owner_term FROM pool_machines
+) AS owned
+WHERE owner <> $1 AND NOT EXISTS (
+    SELECT 1 FROM leases l
+    WHERE l.name = 'pool-instance:' || owned.owner AND l.holder = owned.owner AND l.term = owned.owner_term
+      AND l.expires_at > now()
+);
+
+-- name: reclaim
+-- Take over a lapsed instance's rows: its dispatched and running jobs fail with the reason (no usage:
+-- they never reported), its machines become this process's to stop. The lapse is judged again inside the
+-- statement, so an instance that renewed since lapsed_owners read it keeps its rows.
+WITH lapsed AS (
+    SELECT 1 WHERE NOT EXISTS (
+        SELECT 1 FROM leases l
+        WHERE l.name = 'pool-instance:' || $1 AND l.holder = $1 AND l.term = $2 AND l.expires_at > now())
+), failed AS (
+    UPDATE pool_jobs
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
+        error = 'dispatcher instance ' || $1 || ' stopped answering (its lease lapsed) while the job was in flight'
+    WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running') AND EXISTS (SELECT 1 FROM lapsed)
+    RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
+), machines AS (
+    UPDATE pool_machines
+    SET state = 'stopping', owner = $3, owner_term = $4, job_id = NULL,
+        last_error = 'reclaimed from dispatcher instance ' || $1
+    WHERE owner = $1 AND owner_term = $2 AND EXISTS (SELECT 1 FROM lapsed)
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
+
+-- name: recover_own
+-- On start under an instance id that owned rows: fail its in-flight jobs (they were lost with the old
+-- process) and set its machines stopping unless warm (the caller probes the warm ones).
+WITH failed AS (
+    UPDATE pool_jobs
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
+        error = 'dispatcher instance ' || $1 || ' stopped or restarted while the job was in flight'
+    WHERE owner = $1 AND state IN ('dispatched', 'running')
+    RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
+), machines AS (
+    UPDATE pool_machines
+    SET owner_term = $2, job_id = NULL,
+        state = CASE WHEN state = 'warm' THEN 'warm' ELSE 'stopping' END
+    WHERE owner = $1
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;

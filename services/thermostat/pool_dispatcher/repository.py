@@ -1,0 +1,409 @@
+"""PoolRepository: the one module that owns the pool dispatcher's SQL (queries.sql), returning frozen values.
+
+Every statement that writes an owned row takes the process's `Owner` (instance id and lease term) and
+matches both, so a process that stalled past its lease cannot write over rows another process took over.
+Payloads and results travel as bytes; the machine token is read only where a worker call needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from thermostat.policy.pool.machines import Machine, MachineState
+from thermostat.policy.pool.queue_order import QueuedJob
+from thermostat.store.connections import borrow
+from thermostat.store.sql import load_sql
+
+Conn = asyncpg.Connection | PoolConnectionProxy
+Q = load_sql(Path(__file__).with_name("queries.sql"))
+
+PLACEMENT_LOCK = "lock_placement"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """This process as the owner of rows: its instance id and the term of its instance lease."""
+
+    instance: str
+    term: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobView:
+    """A job as callers see it: never the payload, result, owner, host or credential."""
+
+    id: str
+    tenant_id: str
+    machine_type: str
+    state: str
+    submitted_at: datetime
+    priority: int
+    session_id: str | None
+    worker_id: str | None
+    timeout_seconds: float
+    error: str | None
+    started_at: datetime | None
+    completed_at: datetime | None
+    has_result: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Assignment:
+    """A job handed to a machine of this process: what to send, and where (the token never leaves here)."""
+
+    job_id: str
+    machine_id: str
+    payload: bytes
+    timeout_seconds: float
+    trace: dict[str, str]
+    submitted_at: datetime
+    endpoint: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    job_state: str | None  # None: the job was no longer ours (reclaimed), nothing was written
+    machine_state: str | None
+    provider_id: str | None
+    usage_position: int | None
+    next_job: Assignment | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetMachine:
+    """A machine row as the policies see it, plus its assigned job."""
+
+    machine: Machine
+    job_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnMachine:
+    machine: Machine
+    provider_id: str | None
+    endpoint: str | None
+    region: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Demand:
+    tenant_id: str
+    machine_type: str
+    queued: int
+    head: QueuedJob
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerView:
+    id: str
+    tenant_id: str
+    machine_type: str
+    image: str
+    backend: str
+    state: str
+    region: str | None
+    session_id: str | None
+    job_id: str | None
+    created_at: datetime
+    warm_at: datetime | None
+    last_active_at: datetime | None
+    health_misses: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageView:
+    position: int
+    job_id: str
+    tenant_id: str
+    machine_type: str
+    worker_id: str
+    terminal_state: str
+    duration_seconds: float
+    started_at: datetime
+    ended_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelResult:
+    prior: str
+    worker_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResult:
+    state: str
+    error: str | None
+    result: bytes | None
+
+
+def _one(row: asyncpg.Record | None) -> asyncpg.Record:
+    """The row a statement that always returns one returned."""
+    if row is None:
+        raise RuntimeError("the statement returned no row")
+    return row
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _job(row: asyncpg.Record) -> JobView:
+    return JobView(
+        id=str(row["id"]), tenant_id=row["tenant_id"], machine_type=row["machine_type"], state=row["state"],
+        submitted_at=row["submitted_at"], priority=row["priority"], session_id=row["session_id"],
+        worker_id=_text(row["worker_id"]), timeout_seconds=row["timeout_seconds"], error=row["error"],
+        started_at=row["started_at"], completed_at=row["completed_at"], has_result=row["has_result"])
+
+
+def _assignment(row: asyncpg.Record, machine_id: str, *, endpoint: str | None = None,
+                token: str | None = None) -> Assignment:
+    trace = {k: row[k] for k in ("traceparent", "tracestate") if row[k]}
+    return Assignment(job_id=str(row["id"]), machine_id=machine_id, payload=bytes(row["payload"] or b""),
+                      timeout_seconds=row["timeout_seconds"], trace=trace, submitted_at=row["submitted_at"],
+                      endpoint=endpoint, token=token)
+
+
+def _machine(row: asyncpg.Record) -> Machine:
+    return Machine(id=str(row["id"]), tenant_id=row["tenant_id"], machine_type=row["machine_type"],
+                   image=row["image"], state=MachineState(row["state"]), last_session_id=row["session_id"],
+                   health_misses=row["health_misses"], cool_down_seconds=row["cool_down_seconds"])
+
+
+class Subscription:
+    """A LISTEN on a connection of its own, held until closed; NOTIFY is a hint (callers re-read anyway)."""
+
+    def __init__(self, pool: asyncpg.Pool, connection: PoolConnectionProxy,
+                 handlers: Mapping[str, Callable[..., None]]) -> None:
+        self._pool = pool
+        self._connection = connection
+        self._handlers = dict(handlers)
+
+    def is_closed(self) -> bool:
+        return self._connection.is_closed()
+
+    async def close(self) -> None:
+        try:
+            for channel, handler in self._handlers.items():
+                await self._connection.remove_listener(channel, handler)
+        finally:
+            await self._pool.release(self._connection)
+
+
+class PoolRepository:
+    """The pool's rows in Postgres (see queries.sql for what each statement guarantees)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def listen(self, handlers: Mapping[str, Callable[[str], None]]) -> Subscription:
+        """LISTEN to each channel, calling its handler with the notification's payload."""
+        connection = await self.pool.acquire()
+        callbacks: dict[str, Callable[..., None]] = {}
+        try:
+            for channel, handler in handlers.items():
+                def callback(_c: object, _pid: int, _channel: str, payload: object,
+                             handler: Callable[[str], None] = handler) -> None:
+                    handler(str(payload))
+                await connection.add_listener(channel, callback)
+                callbacks[channel] = callback
+        except BaseException:
+            await self.pool.release(connection)
+            raise
+        return Subscription(self.pool, connection, callbacks)
+
+    async def submit(self, *, job_id: str, tenant_id: str, machine_type: str, image: str, priority: int,
+                     session_id: str | None, timeout_seconds: float, payload: bytes, owner: Owner,
+                     trace: dict[str, str]) -> tuple[JobView, Assignment | None]:
+        async with borrow(self.pool) as c:
+            row = _one(await c.fetchrow(Q["submit"], uuid.UUID(job_id), tenant_id, machine_type, image, priority,
+                                   session_id, timeout_seconds, payload, owner.instance, owner.term,
+                                   trace.get("traceparent"), trace.get("tracestate")))
+        job = _job(row)
+        if job.state != "running" or job.worker_id is None:
+            return job, None
+        return job, Assignment(job_id=job.id, machine_id=job.worker_id, payload=payload,
+                               timeout_seconds=timeout_seconds, trace=dict(trace), submitted_at=job.submitted_at,
+                               endpoint=row["endpoint"], token=row["token"])
+
+    async def complete(self, *, job_id: str, machine_id: str, state: str, result: bytes | None, error: str | None,
+                       duration_seconds: float, owner: Owner, retire: bool, take_next: bool, tenant_id: str,
+                       machine_type: str) -> Completion:
+        async with borrow(self.pool) as c:
+            row = _one(await c.fetchrow(Q["complete"], uuid.UUID(job_id), uuid.UUID(machine_id), state, result, error,
+                                   duration_seconds, owner.instance, owner.term, retire, take_next, tenant_id,
+                                   machine_type))
+        next_job = None if row["id"] is None else _assignment(row, machine_id)
+        return Completion(job_state=row["job_state"], machine_state=row["machine_state"],
+                          provider_id=row["provider_id"],
+                          usage_position=row["position"], next_job=next_job)
+
+    async def take_next(self, machine_id: str, image: str, owner: Owner) -> Assignment | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["take_next"], uuid.UUID(machine_id), owner.instance, owner.term, image)
+        return None if row is None else _assignment(row, machine_id, endpoint=row["endpoint"], token=row["token"])
+
+    async def machine_address(self, machine_id: str) -> tuple[str | None, str] | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_address"], uuid.UUID(machine_id))
+        return None if row is None else (row["endpoint"], row["token"])
+
+    # placement: the caller holds one transaction under the placement lock
+    async def lock_placement(self, c: Conn) -> None:
+        await c.execute(Q[PLACEMENT_LOCK])
+
+    async def demand(self, c: Conn) -> list[Demand]:
+        rows = await c.fetch(Q["demand"])
+        return [Demand(tenant_id=r["tenant_id"], machine_type=r["machine_type"], queued=r["queued"],
+                       head=QueuedJob(id=str(r["id"]), priority=r["priority"], sequence=r["queue_seq"]))
+                for r in rows]
+
+    async def fleet(self, c: Conn | None = None) -> list[FleetMachine]:
+        if c is None:
+            async with borrow(self.pool) as own:
+                rows = await own.fetch(Q["fleet"])
+        else:
+            rows = await c.fetch(Q["fleet"])
+        return [FleetMachine(machine=_machine(r), job_id=_text(r["job_id"])) for r in rows]
+
+    async def insert_machine(self, c: Conn, *, machine_id: str, tenant_id: str, machine_type: str,
+                             image: str, backend: str, token: str, owner: Owner, cool_down_seconds: float,
+                             assign_job: bool) -> str | None:
+        """Insert a starting machine; returns the id of the queued job assigned to it, if any."""
+        row = _one(await c.fetchrow(Q["insert_machine"], uuid.UUID(machine_id), tenant_id, machine_type, image, backend,
+                               token, owner.instance, owner.term, assign_job, cool_down_seconds))
+        return _text(row["job_id"])
+
+    async def record_started(self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None,
+                             owner: Owner) -> bool:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["record_started"], uuid.UUID(machine_id), provider_id, endpoint, region,
+                                   owner.instance, owner.term)
+        return row is not None
+
+    async def machine_ready(self, machine_id: str, owner: Owner) -> tuple[str | None, Assignment | None]:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_ready"], uuid.UUID(machine_id), owner.instance, owner.term)
+        if row is None:
+            return None, None
+        return row["machine_state"], (None if row["id"] is None else _assignment(row, machine_id))
+
+    async def boot_failed(self, machine_id: str, owner: Owner) -> list[str]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term)
+        return [str(r["id"]) for r in rows]
+
+    async def retire(self, machine_id: str, owner: Owner, *, reason: str,
+                     states: Sequence[str] = ("warm",)) -> tuple[bool, str | None]:
+        """Set the machine stopping if it is in one of `states`; (retired, provider id)."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason,
+                                   list(states))
+        return (False, None) if row is None else (True, row["provider_id"])
+
+    async def stopping(self, owner: Owner) -> list[tuple[str, str | None]]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["stopping"], owner.instance, owner.term)
+        return [(str(r["id"]), r["provider_id"]) for r in rows]
+
+    async def forget_machine(self, machine_id: str, owner: Owner) -> None:
+        async with borrow(self.pool) as c:
+            await c.execute(Q["forget_machine"], uuid.UUID(machine_id), owner.instance, owner.term)
+
+    async def record_misses(self, misses: dict[str, int], owner: Owner) -> None:
+        if not misses:
+            return
+        async with borrow(self.pool) as c:
+            await c.executemany(Q["record_misses"], [(uuid.UUID(m), n, owner.instance, owner.term)
+                                                     for m, n in misses.items()])
+
+    async def own_machines(self, owner: Owner) -> list[OwnMachine]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["own_machines"], owner.instance, owner.term)
+        return [OwnMachine(machine=_machine(r), provider_id=r["provider_id"], endpoint=r["endpoint"],
+                           region=r["region"]) for r in rows]
+
+    async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelResult | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["cancel"], uuid.UUID(job_id), tenant_id, build_id)
+        return None if row is None else CancelResult(prior=row["prior"], worker_id=_text(row["worker_id"]))
+
+    async def get_job(self, job_id: str, tenant_id: str) -> JobView | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["get_job"], uuid.UUID(job_id), tenant_id)
+        return None if row is None else _job(row)
+
+    async def get_result(self, job_id: str, tenant_id: str) -> StoredResult | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["get_result"], uuid.UUID(job_id), tenant_id)
+        if row is None:
+            return None
+        return StoredResult(state=row["state"], error=row["error"],
+                            result=None if row["result"] is None else bytes(row["result"]))
+
+    async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["jobs_by_id"], [uuid.UUID(j) for j in job_ids])
+        return {str(r["id"]): r["state"] for r in rows}
+
+    async def list_workers(self, tenant_id: str | None) -> list[WorkerView]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["list_workers"], tenant_id)
+        return [WorkerView(id=str(r["id"]), tenant_id=r["tenant_id"], machine_type=r["machine_type"],
+                           image=r["image"], backend=r["backend"], state=r["state"], region=r["region"],
+                           session_id=r["session_id"], job_id=_text(r["job_id"]), created_at=r["created_at"],
+                           warm_at=r["warm_at"], last_active_at=r["last_active_at"],
+                           health_misses=r["health_misses"]) for r in rows]
+
+    async def list_usage(self, tenant_id: str | None, after_position: int, limit: int) -> list[UsageView]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["list_usage"], tenant_id, after_position, limit)
+        return [UsageView(position=r["position"], job_id=str(r["job_id"]), tenant_id=r["tenant_id"],
+                          machine_type=r["machine_type"], worker_id=str(r["worker_id"]),
+                          terminal_state=r["terminal_state"], duration_seconds=r["duration_seconds"],
+                          started_at=r["started_at"], ended_at=r["ended_at"]) for r in rows]
+
+    async def machine_counts(self) -> dict[str, int]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["machine_counts"])
+        return {r["state"]: r["machines"] for r in rows}
+
+    async def read_catalogue(self) -> tuple[int, Any] | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["read_catalogue"])
+        return None if row is None else (row["version"], json.loads(row["types"]))
+
+    async def catalogue_version(self) -> int:
+        async with borrow(self.pool) as c:
+            version = await c.fetchval(Q["catalogue_version"])
+        return int(version or 0)
+
+    async def replace_catalogue(self, types_json: str, names: Sequence[str]) -> tuple[int, int]:
+        """Store the catalogue; (its version, queued jobs failed for removed types)."""
+        async with borrow(self.pool) as c:
+            row = _one(await c.fetchrow(Q["replace_catalogue"], types_json, list(names)))
+        return row["version"], row["failed"]
+
+    async def lapsed_owners(self, owner: Owner) -> list[Owner]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["lapsed_owners"], owner.instance)
+        return [Owner(r["owner"], r["owner_term"]) for r in rows]
+
+    async def reclaim(self, lapsed: Owner, owner: Owner) -> tuple[int, int]:
+        async with borrow(self.pool) as c:
+            row = _one(await c.fetchrow(Q["reclaim"], lapsed.instance, lapsed.term, owner.instance, owner.term))
+        return row["jobs"], row["machines"]
+
+    async def recover_own(self, owner: Owner) -> tuple[int, int]:
+        async with borrow(self.pool) as c:
+            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term))
+        return row["jobs"], row["machines"]

@@ -1,0 +1,361 @@
+"""The PoolDispatcher servicer: auth and tenancy in the seed's order, options through the policies, then the
+dispatcher. Thin: it resolves, decides with a policy and acts.
+
+Checks run in the worker-pool seed's order: the token (UNAUTHENTICATED, 401) before the tenant header
+(INVALID_ARGUMENT, 400) before the parameters (INVALID_ARGUMENT with `x-http-code: 422`). A token that is
+missing or matches neither the API token nor the admin token is 401, as in the seed's service; tokens are
+compared in constant time and never logged. Statuses gRPC has no code for are named with `x-http-code`,
+which the edge's Lua filter applies (202, 413, 422, 502, 504, 409 with a body).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NoReturn
+
+import grpc
+from google.api import httpbody_pb2
+
+from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
+from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
+from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
+from thermostat.policy.pool.submit_options import SubmitError, parse_submit_query
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+
+from .dispatcher import Dispatcher
+from .repository import JobView, UsageView, WorkerView
+
+log = logging.getLogger("thermostat.pool_dispatcher.servicer")
+
+TENANT_HEADER = "x-strata-tenant"
+TRACE_HEADERS = ("traceparent", "tracestate")
+MAX_TENANT_LENGTH = 256
+DEFAULT_USAGE_PAGE = 100
+MAX_USAGE_PAGE = 1000
+JSON = "application/json"
+_FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    api: str | None
+    admin: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    admin: bool
+    metadata: Mapping[str, str]
+
+
+def _epoch(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def job_json(job: JobView) -> dict[str, Any]:
+    """The seed's job JSON: times as epoch seconds, unset values null."""
+    return {"id": job.id, "tenant_id": job.tenant_id, "machine_type": job.machine_type, "state": job.state,
+            "submitted_at": _epoch(job.submitted_at), "priority": job.priority, "session_id": job.session_id,
+            "worker_id": job.worker_id, "timeout_seconds": job.timeout_seconds, "error": job.error,
+            "started_at": _epoch(job.started_at), "completed_at": _epoch(job.completed_at),
+            "has_result": job.has_result}
+
+
+def worker_json(w: WorkerView) -> dict[str, Any]:
+    """A machine as the REST listing prints it: never its endpoint, host or token."""
+    return {"id": w.id, "tenant_id": w.tenant_id, "machine_type": w.machine_type, "image": w.image,
+            "backend": w.backend, "state": w.state, "region": w.region, "session_id": w.session_id,
+            "job_id": w.job_id, "created_at": _epoch(w.created_at), "warm_at": _epoch(w.warm_at),
+            "last_active_at": _epoch(w.last_active_at), "health_misses": w.health_misses}
+
+
+def usage_json(e: UsageView) -> dict[str, Any]:
+    return {"position": e.position, "job_id": e.job_id, "tenant_id": e.tenant_id, "machine_type": e.machine_type,
+            "worker_id": e.worker_id, "terminal_state": e.terminal_state, "duration_seconds": e.duration_seconds,
+            "started_at": _epoch(e.started_at), "ended_at": _epoch(e.ended_at)}
+
+
+def job_message(job: JobView) -> pool_pb2.Job:
+    message = pool_pb2.Job(id=job.id, tenant_id=job.tenant_id, machine_type=job.machine_type, state=job.state,
+                           submitted_at=job.submitted_at.timestamp(), priority=job.priority,
+                           timeout_seconds=job.timeout_seconds, has_result=job.has_result)
+    for name in ("session_id", "worker_id", "error"):
+        if getattr(job, name) is not None:
+            setattr(message, name, getattr(job, name))
+    for name in ("started_at", "completed_at"):
+        value = getattr(job, name)
+        if value is not None:
+            setattr(message, name, value.timestamp())
+    return message
+
+
+_JOB_NULLABLE = ("session_id", "worker_id", "error", "started_at", "completed_at")
+
+
+def _body(data: bytes, content_type: str = "application/octet-stream") -> httpbody_pb2.HttpBody:
+    return httpbody_pb2.HttpBody(content_type=content_type, data=data)
+
+
+def _json_body(value: Any) -> httpbody_pb2.HttpBody:
+    return _body(json.dumps(value).encode(), JSON)
+
+
+class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ignore[misc]
+    def __init__(self, dispatcher: Dispatcher, tokens: Tokens) -> None:
+        self.d = dispatcher
+        self.tokens = tokens
+
+    # checks, in the seed's order
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        metadata = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        auth = metadata.get("authorization", "")
+        presented = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        api_ok = _same(presented, self.tokens.api)
+        admin_ok = _same(presented, self.tokens.admin)
+        if not presented or not (api_ok or admin_ok):
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, "a valid bearer token is required", 401)
+        return Caller(admin=admin_ok, metadata=metadata)
+
+    async def _tenant(self, context: grpc.aio.ServicerContext, caller: Caller) -> str:
+        tenant = caller.metadata.get(TENANT_HEADER, "").strip()
+        if not tenant:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the X-Strata-Tenant header is required", 400)
+        if len(tenant) > MAX_TENANT_LENGTH:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         f"X-Strata-Tenant: at most {MAX_TENANT_LENGTH} characters", 400)
+        return tenant
+
+    async def _job_id(self, context: grpc.aio.ServicerContext, raw: str) -> str:
+        try:
+            return str(uuid.UUID(raw))
+        except ValueError:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+
+    async def _submit(self, request: Any, context: grpc.aio.ServicerContext, *, sync: bool) -> tuple[JobView, Any]:
+        caller = await self._caller(context)
+        tenant = await self._tenant(context, caller)
+        query = {name: getattr(request, name) for name in ("machine_type", "priority", "session_id", "timeout_seconds")
+                 if getattr(request, name)}
+        if sync and request.wait_seconds:
+            query["wait_seconds"] = request.wait_seconds
+        if request.machine_type and self.d.catalogue.get(request.machine_type) is None:
+            await self.d.type_named(request.machine_type)
+        options = parse_submit_query(query, catalogue=self.d.catalogue, sync=sync)
+        if isinstance(options, SubmitError):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, options.detail, 422)
+        payload = request.payload.data
+        if len(payload) > self.d.max_payload_bytes:
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"payload of {len(payload)} bytes is over the limit of {self.d.max_payload_bytes}", 413)
+        trace = {name: caller.metadata[name] for name in TRACE_HEADERS if caller.metadata.get(name)}
+        job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace)
+        return job, options
+
+    # jobs
+
+    async def SubmitJob(self, request: pool_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
+        job, _ = await self._submit(request, context, sync=False)
+        await _status(context, 202, nulls=_nulls(job))
+        return job_message(job)
+
+    async def SubmitJobSync(self, request: pool_pb2.SubmitJobSyncRequest,
+                            context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        job, options = await self._submit(request, context, sync=True)
+        wait = options.wait_seconds
+        remaining = context.time_remaining()
+        if remaining is not None:  # the caller's gRPC deadline bounds the wait too
+            wait = max(0.0, min(wait, remaining - 0.05))
+        finished = await self.d.wait(job.id, job.tenant_id, wait) or job
+        return await self._answer(context, finished, await_result=True)
+
+    async def _answer(self, context: grpc.aio.ServicerContext, job: JobView, *,
+                      await_result: bool) -> httpbody_pb2.HttpBody:
+        state = JobState(job.state)
+        extra = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
+        if state is JobState.COMPLETED:
+            stored = await self.d.repo.get_result(job.id, job.tenant_id)
+            await _status(context, None, extra=extra)
+            return _body(stored.result if stored and stored.result is not None else b"")
+        if state in _FAILED_STATUS:
+            body: dict[str, Any] = {"state": job.state}
+            if state is not JobState.CANCELLED:
+                body["error"] = job.error
+            await _status(context, _FAILED_STATUS[state], extra=extra)
+            return _json_body(body)
+        if not await_result:
+            await _abort(context, grpc.StatusCode.ABORTED, f"job {job.id} is {job.state}, not finished", 409)
+        await _status(context, 202, extra=extra)
+        return _json_body(job_json(job))
+
+    async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
+        job = await self._own_job(request.id, context)
+        await _status(context, None, nulls=_nulls(job))
+        return job_message(job)
+
+    async def _own_job(self, raw_id: str, context: grpc.aio.ServicerContext) -> JobView:
+        tenant = await self._tenant(context, await self._caller(context))
+        job = await self.d.repo.get_job(await self._job_id(context, raw_id), tenant)
+        if job is None:  # another tenant's job is not found, so the id confirms nothing
+            await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+        return job
+
+    async def GetJobResult(self, request: pool_pb2.GetJobResultRequest,
+                           context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        job = await self._own_job(request.id, context)
+        return await self._answer(context, job, await_result=False)
+
+    async def CancelJob(self, request: pool_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
+        caller = await self._caller(context)
+        tenant = await self._tenant(context, caller)
+        job_id = await self._job_id(context, request.id)
+        build_id = validate_build_id(request.build_id or None)
+        if isinstance(build_id, BuildIdError):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, build_id.detail, 400)
+        outcome = await self.d.cancel(job_id, tenant, build_id)
+        if outcome is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+        if outcome.status_code == 409:
+            await _abort(context, grpc.StatusCode.ABORTED,
+                         f"job {job_id} already finished as {outcome.job.state}", 409)
+        await _status(context, None, nulls=_nulls(outcome.job))
+        return job_message(outcome.job)
+
+    async def WaitJob(self, request: pool_pb2.WaitJobRequest,
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pool_pb2.Job]:
+        job = await self._own_job(request.id, context)
+        yield job_message(job)
+        while JobState(job.state) not in TERMINAL_STATES:
+            latest = await self.d.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
+            if latest is None:
+                return
+            if latest.state != job.state:
+                yield job_message(latest)
+            job = latest
+
+    # hints and the catalogue
+
+    async def SendHint(self, request: pool_pb2.SendHintRequest,
+                       context: grpc.aio.ServicerContext) -> pool_pb2.SendHintResponse:
+        tenant = await self._tenant(context, await self._caller(context))
+        decision = await self.d.hint(tenant, request.machine_type.strip())
+        if isinstance(decision, SubmitError):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
+        response = pool_pb2.SendHintResponse(started=decision.started)
+        if decision.reason is not None:
+            response.reason = str(decision.reason)
+        await _status(context, 202, nulls=() if decision.reason is not None else ("reason",))
+        return response
+
+    async def GetMachineTypes(self, request: pool_pb2.GetMachineTypesRequest,
+                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        caller = await self._caller(context)
+        await self.d.refresh_catalogue()
+        return _json_body(catalogue_to_json(self.d.catalogue, admin=caller.admin))
+
+    async def PutMachineTypes(self, request: pool_pb2.PutMachineTypesRequest,
+                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        caller = await self._caller(context)
+        if self.tokens.admin is None:
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
+                         "catalogue writes are disabled: no admin token is configured", 403)
+        if not caller.admin:
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED, "replacing the catalogue needs the admin token",
+                         403)
+        parsed = parse_catalogue_json(request.catalogue.data)
+        if not isinstance(parsed, Catalogue):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
+        await self.d.replace_catalogue(parsed)
+        return _json_body(catalogue_to_json(parsed, admin=True))
+
+    # listings and health
+
+    async def ListWorkers(self, request: pool_pb2.ListWorkersRequest,
+                          context: grpc.aio.ServicerContext) -> pool_pb2.ListWorkersResponse:
+        tenant = await self._scope(request.tenant_id, context)
+        response = pool_pb2.ListWorkersResponse()
+        for w in await self.d.repo.list_workers(tenant):
+            item = response.workers.add(id=w.id, tenant_id=w.tenant_id, machine_type=w.machine_type, image=w.image,
+                                        backend=w.backend, state=w.state, created_at=w.created_at.timestamp(),
+                                        health_misses=w.health_misses)
+            for name in ("region", "session_id", "job_id"):
+                if getattr(w, name) is not None:
+                    setattr(item, name, getattr(w, name))
+            for name in ("warm_at", "last_active_at"):
+                if getattr(w, name) is not None:
+                    setattr(item, name, getattr(w, name).timestamp())
+        return response
+
+    async def ListWorkersJson(self, request: pool_pb2.ListWorkersJsonRequest,
+                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        tenant = await self._scope(request.tenant_id, context)
+        return _json_body([worker_json(w) for w in await self.d.repo.list_workers(tenant)])
+
+    async def ListUsageJson(self, request: pool_pb2.ListUsageJsonRequest,
+                            context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+        events = await self._usage(request, context)
+        return _json_body([usage_json(e) for e in events])
+
+    async def _usage(self, request: Any, context: grpc.aio.ServicerContext) -> list[UsageView]:
+        tenant = await self._scope(request.tenant_id, context)
+        if request.after_position < 0 or request.page_size < 0:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                         "after_position and page_size must not be negative", 422)
+        size = min(request.page_size or DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE)
+        return await self.d.repo.list_usage(tenant, request.after_position, size)
+
+    async def ListUsage(self, request: pool_pb2.ListUsageRequest,
+                        context: grpc.aio.ServicerContext) -> pool_pb2.ListUsageResponse:
+        events = await self._usage(request, context)
+        response = pool_pb2.ListUsageResponse(next_position=events[-1].position if events
+                                              else request.after_position)
+        for e in events:
+            response.events.add(position=e.position, job_id=e.job_id, tenant_id=e.tenant_id,
+                                machine_type=e.machine_type, worker_id=e.worker_id, terminal_state=e.terminal_state,
+                                duration_seconds=e.duration_seconds, started_at=e.started_at.timestamp(),
+                                ended_at=e.ended_at.timestamp())
+        return response
+
+    async def _scope(self, requested: str, context: grpc.aio.ServicerContext) -> str | None:
+        """The tenant a listing shows: the caller's own, unless the admin token asks for all or one."""
+        caller = await self._caller(context)
+        if caller.admin:
+            return requested.strip() or None
+        return await self._tenant(context, caller)
+
+    async def GetPoolHealth(self, request: pool_pb2.GetPoolHealthRequest,
+                            context: grpc.aio.ServicerContext) -> pool_pb2.PoolHealth:
+        counts = await self.d.repo.machine_counts()
+        return pool_pb2.PoolHealth(machine_types=list(self.d.catalogue.names), machines=counts)
+
+
+def _same(presented: str, token: str | None) -> bool:
+    # always compare, so timing does not reveal which token is configured
+    return hmac.compare_digest(presented.encode(), (token or "\0unset").encode()) and token is not None
+
+
+def _nulls(job: JobView) -> tuple[str, ...]:
+    return tuple(name for name in _JOB_NULLABLE if getattr(job, name) is None)
+
+
+async def _status(context: grpc.aio.ServicerContext, code: int | None, *, nulls: tuple[str, ...] = (),
+                  extra: tuple[tuple[str, str], ...] = ()) -> None:
+    metadata = list(extra)
+    if code is not None:
+        metadata.append(("x-http-code", str(code)))
+    if nulls:
+        metadata.append(("x-json-nulls", ",".join(nulls)))
+    if metadata:
+        await context.send_initial_metadata(tuple(metadata))
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, http: int) -> NoReturn:
+    await context.send_initial_metadata((("x-http-code", str(http)),))
+    await context.abort(code, message)
+    raise AssertionError("unreachable")  # abort raises

@@ -1,0 +1,28 @@
+"""The pool dispatcher's process settings (README, Configuration)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from thermostat.chassis.registry import POOL_DISPATCHER
+from thermostat.chassis.settings import ServiceSettings
+
+MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
+"""The largest payload (and stored result) the pool accepts: over the seed's 16 MiB floor. A larger payload is
+a 413 and nothing is queued. gRPC message limits and the edge's body buffer sit above it."""
+
+GRPC_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 1024 * 1024  # the payload plus the request's other fields
+
+
+class PoolDispatcherSettings(ServiceSettings):
+    pool_dispatcher_port: int = Field(default=POOL_DISPATCHER.default_port, ge=0, le=65535)
+    strata_pool_token: SecretStr | None = None
+    strata_pool_admin_token: SecretStr | None = None
+    pool_machine_types: str | None = Field(
+        default=None, description="the catalogue at start: a JSON list in the PUT shape, or a path to a file")
+    pool_max_workers_total: int | None = Field(default=None, ge=1)
+    pool_scaler_seconds: float = Field(default=10.0, gt=0, le=3600)
+    pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
+    pool_health_poll_seconds: float = Field(default=0.5, gt=0, le=60)
+    pool_instance_id: str | None = Field(default=None, min_length=1, max_length=100)
+    pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)

@@ -1,0 +1,154 @@
+"""Pool dispatchers in this process over real gRPC and the test's own database, running reference workers
+(`python -m thermostat.worker`) as real child processes through the local backend.
+
+The scaler does not run on its own here: a test calls `scaler_pass()` (or `reap()`, `probe()`, `reclaim()`) when
+it wants one, and injects the monotonic clock, so no test waits on a timer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.fixtures.polling import eventually
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+from thermostat.pool_dispatcher.__main__ import assemble
+from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
+from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
+from thermostat.providers.pool.local import LocalBackend
+from thermostat.store.db import Store
+
+API_TOKEN = "pool-api-token-for-tests"
+ADMIN_TOKEN = "pool-admin-token-for-tests"
+REFERENCE_WORKER = f"{sys.executable} -m thermostat.worker"
+
+
+def local_type(name: str = "local", **fields: Any) -> dict[str, Any]:
+    return {"name": name, "image": REFERENCE_WORKER, "backend": "local", "boot_timeout_seconds": 30,
+            **fields}
+
+
+def sleepy_type(name: str = "sleepy", **fields: Any) -> dict[str, Any]:
+    """A type whose worker sleeps for the payload's `seconds` (a bare number or {"seconds": n})."""
+    env = {"STRATA_WORKER_HANDLER": "sleep", "STRATA_WORKER_SLEEP_SECONDS": "0", **fields.pop("env", {})}
+    return local_type(name, env=env, **fields)
+
+
+def caller(tenant: str | None = "acme", token: str | None = API_TOKEN, **extra: str) -> tuple[tuple[str, str], ...]:
+    metadata = []
+    if token is not None:
+        metadata.append(("authorization", f"Bearer {token}"))
+    if tenant is not None:
+        metadata.append(("x-strata-tenant", tenant))
+    metadata.extend(extra.items())
+    return tuple(metadata)
+
+
+ADMIN = caller(tenant=None, token=ADMIN_TOKEN)
+
+
+class FakeClock:
+    """A monotonic clock the test moves (cool-downs read elapsed time only)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class RunningPool:
+    address: str
+    dispatcher: Dispatcher
+    backend: LocalBackend
+    channel: grpc.aio.Channel
+    stub: pool_pb2_grpc.PoolDispatcherStub
+
+    async def submit(self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local",
+                     **options: str) -> pool_pb2.Job:
+        request = pool_pb2.SubmitJobRequest(machine_type=machine_type, **options)
+        request.payload.data = payload
+        job: pool_pb2.Job = await self.stub.SubmitJob(request, metadata=caller(tenant))
+        return job
+
+    async def run(self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local",
+                  wait_seconds: str = "60", **options: str) -> tuple[bytes, dict[str, str]]:
+        """A sync submit: the result bytes and the response metadata."""
+        request = pool_pb2.SubmitJobSyncRequest(machine_type=machine_type, wait_seconds=wait_seconds, **options)
+        request.payload.data = payload
+        call = self.stub.SubmitJobSync(request, metadata=caller(tenant))
+        body = await call
+        metadata = {k: v for k, v in (await call.initial_metadata())}
+        return body.data, metadata
+
+    async def job(self, job_id: str, tenant: str = "acme") -> pool_pb2.Job:
+        job: pool_pb2.Job = await self.stub.GetJob(pool_pb2.GetJobRequest(id=job_id), metadata=caller(tenant))
+        return job
+
+    async def finished(self, job_id: str, tenant: str = "acme", timeout: float = 30.0) -> pool_pb2.Job:
+        async def done() -> pool_pb2.Job | None:
+            job = await self.job(job_id, tenant)
+            return job if job.state in ("completed", "failed", "timed_out", "cancelled") else None
+
+        return await eventually(done, timeout=timeout, every=0.05)
+
+    async def workers(self, tenant: str | None = None) -> list[pool_pb2.Worker]:
+        request = pool_pb2.ListWorkersRequest(tenant_id=tenant or "")
+        response = await self.stub.ListWorkers(request, metadata=ADMIN)
+        return list(response.workers)
+
+    async def usage(self) -> list[pool_pb2.UsageEvent]:
+        response = await self.stub.ListUsage(pool_pb2.ListUsageRequest(page_size=1000), metadata=ADMIN)
+        return list(response.events)
+
+
+def pool_env(types: list[dict[str, Any]] | None = None, **overrides: str) -> dict[str, str]:
+    env = {
+        "STRATA_POOL_TOKEN": API_TOKEN,
+        "STRATA_POOL_ADMIN_TOKEN": ADMIN_TOKEN,
+        "POOL_MACHINE_TYPES": json.dumps(types if types is not None else [local_type()]),
+        "POOL_HEALTH_POLL_SECONDS": "0.05",
+        "POOL_LEASE_SECONDS": "30",
+    }
+    env.update(overrides)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def start_pool(store: Store, env: Mapping[str, str], *, clock: Any = None, hooks: Hooks | None = None,
+                     run_scaler: bool = False) -> AsyncIterator[RunningPool]:
+    with pytest.MonkeyPatch.context() as mp:
+        for key in PoolDispatcherSettings.model_fields:
+            mp.delenv(key.upper(), raising=False)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        settings = PoolDispatcherSettings()
+    service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks)
+    port = await service.host.start("127.0.0.1", 0)
+    address = f"127.0.0.1:{port}"
+    channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                                          ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    try:
+        yield RunningPool(address=address, dispatcher=service.dispatcher, backend=service.backend, channel=channel,
+                          stub=pool_pb2_grpc.PoolDispatcherStub(channel))
+    finally:
+        await channel.close()
+        await service.host.stop(1.0)
+
+
+@pytest.fixture
+async def pool_store(database_url: str) -> AsyncIterator[Store]:
+    store = await Store.open(database_url, max_size=12, application_name="pool-tests")
+    yield store
+    await store.close()
