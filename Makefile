@@ -44,6 +44,7 @@ test: proto ## run the whole test suite
 
 lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
 	@$(BIN)/ruff check .
+	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy
 	@$(BIN)/lint-imports
 	@node_modules/.bin/buf lint

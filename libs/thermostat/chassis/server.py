@@ -58,6 +58,7 @@ class ServiceSpec:
     @property
     def internal(self) -> frozenset[str]:
         return internal_service_names() | frozenset(self.internal_services)
+
     # grpc server options (e.g. the pool's raised message sizes for payloads over grpcio's 4 MiB default)
     grpc_options: Sequence[tuple[str, Any]] = ()
 
@@ -79,14 +80,21 @@ class ServiceHost:
         spec = self.spec
         # built at start, not in __init__: the runner fills in the internal token after a service's build()
         internal = spec.internal
-        self.server = aio.server(interceptors=[
-            RequestContextInterceptor(),
-            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal})],
-            options=list(spec.grpc_options))
+        self.server = aio.server(
+            interceptors=[
+                RequestContextInterceptor(),
+                AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+            ],
+            options=list(spec.grpc_options),
+        )
         served_internal = sorted(internal & set(spec.service_names))
         if served_internal and not spec.internal_token:
-            log.warning("%s: %s is unset: every call to %s is refused (fail closed) until the service restarts "
-                        "with it", spec.name, INTERNAL_TOKEN_ENV, ", ".join(served_internal))
+            log.warning(
+                "%s: %s is unset: every call to %s is refused (fail closed) until the service restarts with it",
+                spec.name,
+                INTERNAL_TOKEN_ENV,
+                ", ".join(served_internal),
+            )
         spec.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # Reflection lists what a caller of the edge may call: the public services and reflection itself. The
@@ -122,8 +130,12 @@ class ServiceHost:
         for name in ("", *self.spec.service_names):
             await self.health.set(name, status)
         if ok != self.serving:
-            log.log(logging.INFO if ok else logging.WARNING, "%s health: %s", self.spec.name,
-                    "SERVING" if ok else "NOT_SERVING")
+            log.log(
+                logging.INFO if ok else logging.WARNING,
+                "%s health: %s",
+                self.spec.name,
+                "SERVING" if ok else "NOT_SERVING",
+            )
         self.serving = ok
 
     async def _probe_loop(self) -> None:
@@ -146,8 +158,11 @@ class ServiceHost:
             stopping = asyncio.ensure_future(self.server.stop(grace))
             done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_MARGIN_SECONDS)
             if not done:
-                log.error("%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway",
-                          self.spec.name, grace + STOP_MARGIN_SECONDS)
+                log.error(
+                    "%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway",
+                    self.spec.name,
+                    grace + STOP_MARGIN_SECONDS,
+                )
         for hook in self.spec.on_stop:
             try:
                 await hook()

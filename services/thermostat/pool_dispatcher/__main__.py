@@ -47,8 +47,10 @@ def configured_catalogue(value: str | None) -> Catalogue:
 
 def grpc_options() -> list[tuple[str, int]]:
     """Messages up to the payload limit plus headroom, so an oversized payload is a 413 of ours."""
-    return [("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES)]
+    return [
+        ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +67,15 @@ async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store:
     return assemble(settings, store).host
 
 
-def assemble(settings: PoolDispatcherSettings, store: Store, *, clock: Clock | None = None,
-             sleep: Sleep | None = None, run_scaler: bool = True, hooks: Hooks | None = None) -> PoolService:
+def assemble(
+    settings: PoolDispatcherSettings,
+    store: Store,
+    *,
+    clock: Clock | None = None,
+    sleep: Sleep | None = None,
+    run_scaler: bool = True,
+    hooks: Hooks | None = None,
+) -> PoolService:
     """The service's parts over an open store (`build` for the runner; tests inject clock, sleep and hooks)."""
     catalogue = configured_catalogue(settings.pool_machine_types)
     if settings.strata_pool_token is None:
@@ -74,15 +83,26 @@ def assemble(settings: PoolDispatcherSettings, store: Store, *, clock: Clock | N
     client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
     backend = LocalBackend(client)
     dispatcher = Dispatcher(
-        repository=PoolRepository(store.pool), leases=store.leases, backend=backend, client=client,
-        catalogue=catalogue, instance_id=settings.pool_instance_id, lease_seconds=settings.pool_lease_seconds,
-        scaler_seconds=settings.pool_scaler_seconds, health_poll_seconds=settings.pool_health_poll_seconds,
-        max_workers_total=settings.pool_max_workers_total, max_payload_bytes=settings.pool_max_payload_bytes,
-        clock=clock or time.monotonic, sleep=sleep or asyncio.sleep, run_scaler=run_scaler, hooks=hooks,
+        repository=PoolRepository(store.pool),
+        leases=store.leases,
+        backend=backend,
+        client=client,
+        catalogue=catalogue,
+        instance_id=settings.pool_instance_id,
+        lease_seconds=settings.pool_lease_seconds,
+        scaler_seconds=settings.pool_scaler_seconds,
+        health_poll_seconds=settings.pool_health_poll_seconds,
+        max_workers_total=settings.pool_max_workers_total,
+        max_payload_bytes=settings.pool_max_payload_bytes,
+        clock=clock or time.monotonic,
+        sleep=sleep or asyncio.sleep,
+        run_scaler=run_scaler,
+        hooks=hooks,
     )
     tokens = Tokens(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
-        admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None)
+        admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
+    )
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens), server)
@@ -93,9 +113,15 @@ def assemble(settings: PoolDispatcherSettings, store: Store, *, clock: Clock | N
         await client.aclose()
 
     host = ServiceHost(
-        ServiceSpec(name=POOL_DISPATCHER.name, service_names=POOL_DISPATCHER.served, register=register,
-                    dependency_check=store.ping, on_start=[dispatcher.start], on_stop=[shutdown],
-                    grpc_options=grpc_options()),
+        ServiceSpec(
+            name=POOL_DISPATCHER.name,
+            service_names=POOL_DISPATCHER.served,
+            register=register,
+            dependency_check=store.ping,
+            on_start=[dispatcher.start],
+            on_stop=[shutdown],
+            grpc_options=grpc_options(),
+        ),
         probe_seconds=settings.health_probe_seconds,
     )
     return PoolService(host=host, dispatcher=dispatcher, backend=backend)

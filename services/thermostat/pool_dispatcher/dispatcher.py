@@ -135,8 +135,9 @@ class Dispatcher:
         self.hooks = hooks or Hooks()
         self._configured = catalogue
         self.state = CatalogueState(catalogue=catalogue, version=0)
-        self._keeper = LeaseKeeper(leases, name=lease_name(self.instance_id), holder=self.instance_id,
-                                   ttl=lease_seconds)
+        self._keeper = LeaseKeeper(
+            leases, name=lease_name(self.instance_id), holder=self.instance_id, ttl=lease_seconds
+        )
         self._run_scaler = run_scaler
         self._owner: Owner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -166,8 +167,12 @@ class Dispatcher:
         self._owner = Owner(self.instance_id, lease.term)
         jobs, machines = await self.repo.recover_own(self.owner)
         if jobs or machines:
-            log.warning("instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
-                        self.instance_id, jobs, machines)
+            log.warning(
+                "instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
+                self.instance_id,
+                jobs,
+                machines,
+            )
         await self.refresh_catalogue()
         await self._listen()
         await self._recover_machines()
@@ -188,8 +193,12 @@ class Dispatcher:
         if self._owner is not None:
             with contextlib.suppress(Exception):
                 for own in await self.repo.own_machines(self.owner):
-                    await self._stop_machine(own.machine.id, own.provider_id, reason="dispatcher shutting down",
-                                             states=("starting", "warm", "busy", "stopping"))
+                    await self._stop_machine(
+                        own.machine.id,
+                        own.provider_id,
+                        reason="dispatcher shutting down",
+                        states=("starting", "warm", "busy", "stopping"),
+                    )
                 await self.repo.recover_own(self.owner)
         if self._listener is not None:
             with contextlib.suppress(Exception):
@@ -208,8 +217,9 @@ class Dispatcher:
         """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
         if self._listener is not None and not self._listener.is_closed():
             return
-        self._listener = await self.repo.listen({"pool_jobs_done": self._on_job_done,
-                                                 "pool_catalogue": self._on_catalogue})
+        self._listener = await self.repo.listen(
+            {"pool_jobs_done": self._on_job_done, "pool_catalogue": self._on_catalogue}
+        )
 
     def _on_job_done(self, job_id: str) -> None:
         self._waiters.wake(job_id)
@@ -238,7 +248,8 @@ class Dispatcher:
         import json
 
         version, failed = await self.repo.replace_catalogue(
-            json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names)
+            json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names
+        )
         self.state = CatalogueState(catalogue=catalogue, version=version)
         log.info("catalogue replaced (version %d, %d queued job(s) of removed types failed)", version, failed)
         self._poke_placement()
@@ -254,22 +265,31 @@ class Dispatcher:
 
     # submit, wait, result
 
-    async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes,
-                     trace: dict[str, str]) -> JobView:
+    async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str]) -> JobView:
         machine_type = options.machine_type
         job, assignment = await self.repo.submit(
-            job_id=str(uuid.uuid4()), tenant_id=tenant_id, machine_type=machine_type.name, image=machine_type.image,
-            priority=options.priority, session_id=options.session_id, timeout_seconds=options.timeout_seconds,
-            payload=payload, owner=self.owner, trace=trace)
+            job_id=str(uuid.uuid4()),
+            tenant_id=tenant_id,
+            machine_type=machine_type.name,
+            image=machine_type.image,
+            priority=options.priority,
+            session_id=options.session_id,
+            timeout_seconds=options.timeout_seconds,
+            payload=payload,
+            owner=self.owner,
+            trace=trace,
+        )
         if assignment is not None:
-            self._spawn(self._run(assignment, tenant_id, machine_type.name, machine_type.image),
-                        f"pool-run-{assignment.job_id}")
+            self._spawn(
+                self._run(assignment, tenant_id, machine_type.name, machine_type.image), f"pool-run-{assignment.job_id}"
+            )
         else:
             self._poke_placement()
         return job
 
-    async def wait(self, job_id: str, tenant_id: str, timeout: float, *,
-                   since_state: str | None = None) -> JobView | None:
+    async def wait(
+        self, job_id: str, tenant_id: str, timeout: float, *, since_state: str | None = None
+    ) -> JobView | None:
         """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
         None when it is not the tenant's."""
         deadline = self.clock() + timeout
@@ -301,8 +321,9 @@ class Dispatcher:
             if endpoint is None:
                 return
             started = self.clock()
-            reply = await self.client.execute(endpoint, token, assignment.payload,
-                                              deadline_seconds=assignment.timeout_seconds, trace=assignment.trace)
+            reply = await self.client.execute(
+                endpoint, token, assignment.payload, deadline_seconds=assignment.timeout_seconds, trace=assignment.trace
+            )
             duration = max(0.0, self.clock() - started)
             outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=assignment.timeout_seconds)
             if self.hooks.before_complete is not None:
@@ -310,14 +331,23 @@ class Dispatcher:
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
             completion = await self.repo.complete(
-                job_id=assignment.job_id, machine_id=assignment.machine_id, state=str(outcome.state),
-                result=outcome.result, error=outcome.error, duration_seconds=duration, owner=self.owner,
-                retire=outcome.retire_machine, take_next=keep_feeding, tenant_id=tenant_id,
-                machine_type=machine_type)
+                job_id=assignment.job_id,
+                machine_id=assignment.machine_id,
+                state=str(outcome.state),
+                result=outcome.result,
+                error=outcome.error,
+                duration_seconds=duration,
+                owner=self.owner,
+                retire=outcome.retire_machine,
+                take_next=keep_feeding,
+                tenant_id=tenant_id,
+                machine_type=machine_type,
+            )
             self._waiters.wake(assignment.job_id)
             if completion.job_state is None:
-                log.warning("job %s finished on machine %s after this process lost it", assignment.job_id,
-                            assignment.machine_id)
+                log.warning(
+                    "job %s finished on machine %s after this process lost it", assignment.job_id, assignment.machine_id
+                )
                 return
             if completion.machine_state == MachineState.STOPPING:
                 log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
@@ -361,8 +391,10 @@ class Dispatcher:
                 continue
             assignment = await self.repo.take_next(machine.id, machine.image, self.owner)
             if assignment is not None:
-                self._spawn(self._run(assignment, machine.tenant_id, machine.machine_type, machine.image),
-                            f"pool-run-{assignment.job_id}")
+                self._spawn(
+                    self._run(assignment, machine.tenant_id, machine.machine_type, machine.image),
+                    f"pool-run-{assignment.job_id}",
+                )
 
     async def _plan_and_insert(self) -> list[tuple[str, str, MachineType, str, str | None]]:
         """One transaction under the placement lock: count the queue and the fleet, insert the starts."""
@@ -374,14 +406,19 @@ class Dispatcher:
                 return []
             fleet = await self.repo.fleet(c)
             plan = plan_placement(
-                demand=[Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
-                        for d in demand],
-                machines=[_as_seen(m.machine, m.job_id) for m in fleet], catalogue=self.catalogue,
-                max_workers_total=self.max_workers_total)
+                demand=[
+                    Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
+                    for d in demand
+                ],
+                machines=[_as_seen(m.machine, m.job_id) for m in fleet],
+                catalogue=self.catalogue,
+                max_workers_total=self.max_workers_total,
+            )
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-                log.warning("fleet cap of %s machines reached: %d queued job(s) wait for capacity",
-                            self.max_workers_total, held)
+                log.warning(
+                    "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
+                )
             if self.hooks.before_insert_machines is not None:
                 await self.hooks.before_insert_machines()
             for start in plan.starts:
@@ -390,9 +427,17 @@ class Dispatcher:
                     continue
                 machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
                 job_id = await self.repo.insert_machine(
-                    c, machine_id=machine_id, tenant_id=start.tenant_id, machine_type=machine_type.name,
-                    image=machine_type.image, backend=str(machine_type.backend), token=token, owner=self.owner,
-                    cool_down_seconds=machine_type.cool_down_seconds, assign_job=True)
+                    c,
+                    machine_id=machine_id,
+                    tenant_id=start.tenant_id,
+                    machine_type=machine_type.name,
+                    image=machine_type.image,
+                    backend=str(machine_type.backend),
+                    token=token,
+                    owner=self.owner,
+                    cool_down_seconds=machine_type.cool_down_seconds,
+                    assign_job=True,
+                )
                 starts.append((machine_id, start.tenant_id, machine_type, token, job_id))
         return starts
 
@@ -403,39 +448,54 @@ class Dispatcher:
         async with borrow(self.repo.pool) as c, c.transaction():
             await self.repo.lock_placement(c)
             fleet = await self.repo.fleet(c)
-            decision = decide_hint(tenant_id=tenant_id, machine_type=machine_type,
-                                   machines=[_as_seen(m.machine, m.job_id) for m in fleet],
-                                   catalogue=self.catalogue, max_workers_total=self.max_workers_total)
+            decision = decide_hint(
+                tenant_id=tenant_id,
+                machine_type=machine_type,
+                machines=[_as_seen(m.machine, m.job_id) for m in fleet],
+                catalogue=self.catalogue,
+                max_workers_total=self.max_workers_total,
+            )
             if not isinstance(decision, HintDecision) or not decision.started:
                 return decision
             kind = self.catalogue.get(machine_type)
             assert kind is not None  # decide_hint refused unknown types
             machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
             await self.repo.insert_machine(
-                c, machine_id=machine_id, tenant_id=tenant_id, machine_type=kind.name, image=kind.image,
-                backend=str(kind.backend), token=token, owner=self.owner, cool_down_seconds=kind.cool_down_seconds,
-                assign_job=False)
+                c,
+                machine_id=machine_id,
+                tenant_id=tenant_id,
+                machine_type=kind.name,
+                image=kind.image,
+                backend=str(kind.backend),
+                token=token,
+                owner=self.owner,
+                cool_down_seconds=kind.cool_down_seconds,
+                assign_job=False,
+            )
         self._spawn(self._boot(machine_id, tenant_id, kind, token, None), f"pool-boot-{machine_id}")
         return decision
 
-    async def _boot(self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str,
-                    job_id: str | None) -> None:
+    async def _boot(
+        self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str, job_id: str | None
+    ) -> None:
         spec = MachineSpec(machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type, worker_token=token)
         try:
             handle = await self.backend.start(spec)
         except BackendError as error:
             await self._boot_failed(machine_id, None, f"start failed: {error}")
             return
-        if not await self.repo.record_started(machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint,
-                                              region=handle.region, owner=self.owner):
+        if not await self.repo.record_started(
+            machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint, region=handle.region, owner=self.owner
+        ):
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
             await self._stop_quietly(handle.provider_id)
             return
         booted_at = self.clock()
         while not await self.backend.health(handle):
             if self.clock() - booted_at >= machine_type.boot_timeout_seconds:
-                await self._boot_failed(machine_id, handle.provider_id,
-                                        f"no health answer within {machine_type.boot_timeout_seconds:g} s")
+                await self._boot_failed(
+                    machine_id, handle.provider_id, f"no health answer within {machine_type.boot_timeout_seconds:g} s"
+                )
                 return
             await self.sleep(self.health_poll_seconds)
         if self.hooks.before_machine_ready is not None:
@@ -446,13 +506,29 @@ class Dispatcher:
             await self._stop_quietly(handle.provider_id)
             return
         self._idle_since[machine_id] = self.clock()
-        log.info("machine %s (%s, tenant %s) warm after %.2f s", machine_id, machine_type.name, tenant_id,
-                 self.clock() - booted_at)
+        log.info(
+            "machine %s (%s, tenant %s) warm after %.2f s",
+            machine_id,
+            machine_type.name,
+            tenant_id,
+            self.clock() - booted_at,
+        )
         if assignment is not None:
-            await self._run(Assignment(job_id=assignment.job_id, machine_id=machine_id, payload=assignment.payload,
-                                       timeout_seconds=assignment.timeout_seconds, trace=assignment.trace,
-                                       submitted_at=assignment.submitted_at, endpoint=handle.endpoint,
-                                       token=token), tenant_id, machine_type.name, machine_type.image)
+            await self._run(
+                Assignment(
+                    job_id=assignment.job_id,
+                    machine_id=machine_id,
+                    payload=assignment.payload,
+                    timeout_seconds=assignment.timeout_seconds,
+                    trace=assignment.trace,
+                    submitted_at=assignment.submitted_at,
+                    endpoint=handle.endpoint,
+                    token=token,
+                ),
+                tenant_id,
+                machine_type.name,
+                machine_type.image,
+            )
         else:
             self._poke_placement()  # queued work of the tenant may be waiting for exactly this machine
 
@@ -466,8 +542,9 @@ class Dispatcher:
 
     # stopping
 
-    async def _stop_machine(self, machine_id: str, provider_id: str | None, *, reason: str,
-                            states: tuple[str, ...] = ("warm",)) -> bool:
+    async def _stop_machine(
+        self, machine_id: str, provider_id: str | None, *, reason: str, states: tuple[str, ...] = ("warm",)
+    ) -> bool:
         retired, recorded_provider = await self.repo.retire(machine_id, self.owner, reason=reason, states=states)
         if not retired:
             return False
@@ -502,8 +579,12 @@ class Dispatcher:
             if address is not None and address[0] is not None:
                 reply = await self.client.cancel(address[0], address[1], build_id)
                 if not reply.accepted:
-                    log.info("job %s: the machine did not accept the cancel (%s %s); the job runs out", job_id,
-                             reply.status, reply.error)
+                    log.info(
+                        "job %s: the machine did not accept the cancel (%s %s); the job runs out",
+                        job_id,
+                        reply.status,
+                        reply.error,
+                    )
         job = await self.repo.get_job(job_id, tenant_id)
         if job is None:
             return None
@@ -540,15 +621,24 @@ class Dispatcher:
             return
         lease = await self._keeper.campaign(retry_interval=min(1.0, self.lease_seconds / 3))
         if lease.term != self.owner.term:
-            log.error("instance %s lost its lease (term %d → %d): its rows were reclaimed", self.instance_id,
-                      self.owner.term, lease.term)
+            log.error(
+                "instance %s lost its lease (term %d → %d): its rows were reclaimed",
+                self.instance_id,
+                self.owner.term,
+                lease.term,
+            )
         self._owner = Owner(self.instance_id, lease.term)
 
     async def reclaim(self) -> None:
         for lapsed in await self.repo.lapsed_owners(self.owner):
             jobs, machines = await self.repo.reclaim(lapsed, self.owner)
-            log.warning("reclaimed instance %s (term %d): %d in-flight job(s) failed, %d machine(s) to stop",
-                        lapsed.instance, lapsed.term, jobs, machines)
+            log.warning(
+                "reclaimed instance %s (term %d): %d in-flight job(s) failed, %d machine(s) to stop",
+                lapsed.instance,
+                lapsed.term,
+                jobs,
+                machines,
+            )
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""
@@ -577,12 +667,14 @@ class Dispatcher:
             row = by_id[machine.id]
             if row.provider_id is None or row.endpoint is None:
                 return False
-            return await self.backend.health(MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint,
-                                                           region=row.region))
+            return await self.backend.health(
+                MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
+            )
 
         answers = await asyncio.gather(*(one(m) for m in probed))
-        verdict = judge_health(machines=probed, probes={m.id: ok for m, ok in zip(probed, answers, strict=True)},
-                               catalogue=self.catalogue)
+        verdict = judge_health(
+            machines=probed, probes={m.id: ok for m, ok in zip(probed, answers, strict=True)}, catalogue=self.catalogue
+        )
         if verdict.local_fault:
             log.warning("every probed machine missed its health check: treated as this process's network")
         await self.repo.record_misses(dict(verdict.misses), self.owner)
@@ -595,26 +687,42 @@ class Dispatcher:
         for row in await self.repo.own_machines(self.owner):
             healthy = False
             if row.machine.state is MachineState.WARM and row.provider_id and row.endpoint:
-                healthy = await self.backend.health(MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint,
-                                                                  region=row.region))
+                healthy = await self.backend.health(
+                    MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
+                )
             if healthy:
                 self._idle_since[row.machine.id] = self.clock()
             else:
-                await self._stop_machine(row.machine.id, row.provider_id, reason="not found after restart",
-                                         states=("warm", "stopping"))
+                await self._stop_machine(
+                    row.machine.id, row.provider_id, reason="not found after restart", states=("warm", "stopping")
+                )
 
 
 def _as_seen(machine: Machine, job_id: str | None) -> Machine:
     """A starting machine that already holds a job is busy as far as placement is concerned."""
     if machine.state is MachineState.STARTING and job_id is not None:
-        return Machine(id=machine.id, tenant_id=machine.tenant_id, machine_type=machine.machine_type,
-                       image=machine.image, state=MachineState.BUSY, last_session_id=machine.last_session_id,
-                       health_misses=machine.health_misses, cool_down_seconds=machine.cool_down_seconds)
+        return Machine(
+            id=machine.id,
+            tenant_id=machine.tenant_id,
+            machine_type=machine.machine_type,
+            image=machine.image,
+            state=MachineState.BUSY,
+            last_session_id=machine.last_session_id,
+            health_misses=machine.health_misses,
+            cool_down_seconds=machine.cool_down_seconds,
+        )
     return machine
 
 
 def _with_idle(machine: Machine, idle_since: float) -> Machine:
-    return Machine(id=machine.id, tenant_id=machine.tenant_id, machine_type=machine.machine_type,
-                   image=machine.image, state=machine.state, idle_since=idle_since,
-                   last_session_id=machine.last_session_id, health_misses=machine.health_misses,
-                   cool_down_seconds=machine.cool_down_seconds)
+    return Machine(
+        id=machine.id,
+        tenant_id=machine.tenant_id,
+        machine_type=machine.machine_type,
+        image=machine.image,
+        state=machine.state,
+        idle_since=idle_since,
+        last_session_id=machine.last_session_id,
+        health_misses=machine.health_misses,
+        cool_down_seconds=machine.cool_down_seconds,
+    )

@@ -159,31 +159,57 @@ def _text(value: Any) -> str | None:
 
 def _job(row: asyncpg.Record) -> JobView:
     return JobView(
-        id=str(row["id"]), tenant_id=row["tenant_id"], machine_type=row["machine_type"], state=row["state"],
-        submitted_at=row["submitted_at"], priority=row["priority"], session_id=row["session_id"],
-        worker_id=_text(row["worker_id"]), timeout_seconds=row["timeout_seconds"], error=row["error"],
-        started_at=row["started_at"], completed_at=row["completed_at"], has_result=row["has_result"])
+        id=str(row["id"]),
+        tenant_id=row["tenant_id"],
+        machine_type=row["machine_type"],
+        state=row["state"],
+        submitted_at=row["submitted_at"],
+        priority=row["priority"],
+        session_id=row["session_id"],
+        worker_id=_text(row["worker_id"]),
+        timeout_seconds=row["timeout_seconds"],
+        error=row["error"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        has_result=row["has_result"],
+    )
 
 
-def _assignment(row: asyncpg.Record, machine_id: str, *, endpoint: str | None = None,
-                token: str | None = None) -> Assignment:
+def _assignment(
+    row: asyncpg.Record, machine_id: str, *, endpoint: str | None = None, token: str | None = None
+) -> Assignment:
     trace = {k: row[k] for k in ("traceparent", "tracestate") if row[k]}
-    return Assignment(job_id=str(row["id"]), machine_id=machine_id, payload=bytes(row["payload"] or b""),
-                      timeout_seconds=row["timeout_seconds"], trace=trace, submitted_at=row["submitted_at"],
-                      endpoint=endpoint, token=token)
+    return Assignment(
+        job_id=str(row["id"]),
+        machine_id=machine_id,
+        payload=bytes(row["payload"] or b""),
+        timeout_seconds=row["timeout_seconds"],
+        trace=trace,
+        submitted_at=row["submitted_at"],
+        endpoint=endpoint,
+        token=token,
+    )
 
 
 def _machine(row: asyncpg.Record) -> Machine:
-    return Machine(id=str(row["id"]), tenant_id=row["tenant_id"], machine_type=row["machine_type"],
-                   image=row["image"], state=MachineState(row["state"]), last_session_id=row["session_id"],
-                   health_misses=row["health_misses"], cool_down_seconds=row["cool_down_seconds"])
+    return Machine(
+        id=str(row["id"]),
+        tenant_id=row["tenant_id"],
+        machine_type=row["machine_type"],
+        image=row["image"],
+        state=MachineState(row["state"]),
+        last_session_id=row["session_id"],
+        health_misses=row["health_misses"],
+        cool_down_seconds=row["cool_down_seconds"],
+    )
 
 
 class Subscription:
     """A LISTEN on a connection of its own, held until closed; NOTIFY is a hint (callers re-read anyway)."""
 
-    def __init__(self, pool: asyncpg.Pool, connection: PoolConnectionProxy,
-                 handlers: Mapping[str, Callable[..., None]]) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, connection: PoolConnectionProxy, handlers: Mapping[str, Callable[..., None]]
+    ) -> None:
         self._pool = pool
         self._connection = connection
         self._handlers = dict(handlers)
@@ -211,9 +237,12 @@ class PoolRepository:
         callbacks: dict[str, Callable[..., None]] = {}
         try:
             for channel, handler in handlers.items():
-                def callback(_c: object, _pid: int, _channel: str, payload: object,
-                             handler: Callable[[str], None] = handler) -> None:
+
+                def callback(
+                    _c: object, _pid: int, _channel: str, payload: object, handler: Callable[[str], None] = handler
+                ) -> None:
                     handler(str(payload))
+
                 await connection.add_listener(channel, callback)
                 callbacks[channel] = callback
         except BaseException:
@@ -221,31 +250,93 @@ class PoolRepository:
             raise
         return Subscription(self.pool, connection, callbacks)
 
-    async def submit(self, *, job_id: str, tenant_id: str, machine_type: str, image: str, priority: int,
-                     session_id: str | None, timeout_seconds: float, payload: bytes, owner: Owner,
-                     trace: dict[str, str]) -> tuple[JobView, Assignment | None]:
+    async def submit(
+        self,
+        *,
+        job_id: str,
+        tenant_id: str,
+        machine_type: str,
+        image: str,
+        priority: int,
+        session_id: str | None,
+        timeout_seconds: float,
+        payload: bytes,
+        owner: Owner,
+        trace: dict[str, str],
+    ) -> tuple[JobView, Assignment | None]:
         async with borrow(self.pool) as c:
-            row = _one(await c.fetchrow(Q["submit"], uuid.UUID(job_id), tenant_id, machine_type, image, priority,
-                                   session_id, timeout_seconds, payload, owner.instance, owner.term,
-                                   trace.get("traceparent"), trace.get("tracestate")))
+            row = _one(
+                await c.fetchrow(
+                    Q["submit"],
+                    uuid.UUID(job_id),
+                    tenant_id,
+                    machine_type,
+                    image,
+                    priority,
+                    session_id,
+                    timeout_seconds,
+                    payload,
+                    owner.instance,
+                    owner.term,
+                    trace.get("traceparent"),
+                    trace.get("tracestate"),
+                )
+            )
         job = _job(row)
         if job.state != "running" or job.worker_id is None:
             return job, None
-        return job, Assignment(job_id=job.id, machine_id=job.worker_id, payload=payload,
-                               timeout_seconds=timeout_seconds, trace=dict(trace), submitted_at=job.submitted_at,
-                               endpoint=row["endpoint"], token=row["token"])
+        return job, Assignment(
+            job_id=job.id,
+            machine_id=job.worker_id,
+            payload=payload,
+            timeout_seconds=timeout_seconds,
+            trace=dict(trace),
+            submitted_at=job.submitted_at,
+            endpoint=row["endpoint"],
+            token=row["token"],
+        )
 
-    async def complete(self, *, job_id: str, machine_id: str, state: str, result: bytes | None, error: str | None,
-                       duration_seconds: float, owner: Owner, retire: bool, take_next: bool, tenant_id: str,
-                       machine_type: str) -> Completion:
+    async def complete(
+        self,
+        *,
+        job_id: str,
+        machine_id: str,
+        state: str,
+        result: bytes | None,
+        error: str | None,
+        duration_seconds: float,
+        owner: Owner,
+        retire: bool,
+        take_next: bool,
+        tenant_id: str,
+        machine_type: str,
+    ) -> Completion:
         async with borrow(self.pool) as c:
-            row = _one(await c.fetchrow(Q["complete"], uuid.UUID(job_id), uuid.UUID(machine_id), state, result, error,
-                                   duration_seconds, owner.instance, owner.term, retire, take_next, tenant_id,
-                                   machine_type))
+            row = _one(
+                await c.fetchrow(
+                    Q["complete"],
+                    uuid.UUID(job_id),
+                    uuid.UUID(machine_id),
+                    state,
+                    result,
+                    error,
+                    duration_seconds,
+                    owner.instance,
+                    owner.term,
+                    retire,
+                    take_next,
+                    tenant_id,
+                    machine_type,
+                )
+            )
         next_job = None if row["id"] is None else _assignment(row, machine_id)
-        return Completion(job_state=row["job_state"], machine_state=row["machine_state"],
-                          provider_id=row["provider_id"],
-                          usage_position=row["position"], next_job=next_job)
+        return Completion(
+            job_state=row["job_state"],
+            machine_state=row["machine_state"],
+            provider_id=row["provider_id"],
+            usage_position=row["position"],
+            next_job=next_job,
+        )
 
     async def take_next(self, machine_id: str, image: str, owner: Owner) -> Assignment | None:
         async with borrow(self.pool) as c:
@@ -263,9 +354,15 @@ class PoolRepository:
 
     async def demand(self, c: Conn) -> list[Demand]:
         rows = await c.fetch(Q["demand"])
-        return [Demand(tenant_id=r["tenant_id"], machine_type=r["machine_type"], queued=r["queued"],
-                       head=QueuedJob(id=str(r["id"]), priority=r["priority"], sequence=r["queue_seq"]))
-                for r in rows]
+        return [
+            Demand(
+                tenant_id=r["tenant_id"],
+                machine_type=r["machine_type"],
+                queued=r["queued"],
+                head=QueuedJob(id=str(r["id"]), priority=r["priority"], sequence=r["queue_seq"]),
+            )
+            for r in rows
+        ]
 
     async def fleet(self, c: Conn | None = None) -> list[FleetMachine]:
         if c is None:
@@ -275,19 +372,45 @@ class PoolRepository:
             rows = await c.fetch(Q["fleet"])
         return [FleetMachine(machine=_machine(r), job_id=_text(r["job_id"])) for r in rows]
 
-    async def insert_machine(self, c: Conn, *, machine_id: str, tenant_id: str, machine_type: str,
-                             image: str, backend: str, token: str, owner: Owner, cool_down_seconds: float,
-                             assign_job: bool) -> str | None:
+    async def insert_machine(
+        self,
+        c: Conn,
+        *,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: str,
+        image: str,
+        backend: str,
+        token: str,
+        owner: Owner,
+        cool_down_seconds: float,
+        assign_job: bool,
+    ) -> str | None:
         """Insert a starting machine; returns the id of the queued job assigned to it, if any."""
-        row = _one(await c.fetchrow(Q["insert_machine"], uuid.UUID(machine_id), tenant_id, machine_type, image, backend,
-                               token, owner.instance, owner.term, assign_job, cool_down_seconds))
+        row = _one(
+            await c.fetchrow(
+                Q["insert_machine"],
+                uuid.UUID(machine_id),
+                tenant_id,
+                machine_type,
+                image,
+                backend,
+                token,
+                owner.instance,
+                owner.term,
+                assign_job,
+                cool_down_seconds,
+            )
+        )
         return _text(row["job_id"])
 
-    async def record_started(self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None,
-                             owner: Owner) -> bool:
+    async def record_started(
+        self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None, owner: Owner
+    ) -> bool:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["record_started"], uuid.UUID(machine_id), provider_id, endpoint, region,
-                                   owner.instance, owner.term)
+            row = await c.fetchrow(
+                Q["record_started"], uuid.UUID(machine_id), provider_id, endpoint, region, owner.instance, owner.term
+            )
         return row is not None
 
     async def machine_ready(self, machine_id: str, owner: Owner) -> tuple[str | None, Assignment | None]:
@@ -302,12 +425,12 @@ class PoolRepository:
             rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term)
         return [str(r["id"]) for r in rows]
 
-    async def retire(self, machine_id: str, owner: Owner, *, reason: str,
-                     states: Sequence[str] = ("warm",)) -> tuple[bool, str | None]:
+    async def retire(
+        self, machine_id: str, owner: Owner, *, reason: str, states: Sequence[str] = ("warm",)
+    ) -> tuple[bool, str | None]:
         """Set the machine stopping if it is in one of `states`; (retired, provider id)."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason,
-                                   list(states))
+            row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason, list(states))
         return (False, None) if row is None else (True, row["provider_id"])
 
     async def stopping(self, owner: Owner) -> list[tuple[str, str | None]]:
@@ -323,14 +446,17 @@ class PoolRepository:
         if not misses:
             return
         async with borrow(self.pool) as c:
-            await c.executemany(Q["record_misses"], [(uuid.UUID(m), n, owner.instance, owner.term)
-                                                     for m, n in misses.items()])
+            await c.executemany(
+                Q["record_misses"], [(uuid.UUID(m), n, owner.instance, owner.term) for m, n in misses.items()]
+            )
 
     async def own_machines(self, owner: Owner) -> list[OwnMachine]:
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["own_machines"], owner.instance, owner.term)
-        return [OwnMachine(machine=_machine(r), provider_id=r["provider_id"], endpoint=r["endpoint"],
-                           region=r["region"]) for r in rows]
+        return [
+            OwnMachine(machine=_machine(r), provider_id=r["provider_id"], endpoint=r["endpoint"], region=r["region"])
+            for r in rows
+        ]
 
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelResult | None:
         async with borrow(self.pool) as c:
@@ -347,8 +473,9 @@ class PoolRepository:
             row = await c.fetchrow(Q["get_result"], uuid.UUID(job_id), tenant_id)
         if row is None:
             return None
-        return StoredResult(state=row["state"], error=row["error"],
-                            result=None if row["result"] is None else bytes(row["result"]))
+        return StoredResult(
+            state=row["state"], error=row["error"], result=None if row["result"] is None else bytes(row["result"])
+        )
 
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         async with borrow(self.pool) as c:
@@ -358,19 +485,42 @@ class PoolRepository:
     async def list_workers(self, tenant_id: str | None) -> list[WorkerView]:
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["list_workers"], tenant_id)
-        return [WorkerView(id=str(r["id"]), tenant_id=r["tenant_id"], machine_type=r["machine_type"],
-                           image=r["image"], backend=r["backend"], state=r["state"], region=r["region"],
-                           session_id=r["session_id"], job_id=_text(r["job_id"]), created_at=r["created_at"],
-                           warm_at=r["warm_at"], last_active_at=r["last_active_at"],
-                           health_misses=r["health_misses"]) for r in rows]
+        return [
+            WorkerView(
+                id=str(r["id"]),
+                tenant_id=r["tenant_id"],
+                machine_type=r["machine_type"],
+                image=r["image"],
+                backend=r["backend"],
+                state=r["state"],
+                region=r["region"],
+                session_id=r["session_id"],
+                job_id=_text(r["job_id"]),
+                created_at=r["created_at"],
+                warm_at=r["warm_at"],
+                last_active_at=r["last_active_at"],
+                health_misses=r["health_misses"],
+            )
+            for r in rows
+        ]
 
     async def list_usage(self, tenant_id: str | None, after_position: int, limit: int) -> list[UsageView]:
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["list_usage"], tenant_id, after_position, limit)
-        return [UsageView(position=r["position"], job_id=str(r["job_id"]), tenant_id=r["tenant_id"],
-                          machine_type=r["machine_type"], worker_id=str(r["worker_id"]),
-                          terminal_state=r["terminal_state"], duration_seconds=r["duration_seconds"],
-                          started_at=r["started_at"], ended_at=r["ended_at"]) for r in rows]
+        return [
+            UsageView(
+                position=r["position"],
+                job_id=str(r["job_id"]),
+                tenant_id=r["tenant_id"],
+                machine_type=r["machine_type"],
+                worker_id=str(r["worker_id"]),
+                terminal_state=r["terminal_state"],
+                duration_seconds=r["duration_seconds"],
+                started_at=r["started_at"],
+                ended_at=r["ended_at"],
+            )
+            for r in rows
+        ]
 
     async def machine_counts(self) -> dict[str, int]:
         async with borrow(self.pool) as c:

@@ -60,31 +60,67 @@ def _epoch(value: datetime | None) -> float | None:
 
 def job_json(job: JobView) -> dict[str, Any]:
     """The seed's job JSON: times as epoch seconds, unset values null."""
-    return {"id": job.id, "tenant_id": job.tenant_id, "machine_type": job.machine_type, "state": job.state,
-            "submitted_at": _epoch(job.submitted_at), "priority": job.priority, "session_id": job.session_id,
-            "worker_id": job.worker_id, "timeout_seconds": job.timeout_seconds, "error": job.error,
-            "started_at": _epoch(job.started_at), "completed_at": _epoch(job.completed_at),
-            "has_result": job.has_result}
+    return {
+        "id": job.id,
+        "tenant_id": job.tenant_id,
+        "machine_type": job.machine_type,
+        "state": job.state,
+        "submitted_at": _epoch(job.submitted_at),
+        "priority": job.priority,
+        "session_id": job.session_id,
+        "worker_id": job.worker_id,
+        "timeout_seconds": job.timeout_seconds,
+        "error": job.error,
+        "started_at": _epoch(job.started_at),
+        "completed_at": _epoch(job.completed_at),
+        "has_result": job.has_result,
+    }
 
 
 def worker_json(w: WorkerView) -> dict[str, Any]:
     """A machine as the REST listing prints it: never its endpoint, host or token."""
-    return {"id": w.id, "tenant_id": w.tenant_id, "machine_type": w.machine_type, "image": w.image,
-            "backend": w.backend, "state": w.state, "region": w.region, "session_id": w.session_id,
-            "job_id": w.job_id, "created_at": _epoch(w.created_at), "warm_at": _epoch(w.warm_at),
-            "last_active_at": _epoch(w.last_active_at), "health_misses": w.health_misses}
+    return {
+        "id": w.id,
+        "tenant_id": w.tenant_id,
+        "machine_type": w.machine_type,
+        "image": w.image,
+        "backend": w.backend,
+        "state": w.state,
+        "region": w.region,
+        "session_id": w.session_id,
+        "job_id": w.job_id,
+        "created_at": _epoch(w.created_at),
+        "warm_at": _epoch(w.warm_at),
+        "last_active_at": _epoch(w.last_active_at),
+        "health_misses": w.health_misses,
+    }
 
 
 def usage_json(e: UsageView) -> dict[str, Any]:
-    return {"position": e.position, "job_id": e.job_id, "tenant_id": e.tenant_id, "machine_type": e.machine_type,
-            "worker_id": e.worker_id, "terminal_state": e.terminal_state, "duration_seconds": e.duration_seconds,
-            "started_at": _epoch(e.started_at), "ended_at": _epoch(e.ended_at)}
+    return {
+        "position": e.position,
+        "job_id": e.job_id,
+        "tenant_id": e.tenant_id,
+        "machine_type": e.machine_type,
+        "worker_id": e.worker_id,
+        "terminal_state": e.terminal_state,
+        "duration_seconds": e.duration_seconds,
+        "started_at": _epoch(e.started_at),
+        "ended_at": _epoch(e.ended_at),
+    }
 
 
 def job_message(job: JobView) -> pool_pb2.Job:
-    message = pool_pb2.Job(id=job.id, tenant_id=job.tenant_id, machine_type=job.machine_type, state=job.state,
-                           submitted_at=job.submitted_at.timestamp(), priority=job.priority,
-                           timeout_seconds=job.timeout_seconds, has_result=job.has_result)
+    message = pool_pb2.Job(
+        id=job.id,
+        tenant_id=job.tenant_id,
+        machine_type=job.machine_type,
+        state=job.state,
+        submitted_at=job.submitted_at.timestamp(),
+        priority=job.priority,
+        timeout_seconds=job.timeout_seconds,
+        has_result=job.has_result,
+    )
     for name in ("session_id", "worker_id", "error"):
         if getattr(job, name) is not None:
             setattr(message, name, getattr(job, name))
@@ -128,8 +164,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         if not tenant:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "the X-Strata-Tenant header is required", 400)
         if len(tenant) > MAX_TENANT_LENGTH:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                         f"X-Strata-Tenant: at most {MAX_TENANT_LENGTH} characters", 400)
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"X-Strata-Tenant: at most {MAX_TENANT_LENGTH} characters",
+                400,
+            )
         return tenant
 
     async def _job_id(self, context: grpc.aio.ServicerContext, raw: str) -> str:
@@ -141,8 +181,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _submit(self, request: Any, context: grpc.aio.ServicerContext, *, sync: bool) -> tuple[JobView, Any]:
         caller = await self._caller(context)
         tenant = await self._tenant(context, caller)
-        query = {name: getattr(request, name) for name in ("machine_type", "priority", "session_id", "timeout_seconds")
-                 if getattr(request, name)}
+        query = {
+            name: getattr(request, name)
+            for name in ("machine_type", "priority", "session_id", "timeout_seconds")
+            if getattr(request, name)
+        }
         if sync and request.wait_seconds:
             query["wait_seconds"] = request.wait_seconds
         if request.machine_type and self.d.catalogue.get(request.machine_type) is None:
@@ -152,8 +195,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, options.detail, 422)
         payload = request.payload.data
         if len(payload) > self.d.max_payload_bytes:
-            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                         f"payload of {len(payload)} bytes is over the limit of {self.d.max_payload_bytes}", 413)
+            await _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"payload of {len(payload)} bytes is over the limit of {self.d.max_payload_bytes}",
+                413,
+            )
         trace = {name: caller.metadata[name] for name in TRACE_HEADERS if caller.metadata.get(name)}
         job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace)
         return job, options
@@ -165,8 +212,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         await _status(context, 202, nulls=_nulls(job))
         return job_message(job)
 
-    async def SubmitJobSync(self, request: pool_pb2.SubmitJobSyncRequest,
-                            context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def SubmitJobSync(
+        self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         job, options = await self._submit(request, context, sync=True)
         wait = options.wait_seconds
         remaining = context.time_remaining()
@@ -175,8 +223,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         finished = await self.d.wait(job.id, job.tenant_id, wait) or job
         return await self._answer(context, finished, await_result=True)
 
-    async def _answer(self, context: grpc.aio.ServicerContext, job: JobView, *,
-                      await_result: bool) -> httpbody_pb2.HttpBody:
+    async def _answer(
+        self, context: grpc.aio.ServicerContext, job: JobView, *, await_result: bool
+    ) -> httpbody_pb2.HttpBody:
         state = JobState(job.state)
         extra = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
         if state is JobState.COMPLETED:
@@ -206,8 +255,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
         return job
 
-    async def GetJobResult(self, request: pool_pb2.GetJobResultRequest,
-                           context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def GetJobResult(
+        self, request: pool_pb2.GetJobResultRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         job = await self._own_job(request.id, context)
         return await self._answer(context, job, await_result=False)
 
@@ -222,13 +272,13 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         if outcome is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
         if outcome.status_code == 409:
-            await _abort(context, grpc.StatusCode.ABORTED,
-                         f"job {job_id} already finished as {outcome.job.state}", 409)
+            await _abort(context, grpc.StatusCode.ABORTED, f"job {job_id} already finished as {outcome.job.state}", 409)
         await _status(context, None, nulls=_nulls(outcome.job))
         return job_message(outcome.job)
 
-    async def WaitJob(self, request: pool_pb2.WaitJobRequest,
-                      context: grpc.aio.ServicerContext) -> AsyncIterator[pool_pb2.Job]:
+    async def WaitJob(
+        self, request: pool_pb2.WaitJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pool_pb2.Job]:
         job = await self._own_job(request.id, context)
         yield job_message(job)
         while JobState(job.state) not in TERMINAL_STATES:
@@ -241,8 +291,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     # hints and the catalogue
 
-    async def SendHint(self, request: pool_pb2.SendHintRequest,
-                       context: grpc.aio.ServicerContext) -> pool_pb2.SendHintResponse:
+    async def SendHint(
+        self, request: pool_pb2.SendHintRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.SendHintResponse:
         tenant = await self._tenant(context, await self._caller(context))
         decision = await self.d.hint(tenant, request.machine_type.strip())
         if isinstance(decision, SubmitError):
@@ -253,21 +304,28 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         await _status(context, 202, nulls=() if decision.reason is not None else ("reason",))
         return response
 
-    async def GetMachineTypes(self, request: pool_pb2.GetMachineTypesRequest,
-                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def GetMachineTypes(
+        self, request: pool_pb2.GetMachineTypesRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         caller = await self._caller(context)
         await self.d.refresh_catalogue()
         return _json_body(catalogue_to_json(self.d.catalogue, admin=caller.admin))
 
-    async def PutMachineTypes(self, request: pool_pb2.PutMachineTypesRequest,
-                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def PutMachineTypes(
+        self, request: pool_pb2.PutMachineTypesRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         caller = await self._caller(context)
         if self.tokens.admin is None:
-            await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
-                         "catalogue writes are disabled: no admin token is configured", 403)
+            await _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                "catalogue writes are disabled: no admin token is configured",
+                403,
+            )
         if not caller.admin:
-            await _abort(context, grpc.StatusCode.PERMISSION_DENIED, "replacing the catalogue needs the admin token",
-                         403)
+            await _abort(
+                context, grpc.StatusCode.PERMISSION_DENIED, "replacing the catalogue needs the admin token", 403
+            )
         parsed = parse_catalogue_json(request.catalogue.data)
         if not isinstance(parsed, Catalogue):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
@@ -276,14 +334,22 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     # listings and health
 
-    async def ListWorkers(self, request: pool_pb2.ListWorkersRequest,
-                          context: grpc.aio.ServicerContext) -> pool_pb2.ListWorkersResponse:
+    async def ListWorkers(
+        self, request: pool_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListWorkersResponse:
         tenant = await self._scope(request.tenant_id, context)
         response = pool_pb2.ListWorkersResponse()
         for w in await self.d.repo.list_workers(tenant):
-            item = response.workers.add(id=w.id, tenant_id=w.tenant_id, machine_type=w.machine_type, image=w.image,
-                                        backend=w.backend, state=w.state, created_at=w.created_at.timestamp(),
-                                        health_misses=w.health_misses)
+            item = response.workers.add(
+                id=w.id,
+                tenant_id=w.tenant_id,
+                machine_type=w.machine_type,
+                image=w.image,
+                backend=w.backend,
+                state=w.state,
+                created_at=w.created_at.timestamp(),
+                health_misses=w.health_misses,
+            )
             for name in ("region", "session_id", "job_id"):
                 if getattr(w, name) is not None:
                     setattr(item, name, getattr(w, name))
@@ -292,34 +358,44 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                     setattr(item, name, getattr(w, name).timestamp())
         return response
 
-    async def ListWorkersJson(self, request: pool_pb2.ListWorkersJsonRequest,
-                              context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def ListWorkersJson(
+        self, request: pool_pb2.ListWorkersJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         tenant = await self._scope(request.tenant_id, context)
         return _json_body([worker_json(w) for w in await self.d.repo.list_workers(tenant)])
 
-    async def ListUsageJson(self, request: pool_pb2.ListUsageJsonRequest,
-                            context: grpc.aio.ServicerContext) -> httpbody_pb2.HttpBody:
+    async def ListUsageJson(
+        self, request: pool_pb2.ListUsageJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
         events = await self._usage(request, context)
         return _json_body([usage_json(e) for e in events])
 
     async def _usage(self, request: Any, context: grpc.aio.ServicerContext) -> list[UsageView]:
         tenant = await self._scope(request.tenant_id, context)
         if request.after_position < 0 or request.page_size < 0:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                         "after_position and page_size must not be negative", 422)
+            await _abort(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative", 422
+            )
         size = min(request.page_size or DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE)
         return await self.d.repo.list_usage(tenant, request.after_position, size)
 
-    async def ListUsage(self, request: pool_pb2.ListUsageRequest,
-                        context: grpc.aio.ServicerContext) -> pool_pb2.ListUsageResponse:
+    async def ListUsage(
+        self, request: pool_pb2.ListUsageRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListUsageResponse:
         events = await self._usage(request, context)
-        response = pool_pb2.ListUsageResponse(next_position=events[-1].position if events
-                                              else request.after_position)
+        response = pool_pb2.ListUsageResponse(next_position=events[-1].position if events else request.after_position)
         for e in events:
-            response.events.add(position=e.position, job_id=e.job_id, tenant_id=e.tenant_id,
-                                machine_type=e.machine_type, worker_id=e.worker_id, terminal_state=e.terminal_state,
-                                duration_seconds=e.duration_seconds, started_at=e.started_at.timestamp(),
-                                ended_at=e.ended_at.timestamp())
+            response.events.add(
+                position=e.position,
+                job_id=e.job_id,
+                tenant_id=e.tenant_id,
+                machine_type=e.machine_type,
+                worker_id=e.worker_id,
+                terminal_state=e.terminal_state,
+                duration_seconds=e.duration_seconds,
+                started_at=e.started_at.timestamp(),
+                ended_at=e.ended_at.timestamp(),
+            )
         return response
 
     async def _scope(self, requested: str, context: grpc.aio.ServicerContext) -> str | None:
@@ -329,8 +405,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             return requested.strip() or None
         return await self._tenant(context, caller)
 
-    async def GetPoolHealth(self, request: pool_pb2.GetPoolHealthRequest,
-                            context: grpc.aio.ServicerContext) -> pool_pb2.PoolHealth:
+    async def GetPoolHealth(
+        self, request: pool_pb2.GetPoolHealthRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.PoolHealth:
         counts = await self.d.repo.machine_counts()
         return pool_pb2.PoolHealth(machine_types=list(self.d.catalogue.names), machines=counts)
 
@@ -344,8 +421,13 @@ def _nulls(job: JobView) -> tuple[str, ...]:
     return tuple(name for name in _JOB_NULLABLE if getattr(job, name) is None)
 
 
-async def _status(context: grpc.aio.ServicerContext, code: int | None, *, nulls: tuple[str, ...] = (),
-                  extra: tuple[tuple[str, str], ...] = ()) -> None:
+async def _status(
+    context: grpc.aio.ServicerContext,
+    code: int | None,
+    *,
+    nulls: tuple[str, ...] = (),
+    extra: tuple[tuple[str, str], ...] = (),
+) -> None:
     metadata = list(extra)
     if code is not None:
         metadata.append(("x-http-code", str(code)))

@@ -19,7 +19,8 @@ class PoolDispatcherSettings(ServiceSettings):
     strata_pool_token: SecretStr | None = None
     strata_pool_admin_token: SecretStr | None = None
     pool_machine_types: str | None = Field(
-        default=None, description="the catalogue at start: a JSON list in the PUT shape, or a path to a file")
+        default=None, description="the catalogue at start: a JSON list in the PUT shape, or a path to a file"
+    )
     pool_max_workers_total: int | None = Field(default=None, ge=1)
     pool_scaler_seconds: float = Field(default=10.0, gt=0, le=3600)
     pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)

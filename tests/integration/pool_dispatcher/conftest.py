@@ -31,8 +31,7 @@ REFERENCE_WORKER = f"{sys.executable} -m thermostat.worker"
 
 
 def local_type(name: str = "local", **fields: Any) -> dict[str, Any]:
-    return {"name": name, "image": REFERENCE_WORKER, "backend": "local", "boot_timeout_seconds": 30,
-            **fields}
+    return {"name": name, "image": REFERENCE_WORKER, "backend": "local", "boot_timeout_seconds": 30, **fields}
 
 
 def sleepy_type(name: str = "sleepy", **fields: Any) -> dict[str, Any]:
@@ -75,15 +74,23 @@ class RunningPool:
     channel: grpc.aio.Channel
     stub: pool_pb2_grpc.PoolDispatcherStub
 
-    async def submit(self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local",
-                     **options: str) -> pool_pb2.Job:
+    async def submit(
+        self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local", **options: str
+    ) -> pool_pb2.Job:
         request = pool_pb2.SubmitJobRequest(machine_type=machine_type, **options)
         request.payload.data = payload
         job: pool_pb2.Job = await self.stub.SubmitJob(request, metadata=caller(tenant))
         return job
 
-    async def run(self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local",
-                  wait_seconds: str = "60", **options: str) -> tuple[bytes, dict[str, str]]:
+    async def run(
+        self,
+        payload: bytes = b"hello",
+        *,
+        tenant: str = "acme",
+        machine_type: str = "local",
+        wait_seconds: str = "60",
+        **options: str,
+    ) -> tuple[bytes, dict[str, str]]:
         """A sync submit: the result bytes and the response metadata."""
         request = pool_pb2.SubmitJobSyncRequest(machine_type=machine_type, wait_seconds=wait_seconds, **options)
         request.payload.data = payload
@@ -126,8 +133,9 @@ def pool_env(types: list[dict[str, Any]] | None = None, **overrides: str) -> dic
 
 
 @contextlib.asynccontextmanager
-async def start_pool(store: Store, env: Mapping[str, str], *, clock: Any = None, hooks: Hooks | None = None,
-                     run_scaler: bool = False) -> AsyncIterator[RunningPool]:
+async def start_pool(
+    store: Store, env: Mapping[str, str], *, clock: Any = None, hooks: Hooks | None = None, run_scaler: bool = False
+) -> AsyncIterator[RunningPool]:
     with pytest.MonkeyPatch.context() as mp:
         for key in PoolDispatcherSettings.model_fields:
             mp.delenv(key.upper(), raising=False)
@@ -137,11 +145,21 @@ async def start_pool(store: Store, env: Mapping[str, str], *, clock: Any = None,
     service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks)
     port = await service.host.start("127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
-    channel = grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                                          ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    channel = grpc.aio.insecure_channel(
+        address,
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ],
+    )
     try:
-        yield RunningPool(address=address, dispatcher=service.dispatcher, backend=service.backend, channel=channel,
-                          stub=pool_pb2_grpc.PoolDispatcherStub(channel))
+        yield RunningPool(
+            address=address,
+            dispatcher=service.dispatcher,
+            backend=service.backend,
+            channel=channel,
+            stub=pool_pb2_grpc.PoolDispatcherStub(channel),
+        )
     finally:
         await channel.close()
         await service.host.stop(1.0)

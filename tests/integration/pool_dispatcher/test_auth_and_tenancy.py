@@ -60,19 +60,25 @@ async def test_reads_need_the_tenant_too(pool: RunningPool) -> None:
     assert await refused(call) == (grpc.StatusCode.INVALID_ARGUMENT, "400")
 
 
-@pytest.mark.parametrize("fields", [
-    {"priority": "1.5", "machine_type": "local"},
-    {"priority": "99999999999999999999", "machine_type": "local"},
-    {"timeout_seconds": "0", "machine_type": "local"},
-    {"timeout_seconds": "inf", "machine_type": "local"},
-    {"timeout_seconds": "nan", "machine_type": "local"},
-    {"machine_type": ""},
-    {"machine_type": "no-such-type"},
-])
-async def test_bad_parameters_are_422_and_nothing_is_queued(pool: RunningPool, pool_store: Store,
-                                                            fields: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"priority": "1.5", "machine_type": "local"},
+        {"priority": "99999999999999999999", "machine_type": "local"},
+        {"timeout_seconds": "0", "machine_type": "local"},
+        {"timeout_seconds": "inf", "machine_type": "local"},
+        {"timeout_seconds": "nan", "machine_type": "local"},
+        {"machine_type": ""},
+        {"machine_type": "no-such-type"},
+    ],
+)
+async def test_bad_parameters_are_422_and_nothing_is_queued(
+    pool: RunningPool, pool_store: Store, fields: dict[str, str]
+) -> None:
     assert await refused(pool.stub.SubmitJob(submit_request(**fields), metadata=caller())) == (
-        grpc.StatusCode.INVALID_ARGUMENT, "422")
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "422",
+    )
     assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_jobs") == 0
 
 
@@ -83,9 +89,11 @@ async def test_the_admin_token_is_accepted_wherever_the_api_token_is(pool: Runni
 
 async def test_another_tenants_job_is_not_found(pool: RunningPool) -> None:
     job = await pool.submit(b"x", tenant="acme")
-    for call in (pool.stub.GetJob(pool_pb2.GetJobRequest(id=job.id), metadata=caller("globex")),
-                 pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=job.id), metadata=caller("globex")),
-                 pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=job.id, build_id="b1"), metadata=caller("globex"))):
+    for call in (
+        pool.stub.GetJob(pool_pb2.GetJobRequest(id=job.id), metadata=caller("globex")),
+        pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=job.id), metadata=caller("globex")),
+        pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=job.id, build_id="b1"), metadata=caller("globex")),
+    ):
         assert await refused(call) == (grpc.StatusCode.NOT_FOUND, "404")
 
 
@@ -119,8 +127,7 @@ async def test_usage_feed_resumes_after_a_position(pool: RunningPool) -> None:
         await pool.run(str(i).encode())
     first = await pool.stub.ListUsage(pool_pb2.ListUsageRequest(page_size=2), metadata=caller())
     assert len(first.events) == 2
-    rest = await pool.stub.ListUsage(pool_pb2.ListUsageRequest(after_position=first.next_position),
-                                     metadata=caller())
+    rest = await pool.stub.ListUsage(pool_pb2.ListUsageRequest(after_position=first.next_position), metadata=caller())
     assert len(rest.events) == 1 and rest.events[0].position > first.next_position
 
 
@@ -136,7 +143,9 @@ async def test_replacing_the_catalogue_needs_the_admin_token(pool: RunningPool) 
     request = pool_pb2.PutMachineTypesRequest()
     request.catalogue.data = json.dumps([local_type()]).encode()
     assert await refused(pool.stub.PutMachineTypes(request, metadata=caller())) == (
-        grpc.StatusCode.PERMISSION_DENIED, "403")
+        grpc.StatusCode.PERMISSION_DENIED,
+        "403",
+    )
 
 
 async def test_without_an_admin_token_catalogue_writes_are_403(pool_store: Store) -> None:
@@ -146,19 +155,24 @@ async def test_without_an_admin_token_catalogue_writes_are_403(pool_store: Store
         request = pool_pb2.PutMachineTypesRequest()
         request.catalogue.data = json.dumps([local_type()]).encode()
         assert await refused(pool.stub.PutMachineTypes(request, metadata=caller())) == (
-            grpc.StatusCode.PERMISSION_DENIED, "403")
+            grpc.StatusCode.PERMISSION_DENIED,
+            "403",
+        )
 
 
-@pytest.mark.parametrize(("entry", "field"), [
-    ({"max_workers": "5"}, "max_workers"),
-    ({"max_workers": 0}, "max_workers"),
-    ({"colour": "blue"}, "colour"),
-    ({"cpus": 0}, "cpus"),
-    ({"cool_down_seconds": -1}, "cool_down_seconds"),
-])
-async def test_a_bad_catalogue_is_400_naming_the_field_and_stores_nothing(pool: RunningPool, pool_store: Store,
-                                                                         entry: dict[str, object],
-                                                                         field: str) -> None:
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"max_workers": "5"}, "max_workers"),
+        ({"max_workers": 0}, "max_workers"),
+        ({"colour": "blue"}, "colour"),
+        ({"cpus": 0}, "cpus"),
+        ({"cool_down_seconds": -1}, "cool_down_seconds"),
+    ],
+)
+async def test_a_bad_catalogue_is_400_naming_the_field_and_stores_nothing(
+    pool: RunningPool, pool_store: Store, entry: dict[str, object], field: str
+) -> None:
     request = pool_pb2.PutMachineTypesRequest()
     request.catalogue.data = json.dumps([local_type(**entry)]).encode()
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -177,8 +191,7 @@ async def test_pool_health_needs_no_token_and_counts_machines_by_state(pool: Run
 
 async def test_the_rest_listings_are_top_level_json_arrays_with_nulls(pool: RunningPool) -> None:
     await pool.run(b"x")
-    workers = json.loads((await pool.stub.ListWorkersJson(pool_pb2.ListWorkersJsonRequest(),
-                                                          metadata=caller())).data)
+    workers = json.loads((await pool.stub.ListWorkersJson(pool_pb2.ListWorkersJsonRequest(), metadata=caller())).data)
     assert [w["state"] for w in workers] == ["warm"] and workers[0]["region"] is None and workers[0]["job_id"] is None
     assert "endpoint" not in workers[0] and "token" not in workers[0]
     usage = json.loads((await pool.stub.ListUsageJson(pool_pb2.ListUsageJsonRequest(), metadata=caller())).data)

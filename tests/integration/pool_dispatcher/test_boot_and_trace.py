@@ -35,8 +35,9 @@ async def test_trace_context_is_kept_with_the_job(pool_store: Store) -> None:
         request.payload.data = b"x"
         job = await pool.stub.SubmitJob(request, metadata=caller(traceparent=TRACEPARENT, tracestate="k=v"))
         await pool.finished(job.id)
-        row = await pool_store.pool.fetchrow("SELECT traceparent, tracestate FROM pool_jobs WHERE id = $1::uuid",
-                                             job.id)
+        row = await pool_store.pool.fetchrow(
+            "SELECT traceparent, tracestate FROM pool_jobs WHERE id = $1::uuid", job.id
+        )
         assert (row["traceparent"], row["tracestate"]) == (TRACEPARENT, "k=v")
 
 
@@ -48,5 +49,3 @@ async def test_every_machine_stops_when_the_service_stops(pool_store: Store) -> 
         assert len(processes) == 2
     assert all(process.returncode is not None for process in processes)
     assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_machines") == 0
-
-

@@ -24,8 +24,9 @@ async def pool(pool_store: Store) -> RunningPool:
 
 
 async def cancel(pool: RunningPool, job_id: str, build_id: str = "build-1") -> pool_pb2.Job:
-    job: pool_pb2.Job = await pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=job_id, build_id=build_id),
-                                                  metadata=caller())
+    job: pool_pb2.Job = await pool.stub.CancelJob(
+        pool_pb2.CancelJobRequest(id=job_id, build_id=build_id), metadata=caller()
+    )
     return job
 
 
@@ -54,8 +55,9 @@ async def test_a_dispatched_job_cancelled_before_its_machine_boots_never_runs(po
         arrived.set()
         await gate.wait()
 
-    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]),
-                          hooks=Hooks(before_machine_ready=hold)) as pool:
+    async with start_pool(
+        pool_store, pool_env([sleepy_type(max_workers=1)]), hooks=Hooks(before_machine_ready=hold)
+    ) as pool:
         job = await pool.submit(b"0", machine_type="sleepy")
         await arrived.wait()
         assert (await pool.job(job.id)).state == "dispatched"
@@ -122,8 +124,9 @@ async def test_a_bad_build_id_is_400(pool: RunningPool, build_id: str) -> None:
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "build_id" in refused.value.details()
 
 
-async def test_cancel_first_a_job_locked_by_a_cancel_is_skipped_by_the_dispatch(pool: RunningPool,
-                                                                                pool_store: Store) -> None:
+async def test_cancel_first_a_job_locked_by_a_cancel_is_skipped_by_the_dispatch(
+    pool: RunningPool, pool_store: Store
+) -> None:
     """Cancel holds the row when the machine frees up: the completion's claim skips it, the machine goes warm,
     and the committed cancel stands (the job never runs)."""
     blocker = await pool.submit(b"0", machine_type="sleepy")
@@ -139,8 +142,9 @@ async def test_cancel_first_a_job_locked_by_a_cancel_is_skipped_by_the_dispatch(
             return True if [w.state for w in await pool.workers()] == ["warm"] else None
 
         await eventually(warm, timeout=10)
-        await other.execute("UPDATE pool_jobs SET state = 'cancelled', completed_at = now() WHERE id = $1",
-                            uuid.UUID(queued.id))
+        await other.execute(
+            "UPDATE pool_jobs SET state = 'cancelled', completed_at = now() WHERE id = $1", uuid.UUID(queued.id)
+        )
     await pool.dispatcher.place()  # a later pass finds nothing queued
     job = await pool.job(queued.id)
     assert job.state == "cancelled" and not job.HasField("worker_id")

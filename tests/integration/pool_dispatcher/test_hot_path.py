@@ -151,8 +151,21 @@ async def test_job_views_never_carry_payload_result_or_credentials(pool: Running
     _, metadata = await pool.run(b"secret-payload")
     job = await pool.job(metadata["x-pool-job-id"])
     fields = {f.name for f in job.DESCRIPTOR.fields}
-    assert fields == {"id", "tenant_id", "machine_type", "state", "submitted_at", "priority", "session_id",
-                      "worker_id", "timeout_seconds", "error", "started_at", "completed_at", "has_result"}
+    assert fields == {
+        "id",
+        "tenant_id",
+        "machine_type",
+        "state",
+        "submitted_at",
+        "priority",
+        "session_id",
+        "worker_id",
+        "timeout_seconds",
+        "error",
+        "started_at",
+        "completed_at",
+        "has_result",
+    }
     assert b"secret-payload" not in job.SerializeToString()
 
 

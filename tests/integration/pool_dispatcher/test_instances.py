@@ -24,8 +24,9 @@ from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
-async def instance(database_url: str, instance_id: str, types: list[dict[str, object]], *,
-                   hooks: Hooks | None = None, **env: str) -> AsyncIterator[tuple[RunningPool, Store]]:
+async def instance(
+    database_url: str, instance_id: str, types: list[dict[str, object]], *, hooks: Hooks | None = None, **env: str
+) -> AsyncIterator[tuple[RunningPool, Store]]:
     store = await Store.open(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
         async with start_pool(store, pool_env(types, POOL_INSTANCE_ID=instance_id, **env), hooks=hooks) as pool:
@@ -36,8 +37,10 @@ async def instance(database_url: str, instance_id: str, types: list[dict[str, ob
 
 async def test_two_hundred_jobs_alternating_between_two_instances_run_exactly_once(database_url: str) -> None:
     types = [local_type(max_workers=2)]
-    async with instance(database_url, "alpha", types) as (alpha, store), \
-            instance(database_url, "beta", types) as (beta, _):
+    async with (
+        instance(database_url, "alpha", types) as (alpha, store),
+        instance(database_url, "beta", types) as (beta, _),
+    ):
         pools = (alpha, beta)
         gate = asyncio.Semaphore(16)
 
@@ -54,8 +57,7 @@ async def test_two_hundred_jobs_alternating_between_two_instances_run_exactly_on
         assert await store.pool.fetchval("SELECT count(*) FROM pool_machines") <= 2
 
 
-async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_deferred_work(
-        database_url: str) -> None:
+async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_deferred_work(database_url: str) -> None:
     """Alpha holds the placement lock (a hook inside its transaction) while beta places: beta waits on the
     lock, then sees alpha's machine and defers; once alpha's machine is gone, beta's next pass places."""
     inside = asyncio.Event()
@@ -67,9 +69,12 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
             await release.wait()
 
     types = [local_type(cool_down_seconds=0)]
-    async with instance(database_url, "alpha", types, hooks=Hooks(before_insert_machines=hold),
-                        POOL_MAX_WORKERS_TOTAL="1") as (alpha, store), \
-            instance(database_url, "beta", types, POOL_MAX_WORKERS_TOTAL="1") as (beta, _):
+    async with (
+        instance(
+            database_url, "alpha", types, hooks=Hooks(before_insert_machines=hold), POOL_MAX_WORKERS_TOTAL="1"
+        ) as (alpha, store),
+        instance(database_url, "beta", types, POOL_MAX_WORKERS_TOTAL="1") as (beta, _),
+    ):
         first = await alpha.submit(b"a", tenant="acme")
         await inside.wait()
         second = await beta.submit(b"b", tenant="globex")
@@ -77,7 +82,8 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
 
         async def beta_waits_on_the_lock() -> bool | None:
             waiting = await store.pool.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
             return True if waiting else None
 
         await eventually(beta_waits_on_the_lock, timeout=10)
@@ -107,10 +113,11 @@ async def test_a_claim_skips_a_warm_machine_another_actor_holds(database_url: st
         assert done.state == "completed" and done.worker_id == machine.id
 
 
-async def test_a_lapsed_instance_has_its_jobs_failed_and_its_machines_stopped_without_usage(
-        database_url: str) -> None:
-    async with instance(database_url, "alpha", [sleepy_type()]) as (alpha, store), \
-            instance(database_url, "beta", [sleepy_type()]) as (beta, _):
+async def test_a_lapsed_instance_has_its_jobs_failed_and_its_machines_stopped_without_usage(database_url: str) -> None:
+    async with (
+        instance(database_url, "alpha", [sleepy_type()]) as (alpha, store),
+        instance(database_url, "beta", [sleepy_type()]) as (beta, _),
+    ):
         job = await alpha.submit(b"30", machine_type="sleepy")
 
         async def running() -> bool | None:
@@ -119,8 +126,9 @@ async def test_a_lapsed_instance_has_its_jobs_failed_and_its_machines_stopped_wi
         await eventually(running, timeout=30, every=0.02)
         pid = int((await store.pool.fetchval("SELECT provider_id FROM pool_machines")).removeprefix("local-"))
         # alpha stops answering: its lease runs out by the database clock (renewals are a third of 30 s apart)
-        await store.pool.execute("UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1",
-                                 lease_name("alpha"))
+        await store.pool.execute(
+            "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
+        )
         await beta.dispatcher.reclaim()
         failed = await beta.job(job.id)
         assert failed.state == "failed" and "alpha" in failed.error
@@ -160,13 +168,17 @@ async def test_a_restart_under_the_same_instance_id_takes_its_rows_back_at_once(
 
 async def test_an_instance_that_renewed_after_being_read_as_lapsed_keeps_its_rows(database_url: str) -> None:
     """Reclaim judges the lapse again inside its statement: read lapsed, then renewed, then reclaim: nothing moves."""
-    async with instance(database_url, "alpha", [local_type()]) as (alpha, store), \
-            instance(database_url, "beta", [local_type()]) as (beta, _):
+    async with (
+        instance(database_url, "alpha", [local_type()]) as (alpha, store),
+        instance(database_url, "beta", [local_type()]) as (beta, _),
+    ):
         await alpha.run(b"warm up")
-        await store.pool.execute("UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1",
-                                 lease_name("alpha"))
+        await store.pool.execute(
+            "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
+        )
         [lapsed] = await beta.dispatcher.repo.lapsed_owners(beta.dispatcher.owner)
-        await store.pool.execute("UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1",
-                                 lease_name("alpha"))
+        await store.pool.execute(
+            "UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1", lease_name("alpha")
+        )
         assert await beta.dispatcher.repo.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
         assert [w.state for w in await alpha.workers()] == ["warm"]

@@ -54,8 +54,9 @@ async def test_cool_down_reads_only_the_monotonic_clock(pool_store: Store) -> No
     clock = FakeClock()
     async with start_pool(pool_store, pool_env([local_type(cool_down_seconds=60)]), clock=clock) as pool:
         await pool.run(b"x")
-        await pool_store.pool.execute("UPDATE pool_machines SET last_active_at = now() - interval '1 day', "
-                                      "warm_at = now() - interval '1 day'")
+        await pool_store.pool.execute(
+            "UPDATE pool_machines SET last_active_at = now() - interval '1 day', warm_at = now() - interval '1 day'"
+        )
         clock.advance(10)
         await pool.dispatcher.reap()
         assert await states(pool) == ["warm"]
@@ -83,8 +84,7 @@ async def test_a_machine_missing_n_probes_in_a_row_is_retired(pool_store: Store)
         await pool.run(b"a", tenant="acme")
         await pool.run(b"b", tenant="globex")
         acme = next(w for w in await pool.workers() if w.tenant_id == "acme")
-        victim = await pool_store.pool.fetchval("SELECT provider_id FROM pool_machines WHERE id = $1::uuid",
-                                                acme.id)
+        victim = await pool_store.pool.fetchval("SELECT provider_id FROM pool_machines WHERE id = $1::uuid", acme.id)
         pool.backend._children[victim].kill()
         await pool.backend._children[victim].wait()
         await pool.dispatcher.probe()
@@ -107,6 +107,7 @@ async def test_a_pass_where_every_probe_fails_retires_nobody(pool_store: Store) 
 
 
 # hints
+
 
 async def hint(pool: RunningPool, machine_type: str, tenant: str = "acme") -> tuple[bool, str | None, str]:
     call = pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type=machine_type), metadata=caller(tenant))
@@ -151,6 +152,7 @@ async def test_a_hint_for_an_unknown_type_is_422(pool_store: Store) -> None:
 
 # the catalogue
 
+
 async def put(pool: RunningPool, types: list[dict[str, object]]) -> None:
     request = pool_pb2.PutMachineTypesRequest()
     request.catalogue.data = json.dumps(types).encode()
@@ -165,7 +167,8 @@ async def test_a_type_added_accepts_jobs_at_once(pool_store: Store) -> None:
 
 
 async def test_an_image_change_sends_new_work_to_new_machines_and_retires_the_old_at_cool_down(
-        pool_store: Store) -> None:
+    pool_store: Store,
+) -> None:
     clock = FakeClock()
     async with start_pool(pool_store, pool_env([local_type(cool_down_seconds=30)]), clock=clock) as pool:
         _, first = await pool.run(b"old")
@@ -205,8 +208,9 @@ async def test_a_stored_catalogue_replaces_the_configured_one_on_start(pool_stor
     async with start_pool(pool_store, pool_env([local_type()])) as pool:
         await put(pool, [local_type("stored")])
     async with start_pool(pool_store, pool_env([local_type()])) as restarted:
-        catalogue = json.loads((await restarted.stub.GetMachineTypes(pool_pb2.GetMachineTypesRequest(),
-                                                                     metadata=ADMIN)).data)
+        catalogue = json.loads(
+            (await restarted.stub.GetMachineTypes(pool_pb2.GetMachineTypesRequest(), metadata=ADMIN)).data
+        )
         assert [t["name"] for t in catalogue] == ["stored"]
 
 

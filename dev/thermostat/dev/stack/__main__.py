@@ -16,8 +16,15 @@ from thermostat.chassis.registry import SERVICES
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
 from thermostat.edge.envoy_config import listen_port_from_env
 
-DEMO_CATALOGUE = [{"name": "local", "image": f"{sys.executable} -m thermostat.worker", "backend": "local",
-                   "max_workers": 2, "cool_down_seconds": 120}]
+DEMO_CATALOGUE = [
+    {
+        "name": "local",
+        "image": f"{sys.executable} -m thermostat.worker",
+        "backend": "local",
+        "max_workers": 2,
+        "cool_down_seconds": 120,
+    }
+]
 """Without POOL_MACHINE_TYPES, the pool serves one local type running the reference worker (echo), so a newcomer
 can submit a job right away."""
 
@@ -77,11 +84,17 @@ async def main() -> int:
     if not stop.is_set():
         print(stack.summary(), flush=True)
         if generated_token:
-            print(f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
-                  f"  export RIG_OPERATOR_TOKEN={generated_token}\n", flush=True)
+            print(
+                f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
+                f"  export RIG_OPERATOR_TOKEN={generated_token}\n",
+                flush=True,
+            )
         if generated_pool_token:
-            print(f"  STRATA_POOL_TOKEN was unset; this run's pool API token (for the commands above):\n"
-                  f"  export STRATA_POOL_TOKEN={generated_pool_token}\n", flush=True)
+            print(
+                f"  STRATA_POOL_TOKEN was unset; this run's pool API token (for the commands above):\n"
+                f"  export STRATA_POOL_TOKEN={generated_pool_token}\n",
+                flush=True,
+            )
         await stop.wait()
     else:
         start.cancel()

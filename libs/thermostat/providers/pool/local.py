@@ -200,6 +200,13 @@ def _launcher(*, memory_bytes: int | None, cpus: tuple[int, ...] | None) -> list
     between fork and exec in a process with gRPC's threads can crash the child (seen: a segfault in
     threading's after-fork hook), whereas the C fork path runs none.
     """
-    return [sys.executable, "-I", "-S", "-c", _LAUNCH, str(os.getpid()),
-            "-" if memory_bytes is None else str(memory_bytes),
-            "-" if not cpus else ",".join(str(cpu) for cpu in cpus)]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        _LAUNCH,
+        str(os.getpid()),
+        "-" if memory_bytes is None else str(memory_bytes),
+        "-" if not cpus else ",".join(str(cpu) for cpu in cpus),
+    ]
