@@ -11,7 +11,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, spec
 from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle

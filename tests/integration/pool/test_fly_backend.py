@@ -12,7 +12,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, spec
 from thermostat.dev.simulators.fly import FlySimulator
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle

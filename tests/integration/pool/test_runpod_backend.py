@@ -13,8 +13,9 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, spec
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
-from thermostat.dev.simulators.runpod import RecordedRequest, RunPodSimulator
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.dev.simulators.runpod_catalog import default_catalogue
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
