@@ -34,7 +34,6 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import unquote
 
@@ -43,6 +42,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    ServedSimulator,
     json_answer,
     serve_in_background,
     shut_down,
@@ -109,7 +109,7 @@ class _Handler(RecordingHandler):
         return _error(500, "simulator error")
 
 
-class DockerSimulator:
+class DockerSimulator(ServedSimulator):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
@@ -136,14 +136,6 @@ class DockerSimulator:
         self.reset()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # --- control ---------------------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import unquote
 
@@ -36,6 +35,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    ServedSimulator,
     json_answer,
     serve_in_background,
     shut_down,
@@ -104,7 +104,7 @@ class _Handler(RecordingHandler):
         return _error(500, "simulator error")
 
 
-class FlySimulator:
+class FlySimulator(ServedSimulator):
     """FlySimulator serves the Machines API and the machines' private addresses from a background thread."""
 
     def __init__(
@@ -140,14 +140,6 @@ class FlySimulator:
             shut_down(self._server, self._thread)
             self._server = self._thread = None
         self.reset()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:

@@ -23,7 +23,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import unquote
 
@@ -42,6 +41,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    ServedSimulator,
     json_answer,
     serve_in_background,
     shut_down,
@@ -121,7 +121,7 @@ class _Handler(RecordingHandler):
         self.send_answer(answer)
 
 
-class RunPodSimulator:
+class RunPodSimulator(ServedSimulator):
     """RunPodSimulator runs the server in a background thread and exposes the control API in-process.
 
     Every control method has an HTTP twin under /_sim (see `_control`), so a test in another process or the
@@ -184,14 +184,6 @@ class RunPodSimulator:
         self.world.kill_machines()
         shut_down(server, thread)
         self._server = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def port(self) -> int:

@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from types import FrameType
-from typing import Any, ClassVar
+from types import FrameType, TracebackType
+from typing import Any, ClassVar, Self
 from urllib.parse import parse_qs
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -143,6 +143,26 @@ class RecordingHandler(BaseHTTPRequestHandler, metaclass=abc.ABCMeta):
         self.end_headers()
         if content and self.command != "HEAD":
             self.wfile.write(content)
+
+
+class ServedSimulator(abc.ABC):
+    """A simulator serving from a background thread; as a context manager it starts on entry, stops on exit."""
+
+    @abc.abstractmethod
+    def start(self) -> Self:
+        """Serve from a background thread."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop serving; nothing the simulator started outlives it."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 def serve_in_background(server: socketserver.BaseServer, name: str) -> threading.Thread:
