@@ -31,7 +31,6 @@ import secrets
 import shlex
 import socketserver
 import threading
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -42,6 +41,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -117,7 +117,7 @@ class DockerSimulator(ServedSimulator):
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
-        self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
+        self._request_log = RequestLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -146,7 +146,7 @@ class DockerSimulator(ServedSimulator):
                 if container.machine is not None:
                     container.machine.kill()
             self._containers.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def add_image(self, name: str, spec: ImageSpec | None = None) -> None:
         with self._lock:
@@ -173,18 +173,15 @@ class DockerSimulator(ServedSimulator):
             machine.kill()
 
     def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+        return self._request_log.requests()
 
     def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
+        self._request_log.clear()
 
     # --- the Engine API --------------------------------------------------------------------------------------
 
     def _handle(self, request: RecordedRequest) -> Answer:
-        with self._lock:
-            self._requests.append(request)
+        self._request_log.record(request)
         segments = [unquote(part) for part in request.path.split("/")[1:]]
         if segments and segments[0].startswith("v1."):
             segments = segments[1:]

@@ -35,6 +35,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -126,7 +127,7 @@ class FlySimulator(ServedSimulator):
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
         self._refusals: deque[tuple[int, str, str, bool]] = deque()
-        self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
+        self._request_log = RequestLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -166,7 +167,7 @@ class FlySimulator(ServedSimulator):
                     machine.process.kill()
             self._machines.clear()
             self._refusals.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def refuse_next_create(self, status: int, error: str, kind: str = "unknown", *, after_commit: bool = False) -> None:
         """The next create answers `status` with Fly's error body, e.g. 422 / insufficient_capacity;
@@ -191,12 +192,10 @@ class FlySimulator(ServedSimulator):
             process.kill()
 
     def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+        return self._request_log.requests()
 
     def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
+        self._request_log.clear()
 
     # --- the API ---------------------------------------------------------------------------------------------
 
@@ -204,8 +203,7 @@ class FlySimulator(ServedSimulator):
         segments = [unquote(part) for part in request.path.split("/")[1:]]
         if segments and segments[0] == "vm":
             return self._private_network(request, segments)
-        with self._lock:
-            self._requests.append(request)
+        self._request_log.record(request)
         if request.headers.get("authorization") != f"Bearer {self._token}":
             return _error(401, "You must be authenticated to view this.")
         if len(segments) < 4 or segments[:2] != ["v1", "apps"] or segments[3] != "machines":

@@ -20,7 +20,6 @@ import copy
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from typing import Any, Self
@@ -41,6 +40,7 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
+    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -98,7 +98,7 @@ class _Handler(RecordingHandler):
             # Bodies are read by Content-Length only; an unread chunked body would corrupt the next request.
             self.close_connection = True
         request = self.read_request()
-        simulator._record(request)
+        simulator._request_log.record(request)
         fault = None if request.path.startswith("/_sim") else simulator._take_fault(self.command, request.path)
         if fault is not None:
             if fault.hold is not None and not fault.hold.after_commit:
@@ -161,7 +161,7 @@ class RunPodSimulator(ServedSimulator):
         )
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
-        self._requests: deque[RecordedRequest] = deque(maxlen=request_log_size)
+        self._request_log = RequestLog(request_log_size)
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -349,23 +349,17 @@ class RunPodSimulator(ServedSimulator):
                     return fault
         return None
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
     def requests(self, prefix: str | None = None, *, include_control: bool = False) -> list[RecordedRequest]:
         """requests lists received requests oldest first; /_sim control calls only when asked for."""
-        with self._lock:
-            return [
-                request
-                for request in self._requests
-                if (prefix is None or request.path.startswith(prefix))
-                and (include_control or not request.path.startswith("/_sim"))
-            ]
+        return [
+            request
+            for request in self._request_log.requests()
+            if (prefix is None or request.path.startswith(prefix))
+            and (include_control or not request.path.startswith("/_sim"))
+        ]
 
     def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
+        self._request_log.clear()
 
     def reset(self) -> None:
         """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""
@@ -376,7 +370,7 @@ class RunPodSimulator(ServedSimulator):
         )
         with self._lock:
             self._faults.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def state(self) -> dict[str, object]:
         return {

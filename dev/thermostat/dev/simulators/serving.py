@@ -14,6 +14,7 @@ import signal
 import socketserver
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -55,6 +56,26 @@ class RecordedRequest:
             "json": self.json_body,
             "receivedAt": self.received_at,
         }
+
+
+class RequestLog:
+    """RequestLog keeps the last `size` requests a simulator received, oldest first, for shape pins."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._lock = threading.Lock()
+        self._requests: deque[RecordedRequest] = deque(maxlen=size)
+
+    def record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._requests.clear()
 
 
 def json_answer(status: int, body: object, *, content_type: str = "application/json") -> Answer:
