@@ -41,7 +41,6 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
-    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -113,11 +112,11 @@ class DockerSimulator(ServedSimulator):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
+        super().__init__()
         self.socket_path = socket_path
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
-        self._request_log = RequestLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,12 +170,6 @@ class DockerSimulator(ServedSimulator):
         machine = self.container(container_id).machine
         if machine is not None:
             machine.kill()
-
-    def requests(self) -> list[RecordedRequest]:
-        return self._request_log.requests()
-
-    def clear_requests(self) -> None:
-        self._request_log.clear()
 
     # --- the Engine API --------------------------------------------------------------------------------------
 

@@ -35,7 +35,6 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
-    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -118,6 +117,7 @@ class FlySimulator(ServedSimulator):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__()
         self._token = token
         self._apps = set(apps)
         self._images = set(images)
@@ -127,7 +127,6 @@ class FlySimulator(ServedSimulator):
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
         self._refusals: deque[tuple[int, str, str, bool]] = deque()
-        self._request_log = RequestLog()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -190,12 +189,6 @@ class FlySimulator(ServedSimulator):
             process = self._machines[machine_id].process
         if process is not None:
             process.kill()
-
-    def requests(self) -> list[RecordedRequest]:
-        return self._request_log.requests()
-
-    def clear_requests(self) -> None:
-        self._request_log.clear()
 
     # --- the API ---------------------------------------------------------------------------------------------
 

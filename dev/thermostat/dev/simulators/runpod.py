@@ -40,7 +40,6 @@ from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
     RecordingHandler,
-    RequestLog,
     ServedSimulator,
     json_answer,
     serve_in_background,
@@ -146,6 +145,7 @@ class RunPodSimulator(ServedSimulator):
         `machine_command` (e.g. REFERENCE_WORKER) makes every pod created with an `image` run that command as
         its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
         """
+        super().__init__(request_log_size=request_log_size)
         self._api_key = api_key
         self._host = host
         self._requested_port = port
@@ -161,7 +161,6 @@ class RunPodSimulator(ServedSimulator):
         )
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
-        self._request_log = RequestLog(request_log_size)
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -357,9 +356,6 @@ class RunPodSimulator(ServedSimulator):
             if (prefix is None or request.path.startswith(prefix))
             and (include_control or not request.path.startswith("/_sim"))
         ]
-
-    def clear_requests(self) -> None:
-        self._request_log.clear()
 
     def reset(self) -> None:
         """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""

@@ -167,7 +167,18 @@ class RecordingHandler(BaseHTTPRequestHandler, metaclass=abc.ABCMeta):
 
 
 class ServedSimulator(abc.ABC):
-    """A simulator serving from a background thread; as a context manager it starts on entry, stops on exit."""
+    """A simulator serving from a background thread, keeping what it received; as a context manager it starts
+    on entry and stops on exit."""
+
+    def __init__(self, *, request_log_size: int = 10_000) -> None:
+        self._request_log = RequestLog(request_log_size)
+
+    def requests(self) -> list[RecordedRequest]:
+        """The requests received, oldest first."""
+        return self._request_log.requests()
+
+    def clear_requests(self) -> None:
+        self._request_log.clear()
 
     @abc.abstractmethod
     def start(self) -> Self:
