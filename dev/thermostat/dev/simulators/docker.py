@@ -43,8 +43,6 @@ from thermostat.dev.simulators.serving import (
     RecordingHandler,
     ServedSimulator,
     json_answer,
-    serve_in_background,
-    shut_down,
     wait_for_signal,
 )
 
@@ -108,7 +106,7 @@ class _Handler(RecordingHandler):
         return _error(500, "simulator error")
 
 
-class DockerSimulator(ServedSimulator):
+class DockerSimulator(ServedSimulator[_Server]):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
@@ -117,21 +115,15 @@ class DockerSimulator(ServedSimulator):
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-        self._server = _Server(self.socket_path, self)
-        self._thread = serve_in_background(self._server, "docker-sim")
-        return self
+        return self._serve(_Server(self.socket_path, self), "docker-sim")
 
     def stop(self) -> None:
         """Stop serving and kill every machine still running (nothing outlives the simulator)."""
-        if self._server is not None and self._thread is not None:
-            shut_down(self._server, self._thread)
-            self._server = self._thread = None
+        self._stop_serving()
         self.reset()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)

@@ -37,8 +37,6 @@ from thermostat.dev.simulators.serving import (
     RecordingHandler,
     ServedSimulator,
     json_answer,
-    serve_in_background,
-    shut_down,
     wait_for_signal,
 )
 
@@ -104,7 +102,7 @@ class _Handler(RecordingHandler):
         return _error(500, "simulator error")
 
 
-class FlySimulator(ServedSimulator):
+class FlySimulator(ServedSimulator[_Server]):
     """FlySimulator serves the Machines API and the machines' private addresses from a background thread."""
 
     def __init__(
@@ -127,18 +125,12 @@ class FlySimulator(ServedSimulator):
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
         self._refusals: deque[tuple[int, str, str, bool]] = deque()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
-        self._server = _Server((self._host, self._requested_port), self)
-        self._thread = serve_in_background(self._server, "fly-sim")
-        return self
+        return self._serve(_Server((self._host, self._requested_port), self), "fly-sim")
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            shut_down(self._server, self._thread)
-            self._server = self._thread = None
+        self._stop_serving()
         self.reset()
 
     @property

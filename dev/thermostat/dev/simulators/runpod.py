@@ -42,8 +42,6 @@ from thermostat.dev.simulators.serving import (
     RecordingHandler,
     ServedSimulator,
     json_answer,
-    serve_in_background,
-    shut_down,
     wait_for_signal,
 )
 
@@ -120,7 +118,7 @@ class _Handler(RecordingHandler):
         self.send_answer(answer)
 
 
-class RunPodSimulator(ServedSimulator):
+class RunPodSimulator(ServedSimulator[_Server]):
     """RunPodSimulator runs the server in a background thread and exposes the control API in-process.
 
     Every control method has an HTTP twin under /_sim (see `_control`), so a test in another process or the
@@ -162,8 +160,6 @@ class RunPodSimulator(ServedSimulator):
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self._stopping = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -171,18 +167,14 @@ class RunPodSimulator(ServedSimulator):
         if self._server is not None:
             raise RuntimeError("the simulator is already running")
         self._stopping.clear()
-        self._server = _Server((self._host, self._requested_port), self)
-        self._thread = serve_in_background(self._server, "runpod-sim")
-        return self
+        return self._serve(_Server((self._host, self._requested_port), self), "runpod-sim")
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
+        if self._server is None:
             return
         self._stopping.set()
         self.world.kill_machines()
-        shut_down(server, thread)
-        self._server = self._thread = None
+        self._stop_serving()
 
     @property
     def port(self) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from types import FrameType, TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self, TypeVar
 from urllib.parse import parse_qs
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -166,19 +166,17 @@ class RecordingHandler(BaseHTTPRequestHandler, metaclass=abc.ABCMeta):
             self.wfile.write(content)
 
 
-class ServedSimulator(abc.ABC):
+_Served = TypeVar("_Served", bound=socketserver.BaseServer)
+
+
+class ServedSimulator(abc.ABC, Generic[_Served]):
     """A simulator serving from a background thread, keeping what it received; as a context manager it starts
-    on entry and stops on exit."""
+    on entry and stops on exit. A subclass builds its server in `start` and hands it to `_serve`."""
 
     def __init__(self, *, request_log_size: int = 10_000) -> None:
         self._request_log = RequestLog(request_log_size)
-
-    def requests(self) -> list[RecordedRequest]:
-        """The requests received, oldest first."""
-        return self._request_log.requests()
-
-    def clear_requests(self) -> None:
-        self._request_log.clear()
+        self._server: _Served | None = None
+        self._thread: threading.Thread | None = None
 
     @abc.abstractmethod
     def start(self) -> Self:
@@ -188,6 +186,21 @@ class ServedSimulator(abc.ABC):
     def stop(self) -> None:
         """Stop serving; nothing the simulator started outlives it."""
 
+    def _serve(self, server: _Served, thread_name: str) -> Self:
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=thread_name, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _stop_serving(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+            self._server = self._thread = None
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -196,18 +209,12 @@ class ServedSimulator(abc.ABC):
     ) -> None:
         self.stop()
 
+    def requests(self) -> list[RecordedRequest]:
+        """The requests received, oldest first."""
+        return self._request_log.requests()
 
-def serve_in_background(server: socketserver.BaseServer, name: str) -> threading.Thread:
-    """Start `server` on a daemon thread named `name`; `shut_down` ends it."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
-    thread.start()
-    return thread
-
-
-def shut_down(server: socketserver.BaseServer, thread: threading.Thread) -> None:
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    def clear_requests(self) -> None:
+        self._request_log.clear()
 
 
 def wait_for_signal(ready_lines: Sequence[str]) -> None:
