@@ -455,7 +455,9 @@ async def test_observe_volume_reads_every_pod_from_one_list_call(client, sim) ->
     volume, pods = await client.observe_volume("bjn7d94ej9")
     assert (volume.lookup, volume.pod_ids) == (Lookup.FOUND, (running, stopped))
     assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
-        (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+        (running, PodStatus.RUNNING, 1),
+        (stopped, PodStatus.EXITED, 1),
+    ]
     assert [(r.method, r.path) for r in sim.requests()] == [("GET", "/v2/pods")]
 
 
@@ -464,14 +466,18 @@ async def test_observe_volume_observes_by_id_a_running_pod_listed_without_runtim
     the EXITED one still from the list."""
     running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
     stopped = sim.add_pod(volume_id="bjn7d94ej9", status="EXITED")
-    for list_without_runtime, calls in ((False, [("GET", "/v2/pods")]),
-                                        (True, [("GET", "/v2/pods"), ("GET", f"/v2/pods/{running}")])):
+    for list_without_runtime, calls in (
+        (False, [("GET", "/v2/pods")]),
+        (True, [("GET", "/v2/pods"), ("GET", f"/v2/pods/{running}")]),
+    ):
         sim.configure(list_without_runtime=list_without_runtime)
         sim.clear_requests()
         volume, pods = await client.observe_volume("bjn7d94ej9")
         assert volume.pod_ids == (running, stopped)
         assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
-            (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+            (running, PodStatus.RUNNING, 1),
+            (stopped, PodStatus.EXITED, 1),
+        ]
         assert [(r.method, r.path) for r in sim.requests()] == calls
 
 

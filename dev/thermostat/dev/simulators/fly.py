@@ -44,6 +44,7 @@ DEFAULT_TOKEN = "sim-fly-token"  # noqa: S105 - the simulator's fixed developmen
 DEFAULT_APP = "thermostat-pool"
 DEFAULT_IMAGES = ("strata-worker:latest", "registry.fly.io/strata-worker:latest")
 
+
 def _error(status: int, message: str, kind: str = "unknown") -> Answer:
     return json_answer(status, {"error": message, "status": kind})
 
@@ -195,7 +196,7 @@ class FlySimulator(ServedSimulator[_Server]):
             return _error(404, "Not Found")
         app = segments[2]
         if app not in self._apps:
-            return _error(404, f"Could not find App \"{app}\"")
+            return _error(404, f'Could not find App "{app}"')
         with self._lock:
             if len(segments) == 4 and request.method == "POST":
                 return self._create(app, request.json_body)
@@ -268,8 +269,9 @@ class FlySimulator(ServedSimulator[_Server]):
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.fly",
-                                     description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m thermostat.dev.simulators.fly", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9200, help="0 picks a free port (printed)")
     parser.add_argument("--token", default=DEFAULT_TOKEN, help="the bearer the API expects")
@@ -280,11 +282,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     simulator = FlySimulator(token=args.token, apps=args.app or [DEFAULT_APP], host=args.host, port=args.port).start()
-    wait_for_signal([
-        "fly simulator ready",
-        f"POOL_FLY_BASE_URL={simulator.base_url}",
-        f"POOL_FLY_ENDPOINT_TEMPLATE={simulator.endpoint_template}",
-    ])
+    wait_for_signal(
+        [
+            "fly simulator ready",
+            f"POOL_FLY_BASE_URL={simulator.base_url}",
+            f"POOL_FLY_ENDPOINT_TEMPLATE={simulator.endpoint_template}",
+        ]
+    )
     simulator.stop()
     return 0
 

@@ -27,7 +27,6 @@ _HOP_BY_HOP = frozenset(
 )  # fmt: skip
 
 
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))

@@ -431,8 +431,13 @@ class RunPodSimulator(ServedSimulator[_Server]):
         target = rest + (f"?{request.query}" if request.query else "")
         content = request.raw_body if request.raw_body is not None else request.body.encode()
         return forward(
-            machine_port, request.method, target, request.headers, content,
-            timeout=self.world.settings.proxy_timeout_seconds, timeout_status=524,
+            machine_port,
+            request.method,
+            target,
+            request.headers,
+            content,
+            timeout=self.world.settings.proxy_timeout_seconds,
+            timeout_status=524,
         )
 
     def _control(self, request: RecordedRequest, path: list[str]) -> Answer:
@@ -550,8 +555,9 @@ class RunPodSimulator(ServedSimulator[_Server]):
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.runpod",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m thermostat.dev.simulators.runpod", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100, help="0 picks a free port (printed)")
     parser.add_argument("--api-key", default=DEFAULT_API_KEY, help="the bearer the /v2 API expects")
@@ -561,8 +567,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--terminated-linger-seconds", type=float, default=30.0)
     parser.add_argument("--allow-any-user-agent", action="store_true", help="turn off the Cloudflare UA rule")
     parser.add_argument("--volume", action="append", default=[], metavar="ID=DATACENTER", help="add a network volume")
-    parser.add_argument("--machines", action="store_true",
-                        help="pods created with an image run the reference worker behind the proxy (the pool)")
+    parser.add_argument(
+        "--machines",
+        action="store_true",
+        help="pods created with an image run the reference worker behind the proxy (the pool)",
+    )
     parser.add_argument("--stopped-pod", action="store_true", help=f"seed an EXITED pod on volume {DEFAULT_VOLUME_ID}")
     return parser.parse_args(argv)
 
@@ -581,17 +590,23 @@ def main(argv: list[str] | None = None) -> int:
         volume_id, _, datacenter_id = entry.partition("=")
         volumes[volume_id] = datacenter_id
     simulator = RunPodSimulator(
-        api_key=args.api_key, host=args.host, port=args.port, settings=settings, volumes=volumes,
+        api_key=args.api_key,
+        host=args.host,
+        port=args.port,
+        settings=settings,
+        volumes=volumes,
         machine_command=REFERENCE_WORKER if args.machines else None,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)
-    wait_for_signal([
-        "runpod simulator ready",
-        f"RUNPOD_V2_BASE_URL={simulator.base_url}",
-        f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}",
-        f"control: {simulator.url}/_sim/state",
-    ])
+    wait_for_signal(
+        [
+            "runpod simulator ready",
+            f"RUNPOD_V2_BASE_URL={simulator.base_url}",
+            f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}",
+            f"control: {simulator.url}/_sim/state",
+        ]
+    )
     simulator.stop()
     return 0
 
