@@ -324,14 +324,15 @@ def _terminate(pid: int, timeout: float, *, child: subprocess.Popen[bytes] | Non
 
 def _kill_tree(pid: int) -> None:
     """SIGKILL the postmaster and its children (each child is its own session, so no group kill)."""
-    children = _children(pid)
+    children = child_pids(pid)
     os.kill(pid, signal.SIGKILL)
     for child in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is `pid`, read from /proc (none where /proc cannot be read)."""
     try:
         entries = list(Path("/proc").iterdir())
     except OSError:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from thermostat.policy.pool.machine_type import MachineType
-from thermostat.providers.pool.backend import MachineHandle, MachineSpec
+from thermostat.providers.pool.backend import Backend, MachineHandle, MachineSpec
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.providers.pool.worker_client import WorkerClient
 
@@ -45,14 +45,19 @@ async def backend(client: WorkerClient) -> AsyncIterator[LocalBackend]:
         await local.aclose()
 
 
-async def booted(backend: LocalBackend, machine_spec: MachineSpec) -> MachineHandle:
-    """Start a machine and poll its health until it answers, as the pool's boot does."""
-    handle = await backend.start(machine_spec)
+async def healthy(backend: Backend, handle: MachineHandle) -> None:
+    """Poll the machine's health until it answers, as the pool's boot does."""
 
-    async def healthy() -> bool | None:
+    async def probe() -> bool | None:
         return True if await backend.health(handle) else None
 
-    await eventually(healthy, timeout=20, every=0.05)
+    await eventually(probe, timeout=20, every=0.05)
+
+
+async def booted(backend: LocalBackend, machine_spec: MachineSpec) -> MachineHandle:
+    """Start a machine and wait until it is healthy."""
+    handle = await backend.start(machine_spec)
+    await healthy(backend, handle)
     return handle
 
 

@@ -8,10 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.fixtures.polling import eventually
-from tests.integration.pool.conftest import MACHINE_TOKEN, spec
+from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
 from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle
@@ -57,13 +56,6 @@ def calls(daemon: DockerSimulator) -> list[tuple[str, str, str]]:
 
 def create_request(daemon: DockerSimulator) -> RecordedRequest:
     return next(r for r in daemon.requests() if r.path.endswith("/containers/create"))
-
-
-async def healthy(backend: DockerBackend, handle: MachineHandle) -> None:
-    async def probe() -> bool | None:
-        return True if await backend.health(handle) else None
-
-    await eventually(probe, timeout=20, every=0.05)
 
 
 def test_socket_is_pool_setting_then_unix_docker_host_then_the_default() -> None:

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.polling import eventually
-from tests.integration.pool.conftest import MACHINE_TOKEN, spec
+from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
 from thermostat.dev.simulators.fly import FlySimulator
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle
@@ -53,13 +52,6 @@ async def backend(fly: FlySimulator, client: WorkerClient) -> AsyncIterator[FlyB
 def created(fly: FlySimulator) -> RecordedRequest:
     (request,) = [r for r in fly.requests() if r.method == "POST"]
     return request
-
-
-async def healthy(backend: FlyBackend, handle: MachineHandle) -> None:
-    async def probe() -> bool | None:
-        return True if await backend.health(handle) else None
-
-    await eventually(probe, timeout=20, every=0.05)
 
 
 async def test_create_posts_the_seed_body(fly: FlySimulator, backend: FlyBackend) -> None:

@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.polling import eventually
-from tests.integration.pool.conftest import MACHINE_TOKEN, spec
+from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
-from thermostat.dev.simulators.runpod import RecordedRequest, RunPodSimulator
+from thermostat.dev.simulators.runpod import RunPodSimulator
 from thermostat.dev.simulators.runpod_catalog import default_catalogue
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
-from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
+from thermostat.providers.pool.backend import BackendError, MachineSpec
 from thermostat.providers.pool.runpod import RunPodBackend, create_body
 from thermostat.providers.pool.worker_client import WorkerClient
 
@@ -62,13 +62,6 @@ def created(runpod: RunPodSimulator) -> RecordedRequest:
 
 def billing(runpod: RunPodSimulator) -> list[str]:
     return [str(pod["id"]) for pod in (state["v2"] for state in runpod.pods()) if pod["status"] != "TERMINATED"]
-
-
-async def healthy(backend: RunPodBackend, handle: MachineHandle) -> None:
-    async def probe() -> bool | None:
-        return True if await backend.health(handle) else None
-
-    await eventually(probe, timeout=20, every=0.05)
 
 
 def body_for(machine_type: MachineType) -> dict[str, Any]:

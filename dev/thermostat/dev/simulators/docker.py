@@ -26,30 +26,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
 import os
 import secrets
 import shlex
-import signal
 import socketserver
 import threading
-import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
-from types import FrameType, TracebackType
 from typing import Any, Self
 from urllib.parse import unquote
 
-from thermostat.dev.simulators.machines import REFERENCE_WORKER, Answer, SimMachine
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.machines import REFERENCE_WORKER, SimMachine
+from thermostat.dev.simulators.serving import (
+    Answer,
+    RecordedRequest,
+    RecordingHandler,
+    ServedSimulator,
+    json_answer,
+    wait_for_signal,
+)
 
 DEFAULT_IMAGE = "strata-worker:latest"
 DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,12 +77,8 @@ class SimContainer:
             self.status, self.exit_code = "exited", 137
 
 
-def _json(status: int, body: object) -> Answer:
-    return status, {"Content-Type": "application/json"}, json.dumps(body).encode()
-
-
 def _error(status: int, message: str) -> Answer:
-    return _json(status, {"message": message})
+    return json_answer(status, {"message": message})
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
@@ -96,101 +90,44 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         super().__init__(path, _Handler)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RecordingHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
-    timeout = 30
+    label = "docker simulator"
 
     def address_string(self) -> str:  # a UNIX socket peer has no address
         return "unix"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("docker simulator: " + format, *args)
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
     def do_HEAD(self) -> None:
         self._serve()
 
-    def _serve(self) -> None:
-        raw_path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        content = self.rfile.read(length) if length > 0 else b""
-        try:
-            decoded: object = json.loads(content) if content else None
-        except (ValueError, UnicodeDecodeError):
-            decoded = None
-        request = RecordedRequest(
-            method=self.command,
-            path=raw_path,
-            query=query,
-            headers={name.lower(): value for name, value in self.headers.items()},
-            body=content.decode("utf-8", errors="replace"),
-            json_body=decoded,
-            received_at=time.time(),
-            raw_body=content,
-        )
-        try:
-            status, headers, body = self.server.simulator._handle(request)
-        except Exception:
-            _log.exception("docker simulator: %s %s failed", self.command, raw_path)
-            status, headers, body = _error(500, "simulator error")
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body and self.command != "HEAD":
-            self.wfile.write(body)
+    def answer(self, request: RecordedRequest) -> Answer:
+        return self.server.simulator._handle(request)
+
+    def failure(self) -> Answer:
+        return _error(500, "simulator error")
 
 
-class DockerSimulator:
+class DockerSimulator(ServedSimulator[_Server]):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
+        super().__init__()
         self.socket_path = socket_path
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
-        self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-        self._server = _Server(self.socket_path, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="docker-sim", daemon=True
-        )
-        self._thread.start()
-        return self
+        return self._serve(_Server(self.socket_path, self), "docker-sim")
 
     def stop(self) -> None:
         """Stop serving and kill every machine still running (nothing outlives the simulator)."""
-        if self._server is not None and self._thread is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-            self._server = self._thread = None
+        self._stop_serving()
         self.reset()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # --- control ---------------------------------------------------------------------------------------------
 
@@ -201,7 +138,7 @@ class DockerSimulator:
                 if container.machine is not None:
                     container.machine.kill()
             self._containers.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def add_image(self, name: str, spec: ImageSpec | None = None) -> None:
         with self._lock:
@@ -227,19 +164,10 @@ class DockerSimulator:
         if machine is not None:
             machine.kill()
 
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
-
     # --- the Engine API --------------------------------------------------------------------------------------
 
     def _handle(self, request: RecordedRequest) -> Answer:
-        with self._lock:
-            self._requests.append(request)
+        self._request_log.record(request)
         segments = [unquote(part) for part in request.path.split("/")[1:]]
         if segments and segments[0].startswith("v1."):
             segments = segments[1:]
@@ -248,7 +176,7 @@ class DockerSimulator:
         if segments == ["_ping"]:
             return 200, {"Content-Type": "text/plain; charset=utf-8", "Api-Version": "1.47"}, b"OK"
         if segments == ["version"]:
-            return _json(200, {"ApiVersion": "1.47", "MinAPIVersion": "1.24", "Version": "simulated"})
+            return json_answer(200, {"ApiVersion": "1.47", "MinAPIVersion": "1.24", "Version": "simulated"})
         if segments == ["containers", "create"] and method == "POST":
             return self._create(request.json_body, (params.get("name") or [""])[0])
         if len(segments) >= 2 and segments[0] == "containers":
@@ -259,7 +187,7 @@ class DockerSimulator:
                     return _error(404, f"No such container: {container_id}")
                 container.refresh()
                 if verb == "json" and method == "GET":
-                    return _json(200, self._inspect(container))
+                    return json_answer(200, self._inspect(container))
                 if verb == "start" and method == "POST":
                     return self._start(container)
                 if verb == "stop" and method == "POST":
@@ -293,7 +221,7 @@ class DockerSimulator:
                 exposed_ports=dict(body.get("ExposedPorts") or {}),
                 host_config=dict(host_config) if isinstance(host_config, dict) else {},
             )
-        return _json(201, {"Id": container_id, "Warnings": []})
+        return json_answer(201, {"Id": container_id, "Warnings": []})
 
     def _start(self, container: SimContainer) -> Answer:
         if container.status == "running":
@@ -377,16 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, _, command = entry.partition("=")
         images[name] = ImageSpec(command=tuple(shlex.split(command)))
     simulator = DockerSimulator(args.socket, images=images).start()
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    print("docker simulator ready", flush=True)
-    print(f"POOL_DOCKER_SOCKET={simulator.socket_path}", flush=True)
-    stop.wait()
+    wait_for_signal(["docker simulator ready", f"POOL_DOCKER_SOCKET={simulator.socket_path}"])
     simulator.stop()
     return 0
 

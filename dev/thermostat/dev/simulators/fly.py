@@ -20,37 +20,33 @@ POOL_FLY_BASE_URL={url}/v1, POOL_FLY_ENDPOINT_TEMPLATE={url}/vm/{id}, FLY_API_TO
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import secrets
-import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from http.server import ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import unquote
 
-from thermostat.dev.simulators.machines import REFERENCE_WORKER, Answer, SimMachine, forward
-from thermostat.dev.simulators.runpod import RecordedRequest
+from thermostat.dev.simulators.machines import REFERENCE_WORKER, SimMachine, forward
+from thermostat.dev.simulators.serving import (
+    Answer,
+    RecordedRequest,
+    RecordingHandler,
+    ServedSimulator,
+    json_answer,
+    wait_for_signal,
+)
 
 DEFAULT_TOKEN = "sim-fly-token"  # noqa: S105 - the simulator's fixed development token
 DEFAULT_APP = "thermostat-pool"
 DEFAULT_IMAGES = ("strata-worker:latest", "registry.fly.io/strata-worker:latest")
 
-_log = logging.getLogger(__name__)
-
-
-def _json(status: int, body: object) -> Answer:
-    return status, {"Content-Type": "application/json"}, json.dumps(body).encode()
-
 
 def _error(status: int, message: str, kind: str = "unknown") -> Answer:
-    return _json(status, {"error": message, "status": kind})
+    return json_answer(status, {"error": message, "status": kind})
 
 
 @dataclass(slots=True, kw_only=True)
@@ -94,58 +90,20 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RecordingHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
-    timeout = 30
+    label = "fly simulator"
     wbufsize = 64 * 1024
     disable_nagle_algorithm = True
 
-    def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("fly simulator: " + format, *args)
+    def answer(self, request: RecordedRequest) -> Answer:
+        return self.server.simulator._handle(request)
 
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        raw_path, _, query = self.path.partition("?")
-        length = int(self.headers.get("Content-Length") or 0)
-        content = self.rfile.read(length) if length > 0 else b""
-        try:
-            decoded: object = json.loads(content) if content else None
-        except (ValueError, UnicodeDecodeError):
-            decoded = None
-        request = RecordedRequest(
-            method=self.command,
-            path=raw_path,
-            query=query,
-            headers={name.lower(): value for name, value in self.headers.items()},
-            body=content.decode("utf-8", errors="replace"),
-            json_body=decoded,
-            received_at=time.time(),
-            raw_body=content,
-        )
-        try:
-            status, headers, body = self.server.simulator._handle(request)
-        except Exception:
-            _log.exception("fly simulator: %s %s failed", self.command, raw_path)
-            status, headers, body = _error(500, "simulator error")
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if body:
-            self.wfile.write(body)
+    def failure(self) -> Answer:
+        return _error(500, "simulator error")
 
 
-class FlySimulator:
+class FlySimulator(ServedSimulator[_Server]):
     """FlySimulator serves the Machines API and the machines' private addresses from a background thread."""
 
     def __init__(
@@ -158,6 +116,7 @@ class FlySimulator:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__()
         self._token = token
         self._apps = set(apps)
         self._images = set(images)
@@ -167,33 +126,13 @@ class FlySimulator:
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
         self._refusals: deque[tuple[int, str, str, bool]] = deque()
-        self._requests: deque[RecordedRequest] = deque(maxlen=10_000)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> Self:
-        self._server = _Server((self._host, self._requested_port), self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fly-sim", daemon=True
-        )
-        self._thread.start()
-        return self
+        return self._serve(_Server((self._host, self._requested_port), self), "fly-sim")
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-            self._server = self._thread = None
+        self._stop_serving()
         self.reset()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
@@ -220,7 +159,7 @@ class FlySimulator:
                     machine.process.kill()
             self._machines.clear()
             self._refusals.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def refuse_next_create(self, status: int, error: str, kind: str = "unknown", *, after_commit: bool = False) -> None:
         """The next create answers `status` with Fly's error body, e.g. 422 / insufficient_capacity;
@@ -244,22 +183,13 @@ class FlySimulator:
         if process is not None:
             process.kill()
 
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
-
     # --- the API ---------------------------------------------------------------------------------------------
 
     def _handle(self, request: RecordedRequest) -> Answer:
         segments = [unquote(part) for part in request.path.split("/")[1:]]
         if segments and segments[0] == "vm":
             return self._private_network(request, segments)
-        with self._lock:
-            self._requests.append(request)
+        self._request_log.record(request)
         if request.headers.get("authorization") != f"Bearer {self._token}":
             return _error(401, "You must be authenticated to view this.")
         if len(segments) < 4 or segments[:2] != ["v1", "apps"] or segments[3] != "machines":
@@ -271,13 +201,14 @@ class FlySimulator:
             if len(segments) == 4 and request.method == "POST":
                 return self._create(app, request.json_body)
             if len(segments) == 4 and request.method == "GET":
-                return _json(200, [m.to_json() for m in self.machines() if m.app == app and m.state != "destroyed"])
+                listed = [m.to_json() for m in self.machines() if m.app == app and m.state != "destroyed"]
+                return json_answer(200, listed)
             machine = self._machines.get(segments[4]) if len(segments) == 5 else None
             if machine is None or machine.app != app or machine.state == "destroyed":
                 return _error(404, "machine not found")
             machine.refresh()
             if request.method == "GET":
-                return _json(200, machine.to_json())
+                return json_answer(200, machine.to_json())
             if request.method == "DELETE":
                 return self._destroy(machine, "force=true" in request.query.split("&"))
         return _error(404, "Not Found")
@@ -313,7 +244,7 @@ class FlySimulator:
             machine.process = SimMachine(self._command, {str(k): str(v) for k, v in env.items()})
             machine.state = "started"
         self._machines[machine_id] = machine
-        return _json(200, machine.to_json())
+        return json_answer(200, machine.to_json())
 
     def _destroy(self, machine: SimFlyMachine, force: bool) -> Answer:
         if machine.state == "started" and not force:
@@ -321,7 +252,7 @@ class FlySimulator:
         if machine.process is not None:
             machine.process.kill()
         machine.state = "destroyed"
-        return _json(200, {"ok": True})
+        return json_answer(200, {"ok": True})
 
     def _private_network(self, request: RecordedRequest, segments: list[str]) -> Answer:
         with self._lock:
@@ -351,17 +282,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     simulator = FlySimulator(token=args.token, apps=args.app or [DEFAULT_APP], host=args.host, port=args.port).start()
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    print("fly simulator ready", flush=True)
-    print(f"POOL_FLY_BASE_URL={simulator.base_url}", flush=True)
-    print(f"POOL_FLY_ENDPOINT_TEMPLATE={simulator.endpoint_template}", flush=True)
-    stop.wait()
+    wait_for_signal(
+        [
+            "fly simulator ready",
+            f"POOL_FLY_BASE_URL={simulator.base_url}",
+            f"POOL_FLY_ENDPOINT_TEMPLATE={simulator.endpoint_template}",
+        ]
+    )
     simulator.stop()
     return 0
 

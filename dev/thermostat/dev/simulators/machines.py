@@ -18,13 +18,13 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+from thermostat.dev.simulators.serving import Answer
+
 REFERENCE_WORKER: tuple[str, ...] = (sys.executable, "-m", "thermostat.worker")
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
      "content-length"}
 )  # fmt: skip
-
-Answer = tuple[int, dict[str, str], bytes]
 
 
 def free_port() -> int:

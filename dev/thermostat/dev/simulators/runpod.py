@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
-import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
+from http.server import ThreadingHTTPServer
 from typing import Any, Self
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 from thermostat.dev.simulators.faults import Fault, Hold, fault_from_json
 from thermostat.dev.simulators.machines import REFERENCE_WORKER, forward
@@ -41,64 +36,22 @@ from thermostat.dev.simulators.runpod_catalog import (
     gpu_from_control,
 )
 from thermostat.dev.simulators.runpod_world import ApiError, PodWorld, SimSettings
+from thermostat.dev.simulators.serving import (
+    Answer,
+    RecordedRequest,
+    RecordingHandler,
+    ServedSimulator,
+    json_answer,
+    wait_for_signal,
+)
 
 DEFAULT_API_KEY = "sim-runpod-key"
 
 _log = logging.getLogger(__name__)
 
-Answer = tuple[int, dict[str, str], bytes]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordedRequest:
-    """RecordedRequest is one request as it arrived, for pinning exact shapes in tests.
-
-    `path` is the raw, still percent-encoded path; `headers` have lower-cased names; `json_body` is the decoded
-    body or None when there was none or it was not JSON.
-    """
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: str
-    json_body: object
-    received_at: float
-    raw_body: bytes | None = field(default=None, repr=False)  # the bytes as sent, for forwarding to a machine
-
-    @property
-    def params(self) -> dict[str, list[str]]:
-        return parse_qs(self.query, keep_blank_values=True)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "method": self.method,
-            "path": self.path,
-            "query": self.query,
-            "headers": self.headers,
-            "body": self.body,
-            "json": self.json_body,
-            "receivedAt": self.received_at,
-        }
-
-
-def _json_answer(status: int, body: object, *, problem: bool = False) -> Answer:
-    content_type = "application/problem+json" if problem else "application/json"
-    return status, {"Content-Type": content_type}, json.dumps(body).encode()
-
 
 def _problem(error: ApiError) -> Answer:
-    return _json_answer(error.status, error.problem(), problem=True)
-
-
-def _decode(content: bytes) -> object:
-    if not content:
-        return None
-    try:
-        decoded: object = json.loads(content)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return decoded
+    return json_answer(error.status, error.problem(), content_type="application/problem+json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -117,23 +70,12 @@ class _Server(ThreadingHTTPServer):
         _log.debug("runpod simulator: connection from %s ended abruptly", client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RecordingHandler):
     server: _Server
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # idle keep-alive connections release their thread
+    label = "runpod simulator"
     # Headers and body leave in one segment: written separately, Nagle plus delayed ACK add ~40 ms a request.
     wbufsize = 64 * 1024
     disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # Request lines only (method, path, status); headers, and with them any bearer, are never logged.
-        _log.debug("runpod simulator: " + format, *args)
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
 
     def do_PUT(self) -> None:
         self._serve()
@@ -141,29 +83,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve()
 
-    def do_DELETE(self) -> None:
-        self._serve()
+    def answer(self, request: RecordedRequest) -> Answer:
+        return self.server.simulator._route(request)
+
+    def failure(self) -> Answer:
+        return _problem(ApiError(500, "Internal Server Error", "simulator error"))
 
     def _serve(self) -> None:
         simulator = self.server.simulator
-        raw_path, _, query = self.path.partition("?")
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             # Bodies are read by Content-Length only; an unread chunked body would corrupt the next request.
             self.close_connection = True
-        length = int(self.headers.get("Content-Length") or 0)
-        content = self.rfile.read(length) if length > 0 else b""
-        request = RecordedRequest(
-            method=self.command,
-            path=raw_path,
-            query=query,
-            headers={name.lower(): value for name, value in self.headers.items()},
-            body=content.decode("utf-8", errors="replace"),
-            json_body=_decode(content),
-            received_at=time.time(),
-            raw_body=content,
-        )
-        simulator._record(request)
-        fault = None if raw_path.startswith("/_sim") else simulator._take_fault(self.command, raw_path)
+        request = self.read_request()
+        simulator._request_log.record(request)
+        fault = None if request.path.startswith("/_sim") else simulator._take_fault(self.command, request.path)
         if fault is not None:
             if fault.hold is not None and not fault.hold.after_commit:
                 fault.hold.park(simulator._stopping)
@@ -174,32 +107,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if fault.status is not None and not fault.commit_then_fail:
-                self._send(fault.response())
+                self.send_answer(fault.response())
                 return
-        try:
-            answer = simulator._route(request)
-        except Exception:
-            _log.exception("runpod simulator: %s %s failed", self.command, raw_path)
-            answer = _problem(ApiError(500, "Internal Server Error", "simulator error"))
+        answer = self.answer_or_failure(request)
         if fault is not None and fault.hold is not None and fault.hold.after_commit:
             fault.hold.park(simulator._stopping)
         if fault is not None and fault.commit_then_fail:
             # The gateway-5xx-after-commit incident: the pod now exists and bills, the caller sees a 502.
             answer = fault.response()
-        self._send(answer)
-
-    def _send(self, answer: Answer) -> None:
-        status, headers, content = answer
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(content)))
-        self.end_headers()
-        if content and self.command != "HEAD":
-            self.wfile.write(content)
+        self.send_answer(answer)
 
 
-class RunPodSimulator:
+class RunPodSimulator(ServedSimulator[_Server]):
     """RunPodSimulator runs the server in a background thread and exposes the control API in-process.
 
     Every control method has an HTTP twin under /_sim (see `_control`), so a test in another process or the
@@ -224,6 +143,7 @@ class RunPodSimulator:
         `machine_command` (e.g. REFERENCE_WORKER) makes every pod created with an `image` run that command as
         its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
         """
+        super().__init__(request_log_size=request_log_size)
         self._api_key = api_key
         self._host = host
         self._requested_port = port
@@ -239,10 +159,7 @@ class RunPodSimulator:
         )
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
-        self._requests: deque[RecordedRequest] = deque(maxlen=request_log_size)
         self._stopping = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -250,31 +167,14 @@ class RunPodSimulator:
         if self._server is not None:
             raise RuntimeError("the simulator is already running")
         self._stopping.clear()
-        self._server = _Server((self._host, self._requested_port), self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="runpod-sim", daemon=True
-        )
-        self._thread.start()
-        return self
+        return self._serve(_Server((self._host, self._requested_port), self), "runpod-sim")
 
     def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
+        if self._server is None:
             return
         self._stopping.set()
         self.world.kill_machines()
-        server.shutdown()
-        server.server_close()
-        thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._stop_serving()
 
     @property
     def port(self) -> int:
@@ -440,23 +340,14 @@ class RunPodSimulator:
                     return fault
         return None
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
     def requests(self, prefix: str | None = None, *, include_control: bool = False) -> list[RecordedRequest]:
         """requests lists received requests oldest first; /_sim control calls only when asked for."""
-        with self._lock:
-            return [
-                request
-                for request in self._requests
-                if (prefix is None or request.path.startswith(prefix))
-                and (include_control or not request.path.startswith("/_sim"))
-            ]
-
-    def clear_requests(self) -> None:
-        with self._lock:
-            self._requests.clear()
+        return [
+            request
+            for request in self._request_log.requests()
+            if (prefix is None or request.path.startswith(prefix))
+            and (include_control or not request.path.startswith("/_sim"))
+        ]
 
     def reset(self) -> None:
         """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""
@@ -467,7 +358,7 @@ class RunPodSimulator:
         )
         with self._lock:
             self._faults.clear()
-            self._requests.clear()
+        self._request_log.clear()
 
     def state(self) -> dict[str, object]:
         return {
@@ -500,21 +391,21 @@ class RunPodSimulator:
     def _v2(self, request: RecordedRequest, path: list[str]) -> Answer:
         method, world = request.method, self.world
         if path == ["catalog", "gpus"] and method == "GET":
-            return _json_answer(200, world.catalog(request.params))
+            return json_answer(200, world.catalog(request.params))
         if path == ["pods"] and method == "GET":
-            return _json_answer(200, world.list_pods())
+            return json_answer(200, world.list_pods())
         if path == ["pods"] and method == "POST":
             if request.body and request.json_body is None:
                 raise ApiError(400, "Bad Request", "the body is not valid JSON")
-            return _json_answer(201, world.create_pod(request.json_body))
+            return json_answer(201, world.create_pod(request.json_body))
         if len(path) == 2 and path[0] == "pods" and method == "GET":
-            return _json_answer(200, world.get_pod(path[1]))
+            return json_answer(200, world.get_pod(path[1]))
         if len(path) == 2 and path[0] == "pods" and method == "DELETE":
             world.delete_pod(path[1])
             return 204, {}, b""
         if len(path) == 3 and path[0] == "pods" and path[2] == "action" and method == "POST":
             pod = world.action(path[1], request.json_body)
-            return (204, {}, b"") if pod is None else _json_answer(200, pod)
+            return (204, {}, b"") if pod is None else json_answer(200, pod)
         raise ApiError(404, "Not Found", f"no route {method} /v2/{'/'.join(path)}")
 
     def _proxy(self, request: RecordedRequest, path: list[str]) -> Answer:
@@ -552,11 +443,11 @@ class RunPodSimulator:
     def _control(self, request: RecordedRequest, path: list[str]) -> Answer:
         body = request.json_body if isinstance(request.json_body, dict) else {}
         try:
-            return _json_answer(*self._control_call(request.method, path, body, request.params))
+            return json_answer(*self._control_call(request.method, path, body, request.params))
         except KeyError as error:
-            return _json_answer(404, {"error": f"no pod {error.args[0]}"})
+            return json_answer(404, {"error": f"no pod {error.args[0]}"})
         except (ValueError, TypeError) as error:
-            return _json_answer(400, {"error": str(error)})
+            return json_answer(400, {"error": str(error)})
 
     def _control_call(
         self, method: str, path: list[str], body: dict[str, Any], params: dict[str, list[str]]
@@ -708,18 +599,14 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    print("runpod simulator ready", flush=True)
-    print(f"RUNPOD_V2_BASE_URL={simulator.base_url}", flush=True)
-    print(f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}", flush=True)
-    print(f"control: {simulator.url}/_sim/state", flush=True)
-    stop.wait()
+    wait_for_signal(
+        [
+            "runpod simulator ready",
+            f"RUNPOD_V2_BASE_URL={simulator.base_url}",
+            f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}",
+            f"control: {simulator.url}/_sim/state",
+        ]
+    )
     simulator.stop()
     return 0
 

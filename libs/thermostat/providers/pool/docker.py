@@ -30,7 +30,7 @@ from typing import Any, Final
 import httpx
 
 from thermostat.providers.pool.backend import DEFAULT_WORKER_PORT, Backend, BackendError, MachineHandle, MachineSpec
-from thermostat.providers.pool.provider_errors import machine_subject, provider_error
+from thermostat.providers.pool.provider_errors import json_object, machine_subject, provider_error, refusal
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
@@ -116,7 +116,7 @@ class DockerBackend:
         )
         if created.status_code != 201:
             raise _refused(created, subject, "create", secrets)
-        container_id = _read(created).get("Id")
+        container_id = json_object(created).get("Id")
         if not isinstance(container_id, str) or not container_id:
             raise BackendError(f"docker: {subject}: create answered without a container id")
         try:
@@ -135,7 +135,7 @@ class DockerBackend:
         inspected = await self._call("GET", f"/containers/{container_id}/json", subject, "inspect", secrets)
         if inspected.status_code != 200:
             raise _refused(inspected, subject, "inspect", secrets)
-        settings = _read(inspected).get("NetworkSettings")
+        settings = json_object(inspected).get("NetworkSettings")
         ports = settings.get("Ports") if isinstance(settings, dict) else None
         bindings = ports.get(f"{self._worker_port}/tcp") if isinstance(ports, dict) else None
         for binding in bindings if isinstance(bindings, list) else []:
@@ -166,7 +166,7 @@ class DockerBackend:
             inspected = await self._http.get(f"/containers/{handle.provider_id}/json")
         except httpx.HTTPError:
             return False
-        state = _read(inspected).get("State") if inspected.status_code == 200 else None
+        state = json_object(inspected).get("State") if inspected.status_code == 200 else None
         if not isinstance(state, dict) or state.get("Running") is not True:
             return False
         return await self._worker.health(handle.endpoint)
@@ -189,18 +189,8 @@ class DockerBackend:
         return response
 
 
-def _read(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
 def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[str, ...]) -> BackendError:
-    message = _read(response).get("message")
-    text = message if isinstance(message, str) and message else response.text
-    return provider_error("docker", subject, f"{what} HTTP {response.status_code}", text, secrets=secrets)
+    return refusal("docker", response, subject, what, said_in="message", secrets=secrets)
 
 
 def _conforms(backend: DockerBackend) -> Backend:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -38,7 +37,7 @@ from thermostat.providers.pool.backend import (
     MachineHandle,
     MachineSpec,
 )
-from thermostat.providers.pool.provider_errors import machine_subject, provider_error
+from thermostat.providers.pool.provider_errors import json_object, machine_subject, provider_error, refusal
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_FLY_BASE_URL: Final = "https://api.machines.dev/v1"
@@ -145,7 +144,7 @@ class FlyBackend:
             raise BackendError(f"{_refused(response, subject, 'create', secrets)}; {await self._sweep(body['name'])}")
         if response.status_code != 200:
             raise _refused(response, subject, "create", secrets)
-        machine = _read(response)
+        machine = json_object(response)
         machine_id = machine.get("id")
         if not isinstance(machine_id, str) or not machine_id:
             raise BackendError(f"fly: {subject}: create answered without a machine id")
@@ -200,7 +199,7 @@ class FlyBackend:
             )
         except httpx.HTTPError:
             return False
-        if response.status_code != 200 or _read(response).get("state") != "started":
+        if response.status_code != 200 or json_object(response).get("state") != "started":
             return False
         return await self._worker.health(handle.endpoint)
 
@@ -219,18 +218,8 @@ class FlyBackend:
         return response
 
 
-def _read(response: httpx.Response) -> Mapping[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
 def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[str, ...]) -> BackendError:
-    error = _read(response).get("error")
-    text = error if isinstance(error, str) and error else response.text
-    return provider_error("fly", subject, f"{what} HTTP {response.status_code}", text, secrets=secrets)
+    return refusal("fly", response, subject, what, said_in="error", secrets=secrets)
 
 
 def _conforms(backend: FlyBackend) -> Backend:

@@ -9,6 +9,9 @@ replaced before the text is cut to `MAX_PROVIDER_MESSAGE` characters.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+import httpx
 
 from thermostat.providers.pool.backend import BackendError
 
@@ -37,3 +40,22 @@ def provider_error(provider: str, subject: str, what: str, message: str, *, secr
 
 def machine_subject(machine_id: str, machine_type: str) -> str:
     return f"machine {machine_id} (type {machine_type})"
+
+
+def json_object(response: httpx.Response) -> dict[str, Any]:
+    """The answer's body when it is a JSON object, else {} (an error page, an empty body, a list)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def refusal(
+    provider: str, response: httpx.Response, subject: str, what: str, *, said_in: str, secrets: Iterable[str]
+) -> BackendError:
+    """A refusing answer as `provider_error`: the provider's words from the body's `said_in` field (Docker's
+    `message`, Fly's `error`), else the whole body when that field is missing or empty."""
+    said = json_object(response).get(said_in)
+    text = said if isinstance(said, str) and said else response.text
+    return provider_error(provider, subject, f"{what} HTTP {response.status_code}", text, secrets=secrets)
