@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
 from thermostat.policy.pool.hint import HintDecision, decide_hint
 from thermostat.policy.pool.job_outcome import decide_job_outcome
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
-from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.machine_type import (
     BackendKind,
     Catalogue,
@@ -735,7 +735,12 @@ class Dispatcher:
         """After a restart under the same id: keep the warm machines that answer, stop the rest."""
         for row in await self.repo.own_machines(self.owner):
             healthy = False
-            if row.machine.state is MachineState.WARM and row.provider_id and row.endpoint and row.backend in self.backends:
+            if (
+                row.machine.state is MachineState.WARM
+                and row.provider_id
+                and row.endpoint
+                and row.backend in self.backends
+            ):
                 healthy = await self._backend(row.backend).health(
                     MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
                 )

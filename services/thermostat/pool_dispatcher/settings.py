@@ -16,7 +16,7 @@ GRPC_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 1024 * 1024  # the payload plus the req
 
 
 class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
-    """The service's own settings plus the provider backends' (POOL_DOCKER_SOCKET, POOL_RUNPOD_API_KEY, FLY_API_TOKEN, ...)."""
+    """The service's own settings plus the provider backends' (POOL_DOCKER_SOCKET, FLY_API_TOKEN, ...)."""
 
     pool_dispatcher_port: int = Field(default=POOL_DISPATCHER.default_port, ge=0, le=65535)
     strata_pool_token: SecretStr | None = None
