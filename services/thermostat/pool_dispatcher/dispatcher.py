@@ -131,7 +131,8 @@ class Dispatcher:
         missing_settings: Mapping[BackendKind, str] | None = None,
     ) -> None:
         self.repo = repository
-        self.backends = dict(backends)  # one per configured kind; a machine type picks its own by `backend`
+        # one per configured kind, keyed by its value (as the machine rows record it); a type picks by `backend`
+        self.backends: dict[str, Backend] = {str(kind): backend for kind, backend in backends.items()}
         self.missing_settings = dict(missing_settings or {})
         self.client = client
         self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
@@ -259,7 +260,8 @@ class Dispatcher:
 
     def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
         """The catalogue, or why this process's backends cannot serve it (PUT's 400)."""
-        return check_backends(catalogue, configured=self.backends.keys(), missing_settings=self.missing_settings)
+        configured = [BackendKind(kind) for kind in self.backends]
+        return check_backends(catalogue, configured=configured, missing_settings=self.missing_settings)
 
     def backend_refusal(self, machine_type: MachineType) -> str | None:
         """Why this process cannot start machines of the type (its backend is not configured), or None."""
@@ -282,7 +284,7 @@ class Dispatcher:
             )
 
     def _backend(self, kind: str) -> Backend:
-        backend = self.backends.get(kind)  # type: ignore[call-overload]  # a StrEnum key matches its value
+        backend = self.backends.get(kind)
         if backend is None:
             raise BackendError(f"the {kind} backend is not configured in this process")
         return backend
