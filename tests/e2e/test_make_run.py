@@ -52,6 +52,7 @@ class DevStack:
             "RUNPOD_API_KEY",
             "RUNPOD_VOLUME_ID",
             "POOL_MACHINE_TYPES",
+            "POOL_DEMO_BACKENDS",
             "STRATA_POOL_ADMIN_TOKEN",
         ):
             full.pop(name, None)
@@ -199,6 +200,34 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
                 p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])
             ]
             assert postgres == []
+        finally:
+            stack.kill()
+
+
+@pytest.mark.e2e
+def test_the_demo_backends_serve_a_type_each_through_the_edge_and_ctrl_c_stops_their_machines() -> None:
+    """POOL_DEMO_BACKENDS=docker,fly,runpod: the Docker and Fly simulators run beside the RunPod one, the demo
+    catalogue has demo-docker, demo-fly and demo-runpod, a job on each boots a reference worker behind its
+    simulated provider, and Ctrl-C leaves none of them running."""
+    with embedded_data_dir() as data_dir:
+        stack = DevStack(data_dir, {"POOL_DEMO_BACKENDS": "docker,fly,runpod"})
+        try:
+            edge = stack.wait_up()
+            summary = "".join(stack.output)
+            for kind in ("docker", "fly", "runpod"):
+                assert f"machine type demo-{kind}" in summary
+                job = httpx.post(
+                    f"{edge}/v1/jobs/sync?machine_type=demo-{kind}", content=kind.encode(), headers=POOL, timeout=60
+                )
+                assert (job.status_code, job.content) == (200, kind.encode()), job.text
+            children = psutil.Process(stack.proc.pid).children(recursive=True)
+            names = [" ".join(c.cmdline()[1:4]) for c in children if c.is_running()]
+            assert any("thermostat.dev.simulators.docker" in n for n in names)
+            assert any("thermostat.dev.simulators.fly" in n for n in names)
+            assert sum("thermostat.worker" in n for n in names) == 3
+            stack.interrupt()
+            time.sleep(0.2)
+            assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
         finally:
             stack.kill()
 

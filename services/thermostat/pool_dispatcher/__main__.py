@@ -15,9 +15,11 @@ from grpc import aio
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.policy.pool.machine_type import Catalogue, parse_catalogue_json
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
 from thermostat.pool.v1 import pool_pb2_grpc
+from thermostat.providers.pool.backend import Backend
 from thermostat.providers.pool.local import LocalBackend
+from thermostat.providers.pool.settings import ProviderBackend, build_backends, missing_settings
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
@@ -55,11 +57,12 @@ def grpc_options() -> list[tuple[str, int]]:
 
 @dataclass(frozen=True, slots=True)
 class PoolService:
-    """The wired service: its host, and the dispatcher and backend it runs (tests reach both)."""
+    """The wired service: its host, the dispatcher, the local backend and every backend by kind (tests reach them)."""
 
     host: ServiceHost
     dispatcher: Dispatcher
     backend: LocalBackend
+    backends: Mapping[BackendKind, Backend]
 
 
 async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
@@ -82,10 +85,16 @@ def assemble(
         log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
     client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
     backend = LocalBackend(client)
+    # every backend whose settings are present serves at once; a type picks one by its `backend` field
+    providers: dict[BackendKind, ProviderBackend] = build_backends(settings, client)
+    backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
+    unconfigured = missing_settings(settings)
+    log.info("pool backends configured: %s", ", ".join(sorted(kind.value for kind in backends)))
     dispatcher = Dispatcher(
         repository=PoolRepository(store.pool),
         leases=store.leases,
-        backend=backend,
+        backends=backends,
+        missing_settings=unconfigured,
         client=client,
         catalogue=catalogue,
         instance_id=settings.pool_instance_id,
@@ -110,6 +119,8 @@ def assemble(
     async def shutdown() -> None:
         await dispatcher.close()
         await backend.aclose()  # no worker process outlives the service
+        for provider in providers.values():
+            await provider.aclose()
         await client.aclose()
 
     host = ServiceHost(
@@ -124,7 +135,7 @@ def assemble(
         ),
         probe_seconds=settings.health_probe_seconds,
     )
-    return PoolService(host=host, dispatcher=dispatcher, backend=backend)
+    return PoolService(host=host, dispatcher=dispatcher, backend=backend, backends=backends)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,23 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
 from thermostat.policy.pool.hint import HintDecision, decide_hint
 from thermostat.policy.pool.job_outcome import decide_job_outcome
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
-from thermostat.policy.pool.machine_type import Catalogue, MachineType, catalogue_to_json, parse_catalogue
+from thermostat.policy.pool.machine_type import (
+    BackendKind,
+    Catalogue,
+    CatalogueRejected,
+    MachineType,
+    catalogue_to_json,
+    parse_catalogue,
+)
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
 from thermostat.policy.pool.placement import Demand, plan_placement
 from thermostat.policy.pool.reaping import plan_reaping
@@ -107,7 +115,7 @@ class Dispatcher:
         *,
         repository: PoolRepository,
         leases: LeaseStore,
-        backend: Backend,
+        backends: Mapping[BackendKind, Backend],
         client: WorkerClient,
         catalogue: Catalogue,
         instance_id: str | None = None,
@@ -120,9 +128,12 @@ class Dispatcher:
         sleep: Sleep = asyncio.sleep,
         run_scaler: bool = True,
         hooks: Hooks | None = None,
+        missing_settings: Mapping[BackendKind, str] | None = None,
     ) -> None:
         self.repo = repository
-        self.backend = backend
+        # one per configured kind, keyed by its value (as the machine rows record it); a type picks by `backend`
+        self.backends: dict[str, Backend] = {str(kind): backend for kind, backend in backends.items()}
+        self.missing_settings = dict(missing_settings or {})
         self.client = client
         self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
         self.lease_seconds = lease_seconds
@@ -174,6 +185,7 @@ class Dispatcher:
                 machines,
             )
         await self.refresh_catalogue()
+        self._warn_unservable(self.catalogue, self.state.version)
         await self._listen()
         await self._recover_machines()
         if self._run_scaler:
@@ -242,6 +254,40 @@ class Dispatcher:
             return
         self.state = CatalogueState(catalogue=parsed, version=version)
         log.info("catalogue version %d: %s", version, ", ".join(parsed.names) or "(empty)")
+        self._warn_unservable(parsed, version)
+
+    # backends
+
+    def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
+        """The catalogue, or why this process's backends cannot serve it (PUT's 400)."""
+        configured = [BackendKind(kind) for kind in self.backends]
+        return check_backends(catalogue, configured=configured, missing_settings=self.missing_settings)
+
+    def backend_refusal(self, machine_type: MachineType) -> str | None:
+        """Why this process cannot start machines of the type (its backend is not configured), or None."""
+        kind = machine_type.backend
+        if kind in self.backends:
+            return None
+        setting = self.missing_settings.get(kind) or REQUIRED_SETTINGS.get(kind, "its settings")
+        return f"machine type {machine_type.name}: the {kind.value} backend is not configured: set {setting}"
+
+    def _warn_unservable(self, catalogue: Catalogue, version: int) -> None:
+        """A catalogue applied at start or from the store is not refused (the process would never come up to
+        take the PUT that fixes it); its unservable types are logged loudly and refused per job instead."""
+        checked = self.check_catalogue(catalogue)
+        if isinstance(checked, CatalogueRejected):
+            log.error(
+                "catalogue version %d cannot be fully served by this process (jobs of these types are refused "
+                "until the settings are fixed or the catalogue is replaced): %s",
+                version,
+                checked.detail,
+            )
+
+    def _backend(self, kind: str) -> Backend:
+        backend = self.backends.get(kind)
+        if backend is None:
+            raise BackendError(f"the {kind} backend is not configured in this process")
+        return backend
 
     async def replace_catalogue(self, catalogue: Catalogue) -> int:
         """Store the whole catalogue; removed types' queued jobs fail; every process applies it at once."""
@@ -479,22 +525,27 @@ class Dispatcher:
         self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str, job_id: str | None
     ) -> None:
         spec = MachineSpec(machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type, worker_token=token)
+        kind = str(machine_type.backend)
         try:
-            handle = await self.backend.start(spec)
+            backend = self._backend(kind)
+            handle = await backend.start(spec)
         except BackendError as error:
-            await self._boot_failed(machine_id, None, f"start failed: {error}")
+            await self._boot_failed(machine_id, None, f"start failed: {error}", kind)
             return
         if not await self.repo.record_started(
             machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint, region=handle.region, owner=self.owner
         ):
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
-            await self._stop_quietly(handle.provider_id)
+            await self._stop_quietly(handle.provider_id, kind)
             return
         booted_at = self.clock()
-        while not await self.backend.health(handle):
+        while not await backend.health(handle):
             if self.clock() - booted_at >= machine_type.boot_timeout_seconds:
                 await self._boot_failed(
-                    machine_id, handle.provider_id, f"no health answer within {machine_type.boot_timeout_seconds:g} s"
+                    machine_id,
+                    handle.provider_id,
+                    f"no health answer within {machine_type.boot_timeout_seconds:g} s",
+                    kind,
                 )
                 return
             await self.sleep(self.health_poll_seconds)
@@ -503,7 +554,7 @@ class Dispatcher:
         state, assignment = await self.repo.machine_ready(machine_id, self.owner)
         if state is None:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
-            await self._stop_quietly(handle.provider_id)
+            await self._stop_quietly(handle.provider_id, kind)
             return
         self._idle_since[machine_id] = self.clock()
         log.info(
@@ -532,11 +583,11 @@ class Dispatcher:
         else:
             self._poke_placement()  # queued work of the tenant may be waiting for exactly this machine
 
-    async def _boot_failed(self, machine_id: str, provider_id: str | None, reason: str) -> None:
+    async def _boot_failed(self, machine_id: str, provider_id: str | None, reason: str, kind: str) -> None:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
         if provider_id is not None:
-            await self._stop_quietly(provider_id)
-        requeued = await self.repo.boot_failed(machine_id, self.owner)
+            await self._stop_quietly(provider_id, kind)
+        requeued = await self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}")
         if requeued:
             log.info("job(s) %s wait for capacity again", ", ".join(requeued))
 
@@ -556,15 +607,15 @@ class Dispatcher:
         self._idle_since.pop(machine_id, None)
         if provider_id is not None:
             try:
-                await self.backend.stop(provider_id)
+                await self._backend(await self.repo.machine_backend(machine_id) or BackendKind.LOCAL).stop(provider_id)
             except (BackendError, OSError) as error:
                 log.warning("machine %s: stop failed (%s); the next pass retries it", machine_id, error)
                 return
         await self.repo.forget_machine(machine_id, self.owner)
 
-    async def _stop_quietly(self, provider_id: str) -> None:
+    async def _stop_quietly(self, provider_id: str, kind: str) -> None:
         try:
-            await self.backend.stop(provider_id)
+            await self._backend(kind).stop(provider_id)
         except (BackendError, OSError) as error:
             log.error("provider machine %s: stop failed: %s", provider_id, error)
 
@@ -665,9 +716,9 @@ class Dispatcher:
 
         async def one(machine: Machine) -> bool:
             row = by_id[machine.id]
-            if row.provider_id is None or row.endpoint is None:
+            if row.provider_id is None or row.endpoint is None or row.backend not in self.backends:
                 return False
-            return await self.backend.health(
+            return await self._backend(row.backend).health(
                 MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
             )
 
@@ -686,8 +737,13 @@ class Dispatcher:
         """After a restart under the same id: keep the warm machines that answer, stop the rest."""
         for row in await self.repo.own_machines(self.owner):
             healthy = False
-            if row.machine.state is MachineState.WARM and row.provider_id and row.endpoint:
-                healthy = await self.backend.health(
+            if (
+                row.machine.state is MachineState.WARM
+                and row.provider_id
+                and row.endpoint
+                and row.backend in self.backends
+            ):
+                healthy = await self._backend(row.backend).health(
                     MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
                 )
             if healthy:

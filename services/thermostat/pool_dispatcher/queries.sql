@@ -181,12 +181,13 @@ SELECT machine.state AS machine_state, job.*
 FROM machine LEFT JOIN job ON true;
 
 -- name: boot_failed
--- A machine that did not start or boot goes; its dispatched job waits in the queue again.
+-- A machine that did not start or boot goes; its dispatched job waits in the queue again, carrying why the
+-- boot failed ($4, the provider's message) as its error until it runs.
 WITH machine AS (
     DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3
     RETURNING id
 )
-UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL
+UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, error = $4
 WHERE worker_id IN (SELECT id FROM machine) AND state = 'dispatched'
 RETURNING id;
 
@@ -209,10 +210,15 @@ UPDATE pool_machines SET health_misses = $2
 WHERE id = $1 AND owner = $3 AND owner_term = $4 AND state = 'warm';
 
 -- name: own_machines
--- This process's machines, with where they are (for probes and stops; never leaves the service).
+-- This process's machines, with where they are and on which backend (for probes and stops; never leaves
+-- the service).
 SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
-       provider_id, endpoint, region
+       provider_id, endpoint, region, backend
 FROM pool_machines WHERE owner = $1 AND owner_term = $2;
+
+-- name: machine_backend
+-- Which backend a machine is on, to stop it there (stops are rare: one read each, off the hot path).
+SELECT backend FROM pool_machines WHERE id = $1;
 
 -- name: machine_address
 -- Where a machine is and its token, to post a cancel to it.

@@ -93,6 +93,7 @@ class OwnMachine:
     provider_id: str | None
     endpoint: str | None
     region: str | None
+    backend: str = "local"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,10 +421,15 @@ class PoolRepository:
             return None, None
         return row["machine_state"], (None if row["id"] is None else _assignment(row, machine_id))
 
-    async def boot_failed(self, machine_id: str, owner: Owner) -> list[str]:
+    async def boot_failed(self, machine_id: str, owner: Owner, reason: str) -> list[str]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term)
+            rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term, reason)
         return [str(r["id"]) for r in rows]
+
+    async def machine_backend(self, machine_id: str) -> str | None:
+        async with borrow(self.pool) as c:
+            backend: str | None = await c.fetchval(Q["machine_backend"], uuid.UUID(machine_id))
+        return backend
 
     async def retire(
         self, machine_id: str, owner: Owner, *, reason: str, states: Sequence[str] = ("warm",)
@@ -454,7 +460,13 @@ class PoolRepository:
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["own_machines"], owner.instance, owner.term)
         return [
-            OwnMachine(machine=_machine(r), provider_id=r["provider_id"], endpoint=r["endpoint"], region=r["region"])
+            OwnMachine(
+                machine=_machine(r),
+                provider_id=r["provider_id"],
+                endpoint=r["endpoint"],
+                region=r["region"],
+                backend=r["backend"],
+            )
             for r in rows
         ]
 

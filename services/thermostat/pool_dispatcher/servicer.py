@@ -193,6 +193,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         options = parse_submit_query(query, catalogue=self.d.catalogue, sync=sync)
         if isinstance(options, SubmitError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, options.detail, 422)
+        refusal = self.d.backend_refusal(options.machine_type)
+        if refusal is not None:  # nothing is queued that this deployment could never start a machine for
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
         payload = request.payload.data
         if len(payload) > self.d.max_payload_bytes:
             await _abort(
@@ -295,6 +298,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.SendHintRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
         tenant = await self._tenant(context, await self._caller(context))
+        kind = await self.d.type_named(request.machine_type.strip())
+        refusal = None if kind is None else self.d.backend_refusal(kind)
+        if refusal is not None:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
         decision = await self.d.hint(tenant, request.machine_type.strip())
         if isinstance(decision, SubmitError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
@@ -329,6 +336,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         parsed = parse_catalogue_json(request.catalogue.data)
         if not isinstance(parsed, Catalogue):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
+        servable = self.d.check_catalogue(parsed)  # backends configured here, RunPod's 100 s proxy limit
+        if not isinstance(servable, Catalogue):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, servable.detail, 400)
         await self.d.replace_catalogue(parsed)
         return _json_body(catalogue_to_json(parsed, admin=True))
 

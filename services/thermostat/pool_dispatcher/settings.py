@@ -6,6 +6,7 @@ from pydantic import Field, SecretStr
 
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
+from thermostat.providers.pool.settings import PoolBackendSettings
 
 MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
 """The largest payload (and stored result) the pool accepts: over the seed's 16 MiB floor. A larger payload is
@@ -14,7 +15,9 @@ a 413 and nothing is queued. gRPC message limits and the edge's body buffer sit 
 GRPC_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 1024 * 1024  # the payload plus the request's other fields
 
 
-class PoolDispatcherSettings(ServiceSettings):
+class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
+    """The service's own settings plus the provider backends' (POOL_DOCKER_SOCKET, FLY_API_TOKEN, ...)."""
+
     pool_dispatcher_port: int = Field(default=POOL_DISPATCHER.default_port, ge=0, le=65535)
     strata_pool_token: SecretStr | None = None
     strata_pool_admin_token: SecretStr | None = None

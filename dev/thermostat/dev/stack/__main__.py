@@ -13,7 +13,7 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
-from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig
+from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from
 from thermostat.edge.envoy_config import listen_port_from_env
 
 DEMO_CATALOGUE = [
@@ -27,6 +27,16 @@ DEMO_CATALOGUE = [
 ]
 """Without POOL_MACHINE_TYPES, the pool serves one local type running the reference worker (echo), so a newcomer
 can submit a job right away."""
+
+
+def demo_types(backends: tuple[str, ...]) -> list[dict[str, object]]:
+    """One catalogue type per simulated backend (POOL_DEMO_BACKENDS), each running the reference worker."""
+    fields: dict[str, dict[str, object]] = {"runpod": {"job_timeout_seconds": 90}}  # RunPod's proxy: 100 s
+    return [
+        {"name": f"demo-{kind}", "image": "strata-worker:latest", "backend": kind, "max_workers": 2,
+         "cool_down_seconds": 120, **fields.get(kind, {})}
+        for kind in backends
+    ]  # fmt: skip
 
 
 def _port(name: str, default: int) -> int:
@@ -53,8 +63,12 @@ async def main() -> int:
         # the pool refuses every job route without an API token; the demo mints one per run, as above
         generated_pool_token = secrets.token_urlsafe(18)
         os.environ["STRATA_POOL_TOKEN"] = generated_pool_token
+    try:
+        demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
+    except ValueError as error:
+        sys.exit(str(error))
     if not os.environ.get("POOL_MACHINE_TYPES"):
-        os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE)
+        os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE + demo_types(demo_backends))
     try:
         edge_port = listen_port_from_env(os.environ)
     except ValueError as error:
@@ -68,6 +82,7 @@ async def main() -> int:
         admin_port=_port("EDGE_ADMIN_PORT", 9901),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
         service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
+        demo_backends=demo_backends,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,5 +1,11 @@
 """The whole stack on one machine: Postgres, the RunPod simulator, every service and the Envoy edge.
 
+`demo_backends` (POOL_DEMO_BACKENDS=docker,fly,runpod) also starts the Docker Engine and Fly Machines
+simulators and points the pool's backend settings at them (POOL_DOCKER_SOCKET; FLY_API_TOKEN, POOL_FLY_APP,
+POOL_FLY_REGION, POOL_FLY_BASE_URL, POOL_FLY_ENDPOINT_TEMPLATE); `runpod` makes the RunPod simulator run the
+reference worker in every image pod (`--machines`), the pool reaching it through the simulated pod proxy. Each
+simulated machine is a real reference-worker process; the simulators kill theirs when they stop.
+
 Used by `make run` (python -m thermostat.dev.stack) and by the end-to-end tests. Each child runs in its own
 session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
 Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
@@ -47,6 +53,20 @@ DEMO_TIMINGS = {
 }
 
 
+DEMO_BACKENDS = ("docker", "fly", "runpod")
+FLY_DEMO_APP = "thermostat-pool"
+FLY_DEMO_TOKEN = "sim-fly-token"  # noqa: S105 - the Fly simulator's fixed development token
+
+
+def demo_backends_from(value: str | None) -> tuple[str, ...]:
+    """POOL_DEMO_BACKENDS: a comma-separated subset of docker, fly, runpod (empty: none)."""
+    names = tuple(dict.fromkeys(part.strip().lower() for part in (value or "").split(",") if part.strip()))
+    unknown = [name for name in names if name not in DEMO_BACKENDS]
+    if unknown:
+        raise ValueError(f"POOL_DEMO_BACKENDS: {', '.join(unknown)} is not one of {', '.join(DEMO_BACKENDS)}")
+    return names
+
+
 RESTART_FIRST_DELAY = 1.0
 RESTART_MAX_DELAY = 30.0
 RESTART_STEADY_SECONDS = 60.0  # a child up this long restarts after the first delay again
@@ -92,6 +112,7 @@ class StackConfig:
     services: Sequence[ServiceDef] = SERVICES
     extra_env: Mapping[str, str] = field(default_factory=dict)
     simulator_args: Sequence[str] = ()
+    demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     relay_logs: bool = True
     durable_db: bool = True
 
@@ -106,6 +127,7 @@ class Stack:
         self.env: dict[str, str] = {}
         self.ports: dict[str, int] = {}
         self.simulator_url: str | None = None
+        self.demo_urls: dict[str, str] = {}
         self.edge_url = ""
         self._stopping = asyncio.Event()
         self._watchers: list[asyncio.Task[None]] = []
@@ -143,6 +165,7 @@ class Stack:
             await self._start_simulator(env)
         if cfg.runpod_api_key:
             env["RUNPOD_API_KEY"] = cfg.runpod_api_key
+        await self._start_demo_backends(env)
 
         for service in cfg.services:
             port = cfg.service_ports.get(service.name) or free_port()
@@ -180,6 +203,7 @@ class Stack:
                 str(port),
                 "--api-key",
                 SIMULATOR_API_KEY,
+                *(["--machines"] if "runpod" in self.config.demo_backends else []),
                 *self.config.simulator_args,
             ],
             env,
@@ -202,6 +226,56 @@ class Stack:
             base,
             " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS),
         )
+
+    async def _start_demo_backends(self, env: dict[str, str]) -> None:
+        """The Docker and Fly simulators the demo asked for, and the pool's settings pointed at them."""
+        wanted = self.config.demo_backends
+        if "runpod" in wanted:
+            if self.simulator_url is None:
+                log.warning("POOL_DEMO_BACKENDS=runpod needs the RunPod simulator (RunPod is configured for real)")
+            else:
+                self.demo_urls["runpod"] = f"{self.simulator_url}/proxy (pods run the reference worker)"
+        if "docker" in wanted:
+            import tempfile
+
+            # AF_UNIX paths are short (108 bytes): the temp dir, not the data dir, holds the socket
+            socket_path = str(Path(tempfile.gettempdir()) / f"thermostat-docker-sim-{os.getpid()}.sock")
+            argv = [sys.executable, "-m", "thermostat.dev.simulators.docker", "--socket", socket_path]
+            await self._spawn("docker-sim", argv, env)
+            await self._wait_unix(socket_path)
+            env["POOL_DOCKER_SOCKET"] = socket_path
+            self.demo_urls["docker"] = f"unix://{socket_path}"
+        if "fly" in wanted:
+            port = free_port()
+            argv = [sys.executable, "-m", "thermostat.dev.simulators.fly", "--port", str(port),
+                    "--token", FLY_DEMO_TOKEN, "--app", FLY_DEMO_APP]  # fmt: skip
+            await self._spawn("fly-sim", argv, env)
+            base = f"http://127.0.0.1:{port}"
+            await self._wait_http(
+                f"{base}/v1/apps/{FLY_DEMO_APP}/machines", headers={"Authorization": f"Bearer {FLY_DEMO_TOKEN}"}
+            )
+            env.update({
+                "FLY_API_TOKEN": FLY_DEMO_TOKEN, "POOL_FLY_APP": FLY_DEMO_APP, "POOL_FLY_REGION": "sjc",
+                "POOL_FLY_BASE_URL": f"{base}/v1", "POOL_FLY_ENDPOINT_TEMPLATE": f"{base}/vm/{{id}}",
+            })  # fmt: skip
+            self.demo_urls["fly"] = f"{base}/v1"
+        if wanted:
+            log.info("pool demo backends: %s", ", ".join(f"{k} at {v}" for k, v in self.demo_urls.items()))
+
+    async def _wait_unix(self, path: str, timeout: float = 15) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            if await asyncio.to_thread(os.path.exists, path):
+                with contextlib.suppress(httpx.HTTPError):
+                    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), timeout=1) as client:
+                        if (await client.get("http://docker/_ping")).status_code == 200:
+                            return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no Docker simulator answered on {path} within {timeout:.0f}s")
+            await asyncio.sleep(0.1)
 
     async def _start_edge(self) -> None:
         cfg = self.config
@@ -297,11 +371,11 @@ class Stack:
                     raise RuntimeError(f"{service.name} not SERVING on {target} after {timeout:.0f}s")
                 await asyncio.sleep(0.1)
 
-    async def _wait_http(self, url: str, timeout: float = 15) -> None:
+    async def _wait_http(self, url: str, timeout: float = 15, headers: Mapping[str, str] | None = None) -> None:
         import httpx
 
         deadline = time.monotonic() + timeout
-        async with httpx.AsyncClient(timeout=1) as client:
+        async with httpx.AsyncClient(timeout=1, headers=dict(headers or {})) as client:
             while True:
                 self._check_alive()
                 with contextlib.suppress(httpx.HTTPError):
@@ -354,6 +428,8 @@ class Stack:
             lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection)")
         if self.simulator_url:
             lines.append(f"  runpod simulator     {self.simulator_url}/v2   (control: {self.simulator_url}/_sim)")
+        for kind, where in self.demo_urls.items():
+            lines.append(f"  pool demo backend    {kind:<7} {where}   (machine type demo-{kind})")
         if self.postgres is not None:
             lines.append(f"  postgres (embedded)  127.0.0.1:{self.postgres.port}   data in {self.postgres.data_dir}")
         else:

@@ -10,6 +10,10 @@ The worker-pool seed: "The caller has to be able to tell 'your code raised' from
   timeout_seconds), not a per-read timeout a worker streaming a byte a minute would never trip.
 - The worker could not be reached, the connection broke mid-reply, or anything unexpected: the job failed,
   and the machine is retired; a machine in an unknown state is not trusted with the next job.
+- A gateway status (502, 503, 504, or Cloudflare's 520-524) is the provider's proxy in front of the machine
+  saying it could not reach the worker (RunPod's pod proxy, a Fly or Docker front door): unreachable, as
+  above, with the machine retired. The reference worker answers a failed job with 500, never a gateway
+  status, and a 524 is RunPod's proxy ending a request at 100 s while the machine still runs the job.
 - A result over the pool's size limit: failed, machine kept (the worker worked; the pool refused the bytes).
 
 A job cancelled while running stays cancelled whatever the reply (worker-pool seed: "The cancel stands even if the
@@ -28,6 +32,7 @@ from enum import StrEnum
 from thermostat.policy.pool.jobs import JobState
 
 MAX_ERROR_CHARS = 1000
+GATEWAY_STATUSES = frozenset({502, 503, 504, 520, 521, 522, 523, 524})
 
 
 class ReplyKind(StrEnum):
@@ -64,6 +69,9 @@ def decide_job_outcome(reply: WorkerReply, *, cancelled: bool, timeout_seconds: 
     """Map one worker reply; `cancelled` is whether the job was cancelled while it ran."""
     if reply.kind is ReplyKind.ANSWERED and reply.status is not None and 200 <= reply.status < 300:
         outcome = JobOutcome(state=JobState.COMPLETED, result=reply.body, error=None, retire_machine=False)
+    elif reply.kind is ReplyKind.ANSWERED and reply.status in GATEWAY_STATUSES:
+        error = f"worker unreachable: its provider's proxy answered HTTP {reply.status}"
+        outcome = JobOutcome(state=JobState.FAILED, result=None, error=error, retire_machine=True)
     elif reply.kind is ReplyKind.ANSWERED:
         message = reply.body.decode("utf-8", errors="replace").strip()[:MAX_ERROR_CHARS]
         error = f"worker answered HTTP {reply.status}" + (f": {message}" if message else "")

@@ -26,6 +26,20 @@ from thermostat.policy.pool.jobs import JobState
             id="500-fails-the-job-keeps-the-machine",
         ),
         pytest.param(
+            WorkerReply(kind=ReplyKind.ANSWERED, status=502, body=b"<html>502 Bad Gateway</html>"),
+            JobState.FAILED,
+            True,
+            "worker unreachable: its provider's proxy answered HTTP 502",
+            id="proxy-502-is-unreachable-and-retires",
+        ),
+        pytest.param(
+            WorkerReply(kind=ReplyKind.ANSWERED, status=524, body=b"error code: 524"),
+            JobState.FAILED,
+            True,
+            "worker unreachable: its provider's proxy answered HTTP 524",
+            id="cloudflare-524-is-unreachable-and-retires",
+        ),
+        pytest.param(
             WorkerReply(kind=ReplyKind.ANSWERED, status=400),
             JobState.FAILED,
             False,
