@@ -64,7 +64,17 @@ IDLE_MONITOR = ServiceDef(
     health_service="thermostat.monitor.v1.IdleMonitor",
     rest_prefixes=("/api/pods/",),
 )
-SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR)
+METERING = ServiceDef(
+    name="metering",
+    package="thermostat.metering",
+    port_env="METERING_PORT",
+    default_port=50064,
+    public_services=("thermostat.metering.v1.Metering",),
+    internal_services=("thermostat.metering.v1.MeteringInternal",),
+    health_service="thermostat.metering.v1.Metering",
+    rest_prefixes=("/api/pods/", "/api/metering/"),
+)
+SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, METERING)
 
 PROGRAMS: tuple[str, ...] = ("thermostat.worker",)
 """Runnable packages under services/ that are not gRPC services of the house: the reference worker runs inside

@@ -36,7 +36,7 @@ from thermostat.policy.wake.wake_round import (
     decide_new_pod,
     decide_round,
 )
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
 
 from .repository import ActionEntry, PodRepository
 
@@ -161,9 +161,11 @@ class WakeService:
                     await self._check(f"starting {decision.pod_id}")
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
+                    seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
+                    rate, gpu_id = started_rate(result, seen)
                     await self._record(ActionEntry(
                         pod_name=pod.name, action="Start", pod_id=decision.pod_id, ok=result.ok,
-                        http_status=result.http_status, trigger="wake"))
+                        http_status=result.http_status, trigger="wake", price_per_hour=rate, gpu_id=gpu_id))
                 case RoundVerdict.CREATE_REPLACEMENT:
                     log.info("pod %s: %s — creating a replacement", pod.name, decision.reason)
                     return await self._replace(pod, stale=observations)
@@ -291,6 +293,15 @@ class WakeService:
                 pod_name=pod.name, action="Terminate", pod_id=stale_id, ok=result.ok,
                 http_status=result.http_status, trigger="wake",
                 detail=f"stale; replaced by {serving_id}"))
+
+
+def started_rate(answer: ActionResult, seen: PodObservation | None) -> tuple[float | None, str | None]:
+    """The rate (USD/h) and GPU a started pod bills at, as RunPod reported them: the start's own answer
+    (200 + the Pod, its `cost` now billing), else the pod's cost as last observed; None when neither said
+    (metering then prices the start at the pod's last recorded rate, its create's)."""
+    rate = answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour
+                                                              else None)
+    return rate, answer.gpu_id or (seen.gpu_id if seen else None)
 
 
 def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:
