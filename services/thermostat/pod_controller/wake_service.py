@@ -38,6 +38,7 @@ from thermostat.policy.wake.wake_round import (
 )
 from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
 
+from .budget_guard import BudgetGuard
 from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.wake")
@@ -88,10 +89,12 @@ class _Halted(Exception):
 
 
 class WakeService:
-    def __init__(self, client: RunPodV2Client, records: PodRepository, *, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, client: RunPodV2Client, records: PodRepository, *, sleep: Sleep = asyncio.sleep,
+                 budget: BudgetGuard | None = None) -> None:
         self.client = client
         self.records = records
         self.sleep = sleep
+        self.budget = budget
 
     async def wake(self, pod: PodOptions, fence: Fence = _no_fence) -> WakeResult:
         """Run one wake; `fence` is asked before every billable call (start, create, terminate)."""
@@ -120,6 +123,12 @@ class WakeService:
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
             return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
+        if self.budget is not None:
+            # before any RunPod write: a refused wake bills nothing
+            refusal = await self.budget.check(pod, self.client, self.records)
+            if refusal is not None:
+                log.warning("pod %s: wake refused: %s", pod.name, refusal.reason)
+                return _failed(WakeFailureKind.OVER_BUDGET, refusal.reason)
         volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
         if volume.verdict is VolumeVerdict.FAILED:
             return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
