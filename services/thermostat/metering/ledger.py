@@ -63,7 +63,8 @@ class PodActionFeed:
     async def read(self, after: int, limit: int) -> Page:
         reply = await self.stub.ListBillableActions(
             pods_pb2.ListBillableActionsRequest(after_position=after, page_size=limit), timeout=self.timeout,
-            metadata=outgoing_metadata())
+            # a controller restarting is waited for (within the timeout), not failed at once in its backoff
+            wait_for_ready=True, metadata=outgoing_metadata())
         entries = [LedgerAction(
             source_id=b.action.id, position=b.position, pod_name=b.action.pod_name, action=b.action.action,
             pod_id=b.action.pod_id, ok=b.action.ok, trigger=b.action.trigger, at=from_timestamp(b.action.at),
