@@ -117,7 +117,12 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
         spent = await self.c.spend(pod, self.c.clock.now())
         verdict = judge_budget(budget, today_usd=spent.today_usd, month_usd=spent.month_usd,
                                projected_usd=request.projected_usd, pod_name=pod.name)
-        return metering_pb2.CheckPodBudgetResponse(
+        response = metering_pb2.CheckPodBudgetResponse(
             allowed=verdict.allowed, exhausted=verdict.exhausted, budget=str(verdict.period or ""),
             reason=verdict.reason, limit_usd=verdict.limit_usd, spent_usd=verdict.spent_usd,
-            projected_usd=verdict.projected_usd)
+            projected_usd=verdict.projected_usd, today_usd=spent.today_usd, month_usd=spent.month_usd)
+        if budget.daily_usd is not None:
+            response.daily_limit_usd = budget.daily_usd
+        if budget.monthly_usd is not None:
+            response.monthly_limit_usd = budget.monthly_usd
+        return response

@@ -16,6 +16,7 @@ the runtime cap — the monitor's own IDLE_MINUTES, RUNPOD_BOOT_GRACE_MINUTES an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.idle.monitor_options import MonitorOptions
-from thermostat.policy.metering.budget import Projection, project_wake_spend
+from thermostat.policy.metering.budget import PodBudget, Projection, judge_budget, project_wake_spend
 from thermostat.policy.wake.gpu_selection import select_gpus
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod_v2 import RunPodV2Client
@@ -68,21 +69,35 @@ class BudgetGuard:
                                   runtime_cap_minutes=self.monitor.max_runtime_minutes)
 
     async def check(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> BudgetRefusal | None:
-        """None when the wake may go on; else why not."""
+        """None when the wake may go on; else why not.
+
+        Metering is asked for the pod's spend and ceilings while the projection reads the catalogue (the two
+        at once: the check adds the longer of them to the wake, not their sum); the projection is then judged
+        with the same policy metering applies.
+        """
         if self.stub is None:
             return None
-        projected = await self.projection(pod, client, records)
+        projecting = asyncio.ensure_future(self.projection(pod, client, records))
         try:
-            verdict = await self.stub.CheckPodBudget(
-                metering_pb2.CheckPodBudgetRequest(name=pod.name, projected_usd=projected.usd),
+            state = await self.stub.CheckPodBudget(
+                metering_pb2.CheckPodBudgetRequest(name=pod.name, projected_usd=0.0),
                 timeout=self.timeout, metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as error:
+            projecting.cancel()
             log.warning("pod %s: metering unreachable (%s): wake refused", pod.name, error.code().name)
             return BudgetRefusal(reason=f"budget unknown: metering unreachable ({error.code().name}); the wake is "
                                         "refused while METERING_ADDR is set (fail closed)")
+        except BaseException:
+            projecting.cancel()
+            raise
+        projected = await projecting
+        budget = PodBudget(daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
+                           monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None)
+        verdict = judge_budget(budget, today_usd=state.today_usd, month_usd=state.month_usd,
+                               projected_usd=projected.usd, pod_name=pod.name)
         if verdict.allowed:
             return None
         return BudgetRefusal(reason=(
-            f"{verdict.reason} [budget={verdict.budget} limit_usd={verdict.limit_usd:.4f} "
+            f"{verdict.reason} [budget={verdict.period} limit_usd={verdict.limit_usd:.4f} "
             f"spent_usd={verdict.spent_usd:.4f} projected_usd={verdict.projected_usd:.4f} "
             f"rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}]"))

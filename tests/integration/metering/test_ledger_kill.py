@@ -11,7 +11,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import INTERNAL_TOKEN, RunningService
 from tests.integration.metering.conftest import feed_ids, ledger_ids, stored_position, write_actions

@@ -37,7 +37,8 @@ async def test_spend_matches_the_intervals_the_simulator_billed(
         runpod_sim.inject("POST", "/v2/pods/*/action", status=500)      # A refuses to start: a replacement B
         assert (await start(pods)).reply.outcome == "Created"          # B bills; A (stopped) is terminated
 
-    started = await db_store.pool.fetchrow("SELECT gpu_id, price_per_hour FROM pod_actions WHERE action = 'Start' AND ok")
+    started = await db_store.pool.fetchrow(
+        "SELECT gpu_id, price_per_hour FROM pod_actions WHERE action = 'Start' AND ok")
     assert started["price_per_hour"] > 0 and started["gpu_id"], "a start records the rate RunPod reported"
 
     clock = FakeClock()
