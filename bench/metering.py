@@ -112,7 +112,8 @@ async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterato
 async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: int) -> dict[str, float]:
     """The check's two parts alone: metering's CheckPodBudget and the catalogue read of the projection."""
     from thermostat.providers.runpod_v2 import RunPodV2Client
-    times: dict[str, list[float]] = {"CheckPodBudget": [], "catalogue": []}
+    scale = "GetLedgerStatus (one small query, for scale)"
+    times: dict[str, list[float]] = {"CheckPodBudget": [], "catalogue": [], scale: []}
     async with metering.channel() as channel, RunPodV2Client("bench-key", base_url=sim.base_url) as client:
         stub = metering_pb2_grpc.MeteringInternalStub(channel)
         for _ in range(samples):
@@ -122,6 +123,9 @@ async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: i
             started = time.perf_counter()
             await client.get_catalog()
             times["catalogue"].append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            await metering_pb2_grpc.MeteringStub(channel).GetLedgerStatus(metering_pb2.GetLedgerStatusRequest())
+            times[scale].append((time.perf_counter() - started) * 1000)
     return {name: statistics.median(values) for name, values in times.items()}
 
 
