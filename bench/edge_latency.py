@@ -62,14 +62,16 @@ def _percentile(samples: list[float], q: float) -> float:
 
 def _with_access_log(config: dict[str, Any], log_path: Path, *, rest_filter: bool) -> dict[str, Any]:
     hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    hcm["access_log"] = [{
-        "name": "envoy.access_loggers.file",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-            "path": str(log_path),
-            "log_format": {"json_format": ACCESS_LOG_FORMAT},
-        },
-    }]
+    hcm["access_log"] = [
+        {
+            "name": "envoy.access_loggers.file",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                "path": str(log_path),
+                "log_format": {"json_format": ACCESS_LOG_FORMAT},
+            },
+        }
+    ]
     if not rest_filter:
         hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] != REST_FILTER]
     return config
@@ -134,6 +136,7 @@ async def _measure(calls: int) -> tuple[dict[str, list[float]], dict[str, list[f
                             raise RuntimeError(f"{path} answered {response.status_code} {response.text}")
                         if expect_null and response.json().get("podId", "") is not None:
                             raise RuntimeError(f"{path} printed no null: {response.text}")
+
                     return call
 
                 async def grpc_direct() -> None:
@@ -175,16 +178,22 @@ def main() -> None:
     base99 = _percentile(samples["gRPC direct"], 99)
     print(f"{args.calls} calls per path, interleaved, after {WARMUP} warm-up rounds (µs)")
     print(f"{'':<25}{'client side':>40}{'edge own share (Envoy)':>28}")
-    print(f"{'path':<25}{'p50':>10}{'p99':>10}{'p50 ×direct':>12}{'p99 ×direct':>12}{'p50':>10}{'p99':>10}"
-          f"{'p50 ms':>8}")
+    print(
+        f"{'path':<25}{'p50':>10}{'p99':>10}{'p50 ×direct':>12}{'p99 ×direct':>12}{'p50':>10}{'p99':>10}{'p50 ms':>8}"
+    )
     for name, values in samples.items():
         p50, p99 = _percentile(values, 50), _percentile(values, 99)
         own = shares.get(name)
-        edge = (f"{_percentile(own, 50):>10.0f}{_percentile(own, 99):>10.0f}{_percentile(own, 50) / 1000:>8.3f}"
-                if own and len(own) > 1 else f"{'—':>10}{'—':>10}{'—':>8}")
+        edge = (
+            f"{_percentile(own, 50):>10.0f}{_percentile(own, 99):>10.0f}{_percentile(own, 50) / 1000:>8.3f}"
+            if own and len(own) > 1
+            else f"{'—':>10}{'—':>10}{'—':>8}"
+        )
         print(f"{name:<25}{p50:>10.0f}{p99:>10.0f}{p50 / base50:>12.2f}{p99 / base99:>12.2f}{edge}")
-    print("edge own share = Envoy's downstream duration (first byte in → last byte out) minus its upstream time "
-          "(first byte sent → last byte back), from its access log; goal: REST p50 ≤ 0.300 ms")
+    print(
+        "edge own share = Envoy's downstream duration (first byte in → last byte out) minus its upstream time "
+        "(first byte sent → last byte back), from its access log; goal: REST p50 ≤ 0.300 ms"
+    )
 
 
 if __name__ == "__main__":

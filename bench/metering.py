@@ -57,12 +57,16 @@ PAGE_SIZE = 1000
 
 
 async def write_actions(store: Store, count: int, pod_name: str) -> None:
-    await store.pool.execute("""
+    await store.pool.execute(
+        """
         INSERT INTO pod_actions (id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, at)
         SELECT gen_random_uuid(), $2, CASE WHEN g % 2 = 1 THEN 'Create' ELSE 'Stop' END, 'pod-' || ((g + 1) / 2),
                'NVIDIA A100 80GB PCIe', 1.5, 200, true, CASE WHEN g % 2 = 1 THEN 'wake' ELSE 'idle' END,
                now() - interval '1 day' + make_interval(secs => g)
-        FROM generate_series(1, $1) AS g""", count, pod_name)
+        FROM generate_series(1, $1) AS g""",
+        count,
+        pod_name,
+    )
 
 
 async def ingest(store: Store, controller_address: str, events: int) -> float:
@@ -95,10 +99,16 @@ async def wake_p50(stubs: dict[str, pods_pb2_grpc.PodControllerStub], samples: i
 
 @contextlib.asynccontextmanager
 async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterator[RunningService]:
-    env = {**os.environ, **metering_env(controller, LEDGER_POLL_SECONDS="300"), "DATABASE_URL": dsn,
-           "METERING_PORT": str(port), "LOG_LEVEL": "WARNING"}
-    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "thermostat.metering", env=env,
-                                                   stdout=asyncio.subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        **metering_env(controller, LEDGER_POLL_SECONDS="300"),
+        "DATABASE_URL": dsn,
+        "METERING_PORT": str(port),
+        "LOG_LEVEL": "WARNING",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "thermostat.metering", env=env, stdout=asyncio.subprocess.DEVNULL
+    )
     running = RunningService(host=None, address=f"127.0.0.1:{port}")  # type: ignore[arg-type]
     try:
         async with running.channel() as channel:
@@ -112,6 +122,7 @@ async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterato
 async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: int) -> dict[str, float]:
     """The check's two parts alone: metering's CheckPodBudget and the catalogue read of the projection."""
     from thermostat.providers.runpod_v2 import RunPodV2Client
+
     scale = "GetLedgerStatus (one small query, for scale)"
     times: dict[str, list[float]] = {"CheckPodBudget": [], "catalogue": [], scale: []}
     async with metering.channel() as channel, RunPodV2Client("bench-key", base_url=sim.base_url) as client:
@@ -131,15 +142,20 @@ async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: i
 
 async def run(events: int, samples: int) -> int:
     logging.basicConfig(level=logging.WARNING)
-    with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as postgres, \
-            RunPodSimulator(api_key="bench-key") as sim:
+    with (
+        embedded_data_dir() as data_dir,
+        EmbeddedPostgres(data_dir, durable=False) as postgres,
+        RunPodSimulator(api_key="bench-key") as sim,
+    ):
         store = await Store.open(postgres.dsn)
         try:
             sim.add_pod(pod_id="benchpod00001a", status="RUNNING", volume_id=VOLUME)
             env = {**pod_controller_env(sim), "RUNPOD_API_KEY": "bench-key", "LOG_LEVEL": "WARNING"}
             metering_port = free_port()
-            async with (start_pod_controller(env, store) as plain,
-                        start_pod_controller({**env, "METERING_ADDR": f"127.0.0.1:{metering_port}"}, store) as guarded):
+            async with (
+                start_pod_controller(env, store) as plain,
+                start_pod_controller({**env, "METERING_ADDR": f"127.0.0.1:{metering_port}"}, store) as guarded,
+            ):
                 rate = await ingest(store, plain.address, events)
                 # started after the ingest (its own ledger finds the feed read already and lands nothing), as a
                 # process of its own like the controller's real peer, so its work does not share this event loop
@@ -147,19 +163,26 @@ async def run(events: int, samples: int) -> int:
                     async with metering.channel() as channel:
                         await metering_pb2_grpc.MeteringStub(channel).SetPodBudget(
                             metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=1e9, monthly_usd=1e9),
-                            metadata=OPERATOR)
+                            metadata=OPERATOR,
+                        )
                     parts = await check_parts(sim, metering, samples)
                     async with plain.channel() as a, guarded.channel() as b:
-                        p50 = await wake_p50({"without": pods_pb2_grpc.PodControllerStub(a),
-                                              "with": pods_pb2_grpc.PodControllerStub(b)}, samples)
+                        p50 = await wake_p50(
+                            {"without": pods_pb2_grpc.PodControllerStub(a), "with": pods_pb2_grpc.PodControllerStub(b)},
+                            samples,
+                        )
         finally:
             await store.close()
     added = p50["with"] - p50["without"]
-    print(f"ledger ingest: {events} events in pages of {PAGE_SIZE}: {rate:,.0f} events/s "
-          f"(goal >= {INGEST_GOAL:,.0f}) {'PASS' if rate >= INGEST_GOAL else 'FAIL'}")
-    print(f"wake p50 (AlreadyRunning, {samples} samples each): without metering {p50['without']:.2f} ms, with "
-          f"metering {p50['with']:.2f} ms; budget check adds {added:.2f} ms (goal <= {CHECK_GOAL_MS:.0f} ms) "
-          f"{'PASS' if added <= CHECK_GOAL_MS else 'FAIL'}")
+    print(
+        f"ledger ingest: {events} events in pages of {PAGE_SIZE}: {rate:,.0f} events/s "
+        f"(goal >= {INGEST_GOAL:,.0f}) {'PASS' if rate >= INGEST_GOAL else 'FAIL'}"
+    )
+    print(
+        f"wake p50 (AlreadyRunning, {samples} samples each): without metering {p50['without']:.2f} ms, with "
+        f"metering {p50['with']:.2f} ms; budget check adds {added:.2f} ms (goal <= {CHECK_GOAL_MS:.0f} ms) "
+        f"{'PASS' if added <= CHECK_GOAL_MS else 'FAIL'}"
+    )
     print("  its parts alone (p50): " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in parts.items()))
     return 0 if rate >= INGEST_GOAL and added <= CHECK_GOAL_MS else 1
 

@@ -78,9 +78,11 @@ POD = "qwen"
 SIM_SAMPLES = 20
 DEFAULT_SCRAPE_TIMEOUT = IdleMonitorSettings.model_fields["scrape_timeout_seconds"].default
 # the simulator's entry point, with the listen backlog raised first (see the module docstring)
-SIMULATOR = ("import sys, thermostat.dev.simulators.runpod as s; backlog = int(sys.argv[1]); "
-             "s._Server.request_queue_size = backlog or s._Server.request_queue_size; "
-             "sys.exit(s.main(sys.argv[2:]))")
+SIMULATOR = (
+    "import sys, thermostat.dev.simulators.runpod as s; backlog = int(sys.argv[1]); "
+    "s._Server.request_queue_size = backlog or s._Server.request_queue_size; "
+    "sys.exit(s.main(sys.argv[2:]))"
+)
 T = TypeVar("T")
 
 
@@ -108,8 +110,9 @@ async def wait_for_line(log: Path, pattern: str, process: subprocess.Popen[bytes
 
 def spawn(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -118,9 +121,17 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 class Bench:
-    def __init__(self, sim: httpx.AsyncClient, ticker: PodTicker, internal: pods_pb2_grpc.PodControllerInternalStub,
-                 store: Store, scrape_timeout: float, ticks: int, sim_process: psutil.Process,
-                 controller_process: psutil.Process) -> None:
+    def __init__(
+        self,
+        sim: httpx.AsyncClient,
+        ticker: PodTicker,
+        internal: pods_pb2_grpc.PodControllerInternalStub,
+        store: Store,
+        scrape_timeout: float,
+        ticks: int,
+        sim_process: psutil.Process,
+        controller_process: psutil.Process,
+    ) -> None:
         self.sim = sim
         self.sim_process = sim_process
         self.controller_process = controller_process
@@ -156,19 +167,22 @@ class Bench:
         return ids
 
     async def scrape_all(self, pods: Sequence[pods_pb2.ObservedPod]) -> list[str | None]:
-        return await asyncio.gather(*(
-            self.ticker.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in pods))
+        return await asyncio.gather(
+            *(self.ticker.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in pods)
+        )
 
     async def sim_cost(self, pod_id: str, proxy_url: str) -> float:
         """The simulator's time for one request at this size (median, one at a time), in seconds."""
         samples = []
         for _ in range(SIM_SAMPLES // 2):
-            took, reply = await timed(lambda: self.sim.get(f"/v2/pods/{pod_id}",
-                                                           headers={"Authorization": f"Bearer {API_KEY}"}))
+            took, reply = await timed(
+                lambda: self.sim.get(f"/v2/pods/{pod_id}", headers={"Authorization": f"Bearer {API_KEY}"})
+            )
             reply.raise_for_status()
             samples.append(took)
-            took, _ = await timed(lambda: self.sim.get(proxy_url + "/metrics",
-                                                       headers={"User-Agent": BROWSER_USER_AGENT}))
+            took, _ = await timed(
+                lambda: self.sim.get(proxy_url + "/metrics", headers={"User-Agent": BROWSER_USER_AGENT})
+            )
             samples.append(took)
         return statistics.median(samples)
 
@@ -184,8 +198,9 @@ class Bench:
             monitor_cpu.append(self.cpu["monitor"])
         observe, scrapes, policy = [], [], []
         for _ in range(self.ticks):
-            took, volume = await timed(lambda: self.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=POD),
-                                                                           timeout=60))
+            took, volume = await timed(
+                lambda: self.internal.ObserveVolume(pods_pb2.ObserveVolumeRequest(name=POD), timeout=60)
+            )
             observe.append(took)
             took, _ = await timed(functools.partial(self.scrape_all, volume.pods))
             scrapes.append(took)
@@ -204,45 +219,97 @@ class Bench:
         (await self.sim.delete("/_sim/requests")).raise_for_status()
         self.progress(size, f"slow tick {slow:.2f} s")
         return {
-            "tick": statistics.median(t for t, _, _ in steady), "tick_max": max(t for t, _, _ in steady),
-            "tick_sim": statistics.median(c for _, _, c in steady), "answered": min(a for _, a, _ in steady),
-            "cold": cold, "controller_cpu": statistics.median(controller_cpu),
+            "tick": statistics.median(t for t, _, _ in steady),
+            "tick_max": max(t for t, _, _ in steady),
+            "tick_sim": statistics.median(c for _, _, c in steady),
+            "answered": min(a for _, a, _ in steady),
+            "cold": cold,
+            "controller_cpu": statistics.median(controller_cpu),
             "monitor_cpu": statistics.median(monitor_cpu),
-            "observe": statistics.median(observe), "scrapes": statistics.median(scrapes),
-            "policy": statistics.median(policy), "sim_request": per_request,
-            "slow": slow, "slow_extra": slow - delay, "slow_sim": slow_sim, "slow_answered": slow_answered,
+            "observe": statistics.median(observe),
+            "scrapes": statistics.median(scrapes),
+            "policy": statistics.median(policy),
+            "sim_request": per_request,
+            "slow": slow,
+            "slow_extra": slow - delay,
+            "slow_sim": slow_sim,
+            "slow_answered": slow_answered,
         }
 
 
 async def run(sizes: list[int], ticks: int, scrape_timeout: float, backlog: int) -> int:
-    with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as postgres, \
-            tempfile.TemporaryDirectory(prefix="monitor-bench-") as workdir:
+    with (
+        embedded_data_dir() as data_dir,
+        EmbeddedPostgres(data_dir, durable=False) as postgres,
+        tempfile.TemporaryDirectory(prefix="monitor-bench-") as workdir,
+    ):
         logs = Path(workdir)
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "DATABASE_URL"))}
-        sim_process = spawn(["-c", SIMULATOR, str(backlog), "--port", "0", "--api-key", API_KEY,
-                             "--provisioning-seconds", "0", "--starting-seconds", "0", "--model-ready-seconds", "0"],
-                            logs / "sim.log", base_env)
+        sim_process = spawn(
+            [
+                "-c",
+                SIMULATOR,
+                str(backlog),
+                "--port",
+                "0",
+                "--api-key",
+                API_KEY,
+                "--provisioning-seconds",
+                "0",
+                "--starting-seconds",
+                "0",
+                "--model-ready-seconds",
+                "0",
+            ],
+            logs / "sim.log",
+            base_env,
+        )
         controller_process: subprocess.Popen[bytes] | None = None
         store: Store | None = None
         try:
             base_url = await wait_for_line(logs / "sim.log", r"RUNPOD_V2_BASE_URL=(\S+)", sim_process)
             template = await wait_for_line(logs / "sim.log", r"RUNPOD_PROXY_URL_TEMPLATE=(\S+)", sim_process)
             store = await Store.open(postgres.dsn, max_size=4, application_name="monitor-bench")
-            controller_env = {**base_env, "DATABASE_URL": postgres.dsn, "POD_CONTROLLER_PORT": "0",
-                              "RUNPOD_API_KEY": API_KEY, "RUNPOD_V2_BASE_URL": base_url,
-                              "RUNPOD_PROXY_URL_TEMPLATE": template, "RUNPOD_VOLUME_ID": VOLUME,
-                              "RUNPOD_DATACENTER_ID": "EU-RO-1", "LOG_LEVEL": "INFO"}
+            controller_env = {
+                **base_env,
+                "DATABASE_URL": postgres.dsn,
+                "POD_CONTROLLER_PORT": "0",
+                "RUNPOD_API_KEY": API_KEY,
+                "RUNPOD_V2_BASE_URL": base_url,
+                "RUNPOD_PROXY_URL_TEMPLATE": template,
+                "RUNPOD_VOLUME_ID": VOLUME,
+                "RUNPOD_DATACENTER_ID": "EU-RO-1",
+                "LOG_LEVEL": "INFO",
+            }
             controller_process = spawn(["-m", "thermostat.pod_controller"], logs / "controller.log", controller_env)
             port = await wait_for_line(logs / "controller.log", r"listening on 127\.0\.0\.1:(\d+)", controller_process)
             options, _ = parse_monitor_options({"IDLE_MINUTES": "100000", "MAX_RUNTIME_MINUTES": "0"})
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel, ScrapeClients() as scrapes, \
-                    httpx.AsyncClient(base_url=base_url.removesuffix("/v2"), timeout=60) as sim:
+            async with (
+                grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+                ScrapeClients() as scrapes,
+                httpx.AsyncClient(base_url=base_url.removesuffix("/v2"), timeout=60) as sim,
+            ):
                 internal = pods_pb2_grpc.PodControllerInternalStub(channel)
-                ticker = PodTicker(pod_name=POD, controller=internal, scrapes=scrapes,
-                                   states=MonitorRepository(store.pool), options=options, replica="bench",
-                                   scrape_timeout=scrape_timeout, controller_timeout=60)
-                bench = Bench(sim, ticker, internal, store, scrape_timeout, ticks, psutil.Process(sim_process.pid),
-                              psutil.Process(controller_process.pid))
+                ticker = PodTicker(
+                    pod_name=POD,
+                    controller=internal,
+                    scrapes=scrapes,
+                    states=MonitorRepository(store.pool),
+                    options=options,
+                    replica="bench",
+                    scrape_timeout=scrape_timeout,
+                    controller_timeout=60,
+                )
+                bench = Bench(
+                    sim,
+                    ticker,
+                    internal,
+                    store,
+                    scrape_timeout,
+                    ticks,
+                    psutil.Process(sim_process.pid),
+                    psutil.Process(controller_process.pid),
+                )
                 results = {size: await bench.measure(size) for size in sizes}
         finally:
             if store is not None:
@@ -258,17 +325,23 @@ def report(results: dict[int, dict[str, float]], scrape_timeout: float, backlog:
     def ms(seconds: float) -> str:
         return f"{seconds * 1e3:>8.0f}"
 
-    print(f"\nscrape timeout {scrape_timeout:g} s; slow = every scrape delayed {0.75 * scrape_timeout:g} s; "
-          f"simulator backlog {backlog or 'its own (5)'}; times in ms")
-    print(f"{'pods':>6} {'tick':>8} {'max':>8} {'sim cpu':>8} {'ctl cpu':>8} {'mon cpu':>8} {'cold':>8} "
-          f"{'observe':>8} {'scrapes':>8} {'policy':>8} {'sim/req':>8} {'answered':>9} {'slow':>8} {'+slow':>8} "
-          f"{'sim cpu':>8} {'answered':>9}")
+    print(
+        f"\nscrape timeout {scrape_timeout:g} s; slow = every scrape delayed {0.75 * scrape_timeout:g} s; "
+        f"simulator backlog {backlog or 'its own (5)'}; times in ms"
+    )
+    print(
+        f"{'pods':>6} {'tick':>8} {'max':>8} {'sim cpu':>8} {'ctl cpu':>8} {'mon cpu':>8} {'cold':>8} "
+        f"{'observe':>8} {'scrapes':>8} {'policy':>8} {'sim/req':>8} {'answered':>9} {'slow':>8} {'+slow':>8} "
+        f"{'sim cpu':>8} {'answered':>9}"
+    )
     for size, r in results.items():
-        print(f"{size:>6} {ms(r['tick'])} {ms(r['tick_max'])} {ms(r['tick_sim'])} {ms(r['controller_cpu'])} "
-              f"{ms(r['monitor_cpu'])} {ms(r['cold'])} "
-              f"{ms(r['observe'])} {ms(r['scrapes'])} {r['policy'] * 1e3:>8.1f} {r['sim_request'] * 1e3:>8.2f} "
-              f"{int(r['answered']):>9} {ms(r['slow'])} {ms(r['slow_extra'])} {ms(r['slow_sim'])} "
-              f"{int(r['slow_answered']):>9}")
+        print(
+            f"{size:>6} {ms(r['tick'])} {ms(r['tick_max'])} {ms(r['tick_sim'])} {ms(r['controller_cpu'])} "
+            f"{ms(r['monitor_cpu'])} {ms(r['cold'])} "
+            f"{ms(r['observe'])} {ms(r['scrapes'])} {r['policy'] * 1e3:>8.1f} {r['sim_request'] * 1e3:>8.2f} "
+            f"{int(r['answered']):>9} {ms(r['slow'])} {ms(r['slow_extra'])} {ms(r['slow_sim'])} "
+            f"{int(r['slow_answered']):>9}"
+        )
     largest = max(results)
     r = results[largest]
     goal = scrape_timeout + 1.0
@@ -276,15 +349,19 @@ def report(results: dict[int, dict[str, float]], scrape_timeout: float, backlog:
     # what the tick would take if the simulator answered at once: its CPU seconds in the tick taken out
     without_sim = max(r["tick_max"] - r["tick_sim"], r["slow"] - r["slow_sim"])
     answered = r["answered"] == largest and r["slow_answered"] == largest
-    print(f"\nat {largest} pods the slowest tick took {worst:.2f} s; goal {goal:g} s (one scrape timeout plus one "
-          f"second); every pod read as answered: {answered}")
+    print(
+        f"\nat {largest} pods the slowest tick took {worst:.2f} s; goal {goal:g} s (one scrape timeout plus one "
+        f"second); every pod read as answered: {answered}"
+    )
     if worst <= goal and answered:
         verdict = "PASS"
     elif without_sim <= goal and answered:
         verdict = "PASS (net of the simulator)"
-        print(f"the simulator's own CPU in that tick ({r['slow_sim']:.2f} s of one-at-a-time request handling, "
-              f"{r['sim_request'] * 1e3:.2f} ms a request) is the excess: without it the tick takes "
-              f"{without_sim:.2f} s")
+        print(
+            f"the simulator's own CPU in that tick ({r['slow_sim']:.2f} s of one-at-a-time request handling, "
+            f"{r['sim_request'] * 1e3:.2f} ms a request) is the excess: without it the tick takes "
+            f"{without_sim:.2f} s"
+        )
     else:
         verdict = "FAIL"
     print(f"{verdict}")

@@ -178,20 +178,32 @@ async def _run(samples: int) -> bool:
     logging.basicConfig(level=logging.WARNING)
     deadline = time.monotonic() + BUDGET_S
     with tempfile.TemporaryDirectory(prefix="pod-wake-bench-") as workdir:
-        stack = Stack(StackConfig(
-            data_dir=Path(workdir), database_url=None, durable_db=False, edge_port=0, admin_port=0,
-            simulator_port=0, service_ports={}, services=(POD_CONTROLLER,), relay_logs=False, extra_env=ENV,
-            simulator_args=ZERO_DELAYS,
-        ))
+        stack = Stack(
+            StackConfig(
+                data_dir=Path(workdir),
+                database_url=None,
+                durable_db=False,
+                edge_port=0,
+                admin_port=0,
+                simulator_port=0,
+                service_ports={},
+                services=(POD_CONTROLLER,),
+                relay_logs=False,
+                extra_env=ENV,
+                simulator_args=ZERO_DELAYS,
+            )
+        )
         await stack.start()
         try:
             assert stack.simulator_url is not None
             async with (
                 httpx.AsyncClient(base_url=stack.edge_url, timeout=30) as edge,
                 httpx.AsyncClient(base_url=f"{stack.simulator_url}/_sim", timeout=10) as sim,
-                httpx.AsyncClient(base_url=stack.simulator_url, timeout=10,
-                                  headers={"Authorization": f"Bearer {SIMULATOR_API_KEY}",
-                                           "Accept": "application/json"}) as api,
+                httpx.AsyncClient(
+                    base_url=stack.simulator_url,
+                    timeout=10,
+                    headers={"Authorization": f"Bearer {SIMULATOR_API_KEY}", "Accept": "application/json"},
+                ) as api,
             ):
                 bench = Bench(edge, sim, api)
                 running = await bench.already_running(samples, deadline)
@@ -200,8 +212,10 @@ async def _run(samples: int) -> bool:
         finally:
             await stack.stop()
 
-    print(f"pod wake through the edge, zero-delay simulator ({len(running.wake)} AlreadyRunning and "
-          f"{len(created.wake)} Created wakes after {WARMUP} warm-up each)")
+    print(
+        f"pod wake through the edge, zero-delay simulator ({len(running.wake)} AlreadyRunning and "
+        f"{len(created.wake)} Created wakes after {WARMUP} warm-up each)"
+    )
     print(f"  {'':<40} {'p50 ms':>8} {'p99 ms':>8}")
     ok = True
     for name, series in (("AlreadyRunning", running), ("Created", created)):

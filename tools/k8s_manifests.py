@@ -84,12 +84,18 @@ class Rollout:
 
 ROLLOUTS = {
     "pod-controller": Rollout(
-        termination_grace_seconds=330, termination_note="a wake in flight may poll for 300 s; it is drained, not cut",
+        termination_grace_seconds=330,
+        termination_note="a wake in flight may poll for 300 s; it is drained, not cut",
         env=(
             '{name: SHUTDOWN_GRACE_SECONDS, value: "300"}',
-            *(f"name: {var}\nvalueFrom: {{secretKeyRef: {{name: {RUNPOD_SECRET}, key: {key}, optional: true}}}}"
-              for var, key in (("RUNPOD_API_KEY", "runpod-api-key"), ("RIG_OPERATOR_TOKEN", "rig-operator-token"),
-                               ("RIG_WAKE_TOKEN", "rig-wake-token"))),
+            *(
+                f"name: {var}\nvalueFrom: {{secretKeyRef: {{name: {RUNPOD_SECRET}, key: {key}, optional: true}}}}"
+                for var, key in (
+                    ("RUNPOD_API_KEY", "runpod-api-key"),
+                    ("RIG_OPERATOR_TOKEN", "rig-operator-token"),
+                    ("RIG_WAKE_TOKEN", "rig-wake-token"),
+                )
+            ),
         ),
     ),
     "idle-monitor": Rollout(
@@ -98,8 +104,10 @@ ROLLOUTS = {
     ),
     "metering": Rollout(
         replicas_note="one ingests the ledger (a lease); both answer spend and budget reads",
-        env=(f"name: RIG_OPERATOR_TOKEN\nvalueFrom: {{secretKeyRef: {{name: {RUNPOD_SECRET}, key: rig-operator-token, "
-             "optional: true}}",),
+        env=(
+            f"name: RIG_OPERATOR_TOKEN\nvalueFrom: {{secretKeyRef: {{name: {RUNPOD_SECRET}, key: rig-operator-token, "
+            "optional: true}}",
+        ),
     ),
 }
 
@@ -122,8 +130,10 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         "    spec:",
     ]
     if rollout.termination_grace_seconds is not None:
-        lines.append(f"      terminationGracePeriodSeconds: {rollout.termination_grace_seconds}"
-                     f"{_note(rollout.termination_note, 3)}")
+        lines.append(
+            f"      terminationGracePeriodSeconds: {rollout.termination_grace_seconds}"
+            f"{_note(rollout.termination_note, 3)}"
+        )
     lines += [
         "      containers:",
         f"      - name: {name}",
@@ -145,8 +155,9 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
     return "\n".join(lines) + "\n"
 
 
-INTERNAL_TOKEN = (f"name: {INTERNAL_TOKEN_ENV}\n"
-                  f"valueFrom: {{secretKeyRef: {{name: {INTERNAL_SECRET}, key: internal-token}}}}")
+INTERNAL_TOKEN = (
+    f"name: {INTERNAL_TOKEN_ENV}\nvalueFrom: {{secretKeyRef: {{name: {INTERNAL_SECRET}, key: internal-token}}}}"
+)
 
 
 def _network_policy(service: ServiceDef) -> str:
@@ -183,8 +194,11 @@ def render(services: tuple[ServiceDef, ...] = SERVICES) -> str:
     addresses = "".join(f"  {s.address_env}: {s.address(host=s.name)}\n" for s in services if s.internal_services)
     documents = [CONFIG + addresses]
     for service in services:
-        documents += [_deployment(service, ROLLOUTS.get(service.name, Rollout())), _service(service),
-                      _network_policy(service)]
+        documents += [
+            _deployment(service, ROLLOUTS.get(service.name, Rollout())),
+            _service(service),
+            _network_policy(service),
+        ]
     return HEADER + "---\n".join(documents)
 
 

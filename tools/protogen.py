@@ -48,10 +48,12 @@ def generate() -> None:
         out.mkdir(parents=True, exist_ok=True)
         inc = _includes(proto_root)
         _run([*inc, f"--python_out={out}", f"--pyi_out={out}", f"--grpc_python_out={out}", *files])
-        _run([*inc, "--include_imports", "--include_source_info", f"--descriptor_set_out={descriptor_set}",
-              *files])
-        print(f"proto: {len(files)} file(s) from {os.path.relpath(proto_root, ROOT)} → "
-              f"{os.path.relpath(out, ROOT)}, {os.path.relpath(descriptor_set, ROOT)}", file=sys.stderr)
+        _run([*inc, "--include_imports", "--include_source_info", f"--descriptor_set_out={descriptor_set}", *files])
+        print(
+            f"proto: {len(files)} file(s) from {os.path.relpath(proto_root, ROOT)} → "
+            f"{os.path.relpath(out, ROOT)}, {os.path.relpath(descriptor_set, ROOT)}",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -98,7 +98,9 @@ def test_the_rest_response_filter_is_skipped_for_native_grpc_calls() -> None:
     (matcher,) = rest["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
     predicate = matcher["predicate"]["single_predicate"]
     assert (predicate["input"]["typed_config"]["header_name"], predicate["value_match"]) == (
-        "content-type", {"prefix": "application/grpc"})
+        "content-type",
+        {"prefix": "application/grpc"},
+    )
     assert matcher["on_match"]["action"]["typed_config"]["@type"].endswith("SkipFilter")
 
 
@@ -246,28 +248,29 @@ async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncC
         down = await http.get("/health")
         assert down.status_code == 503
         assert down.headers["content-type"] == "application/json"
-        assert down.json() == {"status": "NOT_SERVING", "upstreams": [
-            {"name": "edgetest", "services": [SERVICE], "serving": False, "status": "NOT_SERVING"}]}
+        assert down.json() == {
+            "status": "NOT_SERVING",
+            "upstreams": [{"name": "edgetest", "services": [SERVICE], "serving": False, "status": "NOT_SERVING"}],
+        }
     finally:
         await upstream.set_serving(True)
     up = await http.get("/health")
     assert up.status_code == 200
-    assert up.json() == {"status": "SERVING", "upstreams": [
-        {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING"}]}
+    assert up.json() == {
+        "status": "SERVING",
+        "upstreams": [{"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING"}],
+    }
 
 
 @pytest.mark.e2e
-async def test_health_with_one_upstream_down_is_503_naming_which_one(
-    upstream: RunningServer, tmp_path: Path
-) -> None:
+async def test_health_with_one_upstream_down_is_503_naming_which_one(upstream: RunningServer, tmp_path: Path) -> None:
     """Two upstreams, nothing listening behind the second: 503, the first serving, the second not."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead_port = probe.getsockname()[1]
     # the dead upstream owns no route (a service the descriptor set lacks would fail the transcoder's config)
     dead = Upstream(cluster="pool", services=(), host="127.0.0.1", port=dead_port, health_service="b.v1.Pool")
-    spec = _spec(_upstream("edgetest", upstream.port, SERVICE), dead, listen_port=0, admin_port=0,
-                 health=FAST_CHECKS)
+    spec = _spec(_upstream("edgetest", upstream.port, SERVICE), dead, listen_port=0, admin_port=0, health=FAST_CHECKS)
     envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5.0) as http:
@@ -278,7 +281,9 @@ async def test_health_with_one_upstream_down_is_503_naming_which_one(
     body = response.json()
     assert body["status"] == "NOT_SERVING"
     assert [(u["name"], u["services"], u["serving"]) for u in body["upstreams"]] == [
-        ("edgetest", [SERVICE], True), ("pool", [], False)]
+        ("edgetest", [SERVICE], True),
+        ("pool", [], False),
+    ]
     assert body["upstreams"][1]["status"].startswith("unreachable")
 
 
@@ -457,7 +462,12 @@ async def test_fields_a_service_names_in_x_json_nulls_print_null_whether_printed
     assert "x-json-nulls" not in response.headers
     assert response.text.count('"podId"') == 1
     assert response.json() == {
-        "name": "podless", "podId": None, "configured": False, "gpuCount": 0, "readySince": None, "gpuId": None,
+        "name": "podless",
+        "podId": None,
+        "configured": False,
+        "gpuCount": 0,
+        "readySince": None,
+        "gpuId": None,
         "pricePerHour": 0,
     }
     assert int(response.headers["content-length"]) == len(response.content)

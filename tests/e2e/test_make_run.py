@@ -33,15 +33,28 @@ class DevStack:
     """`python -m thermostat.dev.stack` as a child process, read up to its "Thermostat is up" summary."""
 
     def __init__(self, data_dir: Path, env: Mapping[str, str | None]) -> None:
-        full = {**os.environ, "THERMOSTAT_DATA_DIR": str(data_dir), "EDGE_PORT": "0", "EDGE_ADMIN_PORT": "0",
-                "RUNPOD_SIMULATOR_PORT": "0", "POD_CONTROLLER_PORT": "0", "IDLE_MONITOR_PORT": "0",
-                "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"]}
+        full = {
+            **os.environ,
+            "THERMOSTAT_DATA_DIR": str(data_dir),
+            "EDGE_PORT": "0",
+            "EDGE_ADMIN_PORT": "0",
+            "RUNPOD_SIMULATOR_PORT": "0",
+            "POD_CONTROLLER_PORT": "0",
+            "IDLE_MONITOR_PORT": "0",
+            "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
+        }
         for name in ("DATABASE_URL", "RUNPOD_V2_BASE_URL", "RUNPOD_API_KEY", "RUNPOD_VOLUME_ID"):
             full.pop(name, None)
         full.update({k: v for k, v in env.items() if v is not None})
         self.data_dir = data_dir
-        self.proc = subprocess.Popen([sys.executable, "-m", "thermostat.dev.stack"], cwd=ROOT, env=full,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "thermostat.dev.stack"],
+            cwd=ROOT,
+            env=full,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.output: list[str] = []
         self.ports: dict[str, int] = {}
         self.edge = ""
@@ -67,6 +80,7 @@ class DevStack:
 
     def follow(self) -> None:
         """Keep reading the output after wait_up, so a test can wait for a line while the stack runs."""
+
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
@@ -82,8 +96,9 @@ class DevStack:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f}s:\n"
-                                     + "".join(self.output[-40:])) from None
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout:.0f}s:\n" + "".join(self.output[-40:])
+                ) from None
             self.output.append(line)
             if re.search(pattern, line):
                 return line
@@ -142,33 +157,48 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
             assert pod["datacenter"] == "EU-RO-1"
             # reflection through the edge describes every public service, the monitor's included
             grpcurl = str(Path(sys.executable).parent / "grpcurl")
-            described = subprocess.run([grpcurl, "-plaintext", edge.removeprefix("http://"), "describe",
-                                        "thermostat.monitor.v1.IdleMonitor"], capture_output=True, text=True,
-                                       timeout=30, check=False)
+            described = subprocess.run(
+                [grpcurl, "-plaintext", edge.removeprefix("http://"), "describe", "thermostat.monitor.v1.IdleMonitor"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert "GetMonitorState" in described.stdout, described.stderr
             # and lists only what the edge routes: the public services and reflection, never an internal one
-            listed = subprocess.run([grpcurl, "-plaintext", edge.removeprefix("http://"), "list"],
-                                    capture_output=True, text=True, timeout=30, check=False)
+            listed = subprocess.run(
+                [grpcurl, "-plaintext", edge.removeprefix("http://"), "list"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert sorted(listed.stdout.split()) == sorted(
-                [*public_services(), "grpc.reflection.v1alpha.ServerReflection"]), listed.stdout + listed.stderr
+                [*public_services(), "grpc.reflection.v1alpha.ServerReflection"]
+            ), listed.stdout + listed.stderr
 
             stack.interrupt()
             time.sleep(0.2)
             assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
-            postgres = [p for p in psutil.process_iter(["cmdline"])
-                        if str(data_dir) in " ".join(p.info["cmdline"] or [])]
+            postgres = [
+                p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])
+            ]
             assert postgres == []
         finally:
             stack.kill()
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("blank", [
-    pytest.param({"RUNPOD_API_KEY": None}, id="api-key-unset"),
-    pytest.param({"RUNPOD_API_KEY": SIM_KEY, "RUNPOD_VOLUME_ID": ""}, id="volume-id-blank"),
-])
+@pytest.mark.parametrize(
+    "blank",
+    [
+        pytest.param({"RUNPOD_API_KEY": None}, id="api-key-unset"),
+        pytest.param({"RUNPOD_API_KEY": SIM_KEY, "RUNPOD_VOLUME_ID": ""}, id="volume-id-blank"),
+    ],
+)
 def test_the_dev_stack_comes_up_unconfigured_before_the_secret_and_calls_runpod_never(
-        database_url: str, tmp_path: Path, blank: Mapping[str, str | None]) -> None:
+    database_url: str, tmp_path: Path, blank: Mapping[str, str | None]
+) -> None:
     """RUNPOD_V2_BASE_URL at a RunPod API (a recording simulator, not make run's own): every process stays up,
     GET answers configured false, start and stop 503, the monitor is SERVING and disabled until configured (said
     once and in GET …/monitor), and no request reaches RunPod."""
@@ -221,23 +251,30 @@ def test_a_service_killed_under_the_dev_stack_is_reported_and_restarted_and_ctrl
         try:
             edge = stack.wait_up()
             stack.follow()
-            (monitor,) = [c for c in psutil.Process(stack.proc.pid).children(recursive=True)
-                          if "thermostat.idle_monitor" in " ".join(c.cmdline())]
+            (monitor,) = [
+                c
+                for c in psutil.Process(stack.proc.pid).children(recursive=True)
+                if "thermostat.idle_monitor" in " ".join(c.cmdline())
+            ]
             monitor.kill()
             reported = stack.wait_for_line(r"idle-monitor killed by SIGKILL .* restarting it in")
             assert "restart 1 in a row" in reported
             stack.wait_for_line(r"idle-monitor restarted \(pid \d+\)")
             _until_health(edge, 200)
-            (again,) = [c for c in psutil.Process(stack.proc.pid).children(recursive=True)
-                        if "thermostat.idle_monitor" in " ".join(c.cmdline())]
+            (again,) = [
+                c
+                for c in psutil.Process(stack.proc.pid).children(recursive=True)
+                if "thermostat.idle_monitor" in " ".join(c.cmdline())
+            ]
             assert again.pid != monitor.pid
             children = psutil.Process(stack.proc.pid).children(recursive=True)
 
             stack.interrupt()
             time.sleep(0.2)
             assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
-            assert [p for p in psutil.process_iter(["cmdline"])
-                    if str(data_dir) in " ".join(p.info["cmdline"] or [])] == []
+            assert [
+                p for p in psutil.process_iter(["cmdline"]) if str(data_dir) in " ".join(p.info["cmdline"] or [])
+            ] == []
         finally:
             stack.kill()
 

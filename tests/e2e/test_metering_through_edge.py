@@ -29,14 +29,20 @@ async def metering(pod_controller: RunningService, db_store: Store) -> AsyncIter
 
 
 @pytest.fixture
-async def edge(pod_controller: RunningService, metering: RunningService,
-               tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    ports = {POD_CONTROLLER.name: int(pod_controller.address.rpartition(":")[2]),
-             METERING.name: int(metering.address.rpartition(":")[2])}
+async def edge(
+    pod_controller: RunningService, metering: RunningService, tmp_path: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    ports = {
+        POD_CONTROLLER.name: int(pod_controller.address.rpartition(":")[2]),
+        METERING.name: int(metering.address.rpartition(":")[2]),
+    }
     spec = EdgeSpec(
         upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
-        descriptor_set=ROOT / "build" / "thermostat.pb", listen_port=0, admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2))
+        descriptor_set=ROOT / "build" / "thermostat.pb",
+        listen_port=0,
+        admin_port=0,
+        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
+    )
     envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
@@ -46,14 +52,16 @@ async def edge(pod_controller: RunningService, metering: RunningService,
 
 
 async def test_spend_budget_and_ledger_are_served_as_rest_json(
-        pod_controller: RunningService, edge: httpx.AsyncClient) -> None:
+    pod_controller: RunningService, edge: httpx.AsyncClient
+) -> None:
     async with pod_controller.channel() as channel:
         assert (await start(pods_pb2_grpc.PodControllerStub(channel))).reply.outcome == "Created"
 
     refused = await edge.put("/api/pods/qwen/budget", json={"dailyUsd": 2.5})
     assert refused.status_code == 401
-    put = await edge.put("/api/pods/qwen/budget", json={"dailyUsd": 2.5},
-                         headers={"X-Rig-Operator-Token": OPERATOR_TOKEN})
+    put = await edge.put(
+        "/api/pods/qwen/budget", json={"dailyUsd": 2.5}, headers={"X-Rig-Operator-Token": OPERATOR_TOKEN}
+    )
     assert (put.status_code, put.json()["dailyUsd"]) == (200, 2.5)
 
     async def ingested() -> dict[str, object] | None:

@@ -37,16 +37,26 @@ def iso(at: datetime) -> str:
 
 
 @pytest.fixture
-async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store
-                       ) -> AsyncIterator[int]:
+async def monitor_port(
+    runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store
+) -> AsyncIterator[int]:
     pods = parse_pod_options(pod_controller_env(runpod_sim)).pods
     async with pod_controller.channel() as channel:
-        servicer = IdleMonitorServicer(pods, MonitorRepository(db_store.pool), MonitorOptions(),
-                                       pods_pb2_grpc.PodControllerStub(channel), 10,
-                                       watch_of=lambda _: Watch.WATCHING)
-        host = ServiceHost(ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served,
-                                       register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
-                                           servicer, server)))
+        servicer = IdleMonitorServicer(
+            pods,
+            MonitorRepository(db_store.pool),
+            MonitorOptions(),
+            pods_pb2_grpc.PodControllerStub(channel),
+            10,
+            watch_of=lambda _: Watch.WATCHING,
+        )
+        host = ServiceHost(
+            ServiceSpec(
+                name=IDLE_MONITOR.name,
+                service_names=IDLE_MONITOR.served,
+                register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(servicer, server),
+            )
+        )
         port = await host.start("127.0.0.1", 0)
         yield port
         await host.stop(0.5)
@@ -56,10 +66,14 @@ async def monitor_port(runpod_sim: RunPodSimulator, pod_controller: RunningServi
 async def edge(pod_controller: RunningService, monitor_port: int, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     controller_port = int(pod_controller.address.rpartition(":")[2])
     spec = EdgeSpec(
-        upstreams=upstreams(ports={POD_CONTROLLER.name: controller_port, IDLE_MONITOR.name: monitor_port},
-                            host="127.0.0.1"),
-        descriptor_set=ROOT / "build" / "thermostat.pb", listen_port=0, admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2))
+        upstreams=upstreams(
+            ports={POD_CONTROLLER.name: controller_port, IDLE_MONITOR.name: monitor_port}, host="127.0.0.1"
+        ),
+        descriptor_set=ROOT / "build" / "thermostat.pb",
+        listen_port=0,
+        admin_port=0,
+        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
+    )
     envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
@@ -69,27 +83,60 @@ async def edge(pod_controller: RunningService, monitor_port: int, tmp_path: Path
 
 
 async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(
-        runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store,
-        edge: httpx.AsyncClient) -> None:
+    runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store, edge: httpx.AsyncClient
+) -> None:
     """Two ticks of an idle pod: Ready since the first, streak 1 of 15, an idle stop projected 14 ticks on."""
     runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
     ready = datetime.now(UTC).replace(microsecond=0)
     async with pod_controller.channel() as channel, ScrapeClients() as scrapes:
-        ticker = PodTicker(pod_name="qwen", controller=pods_pb2_grpc.PodControllerInternalStub(channel),
-                           scrapes=scrapes, states=MonitorRepository(db_store.pool), options=MonitorOptions(),
-                           replica="edge-test", scrape_timeout=2, controller_timeout=10)
+        ticker = PodTicker(
+            pod_name="qwen",
+            controller=pods_pb2_grpc.PodControllerInternalStub(channel),
+            scrapes=scrapes,
+            states=MonitorRepository(db_store.pool),
+            options=MonitorOptions(),
+            replica="edge-test",
+            scrape_timeout=2,
+            controller_timeout=10,
+        )
         for at in (ready, ready + timedelta(seconds=60)):
             await ticker.tick_once(at)
 
     reply = await edge.get("/api/pods/QWEN/monitor")
     assert reply.status_code == 200, reply.text
     state = reply.json()
-    assert {k: state[k] for k in ("name", "phase", "idleStreak", "idleThreshold", "bootingTicks",
-                                  "bootGraceThreshold", "lastSignal", "lastSignalPodId", "checkSeconds",
-                                  "runtimeCapMinutes", "projectedStopTrigger", "watch", "watchReason")} == {
-        "name": "qwen", "phase": "Ready", "idleStreak": 1, "idleThreshold": 15, "bootingTicks": 0,
-        "bootGraceThreshold": 20, "lastSignal": "Idle", "lastSignalPodId": POD_ID, "checkSeconds": 60,
-        "runtimeCapMinutes": 360, "projectedStopTrigger": "idle", "watch": "Watching", "watchReason": ""}
+    assert {
+        k: state[k]
+        for k in (
+            "name",
+            "phase",
+            "idleStreak",
+            "idleThreshold",
+            "bootingTicks",
+            "bootGraceThreshold",
+            "lastSignal",
+            "lastSignalPodId",
+            "checkSeconds",
+            "runtimeCapMinutes",
+            "projectedStopTrigger",
+            "watch",
+            "watchReason",
+        )
+    } == {
+        "name": "qwen",
+        "phase": "Ready",
+        "idleStreak": 1,
+        "idleThreshold": 15,
+        "bootingTicks": 0,
+        "bootGraceThreshold": 20,
+        "lastSignal": "Idle",
+        "lastSignalPodId": POD_ID,
+        "checkSeconds": 60,
+        "runtimeCapMinutes": 360,
+        "projectedStopTrigger": "idle",
+        "watch": "Watching",
+        "watchReason": "",
+    }
     assert (state["readySince"], state["runtimeCapStart"]) == (iso(ready), iso(ready))
     assert state["projectedStopAt"] == iso(ready + timedelta(minutes=15))
     assert "etaSeconds" not in state

@@ -64,8 +64,11 @@ def annotated_routes(descriptor_set: Path, services: set[str]) -> list[Route]:
                     continue
                 for rule in _rules(method.options.Extensions[annotations_pb2.http]):
                     kind = rule.WhichOneof("pattern")
-                    verb, template = ((rule.custom.kind, rule.custom.path) if kind == "custom"
-                                      else (kind.upper(), getattr(rule, kind)))
+                    verb, template = (
+                        (rule.custom.kind, rule.custom.path)
+                        if kind == "custom"
+                        else (kind.upper(), getattr(rule, kind))
+                    )
                     path, bound = _filled(template)
                     routes.append(Route(f"{service.name}/{method.name}", verb, path, bound))
     return routes
@@ -88,14 +91,22 @@ EDGETEST_ROUTES = annotated_routes(EDGETEST, {SERVICE})
 
 
 def _cases(routes: list[Route]) -> list[object]:
-    return [pytest.param(route, query, named, id=f"{route.verb} {route.path}?{query}")
-            for route in routes for field in route.bound for query, named in spellings(field)]
+    return [
+        pytest.param(route, query, named, id=f"{route.verb} {route.path}?{query}")
+        for route in routes
+        for field in route.bound
+        for query, named in spellings(field)
+    ]
 
 
 def test_the_walk_covers_every_service_route_with_a_path_binding() -> None:
     """The walk is not empty: each pod and monitor route binds `name`; the edge test service binds job_id too."""
-    assert {r.path for r in HOUSE_ROUTES if r.bound} >= {"/api/pods/path-value", "/api/pods/path-value/start",
-                                                        "/api/pods/path-value/stop", "/api/pods/path-value/monitor"}
+    assert {r.path for r in HOUSE_ROUTES if r.bound} >= {
+        "/api/pods/path-value",
+        "/api/pods/path-value/start",
+        "/api/pods/path-value/stop",
+        "/api/pods/path-value/monitor",
+    }
     assert any("job_id" in r.bound for r in EDGETEST_ROUTES)
 
 
@@ -114,8 +125,13 @@ async def _edge(spec: EdgeSpec, path: Path) -> EnvoyProcess:
 async def house_edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
     """The house's edge config with nothing listening behind it: the refusal must not need a service."""
     nowhere = {s.name: free_port() for s in SERVICES}
-    spec = EdgeSpec(upstreams=upstreams(ports=nowhere, host="127.0.0.1"), descriptor_set=HOUSE, listen_port=0,
-                    admin_port=0, health=FAST_CHECKS)
+    spec = EdgeSpec(
+        upstreams=upstreams(ports=nowhere, host="127.0.0.1"),
+        descriptor_set=HOUSE,
+        listen_port=0,
+        admin_port=0,
+        health=FAST_CHECKS,
+    )
     envoy = await _edge(spec, tmp_path_factory.mktemp("house") / "envoy.yaml")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5) as http:
         yield http
@@ -123,12 +139,21 @@ async def house_edge(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
 
 
 @pytest.fixture(scope="module")
-async def service_edge(upstream: RunningServer,
-                       tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+async def service_edge(
+    upstream: RunningServer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[httpx.AsyncClient]:
     """The edge test service behind the edge: a request the edge lets through reaches it."""
-    spec = EdgeSpec(upstreams=(Upstream(cluster="edgetest", services=(SERVICE,), host="127.0.0.1",
-                                        port=upstream.port, health_service=SERVICE),),
-                    descriptor_set=EDGETEST, listen_port=0, admin_port=0, health=FAST_CHECKS)
+    spec = EdgeSpec(
+        upstreams=(
+            Upstream(
+                cluster="edgetest", services=(SERVICE,), host="127.0.0.1", port=upstream.port, health_service=SERVICE
+            ),
+        ),
+        descriptor_set=EDGETEST,
+        listen_port=0,
+        admin_port=0,
+        health=FAST_CHECKS,
+    )
     envoy = await _edge(spec, tmp_path_factory.mktemp("edgetest") / "envoy.yaml")
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5) as http:
         yield http
@@ -146,7 +171,8 @@ def _assert_refused(answer: httpx.Response, named: str) -> None:
 @pytest.mark.e2e
 @pytest.mark.parametrize(("route", "query", "named"), _cases(HOUSE_ROUTES))
 async def test_every_house_route_refuses_a_query_naming_a_path_bound_field(
-        house_edge: httpx.AsyncClient, route: Route, query: str, named: str) -> None:
+    house_edge: httpx.AsyncClient, route: Route, query: str, named: str
+) -> None:
     answer = await house_edge.request(route.verb, f"{route.path}?{query}=other")
     _assert_refused(answer, named)
     later = await house_edge.request(route.verb, f"{route.path}?{query}=other&x=1")
@@ -158,7 +184,8 @@ async def test_every_house_route_refuses_a_query_naming_a_path_bound_field(
 @pytest.mark.e2e
 @pytest.mark.parametrize(("route", "query", "named"), _cases(EDGETEST_ROUTES))
 async def test_every_edge_test_route_refuses_a_query_naming_a_path_bound_field(
-        service_edge: httpx.AsyncClient, route: Route, query: str, named: str) -> None:
+    service_edge: httpx.AsyncClient, route: Route, query: str, named: str
+) -> None:
     body = {} if route.verb in {"POST", "PUT", "PATCH"} else None
     for path in (f"{route.path}?{query}=other", f"{route.path}/?{query}", f"{route.path}?a=1&{query}=other"):
         _assert_refused(await service_edge.request(route.verb, path, json=body), named)
@@ -166,7 +193,8 @@ async def test_every_edge_test_route_refuses_a_query_naming_a_path_bound_field(
 
 @pytest.mark.e2e
 async def test_without_the_bound_name_the_request_acts_on_the_path_and_other_parameters_stay_the_transcoders(
-        service_edge: httpx.AsyncClient) -> None:
+    service_edge: httpx.AsyncClient,
+) -> None:
     """Without the bound name the request reaches the service for the path's pod; other parameters are unchanged."""
     assert (await service_edge.get("/api/pods/qwen")).json()["name"] == "qwen"
     assert (await service_edge.post("/api/pods/qwen/start", json={})).json()["name"] == "qwen"

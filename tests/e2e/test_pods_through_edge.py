@@ -51,8 +51,9 @@ FAST = {
 
 
 @pytest.fixture(scope="module")
-async def module_database_url(postgres_admin: asyncpg.Connection, template_database: str,
-                              postgres_dsn: str) -> AsyncIterator[str]:
+async def module_database_url(
+    postgres_admin: asyncpg.Connection, template_database: str, postgres_dsn: str
+) -> AsyncIterator[str]:
     """A migrated database of this module's own: the stack outlives one test (tests/fixtures/postgres.py)."""
     name = f"test_{uuid.uuid4().hex}"
     await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
@@ -65,11 +66,20 @@ async def module_database_url(postgres_admin: asyncpg.Connection, template_datab
 @pytest.fixture(scope="module")
 async def stack(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     """Simulator, pod controller and Envoy as child processes on free ports."""
-    running = Stack(StackConfig(
-        data_dir=tmp_path_factory.mktemp("stack"), database_url=module_database_url, edge_port=0, admin_port=0,
-        simulator_port=0, service_ports={}, services=(POD_CONTROLLER,), relay_logs=False, extra_env=FAST,
-        simulator_args=ZERO_DELAYS,
-    ))
+    running = Stack(
+        StackConfig(
+            data_dir=tmp_path_factory.mktemp("stack"),
+            database_url=module_database_url,
+            edge_port=0,
+            admin_port=0,
+            simulator_port=0,
+            service_ports={},
+            services=(POD_CONTROLLER,),
+            relay_logs=False,
+            extra_env=FAST,
+            simulator_args=ZERO_DELAYS,
+        )
+    )
     await running.start()
     try:
         yield running
@@ -144,17 +154,31 @@ async def test_get_prints_the_running_pod_and_false_fields_of_an_unconfigured_on
     """GET /api/pods/{name}: the pod-control seed's fields, camelCase; an unconfigured pod prints configured false."""
     pod = await _seed_pod(sim, "RUNNING")
     view = (await edge.get("/api/pods/qwen")).json()
-    assert {k: view[k] for k in ("name", "configured", "status", "isRunning", "podId", "podsOnVolume",
-                                  "datacenter", "lookup")} == {
-        "name": "qwen", "configured": True, "status": "RUNNING", "isRunning": True, "podId": pod,
-        "podsOnVolume": 1, "datacenter": "EU-RO-1", "lookup": "FOUND"}
+    assert {
+        k: view[k]
+        for k in ("name", "configured", "status", "isRunning", "podId", "podsOnVolume", "datacenter", "lookup")
+    } == {
+        "name": "qwen",
+        "configured": True,
+        "status": "RUNNING",
+        "isRunning": True,
+        "podId": pod,
+        "podsOnVolume": 1,
+        "datacenter": "EU-RO-1",
+        "lookup": "FOUND",
+    }
     assert view["proxyUrl"].endswith(f"/proxy/{pod}-8000")
 
     spare = await edge.get("/api/pods/spare")
     assert spare.status_code == 200
     body = spare.json()
     assert (body["configured"], body["isRunning"], body["podsOnVolume"], body["lookup"], body["status"]) == (
-        False, False, 0, "UNCONFIGURED", "UNKNOWN")
+        False,
+        False,
+        0,
+        "UNCONFIGURED",
+        "UNKNOWN",
+    )
     assert (body["readySince"], body["lastWake"], body["etaSeconds"]) == (None, None, None)
     assert (body["podId"], body["proxyUrl"]) == (None, None), "no pod named: null, as the pod-control seed prints"
     assert "readySince" in view
@@ -191,8 +215,9 @@ async def test_a_failed_wake_is_a_409_problem_whose_detail_says_why(edge, sim) -
         pytest.param("POST", "/api/pods/qwen/stop", OPERATOR, 404, id="stop-no-pod"),
         pytest.param("POST", "/api/pods/qwen/start", {}, 401, id="start-no-token"),
         pytest.param("POST", "/api/pods/qwen/start", {"X-Rig-Operator-Token": "guess"}, 403, id="start-wrong"),
-        pytest.param("POST", "/api/pods/qwen/stop", {"X-Rig-Operator-Token": WAKE_TOKEN}, 403,
-                     id="stop-with-wake-token"),
+        pytest.param(
+            "POST", "/api/pods/qwen/stop", {"X-Rig-Operator-Token": WAKE_TOKEN}, 403, id="stop-with-wake-token"
+        ),
     ],
 )
 async def test_refusals_are_problem_json_with_the_seeds_status(edge, sim, method, path, headers, status) -> None:
@@ -214,8 +239,7 @@ async def test_stop_and_history_print_the_seeds_json(edge, sim) -> None:
 
     page = (await edge.get("/api/pods/qwen/history", params={"pageSize": 3})).json()
     first, second, third = page["entries"]
-    assert (first["action"]["action"], first["action"]["podId"], first["action"]["trigger"]) == (
-        "Stop", pod, "manual")
+    assert (first["action"]["action"], first["action"]["podId"], first["action"]["trigger"]) == ("Stop", pod, "manual")
     assert first["action"]["ok"] is True
     assert (second["action"]["action"], second["action"]["httpStatus"]) == ("Start", 200)
     assert (third["wake"]["outcome"], third["wake"]["wakeOutcome"]) == ("Succeeded", "Started")
@@ -230,9 +254,14 @@ async def test_stop_and_history_print_the_seeds_json(edge, sim) -> None:
 async def _second_controller(stack: Stack) -> AsyncIterator[str]:
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "thermostat.pod_controller", cwd=ROOT,
+        sys.executable,
+        "-m",
+        "thermostat.pod_controller",
+        cwd=ROOT,
         env={**os.environ, **stack.env, "POD_CONTROLLER_PORT": str(port)},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     address = f"127.0.0.1:{port}"
     try:
@@ -264,8 +293,9 @@ async def test_two_controller_processes_woken_together_create_one_pod(stack, edg
         stub = pods_pb2_grpc.PodControllerStub(channel)
         rest, native = await asyncio.gather(
             edge.post("/api/pods/qwen/start", headers=OPERATOR),
-            stub.StartPod(pods_pb2.StartPodRequest(name="qwen"), metadata=(("x-rig-operator-token", OPERATOR_TOKEN),),
-                          timeout=20),
+            stub.StartPod(
+                pods_pb2.StartPodRequest(name="qwen"), metadata=(("x-rig-operator-token", OPERATOR_TOKEN),), timeout=20
+            ),
         )
     assert rest.status_code == 200, rest.text
     assert (rest.json()["outcome"], native.outcome) == ("Created", "Created")

@@ -39,8 +39,9 @@ def test_the_production_requirements_hold_no_dev_wheel() -> None:
 def test_a_service_entry_point_imports_nothing_from_the_dev_tooling(service) -> None:  # type: ignore[no-untyped-def]
     """Imported with dev/ off the path (as in the image), `python -m <service>`'s module loads and pulls no dev code."""
     probe = _PROBE.format(dev=str(ROOT / "dev"), module=f"{service.package}.__main__")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"dev_importable": False, "loaded": []}

@@ -70,12 +70,16 @@ class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         presented = rule.presented(metadata)
         if not presented:
             log.warning("refused %s: no token presented (UNAUTHENTICATED)", method)
-            return _deny(await continuation(handler_call_details), grpc.StatusCode.UNAUTHENTICATED,
-                         "a token is required")
+            return _deny(
+                await continuation(handler_call_details), grpc.StatusCode.UNAUTHENTICATED, "a token is required"
+            )
         if not rule.admits(presented):
             log.warning("refused %s: the token presented is not valid for it (PERMISSION_DENIED)", method)
-            return _deny(await continuation(handler_call_details), grpc.StatusCode.PERMISSION_DENIED,
-                         "the token is not valid for this call")
+            return _deny(
+                await continuation(handler_call_details),
+                grpc.StatusCode.PERMISSION_DENIED,
+                "the token is not valid for this call",
+            )
         return await continuation(handler_call_details)
 
 

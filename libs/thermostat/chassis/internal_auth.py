@@ -43,8 +43,9 @@ class InternalTokenInterceptor(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamC
     def _details(self, details: Any) -> Any:
         metadata = [pair for pair in (details.metadata or ()) if pair[0] != INTERNAL_TOKEN_HEADER]
         metadata.append(self._pair)
-        return aio.ClientCallDetails(details.method, details.timeout, tuple(metadata), details.credentials,
-                                     details.wait_for_ready)
+        return aio.ClientCallDetails(
+            details.method, details.timeout, tuple(metadata), details.credentials, details.wait_for_ready
+        )
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)

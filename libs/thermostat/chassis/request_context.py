@@ -80,8 +80,9 @@ class _Propagate(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientIntercept
         return await continuation(await self._with_context(client_call_details), request)
 
 
-def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None,
-                     internal_token: str | None = None) -> aio.Channel:
+def insecure_channel(
+    target: str, *, max_reconnect_seconds: float | None = None, internal_token: str | None = None
+) -> aio.Channel:
     """A client channel whose calls carry the current request id and trace context, and the deployment's
     internal token when one is given (a channel to another service's internal RPCs).
 
@@ -92,8 +93,11 @@ def insecure_channel(target: str, *, max_reconnect_seconds: float | None = None,
     if max_reconnect_seconds is not None:
         cap = max(1, round(max_reconnect_seconds * 1000))
         first = min(1000, cap)
-        options = [("grpc.initial_reconnect_backoff_ms", first), ("grpc.min_reconnect_backoff_ms", first),
-                   ("grpc.max_reconnect_backoff_ms", cap)]
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", first),
+            ("grpc.min_reconnect_backoff_ms", first),
+            ("grpc.max_reconnect_backoff_ms", cap),
+        ]
     interceptors: list[Any] = [_Propagate()]
     if internal_token:
         interceptors.append(InternalTokenInterceptor(internal_token))

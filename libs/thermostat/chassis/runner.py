@@ -40,6 +40,5 @@ async def run_service(
     host.spec.on_stop = [*host.spec.on_stop, store.close]
     # every service's internal RPCs are guarded, whether or not its build() passed the token on
     host.spec.internal_token = host.spec.internal_token or settings.internal_token()
-    await serve_until_signalled(host, host=settings.grpc_host, port=port,
-                                grace=settings.shutdown_grace_seconds)
+    await serve_until_signalled(host, host=settings.grpc_host, port=port, grace=settings.shutdown_grace_seconds)
     return 0

@@ -76,13 +76,20 @@ class ServiceHost:
         spec = self.spec
         # built at start, not in __init__: the runner fills in the internal token after a service's build()
         internal = spec.internal
-        self.server = aio.server(interceptors=[
-            RequestContextInterceptor(),
-            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal})])
+        self.server = aio.server(
+            interceptors=[
+                RequestContextInterceptor(),
+                AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+            ]
+        )
         served_internal = sorted(internal & set(spec.service_names))
         if served_internal and not spec.internal_token:
-            log.warning("%s: %s is unset: every call to %s is refused (fail closed) until the service restarts "
-                        "with it", spec.name, INTERNAL_TOKEN_ENV, ", ".join(served_internal))
+            log.warning(
+                "%s: %s is unset: every call to %s is refused (fail closed) until the service restarts with it",
+                spec.name,
+                INTERNAL_TOKEN_ENV,
+                ", ".join(served_internal),
+            )
         spec.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # Reflection lists what a caller of the edge may call: the public services and reflection itself. The
@@ -118,8 +125,12 @@ class ServiceHost:
         for name in ("", *self.spec.service_names):
             await self.health.set(name, status)
         if ok != self.serving:
-            log.log(logging.INFO if ok else logging.WARNING, "%s health: %s", self.spec.name,
-                    "SERVING" if ok else "NOT_SERVING")
+            log.log(
+                logging.INFO if ok else logging.WARNING,
+                "%s health: %s",
+                self.spec.name,
+                "SERVING" if ok else "NOT_SERVING",
+            )
         self.serving = ok
 
     async def _probe_loop(self) -> None:
@@ -142,8 +153,11 @@ class ServiceHost:
             stopping = asyncio.ensure_future(self.server.stop(grace))
             done, _ = await asyncio.wait({stopping}, timeout=grace + STOP_MARGIN_SECONDS)
             if not done:
-                log.error("%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway",
-                          self.spec.name, grace + STOP_MARGIN_SECONDS)
+                log.error(
+                    "%s: the gRPC server did not stop within %.1fs; running the stop hooks anyway",
+                    self.spec.name,
+                    grace + STOP_MARGIN_SECONDS,
+                )
         for hook in self.spec.on_stop:
             try:
                 await hook()

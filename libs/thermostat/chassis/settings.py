@@ -23,7 +23,8 @@ class ServiceSettings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=10.0, gt=0, le=300)
     health_probe_seconds: float = Field(default=2.0, gt=0, le=60)
     thermostat_internal_token: SecretStr | None = Field(
-        default=None, description="the deployment's token for service-to-service calls; unset refuses them")
+        default=None, description="the deployment's token for service-to-service calls; unset refuses them"
+    )
 
     def internal_token(self) -> str | None:
         token = self.thermostat_internal_token

@@ -68,8 +68,12 @@ class SingleFlight(Generic[V]):
         if still:
             _, stuck = await asyncio.wait(still, timeout=interrupted_within)
             if stuck:
-                log.error("%s: %d call(s) still running %.1fs after being interrupted; shutting down anyway",
-                          self.name, len(stuck), interrupted_within)
+                log.error(
+                    "%s: %d call(s) still running %.1fs after being interrupted; shutting down anyway",
+                    self.name,
+                    len(stuck),
+                    interrupted_within,
+                )
 
 
 async def _run(call: Callable[[], Awaitable[V]]) -> V:

@@ -109,16 +109,22 @@ def listen_port_from_env(environ: Mapping[str, str], default: int = DEFAULT_LIST
     return port_from_env(environ, "EDGE_PORT", default)
 
 
-def upstreams(services: Sequence[ServiceDef] = SERVICES, *, ports: Mapping[str, int] | None = None,
-              host: str | None = None) -> tuple[Upstream, ...]:
+def upstreams(
+    services: Sequence[ServiceDef] = SERVICES, *, ports: Mapping[str, int] | None = None, host: str | None = None
+) -> tuple[Upstream, ...]:
     """One upstream per registered service, owning its public gRPC services (internal ones are never routed).
 
     `host` None: each service's own name, as its Kubernetes Service is named; `ports` default to the registry's.
     """
     ports = ports or {}
     return tuple(
-        Upstream(cluster=s.name, services=s.public_services, host=s.name if host is None else host,
-                 port=ports.get(s.name, s.default_port), health_service=s.health_service)
+        Upstream(
+            cluster=s.name,
+            services=s.public_services,
+            host=s.name if host is None else host,
+            port=ports.get(s.name, s.default_port),
+            health_service=s.health_service,
+        )
         for s in services
     )
 
@@ -176,7 +182,8 @@ def _health_script(spec: EdgeSpec) -> str:
 
     upstreams = ",\n".join(
         f'  {{cluster = "{u.cluster}", health_service = "{u.health_service}", services = {lua_list(u.services)}}}'
-        for u in spec.upstreams)
+        for u in spec.upstreams
+    )
     prelude = f"UPSTREAMS = {{\n{upstreams}\n}}\nTIMEOUT_MS = {int(spec.health.timeout_s * 1000)}\n\n"
     return prelude + _HEALTH_LUA
 
@@ -184,6 +191,7 @@ def _health_script(spec: EdgeSpec) -> str:
 def _encoded_either_way(name: str) -> str:
     """A regex for `name` with any of its characters percent-encoded (the transcoder decodes parameter names:
     `n%61me=llama` sets name)."""
+
     def hex_digit(d: str) -> str:
         return f"[{d.lower()}{d.upper()}]" if d.isalpha() else d
 
@@ -195,8 +203,10 @@ def _encoded_either_way(name: str) -> str:
 
 
 def path_override_message(parameter: str) -> str:
-    return (f"query parameter {parameter!r} names a field the path binds; "
-            "give it in the path only (a query parameter must not override the path)")
+    return (
+        f"query parameter {parameter!r} names a field the path binds; "
+        "give it in the path only (a query parameter must not override the path)"
+    )
 
 
 def _path_override_routes(bindings: Sequence[PathBinding]) -> list[dict[str, Any]]:
@@ -215,12 +225,18 @@ def _path_override_routes(bindings: Sequence[PathBinding]) -> list[dict[str, Any
         # Envoy matches the whole :path: the path (a trailing slash too, as the transcoder accepts it), then the
         # parameter first or after any '&', with or without a value, spelled plainly or percent-encoded
         regex = f"(?:{'|'.join(paths)})/?\\?(?:[^#]*&)?{_encoded_either_way(name)}(?:[=&#].*)?"
-        routes.append({
-            "match": {"prefix": "/", "headers": [{"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}]},
-            "direct_response": {"status": 400, "body": {"inline_string": path_override_message(name)}},
-            "typed_per_filter_config": {
-                TRANSCODER: {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}},
-        })
+        routes.append(
+            {
+                "match": {
+                    "prefix": "/",
+                    "headers": [{"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}],
+                },
+                "direct_response": {"status": 400, "body": {"inline_string": path_override_message(name)}},
+                "typed_per_filter_config": {
+                    TRANSCODER: {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}
+                },
+            }
+        )
     return routes
 
 
@@ -277,16 +293,32 @@ def _rest_filter() -> dict[str, Any]:
                     "default_source_code": {"inline_string": _LUA_SOURCE},
                 },
             },
-            "xds_matcher": {"matcher_list": {"matchers": [{
-                "predicate": {"single_predicate": {
-                    "input": {"name": "content-type", "typed_config": {
-                        "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
-                        "header_name": "content-type"}},
-                    "value_match": {"prefix": "application/grpc"},
-                }},
-                "on_match": {"action": {"name": "skip", "typed_config": {
-                    "@type": f"{_TYPES}.filters.common.matcher.action.v3.SkipFilter"}}},
-            }]}},
+            "xds_matcher": {
+                "matcher_list": {
+                    "matchers": [
+                        {
+                            "predicate": {
+                                "single_predicate": {
+                                    "input": {
+                                        "name": "content-type",
+                                        "typed_config": {
+                                            "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                                            "header_name": "content-type",
+                                        },
+                                    },
+                                    "value_match": {"prefix": "application/grpc"},
+                                }
+                            },
+                            "on_match": {
+                                "action": {
+                                    "name": "skip",
+                                    "typed_config": {"@type": f"{_TYPES}.filters.common.matcher.action.v3.SkipFilter"},
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
         },
     }
 
@@ -337,8 +369,12 @@ def _check(spec: EdgeSpec) -> None:
     if len(set(clusters)) != len(clusters):
         raise ValueError(f"cluster names must be unique: {clusters}")
     services = [s for u in spec.upstreams for s in u.services]
-    odd = [n for u in spec.upstreams for n in (u.cluster, *u.services, *([u.health_service] if u.health_service
-                                                                        else [])) if not _PLAIN_NAME.fullmatch(n)]
+    odd = [
+        n
+        for u in spec.upstreams
+        for n in (u.cluster, *u.services, *([u.health_service] if u.health_service else []))
+        if not _PLAIN_NAME.fullmatch(n)
+    ]
     if odd:
         raise ValueError(f"cluster and service names must be plain (letters, digits, _ . -): {odd}")
     if len(set(services)) != len(services):
@@ -374,8 +410,9 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
         "admin": {"address": _address(spec.admin_address, spec.admin_port)},
         # RE2 refuses a program over 100 instructions by default; the path-override routes' regexes (each path
         # that binds a name, the name with any character percent-encoded) pass that with a handful of routes.
-        "layered_runtime": {"layers": [{"name": "static", "static_layer": {
-            "re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}}]},
+        "layered_runtime": {
+            "layers": [{"name": "static", "static_layer": {"re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}}]
+        },
         "static_resources": {
             "listeners": [
                 {

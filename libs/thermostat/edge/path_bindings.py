@@ -41,6 +41,7 @@ def json_name(field: str) -> str:
 
 def _segments_regex(text: str) -> str:
     """Literal template text (`/api/pods/`, `*`, `jobs/**`) as a regex: `*` one segment, `**` any number."""
+
     def one(segment: str) -> str:
         return "[^?#]*" if segment == "**" else "[^/?#]+" if segment == "*" else re.escape(segment)
 
@@ -59,7 +60,7 @@ def template_regex(template: str) -> str:
     out: list[str] = []
     position = 0
     for match in _VARIABLE.finditer(template):
-        out.append(_segments_regex(template[position:match.start()]))
+        out.append(_segments_regex(template[position : match.start()]))
         out.append(_segments_regex(match.group(2) or "*"))
         position = match.end()
     out.append(_segments_regex(template[position:]))
@@ -128,6 +129,13 @@ def path_bindings(descriptor_set: bytes, services: Iterable[str]) -> tuple[PathB
                     bound: set[str] = set()
                     for match in _VARIABLE.finditer(template):
                         bound |= _spellings(match.group(1).strip(), method.input_type.lstrip("."), messages)
-                    bindings.append(PathBinding(method=f"{full}/{method.name}", verb=verb, template=template,
-                                                path_regex=template_regex(template), bound=tuple(sorted(bound))))
+                    bindings.append(
+                        PathBinding(
+                            method=f"{full}/{method.name}",
+                            verb=verb,
+                            template=template,
+                            path_regex=template_regex(template),
+                            bound=tuple(sorted(bound)),
+                        )
+                    )
     return tuple(bindings)

@@ -316,9 +316,12 @@ def _action_result(response: httpx.Response | None) -> ActionResult:
         return ActionResult(ok=False, http_status=0)
     if response.is_success:
         pod = read_pod("", decode_json(response.content)) if response.content else None
-        return ActionResult(ok=True, http_status=response.status_code,
-                            cost_per_hour=pod.cost_per_hour if pod is not None else None,
-                            gpu_id=pod.gpu_id if pod is not None else None)
+        return ActionResult(
+            ok=True,
+            http_status=response.status_code,
+            cost_per_hour=pod.cost_per_hour if pod is not None else None,
+            gpu_id=pod.gpu_id if pod is not None else None,
+        )
     return ActionResult(
         ok=False,
         http_status=response.status_code,

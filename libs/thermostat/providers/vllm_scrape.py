@@ -38,8 +38,10 @@ async def get_metrics(http: httpx.AsyncClient, proxy_base_url: str, *, timeout: 
 async def _get_metrics(http: httpx.AsyncClient, proxy_base_url: str, *, timeout: float) -> str | None:
     try:
         request = http.build_request(
-            "GET", proxy_base_url.rstrip("/") + "/metrics",
-            headers={"User-Agent": BROWSER_USER_AGENT, "Accept": "text/plain, */*"}, timeout=timeout,
+            "GET",
+            proxy_base_url.rstrip("/") + "/metrics",
+            headers={"User-Agent": BROWSER_USER_AGENT, "Accept": "text/plain, */*"},
+            timeout=timeout,
         )
         # A shared client may carry default headers; the scrape must not inherit a credential.
         request.headers.pop("Authorization", None)

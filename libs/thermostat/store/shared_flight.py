@@ -74,9 +74,18 @@ and stores its result with the row's completion."""
 
 
 class SharedFlight(Generic[V]):
-    def __init__(self, rows: FlightRows[V], leases: LeaseStore, *, name: str, replica: str,
-                 lease_seconds: float, poll_seconds: float, release_timeout: float,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        rows: FlightRows[V],
+        leases: LeaseStore,
+        *,
+        name: str,
+        replica: str,
+        lease_seconds: float,
+        poll_seconds: float,
+        release_timeout: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.rows = rows
         self.leases = leases
         self.name = name
@@ -99,8 +108,9 @@ class SharedFlight(Generic[V]):
     async def _lead_or_join(self, key: str, subject: str, lead: Lead[V]) -> V:
         arrival = await self.rows.db_now()
         while True:
-            keeper = LeaseKeeper(self.leases, name=f"{self.name}:{key}", holder=f"{self.replica}:{uuid.uuid4()}",
-                                 ttl=self.lease_seconds)
+            keeper = LeaseKeeper(
+                self.leases, name=f"{self.name}:{key}", holder=f"{self.replica}:{uuid.uuid4()}", ttl=self.lease_seconds
+            )
             if await keeper.acquire() is not None:
                 try:
                     done = await self._completed_since(subject, arrival)

@@ -36,6 +36,7 @@ from .watch import PodWatch
 
 log = logging.getLogger("thermostat.idle_monitor")
 
+
 @dataclass
 class Monitor:
     """The wired monitor: its host, a watch per named pod, and the leaders of the pods being ticked."""
@@ -46,35 +47,48 @@ class Monitor:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store, *,
-                clock: Clock = SYSTEM_CLOCK) -> Monitor:
+async def build(
+    settings: IdleMonitorSettings, env: Mapping[str, str], store: Store, *, clock: Clock = SYSTEM_CLOCK
+) -> Monitor:
     """Wire the monitor. A pod is ticked once the pod controller reports it configured; until then the monitor
     stays up and SERVING and watches nothing for it (policy/monitor_watch.py) — it never exits for want of one."""
     options, warnings = parse_monitor_options(env)
     for warning in warnings:
         log.warning("[RunPodIdleMonitor] options: %s", warning)
     pods = parse_pod_options(env).pods
-    log.info("pods %s, each watched once the pod controller reports it configured (asked every %ss until then): "
-             "idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
-             ", ".join(p.name for p in pods), settings.monitor_recheck_seconds, options.idle_minutes,
-             options.idle_threshold, options.check_seconds, options.boot_grace_minutes, options.boot_grace_threshold,
-             options.max_runtime_minutes)
+    log.info(
+        "pods %s, each watched once the pod controller reports it configured (asked every %ss until then): "
+        "idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
+        ", ".join(p.name for p in pods),
+        settings.monitor_recheck_seconds,
+        options.idle_minutes,
+        options.idle_threshold,
+        options.check_seconds,
+        options.boot_grace_minutes,
+        options.boot_grace_threshold,
+        options.max_runtime_minutes,
+    )
     # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
     # and its internal calls (ObserveVolume, ReportReadiness, StopPods) carry the deployment's internal token
     token = settings.internal_token()
     if token is None:
-        log.warning("THERMOSTAT_INTERNAL_TOKEN is unset: the pod controller refuses this monitor's internal calls "
-                    "(readiness, stops), so no pod is watched or idle-stopped until both restart with it")
-    channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds,
-                               internal_token=token)
+        log.warning(
+            "THERMOSTAT_INTERNAL_TOKEN is unset: the pod controller refuses this monitor's internal calls "
+            "(readiness, stops), so no pod is watched or idle-stopped until both restart with it"
+        )
+    channel = insecure_channel(
+        settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds, internal_token=token
+    )
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
     metering_channel = None
     budget: BudgetCheck | None = None
     if settings.metering_addr:
         metering_channel = insecure_channel(
-            settings.metering_addr, max_reconnect_seconds=settings.monitor_recheck_seconds, internal_token=token)
-        budget = budget_check(metering_pb2_grpc.MeteringInternalStub(metering_channel),
-                              settings.controller_timeout_seconds)
+            settings.metering_addr, max_reconnect_seconds=settings.monitor_recheck_seconds, internal_token=token
+        )
+        budget = budget_check(
+            metering_pb2_grpc.MeteringInternalStub(metering_channel), settings.controller_timeout_seconds
+        )
     replica = replica_id()
     states = MonitorRepository(store.pool)  # the one part of the monitor that queries the pool
     leaders: list[PodLeader] = []
@@ -86,20 +100,41 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
             if stopping:
                 return  # an answer that lands mid-shutdown starts nothing
             leader = PodLeader(
-                PodTicker(pod_name=pod.name, controller=internal, scrapes=ScrapeClients(), states=states,
-                          options=options, replica=replica, scrape_timeout=settings.scrape_timeout_seconds,
-                          controller_timeout=settings.controller_timeout_seconds, heard=watches[pod.name].heard,
-                          budget=budget),
-                store.leases, states, replica=replica, lease_seconds=settings.monitor_lease_seconds,
-                check_seconds=options.check_seconds, clock=clock)
+                PodTicker(
+                    pod_name=pod.name,
+                    controller=internal,
+                    scrapes=ScrapeClients(),
+                    states=states,
+                    options=options,
+                    replica=replica,
+                    scrape_timeout=settings.scrape_timeout_seconds,
+                    controller_timeout=settings.controller_timeout_seconds,
+                    heard=watches[pod.name].heard,
+                    budget=budget,
+                ),
+                store.leases,
+                states,
+                replica=replica,
+                lease_seconds=settings.monitor_lease_seconds,
+                check_seconds=options.check_seconds,
+                clock=clock,
+            )
             leaders.append(leader)
             tasks.append(asyncio.create_task(leader.run(), name=f"monitor:{pod.name}"))
+
         return start
 
-    watches = {p.name: PodWatch(p.name, internal, recheck_seconds=settings.monitor_recheck_seconds,
-                                controller_timeout=settings.controller_timeout_seconds, start_ticking=ticking(p),
-                                clock=clock)
-               for p in pods}
+    watches = {
+        p.name: PodWatch(
+            p.name,
+            internal,
+            recheck_seconds=settings.monitor_recheck_seconds,
+            controller_timeout=settings.controller_timeout_seconds,
+            start_ticking=ticking(p),
+            clock=clock,
+        )
+        for p in pods
+    }
 
     async def start_watching() -> None:
         tasks.extend(asyncio.create_task(watch.run(), name=f"watch:{watch.pod_name}") for watch in watches.values())
@@ -122,14 +157,28 @@ async def build(settings: IdleMonitorSettings, env: Mapping[str, str], store: St
         return watches[name].watch
 
     def register(server: aio.Server) -> None:
-        monitor_pb2_grpc.add_IdleMonitorServicer_to_server(IdleMonitorServicer(
-            pods, states, options, pods_pb2_grpc.PodControllerStub(channel), settings.controller_timeout_seconds,
-            watch_of=watch_of), server)
+        monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
+            IdleMonitorServicer(
+                pods,
+                states,
+                options,
+                pods_pb2_grpc.PodControllerStub(channel),
+                settings.controller_timeout_seconds,
+                watch_of=watch_of,
+            ),
+            server,
+        )
 
     host = ServiceHost(
-        ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served, register=register,
-                    dependency_check=store.ping, on_start=[start_watching], on_stop=[stop_watching],
-                    internal_token=token),
+        ServiceSpec(
+            name=IDLE_MONITOR.name,
+            service_names=IDLE_MONITOR.served,
+            register=register,
+            dependency_check=store.ping,
+            on_start=[start_watching],
+            on_stop=[stop_watching],
+            internal_token=token,
+        ),
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)
@@ -141,8 +190,11 @@ def budget_check(stub: metering_pb2_grpc.MeteringInternalStub, timeout: float) -
 
     async def exhausted(pod_name: str) -> bool | None:
         try:
-            verdict = await stub.CheckPodBudget(metering_pb2.CheckPodBudgetRequest(name=pod_name, projected_usd=0.0),
-                                                timeout=timeout, metadata=outgoing_metadata())
+            verdict = await stub.CheckPodBudget(
+                metering_pb2.CheckPodBudgetRequest(name=pod_name, projected_usd=0.0),
+                timeout=timeout,
+                metadata=outgoing_metadata(),
+            )
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: budget unknown: metering unreachable (%s)", pod_name, error.code().name)
             return None

@@ -25,8 +25,17 @@ log = logging.getLogger("thermostat.idle_monitor")
 
 
 class PodLeader:
-    def __init__(self, ticker: PodTicker, leases: LeaseStore, states: MonitorRepository, *, replica: str,
-                 lease_seconds: float, check_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        ticker: PodTicker,
+        leases: LeaseStore,
+        states: MonitorRepository,
+        *,
+        replica: str,
+        lease_seconds: float,
+        check_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.ticker = ticker
         self.leases = leases
         self.states = states
@@ -43,8 +52,13 @@ class PodLeader:
     async def run(self) -> None:
         name = self.ticker.pod_name
         while True:
-            keeper = LeaseKeeper(self.leases, name=f"monitor:{name.casefold()}", holder=self.replica,
-                                 ttl=self.lease_seconds, clock=self.clock)
+            keeper = LeaseKeeper(
+                self.leases,
+                name=f"monitor:{name.casefold()}",
+                holder=self.replica,
+                ttl=self.lease_seconds,
+                clock=self.clock,
+            )
             lease = await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.check_seconds))
             self.keeper = keeper
             log.info("pod %s: this replica ticks it (lease term %d)", name, lease.term)
@@ -59,8 +73,11 @@ class PodLeader:
                 self.keeper = None
                 with contextlib.suppress(Exception):
                     await keeper.release()
-            log.warning("pod %s: lease lost (%s); another replica ticks it", name,
-                        keeper.loss.reason if keeper.loss else "released")
+            log.warning(
+                "pod %s: lease lost (%s); another replica ticks it",
+                name,
+                keeper.loss.reason if keeper.loss else "released",
+            )
 
     async def _lead(self, keeper: LeaseKeeper) -> None:
         saved = await self.states.load(self.ticker.pod_name)

@@ -43,11 +43,22 @@ class MonitorRepository:
 
     async def save(self, pod_name: str, saved: SavedState) -> None:
         """Replace the pod's saved state."""
-        await self._pool.execute(_Q["save_state"], pod_name, json.dumps(saved.state.to_dict()), saved.last_signal,
-                                 saved.last_signal_pod_id, saved.last_tick_at, saved.ticked_by)
+        await self._pool.execute(
+            _Q["save_state"],
+            pod_name,
+            json.dumps(saved.state.to_dict()),
+            saved.last_signal,
+            saved.last_signal_pod_id,
+            saved.last_tick_at,
+            saved.ticked_by,
+        )
 
 
 def _saved_state(row: asyncpg.Record) -> SavedState:
-    return SavedState(state=MonitorState.from_dict(json.loads(row["state"])), last_signal=row["last_signal"],
-                      last_signal_pod_id=row["last_signal_pod_id"], last_tick_at=row["last_tick_at"],
-                      ticked_by=row["ticked_by"])
+    return SavedState(
+        state=MonitorState.from_dict(json.loads(row["state"])),
+        last_signal=row["last_signal"],
+        last_signal_pod_id=row["last_signal_pod_id"],
+        last_tick_at=row["last_tick_at"],
+        ticked_by=row["ticked_by"],
+    )

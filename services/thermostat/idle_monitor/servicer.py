@@ -20,15 +20,28 @@ from thermostat.policy.idle.projected_stop import project_stop
 from .repository import MonitorRepository
 
 # the pod-control seed's spelling of the signals and phases (RunPodIdlePolicy), whatever the policy's enums are called
-SIGNAL_NAMES = {"BUSY": "Busy", "IDLE": "Idle", "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
-                "BOOTING": "Booting", "NOT_RUNNING": "NotRunning", "UNKNOWN": "Unknown"}
+SIGNAL_NAMES = {
+    "BUSY": "Busy",
+    "IDLE": "Idle",
+    "UNREACHABLE_BUT_RUNNING": "UnreachableButRunning",
+    "BOOTING": "Booting",
+    "NOT_RUNNING": "NotRunning",
+    "UNKNOWN": "Unknown",
+}
 PHASE_NAMES = {Phase.DOWN: "Down", Phase.BOOTING: "Booting", Phase.READY: "Ready"}
 
 
 class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore[misc]
-    def __init__(self, pods: Sequence[PodOptions], states: MonitorRepository, options: MonitorOptions,
-                 controller: pods_pb2_grpc.PodControllerStub, controller_timeout: float, *,
-                 watch_of: Callable[[str], Watch]) -> None:
+    def __init__(
+        self,
+        pods: Sequence[PodOptions],
+        states: MonitorRepository,
+        options: MonitorOptions,
+        controller: pods_pb2_grpc.PodControllerStub,
+        controller_timeout: float,
+        *,
+        watch_of: Callable[[str], Watch],
+    ) -> None:
         self.pods = pods
         self.watch_of = watch_of  # pod name -> whether this replica watches it
         self.states = states
@@ -36,18 +49,24 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         self.controller = controller
         self.controller_timeout = controller_timeout
 
-    async def GetMonitorState(self, request: monitor_pb2.GetMonitorStateRequest,
-                              context: grpc.aio.ServicerContext) -> monitor_pb2.GetMonitorStateResponse:
+    async def GetMonitorState(
+        self, request: monitor_pb2.GetMonitorStateRequest, context: grpc.aio.ServicerContext
+    ) -> monitor_pb2.GetMonitorStateResponse:
         pod = await found_or_abort(find_pod(self.pods, request.name), context, f"unknown pod name {request.name!r}")
         saved = await self.states.load(pod.name)
         o, state = self.options, saved.state
         response = monitor_pb2.GetMonitorStateResponse(
-            name=pod.name, phase=PHASE_NAMES[state.phase], idle_streak=state.counters.idle_streak,
-            idle_threshold=o.idle_threshold, booting_ticks=state.counters.booting_ticks,
+            name=pod.name,
+            phase=PHASE_NAMES[state.phase],
+            idle_streak=state.counters.idle_streak,
+            idle_threshold=o.idle_threshold,
+            booting_ticks=state.counters.booting_ticks,
             boot_grace_threshold=o.boot_grace_threshold,
             last_signal=SIGNAL_NAMES.get(saved.last_signal, saved.last_signal),
-            last_signal_pod_id=saved.last_signal_pod_id, runtime_cap_minutes=o.max_runtime_minutes,
-            check_seconds=o.check_seconds)
+            last_signal_pod_id=saved.last_signal_pod_id,
+            runtime_cap_minutes=o.max_runtime_minutes,
+            check_seconds=o.check_seconds,
+        )
         watch = self.watch_of(pod.name)
         response.watch, response.watch_reason = str(watch), watch_reason(watch)
         for field, value in (("runtime_cap_start", state.cap_started_at), ("last_tick_at", saved.last_tick_at)):
@@ -56,15 +75,17 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         ready = [t for t in state.readiness.values()]
         if ready:
             stamp(response.ready_since, min(ready))
-        projected = project_stop(state, watch=watch, last_tick_at=saved.last_tick_at, last_signal=saved.last_signal,
-                                 options=o)
+        projected = project_stop(
+            state, watch=watch, last_tick_at=saved.last_tick_at, last_signal=saved.last_signal, options=o
+        )
         if projected is not None:
             stamp(response.projected_stop_at, projected.at)
             response.projected_stop_trigger = str(projected.trigger)
         if state.phase is Phase.BOOTING:
             try:
-                view = await self.controller.GetPod(pods_pb2.GetPodRequest(name=pod.name),
-                                                    timeout=self.controller_timeout, metadata=outgoing_metadata())
+                view = await self.controller.GetPod(
+                    pods_pb2.GetPodRequest(name=pod.name), timeout=self.controller_timeout, metadata=outgoing_metadata()
+                )
                 if view.HasField("eta_seconds"):
                     response.eta_seconds = view.eta_seconds
             except grpc.aio.AioRpcError:

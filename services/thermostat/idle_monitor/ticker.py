@@ -59,8 +59,10 @@ _LEVELS = {EventLevel.INFO: logging.INFO, EventLevel.WARNING: logging.WARNING}
 
 
 # UNCONFIGURED says nothing about the pods, and UNSPECIFIED (a controller that predates the enum) even less
-_LOOKUPS: dict[int, Lookup] = {pods_pb2.LOOKUP_RESULT_FOUND: Lookup.FOUND,
-                               pods_pb2.LOOKUP_RESULT_NOT_FOUND: Lookup.NOT_FOUND}
+_LOOKUPS: dict[int, Lookup] = {
+    pods_pb2.LOOKUP_RESULT_FOUND: Lookup.FOUND,
+    pods_pb2.LOOKUP_RESULT_NOT_FOUND: Lookup.NOT_FOUND,
+}
 _STATUSES: dict[int, PodStatus] = {pods_pb2.PodStatus.Value(f"POD_STATUS_{s}"): s for s in PodStatus}
 
 
@@ -73,18 +75,32 @@ def _status(value: int) -> PodStatus:
 
 
 def _observation(pod: pods_pb2.ObservedPod) -> PodObservation:
-    return PodObservation(lookup=_lookup(pod.lookup_result), pod_id=pod.pod_id, status=_status(pod.pod_status),
-                          gpu_count=pod.gpu_count, gpu_id=pod.gpu_id or None)
+    return PodObservation(
+        lookup=_lookup(pod.lookup_result),
+        pod_id=pod.pod_id,
+        status=_status(pod.pod_status),
+        gpu_count=pod.gpu_count,
+        gpu_id=pod.gpu_id or None,
+    )
 
 
 class PodTicker:
     """Ticks one named pod. `may_act` is asked right before a stop: only the lease holder stops."""
 
-    def __init__(self, *, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub,
-                 scrapes: ScrapeClients, states: MonitorRepository, options: MonitorOptions, replica: str,
-                 scrape_timeout: float, controller_timeout: float,
-                 heard: Callable[[ControllerAnswer, str], None] | None = None,
-                 budget: BudgetCheck | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        pod_name: str,
+        controller: pods_pb2_grpc.PodControllerInternalStub,
+        scrapes: ScrapeClients,
+        states: MonitorRepository,
+        options: MonitorOptions,
+        replica: str,
+        scrape_timeout: float,
+        controller_timeout: float,
+        heard: Callable[[ControllerAnswer, str], None] | None = None,
+        budget: BudgetCheck | None = None,
+    ) -> None:
         self.pod_name = pod_name
         self.controller = controller
         self.scrapes = scrapes
@@ -111,8 +127,10 @@ class PodTicker:
         """The volume and a reading per pod; False when the controller says the pod is unconfigured."""
         try:
             volume = await self.controller.ObserveVolume(
-                pods_pb2.ObserveVolumeRequest(name=self.pod_name), timeout=self.controller_timeout,
-                metadata=outgoing_metadata())
+                pods_pb2.ObserveVolumeRequest(name=self.pod_name),
+                timeout=self.controller_timeout,
+                metadata=outgoing_metadata(),
+            )
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: controller unreachable (%s); tick holds", self.pod_name, error.code().name)
             self.heard(answer_of_error(error), error.code().name)
@@ -121,14 +139,19 @@ class PodTicker:
             self.heard(ControllerAnswer.UNCONFIGURED, "")
             return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), False
         self.heard(ControllerAnswer.CONFIGURED, "")
-        scrapes = await asyncio.gather(*(
-            self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods))
+        scrapes = await asyncio.gather(
+            *(self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods)
+        )
         if _lookup(volume.lookup_result) is not Lookup.UNREADABLE:
             await self.scrapes.retain({p.pod_id for p in volume.pods})
         readings = tuple(
-            PodReading(pod_id=p.pod_id, observation=_observation(p),
-                       scrape=None if text is None else _answered(parse_vllm_metrics(text)))
-            for p, text in zip(volume.pods, scrapes, strict=True))
+            PodReading(
+                pod_id=p.pod_id,
+                observation=_observation(p),
+                scrape=None if text is None else _answered(parse_vllm_metrics(text)),
+            )
+            for p, text in zip(volume.pods, scrapes, strict=True)
+        )
         lookup = VolumeLookup(lookup=_lookup(volume.lookup_result), pod_ids=tuple(p.pod_id for p in volume.pods))
         return TickObservation(volume=lookup, pods=readings), True
 
@@ -156,8 +179,7 @@ class PodTicker:
             order = await self._budget_order(observation)
         if order is not None:
             if not may_act():
-                log.warning("pod %s: lease no longer trusted; not stopping (another replica takes over)",
-                            self.pod_name)
+                log.warning("pod %s: lease no longer trusted; not stopping (another replica takes over)", self.pod_name)
                 return decision
             log.warning("pod %s: %s", self.pod_name, order.message)
             outcomes = await self._stop(order.pod_ids, order.trigger)
@@ -165,9 +187,14 @@ class PodTicker:
             await self._save(aftermath.state, decision, now)
             await self._report(aftermath.readiness)
             self._log_events(aftermath.events)
-            log.log(logging.INFO if aftermath.accepted else logging.WARNING, "pod %s: %s stop of %s %s",
-                    self.pod_name, order.trigger, ", ".join(order.pod_ids),
-                    "accepted" if aftermath.accepted else "refused; phase kept, a full window before the next")
+            log.log(
+                logging.INFO if aftermath.accepted else logging.WARNING,
+                "pod %s: %s stop of %s %s",
+                self.pod_name,
+                order.trigger,
+                ", ".join(order.pod_ids),
+                "accepted" if aftermath.accepted else "refused; phase kept, a full window before the next",
+            )
         return decision
 
     async def _budget_order(self, observation: TickObservation) -> StopOrder | None:
@@ -179,21 +206,39 @@ class PodTicker:
         if not targets:
             return None
         # the counters play no part in a budget stop; the evidence says so
-        return StopOrder(trigger=StopTrigger.BUDGET, pod_ids=targets, evidence=StopEvidence(
-            idle_streak=0, idle_threshold=0, booting_ticks=0, boot_grace_threshold=0, up_since=None,
-            max_runtime=None))
+        return StopOrder(
+            trigger=StopTrigger.BUDGET,
+            pod_ids=targets,
+            evidence=StopEvidence(
+                idle_streak=0,
+                idle_threshold=0,
+                booting_ticks=0,
+                boot_grace_threshold=0,
+                up_since=None,
+                max_runtime=None,
+            ),
+        )
 
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
-        await self.states.save(self.pod_name, SavedState(
-            state=state, last_signal=str(decision.signal.signal), last_signal_pod_id=decision.signal.pod_id or "",
-            last_tick_at=now, ticked_by=self.replica))
+        await self.states.save(
+            self.pod_name,
+            SavedState(
+                state=state,
+                last_signal=str(decision.signal.signal),
+                last_signal_pod_id=decision.signal.pod_id or "",
+                last_tick_at=now,
+                ticked_by=self.replica,
+            ),
+        )
 
     async def _stop(self, pod_ids: tuple[str, ...], trigger: StopTrigger) -> tuple[PodStopOutcome, ...]:
         try:
             reply = await self.controller.StopPods(
                 pods_pb2.StopPodsRequest(name=self.pod_name, pod_ids=pod_ids, trigger=_TRIGGERS[trigger]),
                 # the controller lists the volume, then stops each pod: two RunPod calls in a row
-                timeout=2 * self.controller_timeout, metadata=outgoing_metadata())
+                timeout=2 * self.controller_timeout,
+                metadata=outgoing_metadata(),
+            )
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: stop through the controller failed (%s)", self.pod_name, error.code().name)
             return tuple(PodStopOutcome(pod_id=i, ok=False) for i in pod_ids)
@@ -208,12 +253,17 @@ class PodTicker:
             if change.ready_since is not None:
                 stamp(request.ready_since, change.ready_since)
             try:
-                await self.controller.ReportReadiness(request, timeout=self.controller_timeout,
-                                                      metadata=outgoing_metadata())
+                await self.controller.ReportReadiness(
+                    request, timeout=self.controller_timeout, metadata=outgoing_metadata()
+                )
             except grpc.aio.AioRpcError as error:
                 self._unpublished[change.pod_id] = change
-                log.warning("pod %s: readiness report for %s failed (%s); retrying next tick", self.pod_name,
-                            change.pod_id, error.code().name)
+                log.warning(
+                    "pod %s: readiness report for %s failed (%s); retrying next tick",
+                    self.pod_name,
+                    change.pod_id,
+                    error.code().name,
+                )
 
     def _log_events(self, events: tuple[MonitorEvent, ...]) -> None:
         for event in events:

@@ -34,9 +34,16 @@ def answer_of_error(error: grpc.aio.AioRpcError) -> ControllerAnswer:
 class PodWatch:
     """Whether this replica watches `pod_name`; `start_ticking` runs once, the first time it is configured."""
 
-    def __init__(self, pod_name: str, controller: pods_pb2_grpc.PodControllerInternalStub, *,
-                 recheck_seconds: float, controller_timeout: float, start_ticking: Callable[[], None],
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        pod_name: str,
+        controller: pods_pb2_grpc.PodControllerInternalStub,
+        *,
+        recheck_seconds: float,
+        controller_timeout: float,
+        start_ticking: Callable[[], None],
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.pod_name = pod_name
         self.controller = controller
         self.recheck_seconds = recheck_seconds
@@ -63,8 +70,10 @@ class PodWatch:
         """Ask the controller once. For a configured pod that is one RunPod list call; for any other, none."""
         try:
             reply = await self.controller.ObserveVolume(
-                pods_pb2.ObserveVolumeRequest(name=self.pod_name), timeout=self.controller_timeout,
-                metadata=outgoing_metadata())
+                pods_pb2.ObserveVolumeRequest(name=self.pod_name),
+                timeout=self.controller_timeout,
+                metadata=outgoing_metadata(),
+            )
         except grpc.aio.AioRpcError as error:
             self.heard(answer_of_error(error), error.code().name)
         else:

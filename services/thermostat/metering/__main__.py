@@ -39,17 +39,30 @@ def auth_rules(settings: MeteringSettings) -> dict[str, TokenRule]:
     return {method_name(PUBLIC, "SetPodBudget"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,))}
 
 
-async def build(settings: MeteringSettings, env: Mapping[str, str], store: Store, *, clock: Clock = SYSTEM_CLOCK,
-                after_read: AfterRead = _nothing) -> ServiceHost:
+async def build(
+    settings: MeteringSettings,
+    env: Mapping[str, str],
+    store: Store,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    after_read: AfterRead = _nothing,
+) -> ServiceHost:
     """Wire metering over an open store: its servicers and the ledger's ingest (one replica, by lease)."""
     pods = parse_pod_options(env).pods
     repository = MeteringRepository(store.pool)
-    channel = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=5,
-                               internal_token=settings.internal_token())
+    channel = insecure_channel(
+        settings.pod_controller_addr, max_reconnect_seconds=5, internal_token=settings.internal_token()
+    )
     feed = PodActionFeed(pods_pb2_grpc.PodControllerInternalStub(channel), timeout=settings.feed_timeout_seconds)
     ledger = Ledger(repository, [feed], page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
-    leader = LedgerLeader(ledger, store.leases, replica=replica_id(), lease_seconds=settings.ledger_lease_seconds,
-                          poll_seconds=settings.ledger_poll_seconds, clock=clock)
+    leader = LedgerLeader(
+        ledger,
+        store.leases,
+        replica=replica_id(),
+        lease_seconds=settings.ledger_lease_seconds,
+        poll_seconds=settings.ledger_poll_seconds,
+        clock=clock,
+    )
     core = MeteringCore(pods, repository, clock=clock)
     tasks: list[asyncio.Task[None]] = []
 
@@ -68,9 +81,16 @@ async def build(settings: MeteringSettings, env: Mapping[str, str], store: Store
         await channel.close()
 
     return ServiceHost(
-        ServiceSpec(name=METERING.name, service_names=METERING.served, register=register,
-                    auth_rules=auth_rules(settings), dependency_check=store.ping, on_start=[start],
-                    on_stop=[shutdown], internal_token=settings.internal_token()),
+        ServiceSpec(
+            name=METERING.name,
+            service_names=METERING.served,
+            register=register,
+            auth_rules=auth_rules(settings),
+            dependency_check=store.ping,
+            on_start=[start],
+            on_stop=[shutdown],
+            internal_token=settings.internal_token(),
+        ),
         probe_seconds=settings.health_probe_seconds,
     )
 

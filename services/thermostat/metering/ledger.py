@@ -62,14 +62,28 @@ class PodActionFeed:
 
     async def read(self, after: int, limit: int) -> Page:
         reply = await self.stub.ListBillableActions(
-            pods_pb2.ListBillableActionsRequest(after_position=after, page_size=limit), timeout=self.timeout,
+            pods_pb2.ListBillableActionsRequest(after_position=after, page_size=limit),
+            timeout=self.timeout,
             # a controller restarting is waited for (within the timeout), not failed at once in its backoff
-            wait_for_ready=True, metadata=outgoing_metadata())
-        entries = [LedgerAction(
-            source_id=b.action.id, position=b.position, pod_name=b.action.pod_name, action=b.action.action,
-            pod_id=b.action.pod_id, ok=b.action.ok, trigger=b.action.trigger, at=from_timestamp(b.action.at),
-            http_status=b.action.http_status or None, gpu_id=b.action.gpu_id or None,
-            price_per_hour=b.action.price_per_hour or None) for b in reply.actions]
+            wait_for_ready=True,
+            metadata=outgoing_metadata(),
+        )
+        entries = [
+            LedgerAction(
+                source_id=b.action.id,
+                position=b.position,
+                pod_name=b.action.pod_name,
+                action=b.action.action,
+                pod_id=b.action.pod_id,
+                ok=b.action.ok,
+                trigger=b.action.trigger,
+                at=from_timestamp(b.action.at),
+                http_status=b.action.http_status or None,
+                gpu_id=b.action.gpu_id or None,
+                price_per_hour=b.action.price_per_hour or None,
+            )
+            for b in reply.actions
+        ]
         through = entries[-1].position if entries else after
         return Page(entries=entries, through=through, head=max(reply.head_position, through))
 
@@ -86,8 +100,15 @@ async def _nothing(_feed: Feed, _page: Page) -> None:
 
 
 class Ledger:
-    def __init__(self, repository: MeteringRepository, feeds: Sequence[Feed], *, page_size: int = 1000,
-                 clock: Clock = SYSTEM_CLOCK, after_read: AfterRead = _nothing) -> None:
+    def __init__(
+        self,
+        repository: MeteringRepository,
+        feeds: Sequence[Feed],
+        *,
+        page_size: int = 1000,
+        clock: Clock = SYSTEM_CLOCK,
+        after_read: AfterRead = _nothing,
+    ) -> None:
         self.repository = repository
         self.feeds = tuple(feeds)
         self.page_size = page_size
@@ -102,8 +123,14 @@ class Ledger:
         await self.after_read(feed, page)
         landed = await feed.land(self.repository, page)
         if page.entries:
-            log.debug("%s: %d entries read, %d new, through %d (head %d)", feed.source, len(page.entries), landed,
-                      page.through, page.head)
+            log.debug(
+                "%s: %d entries read, %d new, through %d (head %d)",
+                feed.source,
+                len(page.entries),
+                landed,
+                page.through,
+                page.head,
+            )
         return len(page.entries)
 
     async def catch_up(self, feed: Feed) -> int:
@@ -129,8 +156,16 @@ class Ledger:
 class LedgerLeader:
     """Runs the ledger on the one replica that holds the ingest lease."""
 
-    def __init__(self, ledger: Ledger, leases: LeaseStore, *, replica: str, lease_seconds: float,
-                 poll_seconds: float, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        leases: LeaseStore,
+        *,
+        replica: str,
+        lease_seconds: float,
+        poll_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.ledger = ledger
         self.leases = leases
         self.replica = replica
@@ -140,8 +175,9 @@ class LedgerLeader:
 
     async def run(self) -> None:
         while True:
-            keeper = LeaseKeeper(self.leases, name="metering:ingest", holder=self.replica, ttl=self.lease_seconds,
-                                 clock=self.clock)
+            keeper = LeaseKeeper(
+                self.leases, name="metering:ingest", holder=self.replica, ttl=self.lease_seconds, clock=self.clock
+            )
             await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.poll_seconds))
             log.info("this replica ingests the ledger")
             try:

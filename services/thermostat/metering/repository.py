@@ -62,8 +62,9 @@ class MeteringRepository:
             value: int = await c.fetchval(Q["feed_position"], source)
             return value
 
-    async def land_pod_actions(self, source: str, actions: list[LedgerAction] | tuple[LedgerAction, ...], *,
-                               through: int, head: int) -> int:
+    async def land_pod_actions(
+        self, source: str, actions: list[LedgerAction] | tuple[LedgerAction, ...], *, through: int, head: int
+    ) -> int:
         """Land a page and advance the feed to `through` in one transaction; how many entries were new."""
         async with borrow(self._pool) as c, c.transaction():
             await c.execute(Q["ensure_feed"], source)
@@ -71,11 +72,20 @@ class MeteringRepository:
             status = "INSERT 0 0"
             if actions:
                 status = await c.execute(
-                    Q["land_pod_action"], source, [a.source_id for a in actions], [a.position for a in actions],
-                    [a.pod_name for a in actions], [a.action for a in actions], [a.pod_id for a in actions],
-                    [a.gpu_id for a in actions], [a.price_per_hour for a in actions],
-                    [a.http_status for a in actions], [a.ok for a in actions], [a.trigger for a in actions],
-                    [a.at for a in actions])
+                    Q["land_pod_action"],
+                    source,
+                    [a.source_id for a in actions],
+                    [a.position for a in actions],
+                    [a.pod_name for a in actions],
+                    [a.action for a in actions],
+                    [a.pod_id for a in actions],
+                    [a.gpu_id for a in actions],
+                    [a.price_per_hour for a in actions],
+                    [a.http_status for a in actions],
+                    [a.ok for a in actions],
+                    [a.trigger for a in actions],
+                    [a.at for a in actions],
+                )
             await c.execute(Q["advance_feed"], source, through, head)
             return int(status.rsplit(" ", 1)[-1])
 
@@ -87,15 +97,33 @@ class MeteringRepository:
     async def feeds(self) -> list[FeedState]:
         async with borrow(self._pool) as c:
             rows = await c.fetch(Q["feeds"])
-        return [FeedState(source=r["source"], position=r["position"], head_position=r["head_position"],
-                          last_read_at=r["last_read_at"], error=r["error"]) for r in rows]
+        return [
+            FeedState(
+                source=r["source"],
+                position=r["position"],
+                head_position=r["head_position"],
+                last_read_at=r["last_read_at"],
+                error=r["error"],
+            )
+            for r in rows
+        ]
 
     async def pod_events(self, pod_name: str) -> list[BillableEvent]:
         async with borrow(self._pool) as c:
             rows = await c.fetch(Q["pod_events"], pod_name)
-        return [BillableEvent(position=r["position"], at=r["at"], action=r["action"], pod_id=r["pod_id"], ok=r["ok"],
-                              http_status=r["http_status"], gpu_id=r["gpu_id"], price_per_hour=r["price_per_hour"])
-                for r in rows]
+        return [
+            BillableEvent(
+                position=r["position"],
+                at=r["at"],
+                action=r["action"],
+                pod_id=r["pod_id"],
+                ok=r["ok"],
+                http_status=r["http_status"],
+                gpu_id=r["gpu_id"],
+                price_per_hour=r["price_per_hour"],
+            )
+            for r in rows
+        ]
 
     async def pod_budget(self, pod_name: str) -> PodBudget:
         async with borrow(self._pool) as c:

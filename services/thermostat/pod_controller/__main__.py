@@ -47,37 +47,68 @@ def auth_rules(settings: PodControllerSettings) -> dict[str, TokenRule]:
     }
 
 
-async def build(settings: PodControllerSettings, env: Mapping[str, str], store: Store, *,
-                clock: Clock = SYSTEM_CLOCK) -> ServiceHost:
+async def build(
+    settings: PodControllerSettings, env: Mapping[str, str], store: Store, *, clock: Clock = SYSTEM_CLOCK
+) -> ServiceHost:
     """Wire the pod controller over an open store; the host's stop hooks close what this opened."""
     options = parse_pod_options(env)
     for warning in options.warnings:
         log.warning("[RunPodWake] options: %s", warning)
     if settings.runpod_api_key is None:
         # read once: a key provisioned later takes effect when this process restarts (deploy/README.md)
-        log.warning("RUNPOD_API_KEY is unset: every pod is unconfigured (start/stop 503, GET configured:false) "
-                    "until the controller restarts with it")
+        log.warning(
+            "RUNPOD_API_KEY is unset: every pod is unconfigured (start/stop 503, GET configured:false) "
+            "until the controller restarts with it"
+        )
     for pod in options.pods:
         if not pod.configured:
             log.warning("pod %s: volume id blank: unconfigured (start/stop 503, GET configured:false)", pod.name)
-        log.info("pod %s: volume=%s datacenter=%s max_price=%.2f template=%s", pod.name, pod.volume_id or "-",
-                 pod.datacenter_id, pod.max_price_per_hour, "set" if pod.template_id else "unset")
+        log.info(
+            "pod %s: volume=%s datacenter=%s max_price=%.2f template=%s",
+            pod.name,
+            pod.volume_id or "-",
+            pod.datacenter_id,
+            pod.max_price_per_hour,
+            "set" if pod.template_id else "unset",
+        )
     client = RunPodV2Client(
         settings.runpod_api_key.get_secret_value() if settings.runpod_api_key else None,
-        base_url=settings.runpod_v2_base_url, timeout_seconds=settings.runpod_timeout_seconds)
-    records = PodRepository(store.pool, timeout=settings.record_timeout_seconds,
-                            read_timeout=settings.store_read_timeout_seconds)
-    gate = WakeGate(records, store.leases, replica=replica_id(), lease_seconds=settings.wake_lease_seconds,
-                    call_budget=settings.runpod_timeout_seconds, clock=clock)
+        base_url=settings.runpod_v2_base_url,
+        timeout_seconds=settings.runpod_timeout_seconds,
+    )
+    records = PodRepository(
+        store.pool, timeout=settings.record_timeout_seconds, read_timeout=settings.store_read_timeout_seconds
+    )
+    gate = WakeGate(
+        records,
+        store.leases,
+        replica=replica_id(),
+        lease_seconds=settings.wake_lease_seconds,
+        call_budget=settings.runpod_timeout_seconds,
+        clock=clock,
+    )
     monitor_options, _ = parse_monitor_options(env)  # the monitor logs their warnings; here they size projections
-    metering = (insecure_channel(settings.metering_addr, max_reconnect_seconds=5,
-                                 internal_token=settings.internal_token()) if settings.metering_addr else None)
+    metering = (
+        insecure_channel(settings.metering_addr, max_reconnect_seconds=5, internal_token=settings.internal_token())
+        if settings.metering_addr
+        else None
+    )
     if metering is None:
         log.info("METERING_ADDR is unset: wakes are not checked against budgets")
-    budget = BudgetGuard(metering_pb2_grpc.MeteringInternalStub(metering) if metering is not None else None,
-                         monitor_options, timeout=settings.metering_timeout_seconds)
-    control = PodControl(options.pods, client, records, gate, WakeService(client, records, budget=budget),
-                         watch_poll_seconds=settings.watch_poll_seconds, clock=clock)
+    budget = BudgetGuard(
+        metering_pb2_grpc.MeteringInternalStub(metering) if metering is not None else None,
+        monitor_options,
+        timeout=settings.metering_timeout_seconds,
+    )
+    control = PodControl(
+        options.pods,
+        client,
+        records,
+        gate,
+        WakeService(client, records, budget=budget),
+        watch_poll_seconds=settings.watch_poll_seconds,
+        clock=clock,
+    )
 
     def register(server: aio.Server) -> None:
         pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control), server)
@@ -92,9 +123,16 @@ async def build(settings: PodControllerSettings, env: Mapping[str, str], store: 
     return ServiceHost(
         # reflection lists every public service of the house (never an internal one): the edge sends grpcurl's
         # reflection calls here
-        ServiceSpec(name=POD_CONTROLLER.name, service_names=POD_CONTROLLER.served, register=register,
-                    auth_rules=auth_rules(settings), dependency_check=store.ping, on_stop=[shutdown],
-                    reflection_names=public_services(), internal_token=settings.internal_token()),
+        ServiceSpec(
+            name=POD_CONTROLLER.name,
+            service_names=POD_CONTROLLER.served,
+            register=register,
+            auth_rules=auth_rules(settings),
+            dependency_check=store.ping,
+            on_stop=[shutdown],
+            reflection_names=public_services(),
+            internal_token=settings.internal_token(),
+        ),
         probe_seconds=settings.health_probe_seconds,
     )
 

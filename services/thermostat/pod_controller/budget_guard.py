@@ -45,8 +45,9 @@ class BudgetRefusal:
 
 
 class BudgetGuard:
-    def __init__(self, stub: metering_pb2_grpc.MeteringInternalStub | None, monitor: MonitorOptions, *,
-                 timeout: float = 2.0) -> None:
+    def __init__(
+        self, stub: metering_pb2_grpc.MeteringInternalStub | None, monitor: MonitorOptions, *, timeout: float = 2.0
+    ) -> None:
         self.stub = stub
         self.monitor = monitor
         self.timeout = timeout
@@ -64,9 +65,12 @@ class BudgetGuard:
             boots = []
         measured = estimate_eta(select_boot_durations(boots, None), 0.0)
         boot_minutes = measured / 60 if measured is not None else self.monitor.boot_grace_minutes
-        return project_wake_spend(cheapest_rate_per_hour=cheapest, boot_minutes=boot_minutes,
-                                  idle_minutes=self.monitor.idle_minutes,
-                                  runtime_cap_minutes=self.monitor.max_runtime_minutes)
+        return project_wake_spend(
+            cheapest_rate_per_hour=cheapest,
+            boot_minutes=boot_minutes,
+            idle_minutes=self.monitor.idle_minutes,
+            runtime_cap_minutes=self.monitor.max_runtime_minutes,
+        )
 
     async def check(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> BudgetRefusal | None:
         """None when the wake may go on; else why not.
@@ -81,23 +85,33 @@ class BudgetGuard:
         try:
             state = await self.stub.CheckPodBudget(
                 metering_pb2.CheckPodBudgetRequest(name=pod.name, projected_usd=0.0),
-                timeout=self.timeout, metadata=outgoing_metadata())
+                timeout=self.timeout,
+                metadata=outgoing_metadata(),
+            )
         except grpc.aio.AioRpcError as error:
             projecting.cancel()
             log.warning("pod %s: metering unreachable (%s): wake refused", pod.name, error.code().name)
-            return BudgetRefusal(reason=f"budget unknown: metering unreachable ({error.code().name}); the wake is "
-                                        "refused while METERING_ADDR is set (fail closed)")
+            return BudgetRefusal(
+                reason=f"budget unknown: metering unreachable ({error.code().name}); the wake is "
+                "refused while METERING_ADDR is set (fail closed)"
+            )
         except BaseException:
             projecting.cancel()
             raise
         projected = await projecting
-        budget = PodBudget(daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
-                           monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None)
-        verdict = judge_budget(budget, today_usd=state.today_usd, month_usd=state.month_usd,
-                               projected_usd=projected.usd, pod_name=pod.name)
+        budget = PodBudget(
+            daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
+            monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None,
+        )
+        verdict = judge_budget(
+            budget, today_usd=state.today_usd, month_usd=state.month_usd, projected_usd=projected.usd, pod_name=pod.name
+        )
         if verdict.allowed:
             return None
-        return BudgetRefusal(reason=(
-            f"{verdict.reason} [budget={verdict.period} limit_usd={verdict.limit_usd:.4f} "
-            f"spent_usd={verdict.spent_usd:.4f} projected_usd={verdict.projected_usd:.4f} "
-            f"rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}]"))
+        return BudgetRefusal(
+            reason=(
+                f"{verdict.reason} [budget={verdict.period} limit_usd={verdict.limit_usd:.4f} "
+                f"spent_usd={verdict.spent_usd:.4f} projected_usd={verdict.projected_usd:.4f} "
+                f"rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}]"
+            )
+        )

@@ -23,9 +23,14 @@ _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNN
 
 def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
     record = pods_pb2.WakeRecord(
-        attempt_id=row.attempt_id, pod_name=row.pod_name, outcome=row.outcome or "",
-        wake_outcome=row.wake_outcome or "", reason=row.reason or "", pod_id=row.pod_id or "",
-        gpu_id=row.gpu_id or "", price_per_hour=row.price_per_hour or 0.0,
+        attempt_id=row.attempt_id,
+        pod_name=row.pod_name,
+        outcome=row.outcome or "",
+        wake_outcome=row.wake_outcome or "",
+        reason=row.reason or "",
+        pod_id=row.pod_id or "",
+        gpu_id=row.gpu_id or "",
+        price_per_hour=row.price_per_hour or 0.0,
         candidates_considered=row.candidates_considered or 0,
         last_provider_status=row.last_provider_status or 0,
     )
@@ -40,8 +45,9 @@ async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[Volum
     return volume, list(observations)
 
 
-async def build_view(client: RunPodV2Client, records: PodRepository, pod: PodOptions,
-                     now: datetime) -> pods_pb2.GetPodResponse:
+async def build_view(
+    client: RunPodV2Client, records: PodRepository, pod: PodOptions, now: datetime
+) -> pods_pb2.GetPodResponse:
     configured = client.is_configured and pod.configured
     observations: list[PodObservation] = []
     volume: VolumeLookup | None = None
@@ -49,10 +55,17 @@ async def build_view(client: RunPodV2Client, records: PodRepository, pod: PodOpt
         volume, observations = await observe_volume(client, pod)
     view = view_volume_pods(volume, observations)
     response = pods_pb2.GetPodResponse(
-        name=pod.name, configured=view.configured, status=str(view.status), is_running=view.is_running,
-        pod_id=view.pod_id or "", proxy_url=pod.proxy_url(view.pod_id) if view.pod_id else "",
-        pods_on_volume=view.pods_on_volume, datacenter=pod.datacenter_id, lookup=str(view.lookup),
+        name=pod.name,
+        configured=view.configured,
+        status=str(view.status),
+        is_running=view.is_running,
+        pod_id=view.pod_id or "",
+        proxy_url=pod.proxy_url(view.pod_id) if view.pod_id else "",
+        pods_on_volume=view.pods_on_volume,
+        datacenter=pod.datacenter_id,
+        lookup=str(view.lookup),
     )
+
     async def ready_since() -> datetime | None:
         # null while booting or down (pod-control seed: Surface): a down pod's old report says nothing about now
         return await records.readiness(pod.name, view.pod_id) if view.pod_id and view.is_running else None
@@ -63,8 +76,7 @@ async def build_view(client: RunPodV2Client, records: PodRepository, pod: PodOpt
         readiness, newest = await asyncio.gather(ready_since(), records.newest_wake(pod.name))
     except Exception as error:
         # GET answers 200 whatever is down (pod-control seed: Surface); without the store it reports RunPod's view alone
-        log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name,
-                    type(error).__name__)
+        log.warning("pod %s: records unreadable (%s); readySince and lastWake left out", pod.name, type(error).__name__)
         readiness, newest, readable = None, None, False
     ready = readiness is not None
     if readiness is not None:

@@ -159,23 +159,41 @@ class PodRepository:
     async def record_action(self, entry: ActionEntry) -> None:
         """Append a billable action; on failure log it whole at ERROR and carry on."""
         log.info(
-            "billable %s pod=%s ok=%s gpu=%s price=%s status=%s trigger=%s", entry.action, entry.pod_id, entry.ok,
-            entry.gpu_id, entry.price_per_hour, entry.http_status, entry.trigger,
+            "billable %s pod=%s ok=%s gpu=%s price=%s status=%s trigger=%s",
+            entry.action,
+            entry.pod_id,
+            entry.ok,
+            entry.gpu_id,
+            entry.price_per_hour,
+            entry.http_status,
+            entry.trigger,
         )
         try:
             # shielded: an action issued during shutdown or by a cancelled caller is still recorded
             await asyncio.shield(self._run(lambda c: self._insert_action(c, entry), self.timeout))
         except Exception as error:
-            log.error("billable action NOT persisted (%s): %s", type(error).__name__,
-                      json.dumps(asdict(entry), default=str))
+            log.error(
+                "billable action NOT persisted (%s): %s", type(error).__name__, json.dumps(asdict(entry), default=str)
+            )
 
     @staticmethod
     async def _insert_action(conn: PoolConnectionProxy, entry: ActionEntry) -> None:
         async with conn.transaction():
             await conn.execute(Q["feed_lock"])
             await conn.execute(
-                Q["insert_action"], uuid.uuid4(), entry.pod_name, entry.action, entry.pod_id, entry.gpu_id,
-                entry.price_per_hour, entry.http_status, entry.ok, entry.trigger, entry.detail, entry.stop_id)
+                Q["insert_action"],
+                uuid.uuid4(),
+                entry.pod_name,
+                entry.action,
+                entry.pod_id,
+                entry.gpu_id,
+                entry.price_per_hour,
+                entry.http_status,
+                entry.ok,
+                entry.trigger,
+                entry.detail,
+                entry.stop_id,
+            )
 
     async def billable_actions(self, after_position: int, limit: int) -> tuple[list[tuple[int, ActionRow]], int]:
         """The feed: actions after `after_position` in position order, and the newest position (its head)."""
@@ -184,8 +202,7 @@ class PodRepository:
             # head first: every row read below it is at or before it, so the head never trails the page
             head: int = await conn.fetchval(Q["billable_head"])
             rows = await conn.fetch(Q["billable_actions_after"], after_position, limit)
-            return [(r["position"], _action_row(dict(r))) for r in rows], max(head, rows[-1]["position"] if rows
-                                                                                else 0)
+            return [(r["position"], _action_row(dict(r))) for r in rows], max(head, rows[-1]["position"] if rows else 0)
 
         return await self._run(read, self.timeout)
 
@@ -202,30 +219,46 @@ class PodRepository:
         try:
             await asyncio.shield(self._run(write, self.timeout))
         except Exception as error:
-            log.error("pod %s: %s stop issued, NOT written before the call (%s)", pod_name, trigger,
-                      type(error).__name__)
+            log.error(
+                "pod %s: %s stop issued, NOT written before the call (%s)", pod_name, trigger, type(error).__name__
+            )
             return None
         return stop_id
 
     async def settle_stop(self, stop_id: uuid.UUID, accepted_pod_ids: list[str]) -> None:
         """Write that a stop's answers are all in: a wake waiting on it goes on."""
         try:
-            await asyncio.shield(self._run(
-                lambda c: c.execute(Q["settle_stop"], stop_id, accepted_pod_ids), self.timeout))
+            await asyncio.shield(
+                self._run(lambda c: c.execute(Q["settle_stop"], stop_id, accepted_pod_ids), self.timeout)
+            )
         except Exception as error:
             # a wake waiting on it waits out the settle bound instead
-            log.error("stop %s: settlement NOT written (%s); accepted: %s", stop_id, type(error).__name__,
-                      ", ".join(accepted_pod_ids) or "none")
+            log.error(
+                "stop %s: settlement NOT written (%s); accepted: %s",
+                stop_id,
+                type(error).__name__,
+                ", ".join(accepted_pod_ids) or "none",
+            )
 
     async def stops_around(self, pod_name: str, requested_at: datetime, settle_seconds: float) -> StopsAround | None:
         """The stops a wake requested at `requested_at` answers to; None when there are none."""
-        rows = await self._run(lambda c: c.fetch(Q["stops_around_wake"], pod_name, requested_at, settle_seconds),
-                               self.timeout)
+        rows = await self._run(
+            lambda c: c.fetch(Q["stops_around_wake"], pod_name, requested_at, settle_seconds), self.timeout
+        )
         if not rows:
             return None
-        return StopsAround(now=rows[0]["now"], stops=tuple(
-            StopEntry(issued_at=r["issued_at"], trigger=r["trigger"], settled=r["settled"],
-                      accepted_pod_ids=tuple(r["accepted_pod_ids"])) for r in rows))
+        return StopsAround(
+            now=rows[0]["now"],
+            stops=tuple(
+                StopEntry(
+                    issued_at=r["issued_at"],
+                    trigger=r["trigger"],
+                    settled=r["settled"],
+                    accepted_pod_ids=tuple(r["accepted_pod_ids"]),
+                )
+                for r in rows
+            ),
+        )
 
     # ---- wakes
 
@@ -254,11 +287,22 @@ class PodRepository:
     async def complete_wake(self, attempt: uuid.UUID, completion: WakeCompletion, result: WakeResult | None) -> bool:
         """Close the wake's row with its outcome and its callers' result; False when no open row was there."""
         c = completion
-        status = await self._run(lambda conn: conn.execute(
-            Q["complete_wake"], attempt, c.outcome, c.wake_outcome, c.reason, c.pod_id, c.gpu_id, c.price_per_hour,
-            c.candidates_considered, c.last_provider_status,
-            WAKE_RESULTS.encode(result) if result is not None else None,
-        ), self.timeout)
+        status = await self._run(
+            lambda conn: conn.execute(
+                Q["complete_wake"],
+                attempt,
+                c.outcome,
+                c.wake_outcome,
+                c.reason,
+                c.pod_id,
+                c.gpu_id,
+                c.price_per_hour,
+                c.candidates_considered,
+                c.last_provider_status,
+                WAKE_RESULTS.encode(result) if result is not None else None,
+            ),
+            self.timeout,
+        )
         return bool(status != "UPDATE 0")
 
     async def completed_since(self, pod_name: str, arrival: datetime) -> WakeResult | None:
@@ -296,8 +340,9 @@ class PodRepository:
                         duration = (ready_since - wake["requested_at"]).total_seconds()
                         if duration >= 0:
                             gpu_id = wake["gpu_id"] or await conn.fetchval(Q["created_gpu"], pod_name, pod_id) or ""
-                            await conn.execute(Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"],
-                                               ready_since, duration)
+                            await conn.execute(
+                                Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"], ready_since, duration
+                            )
                 return bool(changed)
 
         return await self._run(write, self.timeout)
@@ -313,19 +358,26 @@ class PodRepository:
     async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
         """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""
         rows = await self._read(lambda c: c.fetch(Q["recent_boots"], pod_name, limit))
-        return [BootRecord(gpu_id=r["gpu_id"] or None, wake_to_ready_seconds=float(r["duration_seconds"]))
-                for r in reversed(rows)]
+        return [
+            BootRecord(gpu_id=r["gpu_id"] or None, wake_to_ready_seconds=float(r["duration_seconds"]))
+            for r in reversed(rows)
+        ]
 
     # ---- history
 
-    async def history_page(self, pod_name: str, *, before: tuple[datetime, str] | None,
-                           limit: int) -> list[HistoryEntry]:
+    async def history_page(
+        self, pod_name: str, *, before: tuple[datetime, str] | None, limit: int
+    ) -> list[HistoryEntry]:
         at, id_ = before if before else (None, None)
         rows = await self._read(lambda c: c.fetch(Q["history_page"], pod_name, at, id_, limit))
-        return [HistoryEntry(at=r["at"], id=r["id"],
-                             entry=_action_row(json.loads(r["row"])) if r["kind"] == "action"
-                             else _wake_row(json.loads(r["row"])))
-                for r in rows]
+        return [
+            HistoryEntry(
+                at=r["at"],
+                id=r["id"],
+                entry=_action_row(json.loads(r["row"])) if r["kind"] == "action" else _wake_row(json.loads(r["row"])),
+            )
+            for r in rows
+        ]
 
 
 def _moment(value: object) -> datetime | None:
@@ -339,17 +391,34 @@ def _wake_row(row: dict[str, Any]) -> WakeRow:
     requested_at = _moment(row["requested_at"])
     assert requested_at is not None
     return WakeRow(
-        attempt_id=str(row["attempt_id"]), pod_name=row["pod_name"], requested_at=requested_at,
-        completed_at=_moment(row.get("completed_at")), outcome=row.get("outcome"),
-        wake_outcome=row.get("wake_outcome"), reason=row.get("reason"), pod_id=row.get("pod_id"),
-        gpu_id=row.get("gpu_id"), price_per_hour=row.get("price_per_hour"),
-        candidates_considered=row.get("candidates_considered"), last_provider_status=row.get("last_provider_status"))
+        attempt_id=str(row["attempt_id"]),
+        pod_name=row["pod_name"],
+        requested_at=requested_at,
+        completed_at=_moment(row.get("completed_at")),
+        outcome=row.get("outcome"),
+        wake_outcome=row.get("wake_outcome"),
+        reason=row.get("reason"),
+        pod_id=row.get("pod_id"),
+        gpu_id=row.get("gpu_id"),
+        price_per_hour=row.get("price_per_hour"),
+        candidates_considered=row.get("candidates_considered"),
+        last_provider_status=row.get("last_provider_status"),
+    )
 
 
 def _action_row(row: dict[str, Any]) -> ActionRow:
     at = _moment(row["at"])
     assert at is not None
     return ActionRow(
-        id=str(row["id"]), at=at, pod_name=row["pod_name"], action=row["action"], pod_id=row["pod_id"],
-        ok=bool(row["ok"]), trigger=row["trigger"], http_status=row.get("http_status"), gpu_id=row.get("gpu_id"),
-        price_per_hour=row.get("price_per_hour"), detail=row.get("detail"))
+        id=str(row["id"]),
+        at=at,
+        pod_name=row["pod_name"],
+        action=row["action"],
+        pod_id=row["pod_id"],
+        ok=bool(row["ok"]),
+        trigger=row["trigger"],
+        http_status=row.get("http_status"),
+        gpu_id=row.get("gpu_id"),
+        price_per_hour=row.get("price_per_hour"),
+        detail=row.get("detail"),
+    )

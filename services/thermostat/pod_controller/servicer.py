@@ -53,8 +53,17 @@ DEFAULT_FEED_PAGE = 500
 class PodControl:
     """What both servicers share: the configured pods, the RunPod client, the records, the wake."""
 
-    def __init__(self, pods: Sequence[PodOptions], client: RunPodV2Client, records: PodRepository, gate: WakeGate,
-                 wake: WakeService, *, watch_poll_seconds: float = 2.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        pods: Sequence[PodOptions],
+        client: RunPodV2Client,
+        records: PodRepository,
+        gate: WakeGate,
+        wake: WakeService,
+        *,
+        watch_poll_seconds: float = 2.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.pods = tuple(pods)
         self.client = client
         self.records = records
@@ -75,17 +84,26 @@ class PodControl:
 
         async def one(pod_id: str, stop_id: uuid.UUID | None) -> pods_pb2.PodResult:
             result = await self.client.stop(pod_id)
-            await self.records.record_action(ActionEntry(
-                pod_name=pod.name, action="Stop", pod_id=pod_id, ok=result.ok, http_status=result.http_status,
-                trigger=trigger, stop_id=stop_id))
+            await self.records.record_action(
+                ActionEntry(
+                    pod_name=pod.name,
+                    action="Stop",
+                    pod_id=pod_id,
+                    ok=result.ok,
+                    http_status=result.http_status,
+                    trigger=trigger,
+                    stop_id=stop_id,
+                )
+            )
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
                 try:
                     await self.records.clear_readiness(pod.name, pod_id)
                 except Exception as error:
                     # the pod is stopped either way; a store blip must not turn the stop into an error
-                    log.error("pod %s: readiness of stopped pod %s NOT cleared (%s)", pod.name, pod_id,
-                              type(error).__name__)
+                    log.error(
+                        "pod %s: readiness of stopped pod %s NOT cleared (%s)", pod.name, pod_id, type(error).__name__
+                    )
             return pods_pb2.PodResult(pod_id=pod_id, ok=result.ok)
 
         async def all_of_them() -> list[pods_pb2.PodResult]:
@@ -107,22 +125,30 @@ class PodControl:
             except Exception as error:
                 log.exception("pod %s: wake raised", pod.name)
                 last = last_wake_of_exception(f"{type(error).__name__}: {error}")
-                result = WakeResult(outcome=WakeOutcome.FAILED, failure_kind=WakeFailureKind.EXCEPTION,
-                                    message=last.reason)
+                result = WakeResult(
+                    outcome=WakeOutcome.FAILED, failure_kind=WakeFailureKind.EXCEPTION, message=last.reason
+                )
             else:
                 last = last_wake_of(result)
             log.info("pod %s: wake %s (%s) %s", pod.name, result.outcome, last.outcome, result.message)
             completion = WakeCompletion(
-                outcome=str(last.outcome), wake_outcome=last.wake_outcome, reason=last.reason, pod_id=result.pod_id,
-                gpu_id=result.gpu_id, price_per_hour=result.price_per_hour,
-                candidates_considered=result.candidates_considered, last_provider_status=result.last_provider_status)
+                outcome=str(last.outcome),
+                wake_outcome=last.wake_outcome,
+                reason=last.reason,
+                pod_id=result.pod_id,
+                gpu_id=result.gpu_id,
+                price_per_hour=result.price_per_hour,
+                candidates_considered=result.candidates_considered,
+                last_provider_status=result.last_provider_status,
+            )
             return result, completion
 
         return await self.gate.run(pod.name, attempt)
 
 
-async def _set_status(context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None,
-                      nulls: Sequence[str] = ()) -> None:
+async def _set_status(
+    context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None, nulls: Sequence[str] = ()
+) -> None:
     """Tell the edge what gRPC cannot: an HTTP status, a problem title, the fields the pod-control seed prints as
     null."""
     metadata = []
@@ -144,9 +170,11 @@ def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
     FILE breaking rules forbid. The REST view writes either kind as null.
     """
     descriptor = message.DESCRIPTOR.fields_by_name
-    return [json_name for proto_name, json_name in fields
-            if not (message.HasField(proto_name) if descriptor[proto_name].has_presence
-                    else getattr(message, proto_name))]
+    return [
+        json_name
+        for proto_name, json_name in fields
+        if not (message.HasField(proto_name) if descriptor[proto_name].has_presence else getattr(message, proto_name))
+    ]
 
 
 # podId / proxyUrl are null in the pod-control seed when no pod is named
@@ -157,8 +185,9 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     def __init__(self, control: PodControl) -> None:
         self.c = control
 
-    async def StartPod(self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
-                       ) -> pods_pb2.StartPodResponse:
+    async def StartPod(
+        self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.StartPodResponse:
         pod = await self.c.pod(request.name, context)
         try:
             result = await self.c.run_wake(pod)  # an unconfigured pod is refused there, and recorded as Refused
@@ -170,18 +199,27 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         if outcome is WakeOutcome.FAILED:
             await _set_status(context, 409, "Failed")
             await context.abort(grpc.StatusCode.ABORTED, result.message or "wake failed")
-        response = pods_pb2.StartPodResponse(name=pod.name, outcome=str(outcome), pod_id=result.pod_id or "",
-                                             proxy_url=result.proxy_url or "", message=result.message or "")
+        response = pods_pb2.StartPodResponse(
+            name=pod.name,
+            outcome=str(outcome),
+            pod_id=result.pod_id or "",
+            proxy_url=result.proxy_url or "",
+            message=result.message or "",
+        )
         if result.gpu_id:
             response.gpu_id = result.gpu_id
         if result.price_per_hour is not None:
             response.price_per_hour = result.price_per_hour
-        await _set_status(context, 202 if outcome is WakeOutcome.WAITING else None,
-                          nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))))
+        await _set_status(
+            context,
+            202 if outcome is WakeOutcome.WAITING else None,
+            nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))),
+        )
         return response
 
-    async def StopPod(self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
-                      ) -> pods_pb2.StopPodResponse:
+    async def StopPod(
+        self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.StopPodResponse:
         pod = await self.c.pod(request.name, context)
         if not self.c.configured(pod):
             await context.abort(grpc.StatusCode.UNAVAILABLE, unconfigured(pod))
@@ -193,20 +231,29 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         results = await self.c.stop(pod, volume.pod_ids, "manual")
         return pods_pb2.StopPodResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
 
-    async def GetPod(self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
-                     ) -> pods_pb2.GetPodResponse:
+    async def GetPod(
+        self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.GetPodResponse:
         pod = await self.c.pod(request.name, context)
         view = await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
-        await _set_status(context, nulls=_absent(view, (
-            *_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds"))))
+        await _set_status(
+            context,
+            nulls=_absent(
+                view,
+                (*_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds")),
+            ),
+        )
         return view
 
-    async def GetPodHistory(self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext
-                            ) -> pods_pb2.GetPodHistoryResponse:
+    async def GetPodHistory(
+        self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.GetPodHistoryResponse:
         pod = await self.c.pod(request.name, context)
         if not 0 <= request.page_size <= MAX_PAGE_SIZE:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"page_size must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})",
+            )
         size = request.page_size or DEFAULT_PAGE_SIZE
         before = None
         if request.page_token:
@@ -217,8 +264,9 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
         except STORE_ERRORS as error:
             # the history is the store's alone: without it, say so at once rather than after a pool timeout
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"history unreadable: store unreachable "
-                                                             f"({type(error).__name__})")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"history unreadable: store unreachable ({type(error).__name__})"
+            )
         response = pods_pb2.GetPodHistoryResponse(name=pod.name)
         for row in rows[:size]:
             entry = pods_pb2.HistoryEntry(at=to_timestamp(row.at))
@@ -232,8 +280,9 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             response.next_page_token = _encode_token(last.at, last.id)
         return response
 
-    async def WatchPod(self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
-                       ) -> AsyncIterator[pods_pb2.WatchPodResponse]:
+    async def WatchPod(
+        self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pods_pb2.WatchPodResponse]:
         pod = await self.c.pod(request.name, context)
 
         async def view() -> pods_pb2.GetPodResponse:
@@ -251,8 +300,9 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
     def __init__(self, control: PodControl) -> None:
         self.c = control
 
-    async def ObserveVolume(self, request: pods_pb2.ObserveVolumeRequest, context: grpc.aio.ServicerContext
-                            ) -> pods_pb2.ObserveVolumeResponse:
+    async def ObserveVolume(
+        self, request: pods_pb2.ObserveVolumeRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.ObserveVolumeResponse:
         pod = await self.c.pod(request.name, context)
         response = pods_pb2.ObserveVolumeResponse(name=pod.name, configured=self.c.configured(pod))
         if not response.configured:
@@ -262,19 +312,29 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         # each enum beside its string, which stays filled for readers that predate the enum fields
         response.lookup, response.lookup_result = str(volume.lookup), _lookup_result(volume.lookup)
         for o in observations:
-            response.pods.append(pods_pb2.ObservedPod(
-                pod_id=o.pod_id, lookup=str(o.lookup), status=str(o.status), gpu_count=o.gpu_count,
-                proxy_url=pod.proxy_url(o.pod_id), gpu_id=o.gpu_id or "", lookup_result=_lookup_result(o.lookup),
-                pod_status=getattr(pods_pb2, f"POD_STATUS_{o.status}")))
+            response.pods.append(
+                pods_pb2.ObservedPod(
+                    pod_id=o.pod_id,
+                    lookup=str(o.lookup),
+                    status=str(o.status),
+                    gpu_count=o.gpu_count,
+                    proxy_url=pod.proxy_url(o.pod_id),
+                    gpu_id=o.gpu_id or "",
+                    lookup_result=_lookup_result(o.lookup),
+                    pod_status=getattr(pods_pb2, f"POD_STATUS_{o.status}"),
+                )
+            )
         return response
 
-    async def StopPods(self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext
-                       ) -> pods_pb2.StopPodsResponse:
+    async def StopPods(
+        self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.StopPodsResponse:
         pod = await self.c.pod(request.name, context)
         trigger = _TRIGGERS.get(request.trigger)
         if trigger is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "trigger must be idle, boot-grace, runtime-cap, "
-                                                                  "manual or budget")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "trigger must be idle, boot-grace, runtime-cap, manual or budget"
+            )
         ids = [i for i in dict.fromkeys(request.pod_ids) if i.strip()]
         if not ids:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_ids must name at least one pod")
@@ -293,42 +353,54 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         results += [pods_pb2.PodResult(pod_id=i, ok=False) for i in foreign]
         return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
 
-    async def ReportReadiness(self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext
-                              ) -> pods_pb2.ReportReadinessResponse:
+    async def ReportReadiness(
+        self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.ReportReadinessResponse:
         pod = await self.c.pod(request.name, context)
         if request.HasField("ready_since"):
             if not request.pod_id:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required to publish readiness")
-            await self.c.records.set_readiness(pod.name, request.pod_id,
-                                               from_timestamp(request.ready_since))
+            await self.c.records.set_readiness(pod.name, request.pod_id, from_timestamp(request.ready_since))
         else:
             await self.c.records.clear_readiness(pod.name, request.pod_id or None)
         return pods_pb2.ReportReadinessResponse()
 
-
-    async def ListBillableActions(self, request: pods_pb2.ListBillableActionsRequest,
-                                  context: grpc.aio.ServicerContext) -> pods_pb2.ListBillableActionsResponse:
+    async def ListBillableActions(
+        self, request: pods_pb2.ListBillableActionsRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.ListBillableActionsResponse:
         if request.after_position < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position must not be negative")
         if not 0 <= request.page_size <= MAX_FEED_PAGE:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"page_size must be between 1 and {MAX_FEED_PAGE} (0 means {DEFAULT_FEED_PAGE})")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"page_size must be between 1 and {MAX_FEED_PAGE} (0 means {DEFAULT_FEED_PAGE})",
+            )
         try:
-            rows, head = await self.c.records.billable_actions(request.after_position,
-                                                               request.page_size or DEFAULT_FEED_PAGE)
+            rows, head = await self.c.records.billable_actions(
+                request.after_position, request.page_size or DEFAULT_FEED_PAGE
+            )
         except STORE_ERRORS as error:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"feed unreadable: store unreachable "
-                                                             f"({type(error).__name__})")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"feed unreadable: store unreachable ({type(error).__name__})"
+            )
         return pods_pb2.ListBillableActionsResponse(
-            actions=[pods_pb2.BillableAction(position=p, action=_action(row)) for p, row in rows],
-            head_position=head)
+            actions=[pods_pb2.BillableAction(position=p, action=_action(row)) for p, row in rows], head_position=head
+        )
 
 
 def _action(row: ActionRow) -> pods_pb2.PodAction:
     action = pods_pb2.PodAction(
-        id=row.id, pod_name=row.pod_name, action=row.action, pod_id=row.pod_id, gpu_id=row.gpu_id or "",
-        price_per_hour=row.price_per_hour or 0.0, http_status=row.http_status or 0, ok=row.ok, trigger=row.trigger,
-        detail=row.detail or "")
+        id=row.id,
+        pod_name=row.pod_name,
+        action=row.action,
+        pod_id=row.pod_id,
+        gpu_id=row.gpu_id or "",
+        price_per_hour=row.price_per_hour or 0.0,
+        http_status=row.http_status or 0,
+        ok=row.ok,
+        trigger=row.trigger,
+        detail=row.detail or "",
+    )
     stamp(action.at, row.at)
     return action
 

@@ -36,5 +36,6 @@ class PodControllerSettings(ServiceSettings):
             raise ValueError(
                 f"WAKE_LEASE_SECONDS ({self.wake_lease_seconds:g}) must exceed RUNPOD_TIMEOUT_SECONDS "
                 f"({self.runpod_timeout_seconds:g}) / {LEASE_TRUST_FLOOR}, or a wake could never issue a billable "
-                "call (or issue one that outlives its lease)")
+                "call (or issue one that outlives its lease)"
+            )
         return self

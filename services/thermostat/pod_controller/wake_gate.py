@@ -55,8 +55,10 @@ RunWake = Callable[[uuid.UUID, Fence], Awaitable[tuple[WakeResult, WakeCompletio
 result, what the history keeps of it)."""
 
 INTERRUPTED = WakeCompletion(
-    outcome="Failed", wake_outcome="Exception",
-    reason="interrupted by shutdown before the wake completed; check the pod's billable actions")
+    outcome="Failed",
+    wake_outcome="Exception",
+    reason="interrupted by shutdown before the wake completed; check the pod's billable actions",
+)
 
 
 class WakeGateUnavailable(Exception):
@@ -64,8 +66,17 @@ class WakeGateUnavailable(Exception):
 
 
 class WakeGate:
-    def __init__(self, repository: PodRepository, leases: LeaseStore, *, replica: str, lease_seconds: float = 60.0,
-                 poll_seconds: float = 0.1, call_budget: float = 20.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        repository: PodRepository,
+        leases: LeaseStore,
+        *,
+        replica: str,
+        lease_seconds: float = 60.0,
+        poll_seconds: float = 0.1,
+        call_budget: float = 20.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.repository = repository
         self.lease_seconds = lease_seconds
         # A billable call is issued only while the lease is trusted for longer than the call may take, so a
@@ -78,8 +89,15 @@ class WakeGate:
         # still open past it lost its replica, and is waited for no longer.
         self.stop_settle_seconds = call_budget + 3 * self.record_timeout
         self._flights: SharedFlight[WakeResult] = SharedFlight(
-            repository, leases, name="wake", replica=replica, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
-            release_timeout=self.record_timeout, clock=clock)
+            repository,
+            leases,
+            name="wake",
+            replica=replica,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            release_timeout=self.record_timeout,
+            clock=clock,
+        )
 
     async def run(self, pod_name: str, wake: RunWake) -> WakeResult:
         """Run or join the pod's wake. Cancelling the caller does not cancel the wake.
@@ -88,11 +106,13 @@ class WakeGate:
         is (history and lastWake read them by it); the lease and the in-process join fold its case.
         """
         try:
-            return await self._flights.run(pod_name.casefold(), pod_name,
-                                           lambda keeper: self._lead(pod_name, keeper, wake))
+            return await self._flights.run(
+                pod_name.casefold(), pod_name, lambda keeper: self._lead(pod_name, keeper, wake)
+            )
         except STORE_ERRORS as error:
-            raise WakeGateUnavailable(f"store unreachable ({type(error).__name__}); no wake was started here") \
-                from error
+            raise WakeGateUnavailable(
+                f"store unreachable ({type(error).__name__}); no wake was started here"
+            ) from error
 
     async def drain(self, seconds: float) -> None:
         """Let running wakes finish (on shutdown); past `seconds`, interrupt them — each records its outcome
@@ -111,8 +131,9 @@ class WakeGate:
                 return None
             if around is None:
                 return None
-            decision = judge_stops(requested_at=requested_at, now=around.now, settle_seconds=self.stop_settle_seconds,
-                                   stops=around.stops)
+            decision = judge_stops(
+                requested_at=requested_at, now=around.now, settle_seconds=self.stop_settle_seconds, stops=around.stops
+            )
             match decision.verdict:
                 case StopVerdict.PROCEED:
                     return None
@@ -130,8 +151,10 @@ class WakeGate:
                 return halt
             lease = keeper.lease
             if lease is None or lease.remaining_trust() < self.call_budget:
-                return Halt(in_flight=True, reason="the wake lease is no longer trusted here; another replica "
-                                                   "may carry the wake")
+                return Halt(
+                    in_flight=True,
+                    reason="the wake lease is no longer trusted here; another replica may carry the wake",
+                )
             return None
 
         return fence
@@ -146,8 +169,7 @@ class WakeGate:
             requested_at = await repository.insert_wake(attempt, pod_name, keeper.holder)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
-            log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt,
-                        type(error).__name__)
+            log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt, type(error).__name__)
         if requested_at is None:
             requested_at = await repository.db_now()
         fence = self._fence(pod_name, keeper, requested_at)
@@ -163,19 +185,26 @@ class WakeGate:
         await self._complete(pod_name, attempt, completion, result)
         return result
 
-    async def _complete(self, pod_name: str, attempt: uuid.UUID, completion: WakeCompletion,
-                        result: WakeResult | None) -> None:
+    async def _complete(
+        self, pod_name: str, attempt: uuid.UUID, completion: WakeCompletion, result: WakeResult | None
+    ) -> None:
         try:
-            problem = None if await self.repository.complete_wake(attempt, completion, result) \
-                else "no open Requested row"
+            problem = (
+                None if await self.repository.complete_wake(attempt, completion, result) else "no open Requested row"
+            )
         except Exception as error:
             problem = type(error).__name__
         if problem is not None:
             # A write the store refused leaves the whole entry in the log at ERROR, a level nothing filters
             # (#2541: the cause of four failed wakes had rotated out of the logs).
             entry = {"attempt_id": str(attempt), "pod_name": pod_name, **asdict(completion)}
-            log.error("pod %s: wake %s completed, history NOT persisted (%s): %s", pod_name, attempt, problem,
-                      json.dumps(entry, default=str))
+            log.error(
+                "pod %s: wake %s completed, history NOT persisted (%s): %s",
+                pod_name,
+                attempt,
+                problem,
+                json.dumps(entry, default=str),
+            )
 
 
 def _closed(halt: Halt) -> Fence:

@@ -89,8 +89,14 @@ class _Halted(Exception):
 
 
 class WakeService:
-    def __init__(self, client: RunPodV2Client, records: PodRepository, *, sleep: Sleep = asyncio.sleep,
-                 budget: BudgetGuard | None = None) -> None:
+    def __init__(
+        self,
+        client: RunPodV2Client,
+        records: PodRepository,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        budget: BudgetGuard | None = None,
+    ) -> None:
         self.client = client
         self.records = records
         self.sleep = sleep
@@ -154,8 +160,12 @@ class WakeService:
                     assert decision.pod_id is not None
                     assert decision.outcome is not None
                     await self._terminate_stale(pod, observations, decision.stale_pod_ids, decision.pod_id)
-                    return WakeResult(outcome=decision.outcome, pod_id=decision.pod_id,
-                                      proxy_url=pod.proxy_url(decision.pod_id), message=decision.reason)
+                    return WakeResult(
+                        outcome=decision.outcome,
+                        pod_id=decision.pod_id,
+                        proxy_url=pod.proxy_url(decision.pod_id),
+                        message=decision.reason,
+                    )
                 case RoundVerdict.REPOLL:
                     log.info("pod %s: %s", pod.name, decision.reason)
                 case RoundVerdict.CONFIRM_ABSENCE:
@@ -172,23 +182,37 @@ class WakeService:
                     started.add(decision.pod_id)
                     seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
                     rate, gpu_id = started_rate(result, seen)
-                    await self._record(ActionEntry(
-                        pod_name=pod.name, action="Start", pod_id=decision.pod_id, ok=result.ok,
-                        http_status=result.http_status, trigger="wake", price_per_hour=rate, gpu_id=gpu_id))
+                    await self._record(
+                        ActionEntry(
+                            pod_name=pod.name,
+                            action="Start",
+                            pod_id=decision.pod_id,
+                            ok=result.ok,
+                            http_status=result.http_status,
+                            trigger="wake",
+                            price_per_hour=rate,
+                            gpu_id=gpu_id,
+                        )
+                    )
                 case RoundVerdict.CREATE_REPLACEMENT:
                     log.info("pod %s: %s — creating a replacement", pod.name, decision.reason)
                     return await self._replace(pod, stale=observations)
         # Name the pod in flight, as GET does: a stale EXITED pod may be listed before its booting replacement.
         ranked = rank(observations)
         waiting_on = ranked.pod_id if ranked is not None else (pod_ids[0] if pod_ids else None)
-        return WakeResult(outcome=WakeOutcome.WAITING, pod_id=waiting_on,
-                          proxy_url=pod.proxy_url(waiting_on) if waiting_on else None,
-                          message=f"not RUNNING within {pod.max_polls} polls; poll again")
+        return WakeResult(
+            outcome=WakeOutcome.WAITING,
+            pod_id=waiting_on,
+            proxy_url=pod.proxy_url(waiting_on) if waiting_on else None,
+            message=f"not RUNNING within {pod.max_polls} polls; poll again",
+        )
 
     async def _replace(self, pod: PodOptions, *, stale: Sequence[PodObservation]) -> WakeResult:
         if not pod.can_create:
-            return _failed(WakeFailureKind.TEMPLATE_UNSET,
-                           f"RUNPOD_TEMPLATE_ID is blank: pod {pod.name} cannot create a replacement")
+            return _failed(
+                WakeFailureKind.TEMPLATE_UNSET,
+                f"RUNPOD_TEMPLATE_ID is blank: pod {pod.name} cannot create a replacement",
+            )
         selection = select_gpus(await self.client.get_catalog(), pod.gpu_criteria())
         stale_ids = tuple(o.pod_id for o in stale)
         step: walk.CreateStep = walk.start(selection.candidates)
@@ -199,13 +223,18 @@ class WakeService:
                 case walk.Post(candidate=candidate):
                     await self._check(f"creating on {candidate.gpu_id}")
                     result = await self._create(pod, candidate)
-                    step = walk.advance(step.walk, result, poll_interval_seconds=pod.poll_interval_seconds,
-                                        max_retry_after_seconds=pod.max_retry_after_seconds)
+                    step = walk.advance(
+                        step.walk,
+                        result,
+                        poll_interval_seconds=pod.poll_interval_seconds,
+                        max_retry_after_seconds=pod.max_retry_after_seconds,
+                    )
                 case walk.Wait(candidate=candidate, seconds=seconds):
                     log.info("pod %s: create on %s to be retried in %.1fs", pod.name, candidate.gpu_id, seconds)
                     await self.sleep(seconds)
                     recheck = walk.recheck_after_wait(
-                        await self.client.lookup_pods_by_volume(pod.volume_id), stale_pod_ids=stale_ids)
+                        await self.client.lookup_pods_by_volume(pod.volume_id), stale_pod_ids=stale_ids
+                    )
                     if recheck.verdict is walk.RecheckVerdict.FAILED:
                         return _failed(WakeFailureKind.RECHECK_UNREADABLE, recheck.reason, step.walk)
                     if recheck.verdict is walk.RecheckVerdict.ADOPT:
@@ -222,40 +251,67 @@ class WakeService:
         all (a create that timed out may have placed one), or a create cut off by shutdown."""
         try:
             result = await self.client.create_pod(
-                name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}", template_id=pod.template_id,
-                datacenter_id=pod.datacenter_id, gpu_id=candidate.gpu_id, volume_id=pod.volume_id)
+                name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}",
+                template_id=pod.template_id,
+                datacenter_id=pod.datacenter_id,
+                gpu_id=candidate.gpu_id,
+                volume_id=pod.volume_id,
+            )
         except asyncio.CancelledError:
-            await self._record_create(pod, "", candidate, None, "interrupted before RunPod answered: "
-                                      "a pod may have been placed", ok=False)
+            await self._record_create(
+                pod, "", candidate, None, "interrupted before RunPod answered: a pod may have been placed", ok=False
+            )
             raise
         if 200 <= result.http_status < 300:
             detail = None if result.pod_id else "answered 2xx without a pod id: a pod may exist and bill"
             await self._record_create(pod, result.pod_id or "", candidate, result.http_status, detail)
         elif result.http_status == 0:
-            await self._record_create(pod, "", candidate, 0, "no answer (transport failure): a pod may have "
-                                      "been placed", ok=False)
+            await self._record_create(
+                pod, "", candidate, 0, "no answer (transport failure): a pod may have been placed", ok=False
+            )
         return result
 
-    async def _record_create(self, pod: PodOptions, pod_id: str, candidate: GpuCandidate,
-                             status: int | None, detail: str | None, *, ok: bool = True) -> None:
-        await self._record(ActionEntry(
-            pod_name=pod.name, action="Create", pod_id=pod_id, ok=ok, http_status=status,
-            gpu_id=candidate.gpu_id, price_per_hour=candidate.price_per_hour, trigger="wake", detail=detail))
+    async def _record_create(
+        self,
+        pod: PodOptions,
+        pod_id: str,
+        candidate: GpuCandidate,
+        status: int | None,
+        detail: str | None,
+        *,
+        ok: bool = True,
+    ) -> None:
+        await self._record(
+            ActionEntry(
+                pod_name=pod.name,
+                action="Create",
+                pod_id=pod_id,
+                ok=ok,
+                http_status=status,
+                gpu_id=candidate.gpu_id,
+                price_per_hour=candidate.price_per_hour,
+                trigger="wake",
+                detail=detail,
+            )
+        )
 
     def _walk_failed(self, pod: PodOptions, step: walk.Failed, selection: GpuSelection) -> WakeResult:
         kind = failure_kind_of(step.phase)
         if kind is WakeFailureKind.NO_ELIGIBLE_GPU:
             cap = f"{pod.max_price_per_hour:.2f}"
-            message = (f"no eligible GPU in {pod.datacenter_id} at or under {cap} USD/h "
-                       f"(RUNPOD_MAX_PRICE_PER_HOUR): {selection.summary()}")
+            message = (
+                f"no eligible GPU in {pod.datacenter_id} at or under {cap} USD/h "
+                f"(RUNPOD_MAX_PRICE_PER_HOUR): {selection.summary()}"
+            )
         else:
             excluded = f"; excluded: {selection.summary()}" if selection.excluded else ""
             message = f"{step.reason}{excluded}"
         log.warning("pod %s: wake failed: %s", pod.name, message)
         return _failed(kind, message, step.walk)
 
-    async def _await_new_pod(self, pod: PodOptions, created: walk.Created,
-                             stale: Sequence[PodObservation]) -> WakeResult:
+    async def _await_new_pod(
+        self, pod: PodOptions, created: walk.Created, stale: Sequence[PodObservation]
+    ) -> WakeResult:
         candidate, pod_id = created.candidate, created.pod_id
         for poll in range(pod.max_polls):
             if poll:
@@ -264,31 +320,59 @@ class WakeService:
             decision = decide_new_pod(observation)
             if decision.verdict is NewPodVerdict.SERVING:
                 await self._terminate_stale(pod, [*stale, observation], tuple(o.pod_id for o in stale), pod_id)
-                return _with_walk(WakeResult(
-                    outcome=WakeOutcome.CREATED, pod_id=pod_id, gpu_id=candidate.gpu_id,
-                    price_per_hour=candidate.price_per_hour, proxy_url=pod.proxy_url(pod_id),
-                    message=f"created {pod_id} on {candidate.gpu_id}"), created.walk)
+                return _with_walk(
+                    WakeResult(
+                        outcome=WakeOutcome.CREATED,
+                        pod_id=pod_id,
+                        gpu_id=candidate.gpu_id,
+                        price_per_hour=candidate.price_per_hour,
+                        proxy_url=pod.proxy_url(pod_id),
+                        message=f"created {pod_id} on {candidate.gpu_id}",
+                    ),
+                    created.walk,
+                )
             if decision.verdict is NewPodVerdict.FAILED:
-                return _failed(WakeFailureKind.NEW_POD_FAILED, decision.reason, created.walk,
-                               pod_id=pod_id, gpu_id=candidate.gpu_id, price=candidate.price_per_hour)
-        return _with_walk(WakeResult(
-            outcome=WakeOutcome.WAITING, pod_id=pod_id, gpu_id=candidate.gpu_id,
-            price_per_hour=candidate.price_per_hour, proxy_url=pod.proxy_url(pod_id),
-            message=f"created {pod_id} on {candidate.gpu_id}; not RUNNING within {pod.max_polls} polls; "
-                    "poll again"), created.walk)
+                return _failed(
+                    WakeFailureKind.NEW_POD_FAILED,
+                    decision.reason,
+                    created.walk,
+                    pod_id=pod_id,
+                    gpu_id=candidate.gpu_id,
+                    price=candidate.price_per_hour,
+                )
+        return _with_walk(
+            WakeResult(
+                outcome=WakeOutcome.WAITING,
+                pod_id=pod_id,
+                gpu_id=candidate.gpu_id,
+                price_per_hour=candidate.price_per_hour,
+                proxy_url=pod.proxy_url(pod_id),
+                message=f"created {pod_id} on {candidate.gpu_id}; not RUNNING within {pod.max_polls} polls; poll again",
+            ),
+            created.walk,
+        )
 
-    async def _terminate_stale(self, pod: PodOptions, observations: Sequence[PodObservation],
-                               stale_ids: Sequence[str], serving_id: str) -> None:
+    async def _terminate_stale(
+        self, pod: PodOptions, observations: Sequence[PodObservation], stale_ids: Sequence[str], serving_id: str
+    ) -> None:
         by_id = {o.pod_id: o for o in observations}
         serving = by_id.get(serving_id)
         serving_status = serving.status if serving else PodStatus.UNKNOWN
         for stale_id in stale_ids:
             stale = by_id.get(stale_id)
             # every pod reached us through our volume's list; an observation that names volumes decides
-            stale_volume = pod.volume_id if stale is None or not stale.volume_ids or \
-                pod.volume_id in stale.volume_ids else stale.volume_ids[0]
-            verdict = check_termination(stale_id=stale_id, replacement_id=serving_id, stale_volume=stale_volume,
-                                        our_volume=pod.volume_id, replacement_status=serving_status)
+            stale_volume = (
+                pod.volume_id
+                if stale is None or not stale.volume_ids or pod.volume_id in stale.volume_ids
+                else stale.volume_ids[0]
+            )
+            verdict = check_termination(
+                stale_id=stale_id,
+                replacement_id=serving_id,
+                stale_volume=stale_volume,
+                our_volume=pod.volume_id,
+                replacement_status=serving_status,
+            )
             if not verdict.allowed:
                 log.warning("pod %s: not terminating %s: %s", pod.name, stale_id, verdict.refusal)
                 continue
@@ -298,29 +382,57 @@ class WakeService:
                 log.warning("pod %s: leaving %s for the next wake: %s", pod.name, stale_id, halt.reason)
                 continue
             result = await self.client.terminate(stale_id)
-            await self._record(ActionEntry(
-                pod_name=pod.name, action="Terminate", pod_id=stale_id, ok=result.ok,
-                http_status=result.http_status, trigger="wake",
-                detail=f"stale; replaced by {serving_id}"))
+            await self._record(
+                ActionEntry(
+                    pod_name=pod.name,
+                    action="Terminate",
+                    pod_id=stale_id,
+                    ok=result.ok,
+                    http_status=result.http_status,
+                    trigger="wake",
+                    detail=f"stale; replaced by {serving_id}",
+                )
+            )
 
 
 def started_rate(answer: ActionResult, seen: PodObservation | None) -> tuple[float | None, str | None]:
     """The rate (USD/h) and GPU a started pod bills at, as RunPod reported them: the start's own answer
     (200 + the Pod, its `cost` now billing), else the pod's cost as last observed; None when neither said
     (metering then prices the start at the pod's last recorded rate, its create's)."""
-    rate = answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour
-                                                              else None)
+    rate = (
+        answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour else None)
+    )
     return rate, answer.gpu_id or (seen.gpu_id if seen else None)
 
 
 def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:
     if w is None:
         return result
-    return replace(result, candidates_considered=w.candidates_considered, create_attempts=w.attempts,
-                   last_provider_status=w.last_provider_status)
+    return replace(
+        result,
+        candidates_considered=w.candidates_considered,
+        create_attempts=w.attempts,
+        last_provider_status=w.last_provider_status,
+    )
 
 
-def _failed(kind: WakeFailureKind, message: str, w: walk.CreateWalk | None = None, *, pod_id: str | None = None,
-            gpu_id: str | None = None, price: float | None = None) -> WakeResult:
-    return _with_walk(WakeResult(outcome=WakeOutcome.FAILED, failure_kind=kind, message=message, pod_id=pod_id,
-                                 gpu_id=gpu_id, price_per_hour=price), w)
+def _failed(
+    kind: WakeFailureKind,
+    message: str,
+    w: walk.CreateWalk | None = None,
+    *,
+    pod_id: str | None = None,
+    gpu_id: str | None = None,
+    price: float | None = None,
+) -> WakeResult:
+    return _with_walk(
+        WakeResult(
+            outcome=WakeOutcome.FAILED,
+            failure_kind=kind,
+            message=message,
+            pod_id=pod_id,
+            gpu_id=gpu_id,
+            price_per_hour=price,
+        ),
+        w,
+    )

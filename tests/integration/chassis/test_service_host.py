@@ -96,22 +96,32 @@ async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
     still calls health through server reflection."""
     seen: list[dict[str, str]] = []
     host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo", "test.Internal"], internal_services=["test.Internal"],
-                    register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)))
+        ServiceSpec(
+            name="t",
+            service_names=["test.Echo", "test.Internal"],
+            internal_services=["test.Internal"],
+            register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)),
+        )
     )
     port = await host.start()
     grpcurl = str(Path(sys.executable).parent / "grpcurl")
     try:
         listed = await asyncio.to_thread(
-            subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", "list"],
-            capture_output=True, text=True, timeout=30,
+            subprocess.run,
+            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "list"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert listed.returncode == 0, listed.stderr
         names = listed.stdout.split()
         assert sorted(names) == ["grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
         called = await asyncio.to_thread(
-            subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
-            capture_output=True, text=True, timeout=30,
+            subprocess.run,
+            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == {"status": "SERVING"}
@@ -127,8 +137,12 @@ async def guarded_host():
         "/test.Echo/Wake": TokenRule(tokens=("operator-secret", "wake-secret"), headers=("x-rig-operator-token",)),
     }
     host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo"], auth_rules=rules,
-                    register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)))
+        ServiceSpec(
+            name="t",
+            service_names=["test.Echo"],
+            auth_rules=rules,
+            register=lambda s: s.add_generic_rpc_handlers((_echo_handlers(seen),)),
+        )
     )
     port = await host.start()
     yield port, seen
@@ -140,18 +154,34 @@ async def guarded_host():
     [
         pytest.param("Open", (), grpc.StatusCode.OK, id="an-undeclared-method-is-open"),
         pytest.param("Guarded", (), grpc.StatusCode.UNAUTHENTICATED, id="missing-token-is-unauthenticated"),
-        pytest.param("Guarded", (("x-rig-operator-token", "nope"),), grpc.StatusCode.PERMISSION_DENIED,
-                     id="wrong-token-is-permission-denied"),
-        pytest.param("Guarded", (("x-rig-operator-token", "operator-secret"),), grpc.StatusCode.OK,
-                     id="operator-header-admits"),
-        pytest.param("Guarded", (("authorization", "Bearer operator-secret"),), grpc.StatusCode.OK,
-                     id="bearer-admits"),
-        pytest.param("Guarded", (("authorization", "Bearer wake-secret"),), grpc.StatusCode.PERMISSION_DENIED,
-                     id="wake-token-does-not-admit-an-operator-route"),
-        pytest.param("Wake", (("authorization", "Bearer wake-secret"),), grpc.StatusCode.OK,
-                     id="wake-token-admits-the-wake-route"),
-        pytest.param("Guarded", (("authorization", "Basic operator-secret"),), grpc.StatusCode.UNAUTHENTICATED,
-                     id="a-non-bearer-scheme-is-no-token"),
+        pytest.param(
+            "Guarded",
+            (("x-rig-operator-token", "nope"),),
+            grpc.StatusCode.PERMISSION_DENIED,
+            id="wrong-token-is-permission-denied",
+        ),
+        pytest.param(
+            "Guarded", (("x-rig-operator-token", "operator-secret"),), grpc.StatusCode.OK, id="operator-header-admits"
+        ),
+        pytest.param("Guarded", (("authorization", "Bearer operator-secret"),), grpc.StatusCode.OK, id="bearer-admits"),
+        pytest.param(
+            "Guarded",
+            (("authorization", "Bearer wake-secret"),),
+            grpc.StatusCode.PERMISSION_DENIED,
+            id="wake-token-does-not-admit-an-operator-route",
+        ),
+        pytest.param(
+            "Wake",
+            (("authorization", "Bearer wake-secret"),),
+            grpc.StatusCode.OK,
+            id="wake-token-admits-the-wake-route",
+        ),
+        pytest.param(
+            "Guarded",
+            (("authorization", "Basic operator-secret"),),
+            grpc.StatusCode.UNAUTHENTICATED,
+            id="a-non-bearer-scheme-is-no-token",
+        ),
     ],
 )
 async def test_auth_rules_per_method(guarded_host, method, metadata, expected) -> None:
@@ -207,8 +237,12 @@ def test_sigterm_drains_in_flight_rpcs_and_refuses_new_ones() -> None:
     """On SIGTERM an in-flight RPC finishes, the server turns NOT_SERVING and the process exits cleanly."""
     port = free_port()
     script = Path(__file__).with_name("slow_service.py")
-    proc = subprocess.Popen([sys.executable, str(script), str(port)], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             grpc.channel_ready_future(channel).result(timeout=15)
@@ -237,19 +271,28 @@ def _internal_handlers() -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler("test.Internal", {"Any": grpc.unary_unary_rpc_method_handler(echo)})
 
 
-@pytest.mark.parametrize(("served_token", "channel_token", "expected"), [
-    pytest.param("internal-secret", "internal-secret", grpc.StatusCode.OK, id="the-deployment-token-admits"),
-    pytest.param("internal-secret", None, grpc.StatusCode.UNAUTHENTICATED, id="no-token-is-unauthenticated"),
-    pytest.param("internal-secret", "other", grpc.StatusCode.PERMISSION_DENIED, id="another-token-is-denied"),
-    pytest.param(None, "internal-secret", grpc.StatusCode.PERMISSION_DENIED, id="unset-on-the-server-refuses-all"),
-])
+@pytest.mark.parametrize(
+    ("served_token", "channel_token", "expected"),
+    [
+        pytest.param("internal-secret", "internal-secret", grpc.StatusCode.OK, id="the-deployment-token-admits"),
+        pytest.param("internal-secret", None, grpc.StatusCode.UNAUTHENTICATED, id="no-token-is-unauthenticated"),
+        pytest.param("internal-secret", "other", grpc.StatusCode.PERMISSION_DENIED, id="another-token-is-denied"),
+        pytest.param(None, "internal-secret", grpc.StatusCode.PERMISSION_DENIED, id="unset-on-the-server-refuses-all"),
+    ],
+)
 async def test_an_internal_service_admits_only_the_internal_token_from_a_channel_that_carries_it(
-        served_token: str | None, channel_token: str | None, expected: grpc.StatusCode) -> None:
+    served_token: str | None, channel_token: str | None, expected: grpc.StatusCode
+) -> None:
     """The chassis guards every method of an internal service with one rule; the public ones stay open."""
-    host = ServiceHost(ServiceSpec(
-        name="t", service_names=["test.Echo", "test.Internal"], internal_services=["test.Internal"],
-        internal_token=served_token,
-        register=lambda s: s.add_generic_rpc_handlers((_echo_handlers([]), _internal_handlers()))))
+    host = ServiceHost(
+        ServiceSpec(
+            name="t",
+            service_names=["test.Echo", "test.Internal"],
+            internal_services=["test.Internal"],
+            internal_token=served_token,
+            register=lambda s: s.add_generic_rpc_handlers((_echo_handlers([]), _internal_handlers())),
+        )
+    )
     port = await host.start()
     try:
         async with insecure_channel(f"127.0.0.1:{port}", internal_token=channel_token) as channel:

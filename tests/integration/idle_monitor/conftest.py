@@ -93,11 +93,19 @@ class MonitorRig:
     def __post_init__(self) -> None:
         self.ticker = self.new_ticker(self.replica)
 
-    def new_ticker(self, replica: str, *, states: MonitorRepository | None = None,
-                   scrapes: ScrapeClients | None = None) -> PodTicker:
-        return PodTicker(pod_name=POD, controller=self.internal, scrapes=scrapes or self.scrapes,
-                         states=states or self.states, options=self.options, replica=replica,
-                         scrape_timeout=self.scrape_timeout, controller_timeout=10)
+    def new_ticker(
+        self, replica: str, *, states: MonitorRepository | None = None, scrapes: ScrapeClients | None = None
+    ) -> PodTicker:
+        return PodTicker(
+            pod_name=POD,
+            controller=self.internal,
+            scrapes=scrapes or self.scrapes,
+            states=states or self.states,
+            options=self.options,
+            replica=replica,
+            scrape_timeout=self.scrape_timeout,
+            controller_timeout=10,
+        )
 
     @property
     def now(self) -> datetime:
@@ -149,8 +157,7 @@ class MonitorRig:
     async def stops(self) -> list[pods_pb2.PodAction]:
         """Every Stop the controller issued for the pod, oldest first."""
         history = await self.pods.GetPodHistory(pods_pb2.GetPodHistoryRequest(name=POD, page_size=500), timeout=10)
-        return [e.action for e in reversed(history.entries)
-                if e.HasField("action") and e.action.action == "Stop"]
+        return [e.action for e in reversed(history.entries) if e.HasField("action") and e.action.action == "Stop"]
 
 
 MakeRig = Callable[..., Awaitable[MonitorRig]]
@@ -175,18 +182,26 @@ async def controller(sim: RunPodSimulator, db_store: Store) -> AsyncIterator[Run
 
 
 @pytest.fixture
-async def make_rig(sim: RunPodSimulator, clock: ManualClock, controller: RunningService,
-                   db_store: Store) -> AsyncIterator[MakeRig]:
+async def make_rig(
+    sim: RunPodSimulator, clock: ManualClock, controller: RunningService, db_store: Store
+) -> AsyncIterator[MakeRig]:
     """make_rig(**MONITOR_ENV) builds the rig with those monitor timings (defaults otherwise)."""
     async with contextlib.AsyncExitStack() as stack:
         channel = await stack.enter_async_context(controller.channel())
         scrapes = await stack.enter_async_context(ScrapeClients())
 
         async def make(*, scrape_timeout: float = SCRAPE_TIMEOUT, **env: str) -> MonitorRig:
-            return MonitorRig(sim=sim, clock=clock, controller=controller,
-                              internal=pods_pb2_grpc.PodControllerInternalStub(channel),
-                              pods=pods_pb2_grpc.PodControllerStub(channel), states=MonitorRepository(db_store.pool),
-                              scrapes=scrapes, options=monitor_options(**env), scrape_timeout=scrape_timeout)
+            return MonitorRig(
+                sim=sim,
+                clock=clock,
+                controller=controller,
+                internal=pods_pb2_grpc.PodControllerInternalStub(channel),
+                pods=pods_pb2_grpc.PodControllerStub(channel),
+                states=MonitorRepository(db_store.pool),
+                scrapes=scrapes,
+                options=monitor_options(**env),
+                scrape_timeout=scrape_timeout,
+            )
 
         yield make
 
@@ -209,8 +224,11 @@ def minutes(value: float) -> timedelta:
 
 def messages(caplog: pytest.LogCaptureFixture, needle: str, level: int | None = None) -> list[str]:
     """The monitor's log lines containing `needle` (at `level`, when given)."""
-    return [r.getMessage() for r in caplog.records
-            if r.name == MONITOR_LOG and needle in r.getMessage() and (level is None or r.levelno == level)]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == MONITOR_LOG and needle in r.getMessage() and (level is None or r.levelno == level)
+    ]
 
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -218,10 +236,21 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def monitor_env(database_url: str, controller_address: str, **overrides: str) -> dict[str, str]:
     """The environment of a `python -m thermostat.idle_monitor` process against the test's controller."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RUNPOD_", "IDLE_", "CHECK_", "MAX_RUNTIME", "MONITOR_", "POD_CONTROLLER"))}
-    env.update({"DATABASE_URL": database_url, "POD_CONTROLLER_ADDR": controller_address, "IDLE_MONITOR_PORT": "0",
-                "HEALTH_PROBE_SECONDS": "0.5", "LOG_LEVEL": "INFO", INTERNAL_TOKEN_ENV: INTERNAL_TOKEN})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RUNPOD_", "IDLE_", "CHECK_", "MAX_RUNTIME", "MONITOR_", "POD_CONTROLLER"))
+    }
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "POD_CONTROLLER_ADDR": controller_address,
+            "IDLE_MONITOR_PORT": "0",
+            "HEALTH_PROBE_SECONDS": "0.5",
+            "LOG_LEVEL": "INFO",
+            INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
+        }
+    )
     env.update(overrides)
     return env
 
@@ -231,8 +260,15 @@ async def monitor_process(env: dict[str, str], log_path: Path) -> AsyncIterator[
     """The idle monitor as its own process, its log in `log_path`; killed (SIGKILL) if it outlives the block."""
     with log_path.open("wb") as log_file:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "thermostat.idle_monitor", cwd=ROOT, env=env,
-            stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=asyncio.subprocess.STDOUT)
+            sys.executable,
+            "-m",
+            "thermostat.idle_monitor",
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         try:
             yield process
         finally:
@@ -255,13 +291,15 @@ class InProcessMonitor:
     async def state(self, name: str = POD) -> monitor_pb2.GetMonitorStateResponse:
         async with grpc.aio.insecure_channel(self.address) as channel:
             reply: monitor_pb2.GetMonitorStateResponse = await monitor_pb2_grpc.IdleMonitorStub(
-                channel).GetMonitorState(monitor_pb2.GetMonitorStateRequest(name=name), timeout=10)
+                channel
+            ).GetMonitorState(monitor_pb2.GetMonitorStateRequest(name=name), timeout=10)
             return reply
 
     async def health(self, service: str = "") -> int:
         async with grpc.aio.insecure_channel(self.address) as channel:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=5)
+                health_pb2.HealthCheckRequest(service=service), timeout=5
+            )
             return int(reply.status)
 
 

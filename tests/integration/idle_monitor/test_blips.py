@@ -27,8 +27,9 @@ async def test_an_unreadable_volume_list_holds_the_streak_and_stops_nothing(rig:
     assert ticks == 5, "the streak goes on from 10 to 15"
 
 
-async def test_an_unreachable_pod_controller_holds_everything(rig: MonitorRig,
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_unreachable_pod_controller_holds_everything(
+    rig: MonitorRig, caplog: pytest.LogCaptureFixture
+) -> None:
     """Ticks through a channel to nowhere are Unknown: the cap start, the phase and the streak stand still."""
     rig.add_pod(POD_ID)
     await rig.ticks(3)

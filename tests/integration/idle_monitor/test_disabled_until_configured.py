@@ -26,17 +26,26 @@ from thermostat.monitor.v1 import monitor_pb2
 from thermostat.store.db import Store
 from thermostat.store.lease import LeaseStore
 
-DISABLED_REASON = ("disabled until configured: the pod controller reports RUNPOD_API_KEY unset or the pod's volume "
-                   "id blank")
-BLANKS = [pytest.param({"RUNPOD_API_KEY": None}, id="api-key-unset"),
-          pytest.param({"RUNPOD_VOLUME_ID": ""}, id="volume-id-blank")]
+DISABLED_REASON = (
+    "disabled until configured: the pod controller reports RUNPOD_API_KEY unset or the pod's volume id blank"
+)
+BLANKS = [
+    pytest.param({"RUNPOD_API_KEY": None}, id="api-key-unset"),
+    pytest.param({"RUNPOD_VOLUME_ID": ""}, id="volume-id-blank"),
+]
 
 
 def monitor_env(sim: RunPodSimulator, controller_address: str, **overrides: str) -> dict[str, str]:
     """The monitor reads the pod list from the same variables as the controller, but never the key."""
     env = {k: v for k, v in pod_controller_env(sim).items() if k != "RUNPOD_API_KEY"}
-    env.update({"POD_CONTROLLER_ADDR": controller_address, "MONITOR_RECHECK_SECONDS": "0.05",
-                "CONTROLLER_TIMEOUT_SECONDS": "2", "MONITOR_LEASE_SECONDS": "5"})
+    env.update(
+        {
+            "POD_CONTROLLER_ADDR": controller_address,
+            "MONITOR_RECHECK_SECONDS": "0.05",
+            "CONTROLLER_TIMEOUT_SECONDS": "2",
+            "MONITOR_LEASE_SECONDS": "5",
+        }
+    )
     env.update(overrides)
     return env
 
@@ -58,28 +67,36 @@ async def disabled(monitor: InProcessMonitor, pod: str = POD) -> monitor_pb2.Get
 
 @pytest.mark.parametrize("blank", BLANKS)
 async def test_an_unconfigured_pod_leaves_the_monitor_serving_and_watching_nothing_without_a_runpod_call(
-        runpod_sim: RunPodSimulator, db_store: Store, monitor_log: pytest.LogCaptureFixture,
-        blank: Mapping[str, str]) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store, monitor_log: pytest.LogCaptureFixture, blank: Mapping[str, str]
+) -> None:
     """Asked five times: SERVING, DisabledUntilConfigured with its reason, one warning line, no ticker, no lease."""
     runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
-    async with start_pod_controller(pod_controller_env(runpod_sim, **blank), db_store) as controller, \
-            in_process_monitor(monitor_env(runpod_sim, controller.address), db_store) as monitor:
+    async with (
+        start_pod_controller(pod_controller_env(runpod_sim, **blank), db_store) as controller,
+        in_process_monitor(monitor_env(runpod_sim, controller.address), db_store) as monitor,
+    ):
         await eventually(lambda: asked(monitor, POD, 5), timeout=10)
         serving = health_pb2.HealthCheckResponse.SERVING
         assert await monitor.health() == await monitor.health(IDLE_MONITOR.health_service) == serving
         state = await monitor.state()
         assert (state.watch, state.watch_reason, state.phase, state.last_signal) == (
-            "DisabledUntilConfigured", DISABLED_REASON, "Down", "")
+            "DisabledUntilConfigured",
+            DISABLED_REASON,
+            "Down",
+            "",
+        )
         assert not state.HasField("last_tick_at") and not state.HasField("projected_stop_at")
         assert monitor.monitor.leaders == [], "no ticker for a pod nobody may stop"
     assert runpod_sim.requests() == [], "no call reached RunPod"
     assert messages(monitor_log, "disabled until configured", logging.WARNING) == [
-        f"pod qwen: {DISABLED_REASON}; watching nothing for it until then"]
+        f"pod qwen: {DISABLED_REASON}; watching nothing for it until then"
+    ]
     assert await LeaseStore(db_store.pool).holder(f"monitor:{POD}") is None
 
 
 async def test_configuration_that_appears_later_is_watched_without_restarting_the_monitor(
-        runpod_sim: RunPodSimulator, db_store: Store, monitor_log: pytest.LogCaptureFixture) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """No controller yet, then one without the volume, then one restarted with it: the same monitor watches.
 
     A controller that later loses its configuration again turns the watch back to disabled (the ticks decide
@@ -88,8 +105,9 @@ async def test_configuration_that_appears_later_is_watched_without_restarting_th
     runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
     port = free_port()
     unconfigured = pod_controller_env(runpod_sim, RUNPOD_VOLUME_ID="")
-    async with in_process_monitor(monitor_env(runpod_sim, f"127.0.0.1:{port}", CHECK_SECONDS="0.1"),
-                                  db_store) as monitor:
+    async with in_process_monitor(
+        monitor_env(runpod_sim, f"127.0.0.1:{port}", CHECK_SECONDS="0.1"), db_store
+    ) as monitor:
         await eventually(lambda: asked(monitor, POD, 2), timeout=10)
         assert (await monitor.state()).watch == "WaitingForController"
 
@@ -134,9 +152,12 @@ async def test_several_pods_are_judged_each_on_its_own(runpod_sim: RunPodSimulat
     """qwen has a volume, llama none: qwen is watched (its ask and one tick are the only RunPod calls), llama is
     disabled however often it is asked."""
     env = {"RUNPOD_PODS": "qwen,llama", "RUNPOD_VOLUME_ID": "", "RUNPOD_QWEN_VOLUME_ID": VOLUME}
-    async with start_pod_controller(pod_controller_env(runpod_sim, **env), db_store) as controller, \
-            in_process_monitor(monitor_env(runpod_sim, controller.address, CHECK_SECONDS="3600", **env),
-                               db_store) as monitor:
+    async with (
+        start_pod_controller(pod_controller_env(runpod_sim, **env), db_store) as controller,
+        in_process_monitor(
+            monitor_env(runpod_sim, controller.address, CHECK_SECONDS="3600", **env), db_store
+        ) as monitor,
+    ):
         await eventually(lambda: watching(monitor, "qwen"), timeout=10)
         await eventually(lambda: asked(monitor, "llama", 5), timeout=10)
         llama = await monitor.state("llama")

@@ -26,8 +26,7 @@ async def timed(tick: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-async def test_every_pod_is_scraped_at_once_through_the_proxy_like_a_browser_without_the_key(rig: MonitorRig
-                                                                                             ) -> None:
+async def test_every_pod_is_scraped_at_once_through_the_proxy_like_a_browser_without_the_key(rig: MonitorRig) -> None:
     """Three slow /metrics answers cost one delay, not three; the key goes to the API only."""
     pod_ids = [rig.add_pod(f"scrapedpod0000{i}") for i in range(3)]
     rig.sim.inject("GET", "/proxy/*/metrics", delay_seconds=DELAY, count=None)
@@ -57,8 +56,7 @@ async def test_tick_time_does_not_grow_with_the_pods_on_the_volume(rig: MonitorR
     assert took < DELAY + 0.5, f"{took:.2f} s for 20 pods"
 
 
-async def test_a_scrape_that_hangs_times_out_and_that_pod_falls_back_to_the_control_plane(make_rig: MakeRig
-                                                                                          ) -> None:
+async def test_a_scrape_that_hangs_times_out_and_that_pod_falls_back_to_the_control_plane(make_rig: MakeRig) -> None:
     """A hung proxy costs one scrape timeout; the pod reads UnreachableButRunning, its busy sibling still wins."""
     rig = await make_rig(scrape_timeout=0.5)
     rig.sim.configure(hang_seconds=5)
@@ -83,18 +81,20 @@ class DropFirstReadinessReport(grpc.aio.UnaryUnaryClientInterceptor):  # type: i
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         if details.method.endswith(b"/ReportReadiness") and not self.dropped:
             self.dropped += 1
-            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       details="controller restarting")
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="controller restarting"
+            )
         return await continuation(details, request)
 
 
-async def test_a_dropped_readiness_report_is_published_on_the_next_tick(rig: MonitorRig,
-                                                                        monitor_log: pytest.LogCaptureFixture
-                                                                        ) -> None:
+async def test_a_dropped_readiness_report_is_published_on_the_next_tick(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """The ready tick's report fails; the next tick publishes readySince as of the ready tick."""
     dropper = DropFirstReadinessReport()
     async with grpc.aio.insecure_channel(
-            rig.controller.address, interceptors=[dropper, InternalTokenInterceptor(INTERNAL_TOKEN)]) as flaky:
+        rig.controller.address, interceptors=[dropper, InternalTokenInterceptor(INTERNAL_TOKEN)]
+    ) as flaky:
         rig.ticker.controller = pods_pb2_grpc.PodControllerInternalStub(flaky)
         rig.add_pod(POD_ID)
         ready_tick = rig.now
@@ -103,8 +103,9 @@ async def test_a_dropped_readiness_report_is_published_on_the_next_tick(rig: Mon
         assert await rig.ready_since() is None
         await rig.tick()
     assert await rig.ready_since() == ready_tick
-    assert any("readiness report for qwenpod0000001 failed (UNAVAILABLE)" in r.getMessage()
-               for r in monitor_log.records)
+    assert any(
+        "readiness report for qwenpod0000001 failed (UNAVAILABLE)" in r.getMessage() for r in monitor_log.records
+    )
 
 
 async def test_a_pod_that_left_the_volume_is_forgotten_with_its_scrape_client(rig: MonitorRig) -> None:

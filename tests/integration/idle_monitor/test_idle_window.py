@@ -13,8 +13,9 @@ from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.policy.idle.pod_signal import PodSignal
 
 
-@pytest.mark.parametrize("every", [pytest.param(1, id="a-turn-every-minute"),
-                                   pytest.param(7, id="a-turn-every-seven-minutes")])
+@pytest.mark.parametrize(
+    "every", [pytest.param(1, id="a-turn-every-minute"), pytest.param(7, id="a-turn-every-seven-minutes")]
+)
 async def test_chat_turns_that_fall_between_ticks_keep_the_pod_up(rig: MonitorRig, every: int) -> None:
     """Turns that start and end between two scrapes never show in the gauges, yet each resets the streak."""
     rig.add_pod(POD_ID)
@@ -85,7 +86,8 @@ async def test_model_load_is_not_billed_as_idle(rig: MonitorRig, monitor_log: py
     assert rig.status(POD_ID) == "EXITED"
     assert await rig.ready_since() is None
     assert messages(monitor_log, f"pod {POD_ID} ready after 0:06:00 (boot grace 0:20:00)", logging.INFO) == [
-        f"[RunPodIdleMonitor] pod {POD_ID} ready after 0:06:00 (boot grace 0:20:00)"]
+        f"[RunPodIdleMonitor] pod {POD_ID} ready after 0:06:00 (boot grace 0:20:00)"
+    ]
     (stop_line,) = messages(monitor_log, "stopping", logging.WARNING)
     assert stop_line == f"pod qwen: stopping {POD_ID} (idle: idle streak 15/15)"
 

@@ -77,18 +77,29 @@ class Replica:
 
 
 @contextlib.asynccontextmanager
-async def replica(name: str, database_url: str, controller: RunningService, clock: FakeClock
-                  ) -> AsyncIterator[Replica]:
+async def replica(name: str, database_url: str, controller: RunningService, clock: FakeClock) -> AsyncIterator[Replica]:
     """One monitor replica in this process: its own pools, channel and HTTP client, like its own process."""
     store = await Store.open(database_url, max_size=2, application_name=name)
     try:
         async with controller.channel() as channel, ScrapeClients() as scrapes:
             states = MonitorRepository(store.pool)
-            ticker = RecordingTicker(pod_name=POD, controller=pods_pb2_grpc.PodControllerInternalStub(channel),
-                                     scrapes=scrapes, states=states, options=monitor_options(**TIMINGS), replica=name,
-                                     scrape_timeout=1.0, controller_timeout=5.0)
-            one = Replica(name=name, ticker=ticker, leader=PodLeader(
-                ticker, store.leases, states, replica=name, lease_seconds=LEASE, check_seconds=CHECK, clock=clock))
+            ticker = RecordingTicker(
+                pod_name=POD,
+                controller=pods_pb2_grpc.PodControllerInternalStub(channel),
+                scrapes=scrapes,
+                states=states,
+                options=monitor_options(**TIMINGS),
+                replica=name,
+                scrape_timeout=1.0,
+                controller_timeout=5.0,
+            )
+            one = Replica(
+                name=name,
+                ticker=ticker,
+                leader=PodLeader(
+                    ticker, store.leases, states, replica=name, lease_seconds=LEASE, check_seconds=CHECK, clock=clock
+                ),
+            )
             try:
                 yield one
             finally:
@@ -113,12 +124,15 @@ def idle_pod(runpod_sim: RunPodSimulator) -> str:
 
 
 async def test_with_two_replicas_exactly_one_ticks_and_a_graceful_leave_hands_over_at_once(
-        idle_pod: str, runpod_sim: RunPodSimulator, pod_controller: RunningService, database_url: str) -> None:
+    idle_pod: str, runpod_sim: RunPodSimulator, pod_controller: RunningService, database_url: str
+) -> None:
     """Only the lease holder ticks and scrapes, once per interval; released on shutdown, the lease is the other's
     at its next campaign attempt, which waits out the interval the first began and goes on with its streak."""
     clock = FakeClock()
-    async with replica("replica-a", database_url, pod_controller, clock) as a, \
-            replica("replica-b", database_url, pod_controller, clock) as b:
+    async with (
+        replica("replica-a", database_url, pod_controller, clock) as a,
+        replica("replica-b", database_url, pod_controller, clock) as b,
+    ):
         a.start()
         await clock.settled(LEADING)
         clock.advance(CHECK / 2)  # B campaigns half an interval out of step with A's ticks
@@ -143,12 +157,14 @@ async def test_with_two_replicas_exactly_one_ticks_and_a_graceful_leave_hands_ov
             await clock.settled(LEADING)
 
     assert streaks(b) == [last + 1, last + 2, last + 3], "the streak continues exactly where it was"
-    assert [at - last_at for at, _ in b.ticker.decisions] == [timedelta(seconds=CHECK * n) for n in (1, 2, 3)], \
+    assert [at - last_at for at, _ in b.ticker.decisions] == [timedelta(seconds=CHECK * n) for n in (1, 2, 3)], (
         "B's first tick comes one interval after A's last, not sooner"
+    )
 
 
 async def test_a_replica_killed_mid_streak_is_taken_over_once_its_lease_lapses_and_the_streak_continues(
-        idle_pod: str, pod_controller: RunningService, database_url: str, tmp_path: Path) -> None:
+    idle_pod: str, pod_controller: RunningService, database_url: str, tmp_path: Path
+) -> None:
     """SIGKILL releases nothing: the lease still names the dead process; the survivor's campaign takes it at its
     first attempt after it lapses (here expired in SQL, as the database clock would) and counts on from there."""
     # a lease no stall on a busy machine outlives: it lapses only when the test says so
@@ -201,8 +217,9 @@ async def test_a_replica_killed_mid_streak_is_taken_over_once_its_lease_lapses_a
 
 async def _sessions_of(pool: asyncpg.Pool, application: str) -> bool | None:
     """True once no session of `application` (a dead process's pools) is left at the server."""
-    left = await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
-                               f"{application}%")
+    left = await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1", f"{application}%"
+    )
     return True if left == 0 else None
 
 

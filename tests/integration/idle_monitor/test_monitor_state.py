@@ -26,9 +26,13 @@ async def monitor_service(rig: MonitorRig) -> AsyncIterator[monitor_pb2_grpc.Idl
     """The monitor's GetMonitorState served on loopback over the rig's state store and controller."""
     pods = parse_pod_options(pod_controller_env(rig.sim)).pods
     servicer = IdleMonitorServicer(pods, rig.states, rig.options, rig.pods, 10, watch_of=lambda _: Watch.WATCHING)
-    host = ServiceHost(ServiceSpec(name=IDLE_MONITOR.name, service_names=IDLE_MONITOR.served,
-                                   register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(
-                                       servicer, server)))
+    host = ServiceHost(
+        ServiceSpec(
+            name=IDLE_MONITOR.name,
+            service_names=IDLE_MONITOR.served,
+            register=lambda server: monitor_pb2_grpc.add_IdleMonitorServicer_to_server(servicer, server),
+        )
+    )
     port = await host.start("127.0.0.1", 0)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -39,10 +43,9 @@ async def monitor_service(rig: MonitorRig) -> AsyncIterator[monitor_pb2_grpc.Idl
 
 async def state_of(stub: monitor_pb2_grpc.IdleMonitorStub, name: str = POD) -> monitor_pb2.GetMonitorStateResponse:
     state: monitor_pb2.GetMonitorStateResponse = await stub.GetMonitorState(
-        monitor_pb2.GetMonitorStateRequest(name=name), timeout=10)
+        monitor_pb2.GetMonitorStateRequest(name=name), timeout=10
+    )
     return state
-
-
 
 
 async def test_monitor_state_follows_a_boot_into_ready(rig: MonitorRig) -> None:
@@ -64,7 +67,9 @@ async def test_monitor_state_follows_a_boot_into_ready(rig: MonitorRig) -> None:
         assert at(booting.last_tick_at) == first_seen + minutes(2)
         assert not booting.HasField("ready_since")
         assert (at(booting.projected_stop_at), booting.projected_stop_trigger) == (
-            first_seen + minutes(19), "boot-grace")
+            first_seen + minutes(19),
+            "boot-grace",
+        )
 
         ready_tick = rig.now
         await rig.ticks(5)
@@ -84,15 +89,26 @@ async def test_an_unknown_pod_name_is_not_found(rig: MonitorRig) -> None:
     assert raised.value.code() is grpc.StatusCode.NOT_FOUND
 
 
-@pytest.mark.parametrize(("env", "setup", "warmup", "trigger"), [
-    pytest.param({}, {}, 6, "idle", id="idle"),
-    pytest.param({}, {"model_ready_seconds": -1}, 4, "boot-grace", id="boot-grace"),
-    pytest.param({"MAX_RUNTIME_MINUTES": "12.5"}, {"in_flight": 1}, 3, "runtime-cap", id="runtime-cap-off-the-grid"),
-    pytest.param({"MAX_RUNTIME_MINUTES": "10", "CHECK_SECONDS": "45"}, {"in_flight": 1}, 2, "runtime-cap",
-                 id="runtime-cap-between-ticks"),
-])
+@pytest.mark.parametrize(
+    ("env", "setup", "warmup", "trigger"),
+    [
+        pytest.param({}, {}, 6, "idle", id="idle"),
+        pytest.param({}, {"model_ready_seconds": -1}, 4, "boot-grace", id="boot-grace"),
+        pytest.param(
+            {"MAX_RUNTIME_MINUTES": "12.5"}, {"in_flight": 1}, 3, "runtime-cap", id="runtime-cap-off-the-grid"
+        ),
+        pytest.param(
+            {"MAX_RUNTIME_MINUTES": "10", "CHECK_SECONDS": "45"},
+            {"in_flight": 1},
+            2,
+            "runtime-cap",
+            id="runtime-cap-between-ticks",
+        ),
+    ],
+)
 async def test_the_projected_stop_is_when_the_monitor_actually_stops(
-        make_rig: MakeRig, env: dict[str, str], setup: dict[str, float], warmup: int, trigger: str) -> None:
+    make_rig: MakeRig, env: dict[str, str], setup: dict[str, float], warmup: int, trigger: str
+) -> None:
     """If nothing changes the pod stops on the projected tick, for the reason projected."""
     rig = await make_rig(**env)
     rig.add_pod(POD_ID, model_ready_seconds=setup.get("model_ready_seconds"))

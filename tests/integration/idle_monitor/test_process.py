@@ -42,6 +42,7 @@ def logged(log: Path) -> str:
 
 async def listening(log: Path) -> str:
     """The address the monitor process logged it listens on (a small file, read between polls)."""
+
     async def port() -> int | None:
         return logged_port(log)
 
@@ -51,17 +52,37 @@ async def listening(log: Path) -> str:
         raise AssertionError(logged(log)) from None
 
 
-@pytest.mark.parametrize(("env", "name", "watch", "line"), [
-    pytest.param({}, POD, "DisabledUntilConfigured", "pod qwen: disabled until configured: the pod controller "
-                 "reports RUNPOD_API_KEY unset or the pod's volume id blank; watching nothing for it until then",
-                 id="unconfigured"),
-    pytest.param({"RUNPOD_POD_NAME": "llama"}, "llama", "UnknownToController",
-                 "pod llama: the pod controller does not know this name (is RUNPOD_PODS the same for both services?); "
-                 "not watching it", id="a-name-the-controller-does-not-know"),
-])
+@pytest.mark.parametrize(
+    ("env", "name", "watch", "line"),
+    [
+        pytest.param(
+            {},
+            POD,
+            "DisabledUntilConfigured",
+            "pod qwen: disabled until configured: the pod controller "
+            "reports RUNPOD_API_KEY unset or the pod's volume id blank; watching nothing for it until then",
+            id="unconfigured",
+        ),
+        pytest.param(
+            {"RUNPOD_POD_NAME": "llama"},
+            "llama",
+            "UnknownToController",
+            "pod llama: the pod controller does not know this name (is RUNPOD_PODS the same for both services?); "
+            "not watching it",
+            id="a-name-the-controller-does-not-know",
+        ),
+    ],
+)
 async def test_the_monitor_stays_up_and_serving_when_it_has_nothing_to_watch(
-        runpod_sim: RunPodSimulator, unconfigured_controller: RunningService, database_url: str, tmp_path: Path,
-        env: dict[str, str], name: str, watch: str, line: str) -> None:
+    runpod_sim: RunPodSimulator,
+    unconfigured_controller: RunningService,
+    database_url: str,
+    tmp_path: Path,
+    env: dict[str, str],
+    name: str,
+    watch: str,
+    line: str,
+) -> None:
     """No exit (an orchestrator would restart it in a loop): SERVING, the reason said once and in GetMonitorState,
     no RunPod call; SIGTERM still ends it with status 0."""
     log = tmp_path / "monitor.log"
@@ -70,7 +91,8 @@ async def test_the_monitor_stays_up_and_serving_when_it_has_nothing_to_watch(
         address = await listening(log)
         async with grpc.aio.insecure_channel(address) as channel:
             health = await health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=IDLE_MONITOR.health_service), timeout=5)
+                health_pb2.HealthCheckRequest(service=IDLE_MONITOR.health_service), timeout=5
+            )
             assert health.status == health_pb2.HealthCheckResponse.SERVING
             stub = monitor_pb2_grpc.IdleMonitorStub(channel)
 
@@ -90,13 +112,14 @@ async def test_the_monitor_stays_up_and_serving_when_it_has_nothing_to_watch(
 
 
 async def test_the_monitor_process_ticks_serves_its_state_and_hands_the_lease_back_on_sigterm(
-        runpod_sim: RunPodSimulator, pod_controller: RunningService, database_url: str, db_store: Store,
-        tmp_path: Path) -> None:
+    runpod_sim: RunPodSimulator, pod_controller: RunningService, database_url: str, db_store: Store, tmp_path: Path
+) -> None:
     """build() wires leaders, the state store and GetMonitorState; SIGTERM releases the lease at once."""
     runpod_sim.add_pod(pod_id=POD_ID, status="RUNNING", volume_id=VOLUME)
     log = tmp_path / "monitor.log"
-    env = monitor_env(database_url, pod_controller.address, CHECK_SECONDS="0.2", IDLE_MINUTES="0.02",
-                      MONITOR_LEASE_SECONDS="1")
+    env = monitor_env(
+        database_url, pod_controller.address, CHECK_SECONDS="0.2", IDLE_MINUTES="0.02", MONITOR_LEASE_SECONDS="1"
+    )
     async with monitor_process(env, log) as process:
         address = await listening(log)
         async with grpc.aio.insecure_channel(address) as channel:

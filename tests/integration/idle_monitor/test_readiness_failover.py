@@ -1,4 +1,5 @@
 """A readiness report pending when a replica dies is published by the next one: readySince is not lost for the boot."""
+
 from __future__ import annotations
 
 import grpc
@@ -12,11 +13,13 @@ from thermostat.pods.v1 import pods_pb2_grpc
 
 
 async def test_a_readiness_report_pending_at_failover_is_published_by_the_next_replica(
-        rig: MonitorRig, database_url: str) -> None:
+    rig: MonitorRig, database_url: str
+) -> None:
     """Ready tick's report dropped, then the replica dies: the next replica must still publish readySince."""
     dropper = DropFirstReadinessReport()
     async with grpc.aio.insecure_channel(
-            rig.controller.address, interceptors=[dropper, InternalTokenInterceptor(INTERNAL_TOKEN)]) as flaky:
+        rig.controller.address, interceptors=[dropper, InternalTokenInterceptor(INTERNAL_TOKEN)]
+    ) as flaky:
         rig.ticker.controller = pods_pb2_grpc.PodControllerInternalStub(flaky)
         rig.add_pod(POD_ID)
         ready_tick = rig.now

@@ -22,8 +22,7 @@ async def restarted(rig: MonitorRig, database_url: str) -> AsyncIterator[None]:
     store = await Store.open(database_url, max_size=2, application_name="restarted-monitor")
     try:
         async with ScrapeClients() as scrapes:
-            rig.ticker = rig.new_ticker("replica-after-restart", states=MonitorRepository(store.pool),
-                                        scrapes=scrapes)
+            rig.ticker = rig.new_ticker("replica-after-restart", states=MonitorRepository(store.pool), scrapes=scrapes)
             yield
     finally:
         await store.close()
@@ -49,10 +48,10 @@ async def test_a_restart_keeps_the_runtime_cap_start(make_rig: MakeRig, database
     assert rig.status(POD_ID) == "EXITED"
 
 
-@pytest.mark.parametrize("before_restart", [pytest.param(1, id="right-after-ready"),
-                                            pytest.param(9, id="mid-streak")])
+@pytest.mark.parametrize("before_restart", [pytest.param(1, id="right-after-ready"), pytest.param(9, id="mid-streak")])
 async def test_a_restart_continues_the_idle_streak_and_keeps_readiness(
-        rig: MonitorRig, database_url: str, before_restart: int) -> None:
+    rig: MonitorRig, database_url: str, before_restart: int
+) -> None:
     """The streak, the work-counter baseline and readySince survive: the stop comes on the same minute."""
     rig.add_pod(POD_ID)
     ready_tick = rig.now

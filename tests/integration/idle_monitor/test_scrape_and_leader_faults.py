@@ -1,4 +1,5 @@
 """A scrape that must not hang the tick, and a leader task that must survive a store blip."""
+
 from __future__ import annotations
 
 import asyncio
@@ -74,8 +75,15 @@ class _CountingTicker:
 async def test_a_store_blip_when_leadership_starts_does_not_end_the_leader(db_store: Store) -> None:
     """One failed state load right after winning the lease: the leader pauses, campaigns again and ticks."""
     clock, ticker, states = FakeClock(), _CountingTicker(), _FlakyStates()
-    leader = PodLeader(ticker, db_store.leases, states, replica="r1", lease_seconds=30.0,  # type: ignore[arg-type]
-                       check_seconds=1.0, clock=clock)
+    leader = PodLeader(
+        ticker,
+        db_store.leases,
+        states,
+        replica="r1",
+        lease_seconds=30.0,  # type: ignore[arg-type]
+        check_seconds=1.0,
+        clock=clock,
+    )
     task = asyncio.create_task(leader.run())
     try:
         await clock.settled(2)  # the pause after the failure, and the keeper still renewing the won lease

@@ -12,8 +12,9 @@ from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.policy.idle.pod_signal import PodSignal
 
 
-async def test_a_busy_sibling_wins_over_an_idle_stale_pod(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
-                                                          ) -> None:
+async def test_a_busy_sibling_wins_over_an_idle_stale_pod(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """The stale pod, listed first, is idle for 40 minutes; the busy replacement keeps both up."""
     rig.add_pod(STALE_ID)
     rig.add_pod(FRESH_ID)
@@ -31,8 +32,7 @@ async def test_a_busy_sibling_wins_over_an_idle_stale_pod(rig: MonitorRig, monit
     assert warnings[-1] == f"[RunPodIdleMonitor] 2 pods on the volume ({STALE_ID}, {FRESH_ID}); BUSY from {FRESH_ID}"
 
 
-async def test_an_idle_stop_stops_every_pod_that_is_up(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
-                                                       ) -> None:
+async def test_an_idle_stop_stops_every_pod_that_is_up(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture) -> None:
     """Both pods idle: one stop, naming both, and both stop billing."""
     rig.add_pod(STALE_ID)
     rig.add_pod(FRESH_ID)
@@ -41,7 +41,9 @@ async def test_an_idle_stop_stops_every_pod_that_is_up(rig: MonitorRig, monitor_
     assert decision.stop is not None and decision.stop.pod_ids == (STALE_ID, FRESH_ID)
     assert (rig.status(STALE_ID), rig.status(FRESH_ID)) == ("EXITED", "EXITED")
     assert sorted((s.pod_id, s.trigger, s.ok) for s in await rig.stops()) == [
-        (FRESH_ID, "idle", True), (STALE_ID, "idle", True)]
+        (FRESH_ID, "idle", True),
+        (STALE_ID, "idle", True),
+    ]
     assert messages(monitor_log, f"stopping {STALE_ID}, {FRESH_ID} (idle: idle streak 15/15)", logging.WARNING)
 
 

@@ -14,7 +14,8 @@ from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 
 
 async def test_an_idle_stop_the_controller_reports_refused_keeps_ready_and_waits_a_full_window(
-        rig: MonitorRig, monitor_log: pytest.LogCaptureFixture) -> None:
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """RunPod answers the stop with a 500: the streak restarts, the phase stays Ready, 15 more minutes pass."""
     rig.add_pod(POD_ID)
     ready = (await rig.ticks(1))[0]
@@ -51,8 +52,9 @@ async def test_a_refused_boot_grace_stop_keeps_booting_and_grants_a_fresh_budget
     assert rig.status(POD_ID) == "EXITED"
 
 
-async def test_a_re_wake_inside_one_tick_starts_a_new_boot(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
-                                                           ) -> None:
+async def test_a_re_wake_inside_one_tick_starts_a_new_boot(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """Stopped idle, woken again before the next tick: Booting with a fresh budget, then a new readySince."""
     rig.add_pod(POD_ID)
     await rig.tick_until_stop(limit=20)
@@ -65,7 +67,10 @@ async def test_a_re_wake_inside_one_tick_starts_a_new_boot(rig: MonitorRig, moni
 
     decisions = await rig.ticks(3)
     assert [(d.state.phase, d.state.counters.booting_ticks, d.state.counters.idle_streak) for d in decisions] == [
-        (Phase.BOOTING, 1, 0), (Phase.BOOTING, 2, 0), (Phase.BOOTING, 3, 0)]
+        (Phase.BOOTING, 1, 0),
+        (Phase.BOOTING, 2, 0),
+        (Phase.BOOTING, 3, 0),
+    ]
     assert await rig.ready_since() is None, "the stale Ready of the last boot is not inherited"
 
     ready_tick = rig.now
@@ -81,7 +86,8 @@ async def test_a_re_wake_inside_one_tick_starts_a_new_boot(rig: MonitorRig, moni
 
 
 async def test_a_replica_that_lost_its_lease_mid_tick_does_not_stop_and_the_next_holder_does(
-        rig: MonitorRig, monitor_log: pytest.LogCaptureFixture) -> None:
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """A tick whose lease lapsed neither stops nor writes state (the new holder owns it); the holder stops."""
     rig.add_pod(POD_ID)
     await rig.ticks(15)

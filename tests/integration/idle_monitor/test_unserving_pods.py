@@ -49,13 +49,17 @@ async def test_a_flapping_metrics_endpoint_still_accrues_to_a_stop(rig: MonitorR
     assert rig.status(POD_ID) == "EXITED"
 
 
-@pytest.mark.parametrize(("status", "hold"), [
-    pytest.param("PROVISIONING", {"provisioning_seconds": -1}, id="held-provisioning"),
-    pytest.param("STARTING", {"starting_seconds": -1}, id="held-starting"),
-    pytest.param("RUNNING", {"model_ready_seconds": -1}, id="running-but-the-model-never-answers"),
-])
-async def test_a_never_ready_pod_is_stopped_at_boot_grace(rig: MonitorRig, monitor_log: pytest.LogCaptureFixture,
-                                                          status: str, hold: dict[str, float]) -> None:
+@pytest.mark.parametrize(
+    ("status", "hold"),
+    [
+        pytest.param("PROVISIONING", {"provisioning_seconds": -1}, id="held-provisioning"),
+        pytest.param("STARTING", {"starting_seconds": -1}, id="held-starting"),
+        pytest.param("RUNNING", {"model_ready_seconds": -1}, id="running-but-the-model-never-answers"),
+    ],
+)
+async def test_a_never_ready_pod_is_stopped_at_boot_grace(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture, status: str, hold: dict[str, float]
+) -> None:
     """Provisioning, Starting and Running-without-metrics share one 20-minute boot budget (#2041, #2101)."""
     rig.add_pod(POD_ID, status=status)
     rig.sim.set_pod_lifecycle(POD_ID, **hold)
@@ -73,8 +77,9 @@ async def test_a_never_ready_pod_is_stopped_at_boot_grace(rig: MonitorRig, monit
     assert [(s.pod_id, s.trigger, s.ok) for s in await rig.stops()] == [(POD_ID, "boot-grace", True)]
     assert await rig.ready_since() is None
     assert messages(monitor_log, f"pod {POD_ID} ready after") == []
-    assert messages(monitor_log, f"stopping {POD_ID} (boot-grace: not ready after 20/20 booting ticks)",
-                    logging.WARNING)
+    assert messages(
+        monitor_log, f"stopping {POD_ID} (boot-grace: not ready after 20/20 booting ticks)", logging.WARNING
+    )
 
 
 async def test_boot_grace_zero_leaves_a_never_ready_pod_to_the_runtime_cap(make_rig: MakeRig) -> None:
@@ -88,7 +93,8 @@ async def test_boot_grace_zero_leaves_a_never_ready_pod_to_the_runtime_cap(make_
 
 
 async def test_a_phantom_busy_request_is_stopped_by_the_runtime_cap(
-        make_rig: MakeRig, monitor_log: pytest.LogCaptureFixture) -> None:
+    make_rig: MakeRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """A wedged vLLM reporting a request in flight forever reads Busy; the wall-clock cap stops it anyway."""
     rig = await make_rig(MAX_RUNTIME_MINUTES="12.5")
     rig.add_pod(POD_ID)
@@ -106,8 +112,7 @@ async def test_a_phantom_busy_request_is_stopped_by_the_runtime_cap(
     assert rig.status(POD_ID) == "EXITED"
     assert [(s.pod_id, s.trigger) for s in await rig.stops()] == [(POD_ID, "runtime-cap")]
     (line,) = messages(monitor_log, "stopping", logging.WARNING)
-    assert line == (f"pod qwen: stopping {POD_ID} (runtime-cap: up since {first_seen.isoformat()}, "
-                    "cap 0:12:30)")
+    assert line == (f"pod qwen: stopping {POD_ID} (runtime-cap: up since {first_seen.isoformat()}, cap 0:12:30)")
 
 
 async def test_max_runtime_zero_disables_the_cap(make_rig: MakeRig) -> None:

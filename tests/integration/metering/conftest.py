@@ -24,30 +24,42 @@ class LedgerRig:
 
 
 @contextlib.asynccontextmanager
-async def ledger_on(controller: RunningService, store: Store, *, page_size: int = 7,
-                    after_read: AfterRead = _nothing, timeout: float = 10) -> AsyncIterator[LedgerRig]:
+async def ledger_on(
+    controller: RunningService,
+    store: Store,
+    *,
+    page_size: int = 7,
+    after_read: AfterRead = _nothing,
+    timeout: float = 10,
+) -> AsyncIterator[LedgerRig]:
     """A ledger as metering runs it (a new one is a restarted metering: it keeps nothing in memory)."""
     async with controller.channel() as channel:
         feed = PodActionFeed(pods_pb2_grpc.PodControllerInternalStub(channel), timeout=timeout)
         repository = MeteringRepository(store.pool)
-        yield LedgerRig(ledger=Ledger(repository, [feed], page_size=page_size, after_read=after_read), feed=feed,
-                        repository=repository)
+        yield LedgerRig(
+            ledger=Ledger(repository, [feed], page_size=page_size, after_read=after_read),
+            feed=feed,
+            repository=repository,
+        )
 
 
 async def write_actions(pool: asyncpg.Pool, count: int, *, pod_name: str = "qwen") -> None:
     """`count` billable actions (alternating Create/Stop of one pod per pair), numbered as the controller numbers
     them (the column default), in one statement."""
-    await pool.execute("""
+    await pool.execute(
+        """
         INSERT INTO pod_actions (id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, at)
         SELECT gen_random_uuid(), $1, CASE WHEN g % 2 = 1 THEN 'Create' ELSE 'Stop' END, 'pod-' || ((g + 1) / 2),
                'NVIDIA A100 80GB PCIe', CASE WHEN g % 2 = 1 THEN 1.5 END, 200, true,
                CASE WHEN g % 2 = 1 THEN 'wake' ELSE 'idle' END, now() + make_interval(secs => g)
-        FROM generate_series(1, $2) AS g""", pod_name, count)
+        FROM generate_series(1, $2) AS g""",
+        pod_name,
+        count,
+    )
 
 
 async def ledger_ids(pool: asyncpg.Pool) -> list[str]:
-    rows = await pool.fetch("SELECT source_id FROM ledger_pod_actions WHERE source = $1 ORDER BY position",
-                            POD_ACTIONS)
+    rows = await pool.fetch("SELECT source_id FROM ledger_pod_actions WHERE source = $1 ORDER BY position", POD_ACTIONS)
     return [r["source_id"] for r in rows]
 
 

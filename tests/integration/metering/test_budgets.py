@@ -44,11 +44,18 @@ async def stack(sim: RunPodSimulator, store: Store, **env: str) -> AsyncIterator
     """A controller that asks metering before every wake (METERING_ADDR set), and that metering."""
     port = free_port()
     clock = FakeClock()
-    async with (controller(sim, store, METERING_ADDR=f"127.0.0.1:{port}", METERING_TIMEOUT_SECONDS="1", **env) as ctl,
-                start_metering(metering_env(ctl.running.address), store, port=port, clock=clock) as metering,
-                metering.channel() as channel):
-        yield Stack(controller=ctl, metering=metering, metering_stub=metering_pb2_grpc.MeteringStub(channel),
-                    internal_stub=metering_pb2_grpc.MeteringInternalStub(channel), clock=clock)
+    async with (
+        controller(sim, store, METERING_ADDR=f"127.0.0.1:{port}", METERING_TIMEOUT_SECONDS="1", **env) as ctl,
+        start_metering(metering_env(ctl.running.address), store, port=port, clock=clock) as metering,
+        metering.channel() as channel,
+    ):
+        yield Stack(
+            controller=ctl,
+            metering=metering,
+            metering_stub=metering_pb2_grpc.MeteringStub(channel),
+            internal_stub=metering_pb2_grpc.MeteringInternalStub(channel),
+            clock=clock,
+        )
 
 
 def writes(sim: RunPodSimulator) -> list[tuple[str, str]]:
@@ -56,7 +63,8 @@ def writes(sim: RunPodSimulator) -> list[tuple[str, str]]:
 
 
 async def test_setting_a_budget_takes_the_operator_token_and_reading_it_does_not(
-        runpod_sim: RunPodSimulator, db_store: Store) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
     async with stack(runpod_sim, db_store) as s:
         request = metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=5.0)
         with pytest.raises(grpc.aio.AioRpcError) as anonymous:
@@ -70,16 +78,19 @@ async def test_setting_a_budget_takes_the_operator_token_and_reading_it_does_not
 async def test_a_negative_budget_is_refused_naming_the_field(runpod_sim: RunPodSimulator, db_store: Store) -> None:
     async with stack(runpod_sim, db_store) as s:
         with pytest.raises(grpc.aio.AioRpcError) as bad:
-            await s.metering_stub.SetPodBudget(metering_pb2.SetPodBudgetRequest(name="qwen", monthly_usd=-1),
-                                               metadata=OPERATOR)
+            await s.metering_stub.SetPodBudget(
+                metering_pb2.SetPodBudgetRequest(name="qwen", monthly_usd=-1), metadata=OPERATOR
+            )
     assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "monthly_usd" in (bad.value.details() or "")
 
 
 async def test_a_wake_whose_projected_spend_does_not_fit_is_refused_with_zero_runpod_writes(
-        runpod_sim: RunPodSimulator, db_store: Store) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
     async with stack(runpod_sim, db_store) as s:
-        await s.metering_stub.SetPodBudget(metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.05),
-                                           metadata=OPERATOR)
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.05), metadata=OPERATOR
+        )
         answer = await start(s.controller.public)
         newest = (await s.controller.public.GetPod(pods_pb2.GetPodRequest(name="qwen"))).last_wake
     assert (answer.code, answer.http_code) == (grpc.StatusCode.ABORTED, "409")
@@ -91,15 +102,18 @@ async def test_a_wake_whose_projected_spend_does_not_fit_is_refused_with_zero_ru
 
 async def test_a_wake_that_fits_its_budget_runs(runpod_sim: RunPodSimulator, db_store: Store) -> None:
     async with stack(runpod_sim, db_store) as s:
-        await s.metering_stub.SetPodBudget(metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=100.0),
-                                           metadata=OPERATOR)
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=100.0), metadata=OPERATOR
+        )
         assert (await start(s.controller.public)).reply.outcome == "Created"
 
 
 async def test_metering_configured_but_unreachable_refuses_the_wake(
-        runpod_sim: RunPodSimulator, db_store: Store) -> None:
-    async with controller(runpod_sim, db_store, METERING_ADDR=f"127.0.0.1:{free_port()}",
-                          METERING_TIMEOUT_SECONDS="0.5") as ctl:
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    async with controller(
+        runpod_sim, db_store, METERING_ADDR=f"127.0.0.1:{free_port()}", METERING_TIMEOUT_SECONDS="0.5"
+    ) as ctl:
         answer = await start(ctl.public)
     assert (answer.code, answer.http_code) == (grpc.StatusCode.ABORTED, "409")
     assert "metering unreachable" in answer.details and "fail closed" in answer.details
@@ -107,19 +121,28 @@ async def test_metering_configured_but_unreachable_refuses_the_wake(
 
 
 async def test_a_budget_reached_mid_run_stops_the_pod_on_the_next_monitor_tick(
-        runpod_sim: RunPodSimulator, db_store: Store) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
     async with stack(runpod_sim, db_store) as s, ledger_on(s.controller.running, db_store) as rig:
         created = await start(s.controller.public)
         assert created.reply.outcome == "Created"
         rate = created.reply.price_per_hour
         # one hour of the pod is the whole daily budget: reached an hour after it started billing
-        await s.metering_stub.SetPodBudget(metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=rate),
-                                           metadata=OPERATOR)
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=rate), metadata=OPERATOR
+        )
         await rig.ledger.run_once()
-        ticker = PodTicker(pod_name="qwen", controller=s.controller.internal, scrapes=ScrapeClients(),
-                           states=MonitorRepository(db_store.pool), options=MonitorOptions(),
-                           replica="test-monitor", scrape_timeout=1, controller_timeout=5,
-                           budget=budget_check(s.internal_stub, 5))
+        ticker = PodTicker(
+            pod_name="qwen",
+            controller=s.controller.internal,
+            scrapes=ScrapeClients(),
+            states=MonitorRepository(db_store.pool),
+            options=MonitorOptions(),
+            replica="test-monitor",
+            scrape_timeout=1,
+            controller_timeout=5,
+            budget=budget_check(s.internal_stub, 5),
+        )
         try:
             # metering's clock started before the pod billed (by less than the wake took): 58 minutes is short of
             # the hour, 61 is past it, and the tick after the budget is reached stops the pod

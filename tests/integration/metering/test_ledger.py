@@ -15,7 +15,8 @@ from thermostat.store.db import Store
 
 
 async def test_every_action_lands_once_in_feed_order_across_pages(
-        pod_controller: RunningService, db_store: Store) -> None:
+    pod_controller: RunningService, db_store: Store
+) -> None:
     """Thirty actions read seven at a time: all of them, in order, and the position at the feed's head."""
     await write_actions(db_store.pool, 30)
     async with ledger_on(pod_controller, db_store, page_size=7) as rig:
@@ -25,7 +26,8 @@ async def test_every_action_lands_once_in_feed_order_across_pages(
 
 
 async def test_a_crash_between_read_and_write_loses_nothing_and_doubles_nothing(
-        pod_controller: RunningService, db_store: Store) -> None:
+    pod_controller: RunningService, db_store: Store
+) -> None:
     """A metering that dies after reading its third page and before landing it lands the first two; a
     restarted one reads the third again from the stored position and lands everything once."""
     await write_actions(db_store.pool, 30)
@@ -48,7 +50,8 @@ async def test_a_crash_between_read_and_write_loses_nothing_and_doubles_nothing(
 
 
 async def test_a_replayed_page_adds_nothing_and_never_moves_the_position_back(
-        pod_controller: RunningService, db_store: Store) -> None:
+    pod_controller: RunningService, db_store: Store
+) -> None:
     """The first page landed again after everything (a lapsed leader finishing late) adds no entry and leaves
     the position at the head."""
     await write_actions(db_store.pool, 20)
@@ -63,7 +66,8 @@ async def test_a_replayed_page_adds_nothing_and_never_moves_the_position_back(
 
 
 async def test_an_upstream_restart_is_recorded_and_the_ledger_resumes_from_its_position(
-        runpod_sim: RunPodSimulator, db_store: Store) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
     """With the controller down a read fails and says so in the feed's status; once it is back (same address,
     more actions meanwhile) the ledger reads on from where it stopped."""
     env = pod_controller_env(runpod_sim)
@@ -83,12 +87,15 @@ async def test_an_upstream_restart_is_recorded_and_the_ledger_resumes_from_its_p
 
 
 async def test_the_feed_answers_over_the_internal_rpc_only_with_the_token(
-        pod_controller: RunningService, db_store: Store) -> None:
+    pod_controller: RunningService, db_store: Store
+) -> None:
     """ListBillableActions is an internal RPC: a caller without the deployment's token is refused."""
     async with grpc.aio.insecure_channel(pod_controller.address) as channel:
-        call = channel.unary_unary("/thermostat.pods.v1.PodControllerInternal/ListBillableActions",
-                                   request_serializer=pods_pb2.ListBillableActionsRequest.SerializeToString,
-                                   response_deserializer=pods_pb2.ListBillableActionsResponse.FromString)
+        call = channel.unary_unary(
+            "/thermostat.pods.v1.PodControllerInternal/ListBillableActions",
+            request_serializer=pods_pb2.ListBillableActionsRequest.SerializeToString,
+            response_deserializer=pods_pb2.ListBillableActionsResponse.FromString,
+        )
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await call(pods_pb2.ListBillableActionsRequest())
     assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED

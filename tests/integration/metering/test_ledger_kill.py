@@ -23,13 +23,21 @@ ACTIONS = 4000
 
 @contextmanager
 def metering_process(database_url: str, controller: str) -> Iterator[subprocess.Popen[bytes]]:
-    env = {**os.environ, "DATABASE_URL": database_url, "POD_CONTROLLER_ADDR": controller,
-           "METERING_PORT": str(free_port()), INTERNAL_TOKEN_ENV: INTERNAL_TOKEN, "LEDGER_PAGE_SIZE": "50",
-           "LEDGER_POLL_SECONDS": "0.05", "LOG_LEVEL": "WARNING",
-           # the killed process held the ingest lease: the restarted one takes it over once it lapses
-           "LEDGER_LEASE_SECONDS": "2"}
-    process = subprocess.Popen([sys.executable, "-m", "thermostat.metering"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "POD_CONTROLLER_ADDR": controller,
+        "METERING_PORT": str(free_port()),
+        INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
+        "LEDGER_PAGE_SIZE": "50",
+        "LEDGER_POLL_SECONDS": "0.05",
+        "LOG_LEVEL": "WARNING",
+        # the killed process held the ingest lease: the restarted one takes it over once it lapses
+        "LEDGER_LEASE_SECONDS": "2",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "thermostat.metering"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         yield process
     finally:
@@ -39,7 +47,8 @@ def metering_process(database_url: str, controller: str) -> Iterator[subprocess.
 
 
 async def test_kill_9_mid_ingest_loses_nothing_and_doubles_nothing(
-        pod_controller: RunningService, db_store: Store, database_url: str) -> None:
+    pod_controller: RunningService, db_store: Store, database_url: str
+) -> None:
     await write_actions(db_store.pool, ACTIONS)
 
     async def partway() -> int | None:

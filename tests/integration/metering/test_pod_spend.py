@@ -27,27 +27,31 @@ def _moment(seconds: float | None) -> datetime | None:
 
 
 async def test_spend_matches_the_intervals_the_simulator_billed(
-        runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store) -> None:
+    runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store
+) -> None:
     async with pod_controller.channel() as channel:
         pods = pods_pb2_grpc.PodControllerStub(channel)
-        assert (await start(pods)).reply.outcome == "Created"          # pod A bills
+        assert (await start(pods)).reply.outcome == "Created"  # pod A bills
         await pods.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR)
-        assert (await start(pods)).reply.outcome == "Started"          # A bills again, at the rate RunPod reports
+        assert (await start(pods)).reply.outcome == "Started"  # A bills again, at the rate RunPod reports
         await pods.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR)
-        runpod_sim.inject("POST", "/v2/pods/*/action", status=500)      # A refuses to start: a replacement B
-        assert (await start(pods)).reply.outcome == "Created"          # B bills; A (stopped) is terminated
+        runpod_sim.inject("POST", "/v2/pods/*/action", status=500)  # A refuses to start: a replacement B
+        assert (await start(pods)).reply.outcome == "Created"  # B bills; A (stopped) is terminated
 
     started = await db_store.pool.fetchrow(
-        "SELECT gpu_id, price_per_hour FROM pod_actions WHERE action = 'Start' AND ok")
+        "SELECT gpu_id, price_per_hour FROM pod_actions WHERE action = 'Start' AND ok"
+    )
     assert started["price_per_hour"] > 0 and started["gpu_id"], "a start records the rate RunPod reported"
 
     clock = FakeClock()
-    async with (start_metering(metering_env(pod_controller.address), db_store, clock=clock) as metering,
-                ledger_on(pod_controller, db_store) as rig, metering.channel() as channel):
+    async with (
+        start_metering(metering_env(pod_controller.address), db_store, clock=clock) as metering,
+        ledger_on(pod_controller, db_store) as rig,
+        metering.channel() as channel,
+    ):
         await rig.ledger.run_once()
         clock.advance(600)  # B bills on: the open interval is counted to metering's now
-        spend = await metering_pb2_grpc.MeteringStub(channel).GetPodSpend(
-            metering_pb2.GetPodSpendRequest(name="QWEN"))
+        spend = await metering_pb2_grpc.MeteringStub(channel).GetPodSpend(metering_pb2.GetPodSpendRequest(name="QWEN"))
 
     billed = runpod_sim.billed()
     assert len(spend.intervals) == len(billed) == 3
@@ -62,13 +66,16 @@ async def test_spend_matches_the_intervals_the_simulator_billed(
     assert spend.total_usd == pytest.approx(sum(i.usd for i in spend.intervals))
     open_interval = spend.intervals[-1]
     assert open_interval.usd == pytest.approx(
-        (clock.now() - from_timestamp(open_interval.start)).total_seconds() / 3600 * open_interval.price_per_hour)
+        (clock.now() - from_timestamp(open_interval.start)).total_seconds() / 3600 * open_interval.price_per_hour
+    )
     assert {line.gpu_type for line in spend.lines} == {"NVIDIA A100 80GB PCIe"}
 
 
 async def test_an_unknown_pod_name_is_404(pod_controller: RunningService, db_store: Store) -> None:
-    async with (start_metering(metering_env(pod_controller.address), db_store, clock=FakeClock()) as metering,
-                metering.channel() as channel):
+    async with (
+        start_metering(metering_env(pod_controller.address), db_store, clock=FakeClock()) as metering,
+        metering.channel() as channel,
+    ):
         with pytest.raises(grpc.aio.AioRpcError) as unknown:
             await metering_pb2_grpc.MeteringStub(channel).GetPodSpend(metering_pb2.GetPodSpendRequest(name="llama"))
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND

@@ -33,15 +33,19 @@ class Controller:
 
 
 @contextlib.asynccontextmanager
-async def controller(sim: RunPodSimulator, store: Store, *, clock: Clock = SYSTEM_CLOCK,
-                     **env: str) -> AsyncIterator[Controller]:
+async def controller(
+    sim: RunPodSimulator, store: Store, *, clock: Clock = SYSTEM_CLOCK, **env: str
+) -> AsyncIterator[Controller]:
     """A pod controller on the simulator with `env` overriding the test defaults (fast polls, qwen)."""
     async with (
         start_pod_controller(pod_controller_env(sim, **env), store, clock=clock) as running,
         running.channel() as channel,
     ):
-        yield Controller(running=running, public=pods_pb2_grpc.PodControllerStub(channel),
-                         internal=pods_pb2_grpc.PodControllerInternalStub(channel))
+        yield Controller(
+            running=running,
+            public=pods_pb2_grpc.PodControllerStub(channel),
+            internal=pods_pb2_grpc.PodControllerInternalStub(channel),
+        )
 
 
 @dataclass
@@ -58,8 +62,13 @@ class Answer:
         return self.metadata.get("x-http-code")
 
 
-async def start(stub: pods_pb2_grpc.PodControllerStub, name: str = "qwen", *,
-                metadata: tuple[tuple[str, str], ...] = OPERATOR, timeout: float = 30) -> Answer:
+async def start(
+    stub: pods_pb2_grpc.PodControllerStub,
+    name: str = "qwen",
+    *,
+    metadata: tuple[tuple[str, str], ...] = OPERATOR,
+    timeout: float = 30,
+) -> Answer:
     """StartPod, keeping the status code and the initial metadata whether it succeeded or not."""
     call = stub.StartPod(pods_pb2.StartPodRequest(name=name), metadata=metadata, timeout=timeout)
     try:

@@ -31,13 +31,17 @@ DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 Call = Callable[[pods_pb2_grpc.PodControllerInternalStub, tuple[tuple[str, str], ...]], Awaitable[Any]]
 CALLS: dict[str, Call] = {
-    "ObserveVolume": lambda stub, md: stub.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="qwen"), metadata=md,
-                                                        timeout=10),
-    "StopPods": lambda stub, md: stub.StopPods(pods_pb2.StopPodsRequest(name="qwen", pod_ids=["nopod00000001"],
-                                                                       trigger=pods_pb2.STOP_TRIGGER_IDLE),
-                                               metadata=md, timeout=10),
+    "ObserveVolume": lambda stub, md: stub.ObserveVolume(
+        pods_pb2.ObserveVolumeRequest(name="qwen"), metadata=md, timeout=10
+    ),
+    "StopPods": lambda stub, md: stub.StopPods(
+        pods_pb2.StopPodsRequest(name="qwen", pod_ids=["nopod00000001"], trigger=pods_pb2.STOP_TRIGGER_IDLE),
+        metadata=md,
+        timeout=10,
+    ),
     "ReportReadiness": lambda stub, md: stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id="nopod00000001"), metadata=md, timeout=10),
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id="nopod00000001"), metadata=md, timeout=10
+    ),
 }
 
 CREDENTIALS = [
@@ -52,8 +56,9 @@ CREDENTIALS = [
 ]
 
 
-async def _code(call: Call, stub: pods_pb2_grpc.PodControllerInternalStub,
-                metadata: tuple[tuple[str, str], ...]) -> grpc.StatusCode:
+async def _code(
+    call: Call, stub: pods_pb2_grpc.PodControllerInternalStub, metadata: tuple[tuple[str, str], ...]
+) -> grpc.StatusCode:
     try:
         await call(stub, metadata)
     except grpc.aio.AioRpcError as error:
@@ -64,38 +69,50 @@ async def _code(call: Call, stub: pods_pb2_grpc.PodControllerInternalStub,
 @pytest.mark.parametrize("method", list(CALLS))
 @pytest.mark.parametrize(("metadata", "expected"), CREDENTIALS)
 async def test_each_internal_rpc_admits_only_the_internal_token(
-        pod_controller: RunningService, runpod_sim: RunPodSimulator, method: str,
-        metadata: tuple[tuple[str, str], ...], expected: grpc.StatusCode) -> None:
+    pod_controller: RunningService,
+    runpod_sim: RunPodSimulator,
+    method: str,
+    metadata: tuple[tuple[str, str], ...],
+    expected: grpc.StatusCode,
+) -> None:
     """No token → UNAUTHENTICATED, any other token (the operator's too) → PERMISSION_DENIED, and no pod is touched."""
     pod_id = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     async with grpc.aio.insecure_channel(pod_controller.address) as channel:
         stub = pods_pb2_grpc.PodControllerInternalStub(channel)
         calls = {
-            **CALLS, "StopPods": lambda s, md: s.StopPods(
+            **CALLS,
+            "StopPods": lambda s, md: s.StopPods(
                 pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod_id], trigger=pods_pb2.STOP_TRIGGER_IDLE),
-                metadata=md, timeout=10)}
+                metadata=md,
+                timeout=10,
+            ),
+        }
         assert await _code(calls[method], stub, metadata) is expected
     stopped = runpod_sim.pod(pod_id)["status"] != "RUNNING"
     assert stopped is (expected is OK and method == "StopPods")
 
 
 async def test_a_refusal_is_logged_with_the_method_and_never_the_token(
-        pod_controller: RunningService, caplog: pytest.LogCaptureFixture) -> None:
+    pod_controller: RunningService, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     async with grpc.aio.insecure_channel(pod_controller.address) as channel:
         stub = pods_pb2_grpc.PodControllerInternalStub(channel)
         assert await _code(CALLS["ObserveVolume"], stub, ()) is UNAUTHENTICATED
         assert await _code(CALLS["ReportReadiness"], stub, ((INTERNAL_TOKEN_HEADER, "guessed-token"),)) is DENIED
     refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
-    assert any("/thermostat.pods.v1.PodControllerInternal/ObserveVolume" in m and "UNAUTHENTICATED" in m
-               for m in refusals), refusals
-    assert any("/thermostat.pods.v1.PodControllerInternal/ReportReadiness" in m and "PERMISSION_DENIED" in m
-               for m in refusals), refusals
+    assert any(
+        "/thermostat.pods.v1.PodControllerInternal/ObserveVolume" in m and "UNAUTHENTICATED" in m for m in refusals
+    ), refusals
+    assert any(
+        "/thermostat.pods.v1.PodControllerInternal/ReportReadiness" in m and "PERMISSION_DENIED" in m for m in refusals
+    ), refusals
     assert not any("guessed-token" in r.getMessage() for r in caplog.records)
 
 
 async def test_without_an_internal_token_every_internal_call_is_refused_and_the_start_says_so(
-        runpod_sim: RunPodSimulator, db_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    runpod_sim: RunPodSimulator, db_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     """Fail closed: an unset THERMOSTAT_INTERNAL_TOKEN admits no token at all, the empty one included."""
     caplog.set_level(logging.WARNING)
     env = {k: v for k, v in pod_controller_env(runpod_sim).items() if k != INTERNAL_TOKEN_ENV}
@@ -111,6 +128,7 @@ async def test_without_an_internal_token_every_internal_call_is_refused_and_the_
 
 async def test_reflection_lists_the_public_services_and_no_internal_one(pod_controller: RunningService) -> None:
     """What the edge sends grpcurl's reflection to must not advertise what the edge never routes."""
+
     def listed_services() -> set[str]:  # the blocking client, off the loop that serves the controller
         with grpc.insecure_channel(pod_controller.address) as channel:
             return set(ProtoReflectionDescriptorDatabase(channel).get_services())

@@ -25,8 +25,6 @@ def lists(sim: RunPodSimulator) -> int:
     return [(r.method, r.path) for r in sim.requests()].count(LIST)
 
 
-
-
 @pytest.mark.parametrize(
     "env",
     [
@@ -41,7 +39,12 @@ async def test_get_of_an_unconfigured_pod_answers_configured_false_without_a_run
     async with controller(runpod_sim, db_store, **env) as c:
         view = await c.public.GetPod(QWEN, timeout=10)
     assert (view.name, view.configured, view.lookup, view.status, view.is_running) == (
-        "qwen", False, "UNCONFIGURED", "UNKNOWN", False)
+        "qwen",
+        False,
+        "UNCONFIGURED",
+        "UNKNOWN",
+        False,
+    )
     assert (view.pod_id, view.proxy_url, view.pods_on_volume, view.datacenter) == ("", "", 0, "EU-RO-1")
     assert runpod_sim.requests() == []
 
@@ -52,7 +55,12 @@ async def test_get_during_a_list_blip_is_unreadable_unknown_not_a_verdict(pods_s
     runpod_sim.inject("GET", "/v2/pods", status=502)
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert (view.configured, view.lookup, view.status, view.is_running, view.pod_id) == (
-        True, "UNREADABLE", "UNKNOWN", False, "")
+        True,
+        "UNREADABLE",
+        "UNKNOWN",
+        False,
+        "",
+    )
 
 
 async def test_get_with_no_pod_on_the_volume_is_not_found_unknown(pods_stub, runpod_sim) -> None:
@@ -118,13 +126,15 @@ async def test_ready_since_shows_for_the_ranked_pod_only_and_an_accepted_stop_cl
     serving = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     ready_at = datetime.now(UTC).replace(microsecond=0)
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale, ready_since=to_timestamp(ready_at)), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=stale, ready_since=to_timestamp(ready_at)), timeout=10
+    )
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert (view.pod_id, view.is_running) == (serving, True)
     assert not view.HasField("ready_since")
 
     await internal_stub.ReportReadiness(
-        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=serving, ready_since=to_timestamp(ready_at)), timeout=10)
+        pods_pb2.ReportReadinessRequest(name="qwen", pod_id=serving, ready_since=to_timestamp(ready_at)), timeout=10
+    )
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert from_timestamp(view.ready_since) == ready_at
 
@@ -141,7 +151,12 @@ async def test_get_reports_the_last_wake(pods_stub, runpod_sim) -> None:
     view = await pods_stub.GetPod(QWEN, timeout=10)
     wake = view.last_wake
     assert (wake.outcome, wake.wake_outcome, wake.pod_id, wake.gpu_id, wake.price_per_hour) == (
-        "Succeeded", "Created", created.reply.pod_id, A100, 1.59)
+        "Succeeded",
+        "Created",
+        created.reply.pod_id,
+        A100,
+        1.59,
+    )
     assert wake.requested_at.ToDatetime() <= wake.completed_at.ToDatetime()
     assert wake.attempt_id
 
@@ -166,7 +181,8 @@ async def test_eta_shows_while_booting_only_when_a_boot_was_measured(runpod_sim,
         await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=10)
         ready = from_timestamp(first.requested_at) + timedelta(seconds=90)
         await c.internal.ReportReadiness(
-            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(ready)), timeout=10)
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(ready)), timeout=10
+        )
         await c.internal.ReportReadiness(pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod), timeout=10)
 
         again = await start(c.public)
@@ -238,7 +254,9 @@ async def test_observe_volume_reports_every_pod_in_list_order_for_the_monitor(in
     reply = await internal_stub.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="Qwen"), timeout=10)
     assert (reply.name, reply.configured, reply.lookup) == ("qwen", True, "FOUND")
     assert [(p.pod_id, p.lookup, p.status, p.gpu_count, p.gpu_id) for p in reply.pods] == [
-        (running, "FOUND", "RUNNING", 1, A100), (stopped, "FOUND", "EXITED", 1, A100)]
+        (running, "FOUND", "RUNNING", 1, A100),
+        (stopped, "FOUND", "EXITED", 1, A100),
+    ]
     assert reply.lookup_result == pods_pb2.LOOKUP_RESULT_FOUND, "each enum beside its string"
     assert [(p.lookup_result, p.pod_status) for p in reply.pods] == [
         (pods_pb2.LOOKUP_RESULT_FOUND, pods_pb2.POD_STATUS_RUNNING),
@@ -294,7 +312,8 @@ async def test_get_serves_the_readiness_of_the_pod_it_reports_when_two_pods_answ
     serving_ready = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
     for pod, at in ((serving, serving_ready), (stale, serving_ready + timedelta(minutes=5))):
         await internal_stub.ReportReadiness(
-            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(at)), timeout=10)
+            pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(at)), timeout=10
+        )
     view = await pods_stub.GetPod(QWEN, timeout=10)
     assert view.pod_id == serving
     assert from_timestamp(view.ready_since) == serving_ready

@@ -44,7 +44,11 @@ async def test_history_lists_actions_and_wakes_interleaved_newest_first(three_ev
     assert stamps == sorted(stamps, reverse=True)
     create = three_events[3].action
     assert (create.trigger, create.gpu_id, create.price_per_hour, create.http_status) == (
-        "wake", "NVIDIA A100 80GB PCIe", 1.59, 201)
+        "wake",
+        "NVIDIA A100 80GB PCIe",
+        1.59,
+        201,
+    )
     assert three_events[2].action.trigger == "manual"
 
 
@@ -55,7 +59,8 @@ async def test_history_pages_cover_every_entry_exactly_once_in_order(pods_stub, 
     token = ""
     for _ in range(10):
         page = await pods_stub.GetPodHistory(
-            pods_pb2.GetPodHistoryRequest(name="qwen", page_size=page_size, page_token=token), timeout=10)
+            pods_pb2.GetPodHistoryRequest(name="qwen", page_size=page_size, page_token=token), timeout=10
+        )
         assert len(page.entries) <= page_size
         seen += [_key(e) for e in page.entries]
         token = page.next_page_token
@@ -67,15 +72,22 @@ async def test_history_pages_cover_every_entry_exactly_once_in_order(pods_stub, 
 @pytest.mark.parametrize(
     ("request_", "field"),
     [
-        pytest.param(pods_pb2.GetPodHistoryRequest(name="qwen", page_token="not-a-token"), "page_token",
-                     id="garbage-token"),
-        pytest.param(pods_pb2.GetPodHistoryRequest(name="qwen", page_token="WzEsMl0="), "page_token",
-                     id="json-but-not-ours"),
-        pytest.param(pods_pb2.GetPodHistoryRequest(name="qwen", page_token=_token('["2026-10-01T00:00:00", "x"]')),
-                     "page_token", id="no-time-zone"),
-        pytest.param(pods_pb2.GetPodHistoryRequest(
-            name="qwen", page_token=_token('["0001-01-01T00:00:00+14:00", "x"]')), "page_token",
-            id="before-year-1-in-utc"),
+        pytest.param(
+            pods_pb2.GetPodHistoryRequest(name="qwen", page_token="not-a-token"), "page_token", id="garbage-token"
+        ),
+        pytest.param(
+            pods_pb2.GetPodHistoryRequest(name="qwen", page_token="WzEsMl0="), "page_token", id="json-but-not-ours"
+        ),
+        pytest.param(
+            pods_pb2.GetPodHistoryRequest(name="qwen", page_token=_token('["2026-10-01T00:00:00", "x"]')),
+            "page_token",
+            id="no-time-zone",
+        ),
+        pytest.param(
+            pods_pb2.GetPodHistoryRequest(name="qwen", page_token=_token('["0001-01-01T00:00:00+14:00", "x"]')),
+            "page_token",
+            id="before-year-1-in-utc",
+        ),
         pytest.param(pods_pb2.GetPodHistoryRequest(name="qwen", page_size=-1), "page_size", id="negative-size"),
         pytest.param(pods_pb2.GetPodHistoryRequest(name="qwen", page_size=501), "page_size", id="oversized"),
     ],

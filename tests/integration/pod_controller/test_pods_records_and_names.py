@@ -39,8 +39,17 @@ async def test_a_stop_succeeds_with_the_action_table_gone_and_logs_the_full_entr
     assert runpod_sim.pod(pod)["status"] == "EXITED"
     (entry,) = _error_entries(caplog)
     assert uuid.UUID(entry.pop("stop_id"))  # the stop it belongs to, written (to pod_stops) before the call
-    assert entry == {"pod_name": "qwen", "action": "Stop", "pod_id": pod, "ok": True, "trigger": "manual",
-                     "http_status": 200, "gpu_id": None, "price_per_hour": None, "detail": None}
+    assert entry == {
+        "pod_name": "qwen",
+        "action": "Stop",
+        "pod_id": pod,
+        "ok": True,
+        "trigger": "manual",
+        "http_status": 200,
+        "gpu_id": None,
+        "price_per_hour": None,
+        "detail": None,
+    }
 
 
 async def test_a_wake_with_both_record_tables_gone_still_creates_and_logs_both_records_at_error(
@@ -55,12 +64,25 @@ async def test_a_wake_with_both_record_tables_gone_still_creates_and_logs_both_r
     assert answer.reply.outcome == "Created"
     (create,) = _error_entries(caplog)
     assert (create["action"], create["pod_id"], create["gpu_id"], create["price_per_hour"], create["ok"]) == (
-        "Create", answer.reply.pod_id, A100, 1.59, True)
-    (wake_line,) = [r.getMessage() for r in caplog.records
-                    if r.levelno == logging.ERROR and "history NOT persisted" in r.getMessage()]
+        "Create",
+        answer.reply.pod_id,
+        A100,
+        1.59,
+        True,
+    )
+    (wake_line,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and "history NOT persisted" in r.getMessage()
+    ]
     wake = json.loads(wake_line.split("): ", 1)[1])
     assert (wake["pod_name"], wake["outcome"], wake["wake_outcome"], wake["pod_id"], wake["gpu_id"]) == (
-        "qwen", "Succeeded", "Created", answer.reply.pod_id, A100)
+        "qwen",
+        "Succeeded",
+        "Created",
+        answer.reply.pod_id,
+        A100,
+    )
 
 
 async def test_a_stop_succeeds_with_the_store_down_and_get_still_answers(runpod_sim, database_url, caplog) -> None:
@@ -108,8 +130,9 @@ async def test_an_unknown_name_is_not_found_on_every_route_before_any_runpod_cal
         pods_stub.GetPod(pods_pb2.GetPodRequest(name="llama"), timeout=10),
         pods_stub.GetPodHistory(pods_pb2.GetPodHistoryRequest(name="llama"), timeout=10),
         internal_stub.ObserveVolume(pods_pb2.ObserveVolumeRequest(name="llama"), timeout=10),
-        internal_stub.StopPods(pods_pb2.StopPodsRequest(name="llama", pod_ids=[pod],
-                                                        trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10),
+        internal_stub.StopPods(
+            pods_pb2.StopPodsRequest(name="llama", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10
+        ),
     ]
     for call in calls:
         with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -128,8 +151,11 @@ async def test_names_are_case_insensitive(pods_stub, runpod_sim) -> None:
 
 async def test_several_named_pods_wake_and_record_independently(runpod_sim, db_store) -> None:
     """RUNPOD_PODS=qwen,Llama-3: each on its own volume and datacenter, each with its own history."""
-    env = {"RUNPOD_PODS": "qwen,Llama-3", "RUNPOD_LLAMA_3_VOLUME_ID": OTHER_VOLUME,
-           "RUNPOD_LLAMA_3_DATACENTER_ID": "US-TX-3"}
+    env = {
+        "RUNPOD_PODS": "qwen,Llama-3",
+        "RUNPOD_LLAMA_3_VOLUME_ID": OTHER_VOLUME,
+        "RUNPOD_LLAMA_3_DATACENTER_ID": "US-TX-3",
+    }
     async with controller(runpod_sim, db_store, **env) as c:
         llama = await start(c.public, "llama-3")
         assert llama.reply is not None

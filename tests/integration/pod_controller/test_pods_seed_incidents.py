@@ -58,7 +58,11 @@ async def test_price_cap_of_1_00_fails_409_naming_every_excluded_gpu_and_the_one
         assert await actions(c.public) == []  # a non-2xx create bills nothing and is not an action
         (wake,) = await wakes(c.public)
         assert (wake.outcome, wake.wake_outcome, wake.last_provider_status, wake.candidates_considered) == (
-            "Failed", "Failed", 400, 1)
+            "Failed",
+            "Failed",
+            400,
+            1,
+        )
         assert "NVIDIA A100 80GB PCIe: PriceAboveMaximum" in wake.reason
 
 
@@ -90,8 +94,7 @@ async def test_a_waiting_wake_followed_by_rewakes_never_stacks_a_third_pod(runpo
     stale = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     runpod_sim.inject("POST", f"/v2/pods/{stale}/action", status=500)  # the start does not take
     runpod_sim.configure(provisioning_seconds=-1)
-    async with controller(runpod_sim, db_store, RUNPOD_WAKE_MAX_POLLS="3",
-                          RUNPOD_GPU_ALLOWLIST=A100) as c:
+    async with controller(runpod_sim, db_store, RUNPOD_WAKE_MAX_POLLS="3", RUNPOD_GPU_ALLOWLIST=A100) as c:
         first = await start(c.public)
         assert first.reply is not None
         assert (first.reply.outcome, first.http_code) == ("Waiting", "202")
@@ -114,7 +117,10 @@ async def test_a_waiting_wake_followed_by_rewakes_never_stacks_a_third_pod(runpo
         assert writes(runpod_sim) == [delete(stale)]  # the stale pod goes only once its replacement serves
         assert [p["id"] for p in pods_on(runpod_sim, VOLUME)] == [replacement]
         assert [(a.action, a.pod_id, a.ok) for a in await actions(c.public)] == [
-            ("Start", stale, False), ("Create", replacement, True), ("Terminate", stale, True)]
+            ("Start", stale, False),
+            ("Create", replacement, True),
+            ("Terminate", stale, True),
+        ]
 
 
 async def test_a_gateway_5xx_after_runpod_committed_the_create_adopts_the_pod(runpod_sim, db_store) -> None:
@@ -159,8 +165,11 @@ async def test_an_unconfigured_pod_is_unavailable_on_start_and_stop_without_a_ru
         assert answer.code is grpc.StatusCode.UNAVAILABLE
         assert "not configured" in answer.details
         with pytest.raises(grpc.aio.AioRpcError) as stopped:
-            await c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=(
-                ("x-rig-operator-token", "operator-token-for-tests"),), timeout=10)
+            await c.public.StopPod(
+                pods_pb2.StopPodRequest(name="qwen"),
+                metadata=(("x-rig-operator-token", "operator-token-for-tests"),),
+                timeout=10,
+            )
         assert stopped.value.code() is grpc.StatusCode.UNAVAILABLE
         assert runpod_sim.requests() == []
         (wake,) = await wakes(c.public)  # pod-control seed (Last wake outcome): unconfigured is a Refused wake
@@ -202,8 +211,9 @@ async def test_a_bare_404_on_a_listed_pod_is_unreadable_and_never_creates(runpod
         assert api_calls(runpod_sim) == [LIST, observe(pod), observe(pod), observe(pod)]
 
 
-@pytest.mark.parametrize("newest_first", [pytest.param(False, id="stale-listed-first"),
-                                          pytest.param(True, id="stale-listed-last")])
+@pytest.mark.parametrize(
+    "newest_first", [pytest.param(False, id="stale-listed-first"), pytest.param(True, id="stale-listed-last")]
+)
 async def test_a_stale_pod_listed_next_to_its_replacement_is_terminated_only_once_the_replacement_runs(
     runpod_sim, db_store, newest_first
 ) -> None:

@@ -14,8 +14,9 @@ from thermostat.pods.v1 import pods_pb2_grpc
 async def test_a_wake_in_flight_at_shutdown_still_records_its_outcome(runpod_sim, db_store) -> None:
     """Stopped past its grace while the new pod provisions: the wake row is completed, and the Create recorded."""
     runpod_sim.configure(provisioning_seconds=-1)  # the new pod never boots: the wake polls it until shut down
-    env = pod_controller_env(runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, RUNPOD_WAKE_POLL_SECONDS="1",
-                             SHUTDOWN_GRACE_SECONDS="0.5")
+    env = pod_controller_env(
+        runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, RUNPOD_WAKE_POLL_SECONDS="1", SHUTDOWN_GRACE_SECONDS="0.5"
+    )
 
     async def create_recorded() -> bool | None:
         return await db_store.pool.fetchval("SELECT true FROM pod_actions WHERE action = 'Create'")

@@ -15,8 +15,6 @@ from thermostat.pods.v1 import pods_pb2
 QWEN = pods_pb2.StopPodRequest(name="qwen")
 
 
-
-
 async def test_stop_stops_every_pod_on_the_volume_and_records_each_as_manual(pods_stub, runpod_sim) -> None:
     """A stale pod and its replacement both billing: one list, one stop action each, ok for both."""
     first = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
@@ -31,10 +29,14 @@ async def test_stop_stops_every_pod_on_the_volume_and_records_each_as_manual(pod
     assert sorted(calls[1:]) == sorted([action(first), action(second)])
     assert all(r.json_body == {"action": "stop"} for r in runpod_sim.requests() if r.method == "POST")
     assert {s["id"]: s["status"] for s in runpod_sim.pods()} == {
-        first: "EXITED", second: "EXITED", elsewhere: "RUNNING"}
+        first: "EXITED",
+        second: "EXITED",
+        elsewhere: "RUNNING",
+    }
     recorded = await actions(pods_stub)
-    assert sorted((a.action, a.pod_id, a.ok, a.trigger, a.http_status) for a in recorded) == sorted([
-        ("Stop", first, True, "manual", 200), ("Stop", second, True, "manual", 200)])
+    assert sorted((a.action, a.pod_id, a.ok, a.trigger, a.http_status) for a in recorded) == sorted(
+        [("Stop", first, True, "manual", 200), ("Stop", second, True, "manual", 200)]
+    )
 
 
 async def test_a_pod_that_refuses_the_stop_makes_ok_false_but_the_answer_is_still_200(pods_stub, runpod_sim) -> None:
@@ -45,8 +47,9 @@ async def test_a_pod_that_refuses_the_stop_makes_ok_false_but_the_answer_is_stil
     reply = await pods_stub.StopPod(QWEN, metadata=OPERATOR, timeout=10)
     assert not reply.ok
     assert {p.pod_id: p.ok for p in reply.pods} == {good: True, bad: False}
-    assert sorted((a.pod_id, a.ok, a.http_status) for a in await actions(pods_stub)) == sorted([
-        (good, True, 200), (bad, False, 500)])
+    assert sorted((a.pod_id, a.ok, a.http_status) for a in await actions(pods_stub)) == sorted(
+        [(good, True, 200), (bad, False, 500)]
+    )
 
 
 async def test_stop_with_no_pod_on_the_volume_is_not_found(pods_stub, runpod_sim) -> None:
@@ -87,12 +90,14 @@ async def test_internal_stop_records_its_trigger_and_clears_the_stopped_pods_rea
     sibling = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     await internal_stub.ReportReadiness(
         pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(datetime.now(UTC))),
-        timeout=10)
+        timeout=10,
+    )
     assert (await pods_stub.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)).HasField("ready_since")
     runpod_sim.clear_requests()
 
     reply = await internal_stub.StopPods(
-        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod, pod], trigger=trigger), timeout=10)
+        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod, pod], trigger=trigger), timeout=10
+    )
     assert reply.ok
     assert [(p.pod_id, p.ok) for p in reply.pods] == [(pod, True)]
     assert api_calls(runpod_sim) == [LIST, action(pod)]
@@ -109,8 +114,8 @@ async def test_an_internal_stop_never_touches_a_pod_that_is_not_on_the_volume(in
     foreign = runpod_sim.add_pod(volume_id="agv6w2qcg7", datacenter_id="US-TX-3", status="RUNNING")
     runpod_sim.clear_requests()
     reply = await internal_stub.StopPods(
-        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[foreign, ours], trigger=pods_pb2.STOP_TRIGGER_IDLE),
-        timeout=10)
+        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[foreign, ours], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10
+    )
     assert not reply.ok
     assert sorted((p.pod_id, p.ok) for p in reply.pods) == sorted([(ours, True), (foreign, False)])
     assert api_calls(runpod_sim) == [LIST, action(ours)]
@@ -122,10 +127,12 @@ async def test_a_refused_internal_stop_keeps_the_pods_readiness(pods_stub, inter
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
     await internal_stub.ReportReadiness(
         pods_pb2.ReportReadinessRequest(name="qwen", pod_id=pod, ready_since=to_timestamp(datetime.now(UTC))),
-        timeout=10)
+        timeout=10,
+    )
     runpod_sim.inject("POST", f"/v2/pods/{pod}/action", status=409)
     reply = await internal_stub.StopPods(
-        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10)
+        pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=10
+    )
     assert not reply.ok
     view = await pods_stub.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)
     assert view.HasField("ready_since")
@@ -137,8 +144,11 @@ async def test_a_refused_internal_stop_keeps_the_pods_readiness(pods_stub, inter
     ("request_", "field"),
     [
         pytest.param(pods_pb2.StopPodsRequest(name="qwen", pod_ids=["p1"]), "trigger", id="no-trigger"),
-        pytest.param(pods_pb2.StopPodsRequest(name="qwen", pod_ids=[" "], trigger=pods_pb2.STOP_TRIGGER_IDLE),
-                     "pod_ids", id="blank-pod-id"),
+        pytest.param(
+            pods_pb2.StopPodsRequest(name="qwen", pod_ids=[" "], trigger=pods_pb2.STOP_TRIGGER_IDLE),
+            "pod_ids",
+            id="blank-pod-id",
+        ),
     ],
 )
 async def test_an_internal_stop_without_a_trigger_or_a_pod_is_invalid_and_calls_nothing(

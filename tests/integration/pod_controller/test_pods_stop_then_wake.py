@@ -25,13 +25,15 @@ from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
-async def two_controllers(sim: RunPodSimulator, database_url: str, replicas: int
-                          ) -> AsyncIterator[tuple[Controller, Controller]]:
+async def two_controllers(
+    sim: RunPodSimulator, database_url: str, replicas: int
+) -> AsyncIterator[tuple[Controller, Controller]]:
     """The stopping and the waking controller: one replica, or two replicas on one database."""
     async with contextlib.AsyncExitStack() as stack:
-        stores = [await stack.enter_async_context(await Store.open(database_url, max_size=4,
-                                                                   application_name=f"replica-{i}"))
-                  for i in range(replicas)]
+        stores = [
+            await stack.enter_async_context(await Store.open(database_url, max_size=4, application_name=f"replica-{i}"))
+            for i in range(replicas)
+        ]
         running = [await stack.enter_async_context(controller(sim, store)) for store in stores]
         yield running[0], running[-1]
 
@@ -43,16 +45,22 @@ async def _wake_requested(store: Store) -> object:
 def _stop_by_monitor(c: Controller, pod_id: str, trigger: int) -> asyncio.Task[pods_pb2.StopPodsResponse]:
     async def stop() -> pods_pb2.StopPodsResponse:
         return await c.internal.StopPods(
-            pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod_id], trigger=trigger), timeout=30)
+            pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod_id], trigger=trigger), timeout=30
+        )
 
     return asyncio.create_task(stop())
 
 
 @pytest.mark.parametrize("replicas", [pytest.param(1, id="one-replica"), pytest.param(2, id="stop-and-wake-on-two")])
-@pytest.mark.parametrize(("after_commit", "trigger"), [
-    pytest.param(True, pods_pb2.STOP_TRIGGER_BOOT_GRACE, id="caller-saw-the-pod-exited-before-the-stop-was-recorded"),
-    pytest.param(False, pods_pb2.STOP_TRIGGER_IDLE, id="wake-arrives-while-the-idle-stop-is-at-runpod"),
-])
+@pytest.mark.parametrize(
+    ("after_commit", "trigger"),
+    [
+        pytest.param(
+            True, pods_pb2.STOP_TRIGGER_BOOT_GRACE, id="caller-saw-the-pod-exited-before-the-stop-was-recorded"
+        ),
+        pytest.param(False, pods_pb2.STOP_TRIGGER_IDLE, id="wake-arrives-while-the-idle-stop-is-at-runpod"),
+    ],
+)
 async def test_a_wake_requested_after_a_stop_was_issued_waits_for_it_and_starts_the_pod(
     runpod_sim, db_store, database_url, replicas, after_commit, trigger
 ) -> None:
@@ -75,7 +83,9 @@ async def test_a_wake_requested_after_a_stop_was_issued_waits_for_it_and_starts_
         assert (answer.reply.outcome, answer.reply.pod_id) == ("Started", pod)
         assert runpod_sim.pod(pod)["status"] == "RUNNING"
         assert [(a.action, a.trigger, a.ok) for a in await actions(waking.public)] == [
-            ("Stop", "boot-grace" if after_commit else "idle", True), ("Start", "wake", True)]
+            ("Stop", "boot-grace" if after_commit else "idle", True),
+            ("Start", "wake", True),
+        ]
         (record,) = await wakes(waking.public)
         assert (record.outcome, record.wake_outcome) == ("Succeeded", "Started")
 
@@ -92,8 +102,9 @@ async def test_a_stop_issued_while_a_wake_is_under_way_is_waited_for_and_not_und
         wake = asyncio.create_task(start(c.public))
         await list_of_the_wake.reached()
         stop_at_runpod = runpod_sim.hold("POST", f"/v2/pods/{pod}/action", after_commit=True)
-        stop = asyncio.ensure_future(c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR,
-                                                      timeout=30))
+        stop = asyncio.ensure_future(
+            c.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR, timeout=30)
+        )
         await stop_at_runpod.reached()
         list_of_the_wake.release()  # the wake now sees the pod EXITED and would start it
 
@@ -119,8 +130,9 @@ async def test_a_refused_stop_issued_during_a_wake_does_not_halt_it(runpod_sim, 
         wake = asyncio.create_task(start(c.public))
         await list_of_the_wake.reached()
         runpod_sim.inject("POST", f"/v2/pods/{pod}/action", status=500)
-        stopped = await c.internal.StopPods(pods_pb2.StopPodsRequest(
-            name="qwen", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=30)
+        stopped = await c.internal.StopPods(
+            pods_pb2.StopPodsRequest(name="qwen", pod_ids=[pod], trigger=pods_pb2.STOP_TRIGGER_IDLE), timeout=30
+        )
         assert not stopped.ok
         list_of_the_wake.release()
         answer = await wake

@@ -101,9 +101,14 @@ async def controller_process(env: Mapping[str, str]) -> AsyncIterator[tuple[asyn
     """`python -m thermostat.pod_controller` on a free port, until the test kills it (or it is killed here)."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "thermostat.pod_controller", cwd=ROOT,
+        sys.executable,
+        "-m",
+        "thermostat.pod_controller",
+        cwd=ROOT,
         env={**os.environ, **env, "POD_CONTROLLER_PORT": str(port), "LOG_LEVEL": "WARNING"},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         yield process, f"127.0.0.1:{port}"
@@ -138,8 +143,10 @@ async def test_a_replica_killed_mid_wake_lets_its_lease_lapse_and_the_next_wake_
 ) -> None:
     """SIGKILL while its new pod provisions: the other replica waits out the lease, closes the row, serves."""
     runpod_sim.configure(provisioning_seconds=-1)
-    env = {**pod_controller_env(runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, RUNPOD_WAKE_MAX_POLLS="1000", **SHORT_LEASE),
-           "DATABASE_URL": database_url}
+    env = {
+        **pod_controller_env(runpod_sim, RUNPOD_GPU_ALLOWLIST=A100, RUNPOD_WAKE_MAX_POLLS="1000", **SHORT_LEASE),
+        "DATABASE_URL": database_url,
+    }
     async with controller_process(env) as (doomed, address), grpc.aio.insecure_channel(address) as channel:
         await _serving(address)
         wake = asyncio.create_task(start(pods_pb2_grpc.PodControllerStub(channel)))

@@ -1,5 +1,6 @@
 """Two replicas asked to wake the same pod run one wake (issue 3), however fast it is; a joiner takes over
 from a leader that died. The joiner waits on an injected clock, so these tests step time instead of waiting."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,16 +33,20 @@ async def test_two_replicas_at_the_same_moment_run_one_wake_even_when_it_is_fast
                     runs.append(who)
                     # shorter than the joiner's poll (0.1 s): the other replica must still join, not rerun
                     await asyncio.sleep(0.03)
-                    return (WakeResult(outcome=WakeOutcome.ALREADY_RUNNING, message=f"by {who}"),
-                            WakeCompletion(outcome="Succeeded", wake_outcome="AlreadyRunning", reason="x"))
+                    return (
+                        WakeResult(outcome=WakeOutcome.ALREADY_RUNNING, message=f"by {who}"),
+                        WakeCompletion(outcome="Succeeded", wake_outcome="AlreadyRunning", reason="x"),
+                    )
+
                 return wake
 
             results = await asyncio.gather(gate_a.run(f"qwen{i}", wake_as("a")), gate_b.run(f"qwen{i}", wake_as("b")))
             if len(runs) > 1:
                 doubled += 1
             else:
-                assert results[0] == results[1] == WakeResult(outcome=WakeOutcome.ALREADY_RUNNING,
-                                                              message=f"by {runs[0]}")
+                assert (
+                    results[0] == results[1] == WakeResult(outcome=WakeOutcome.ALREADY_RUNNING, message=f"by {runs[0]}")
+                )
         assert doubled == 0, f"{doubled}/20 simultaneous wake pairs ran the wake twice"
 
 

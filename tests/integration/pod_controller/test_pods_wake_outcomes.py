@@ -63,7 +63,12 @@ async def test_a_wake_of_an_exited_pod_starts_it_once_and_records_the_start(pods
     assert start_request.json_body == {"action": "start"}
     (recorded,) = await actions(pods_stub)
     assert (recorded.action, recorded.pod_id, recorded.ok, recorded.trigger, recorded.http_status) == (
-        "Start", pod, True, "wake", 200)
+        "Start",
+        pod,
+        True,
+        "wake",
+        200,
+    )
 
 
 async def test_a_wake_with_no_pod_creates_one_and_reports_its_gpu_and_price(pods_stub, runpod_sim) -> None:
@@ -78,15 +83,23 @@ async def test_a_wake_with_no_pod_creates_one_and_reports_its_gpu_and_price(pods
     assert created_gpus(runpod_sim) == [RTX_4500, A100]
     (create,) = await actions(pods_stub)
     assert (create.action, create.pod_id, create.gpu_id, create.price_per_hour, create.http_status, create.ok) == (
-        "Create", answer.reply.pod_id, A100, 1.59, 201, True)
+        "Create",
+        answer.reply.pod_id,
+        A100,
+        1.59,
+        201,
+        True,
+    )
     (wake,) = await wakes(pods_stub)
     assert (wake.outcome, wake.wake_outcome, wake.gpu_id, wake.candidates_considered) == (
-        "Succeeded", "Created", A100, 2)
+        "Succeeded",
+        "Created",
+        A100,
+        2,
+    )
 
 
-async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_nothing(
-    runpod_sim, db_store
-) -> None:
+async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_nothing(runpod_sim, db_store) -> None:
     """A new pod held in PROVISIONING past the poll budget: 202 Waiting naming it, no terminate, TimedOut."""
     stale = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING", gpu_count=1)
     runpod_sim.patch_pod(stale, {"runtime": {"uptime": 60, "gpus": []}})  # running without a GPU: replace it
@@ -112,8 +125,12 @@ async def test_a_create_that_stays_provisioning_is_waiting_202_and_terminates_no
     ("halt", "outcome", "kind"),
     [
         pytest.param(Halt(in_flight=True, reason="lease moved"), "Waiting", None, id="lease-lost-is-waiting"),
-        pytest.param(Halt(in_flight=False, reason="stopped"), "Failed", "StoppedDuringWake",
-                     id="stopped-during-the-wake-is-failed"),
+        pytest.param(
+            Halt(in_flight=False, reason="stopped"),
+            "Failed",
+            "StoppedDuringWake",
+            id="stopped-during-the-wake-is-failed",
+        ),
     ],
 )
 async def test_a_halted_wake_issues_no_billable_call(runpod_sim, db_store, halt, outcome, kind) -> None:

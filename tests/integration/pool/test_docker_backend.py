@@ -26,8 +26,10 @@ def docker_type(**fields: object) -> MachineType:
 @pytest.fixture(scope="module")
 def running_daemon() -> Iterator[DockerSimulator]:
     folder = tempfile.mkdtemp(prefix="dsim", dir="/tmp")  # AF_UNIX paths are short: pytest's tmp_path may not fit
-    images = {DEFAULT_IMAGE: ImageSpec(), "broken:1": ImageSpec(start_error="OCI runtime create failed: exec: "
-                                                                               '"worker": executable file not found')}
+    images = {
+        DEFAULT_IMAGE: ImageSpec(),
+        "broken:1": ImageSpec(start_error='OCI runtime create failed: exec: "worker": executable file not found'),
+    }
     try:
         with DockerSimulator(f"{folder}/docker.sock", images=images) as simulator:
             yield simulator

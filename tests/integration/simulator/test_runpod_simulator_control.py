@@ -284,8 +284,11 @@ def test_a_hold_parks_one_matching_request_until_released(
     pod = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
     hold = sim.hold("POST", f"/v2/pods/{pod}/action", after_commit=after_commit)
     answers: list[int] = []
-    caller = threading.Thread(target=lambda: answers.append(
-        http.post(f"/v2/pods/{pod}/action", json={"action": "stop"}, headers=api_headers).status_code))
+    caller = threading.Thread(
+        target=lambda: answers.append(
+            http.post(f"/v2/pods/{pod}/action", json={"action": "stop"}, headers=api_headers).status_code
+        )
+    )
     caller.start()
     assert hold.arrived.wait(5)
     assert sim.pod(pod)["status"] == ("EXITED" if after_commit else "RUNNING")

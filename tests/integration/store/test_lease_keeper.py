@@ -58,8 +58,9 @@ async def renewed(keeper: LeaseKeeper, clock: FakeClock, seconds: float) -> Leas
 
 async def test_keeper_renews_so_nobody_else_gets_the_lease_past_its_ttl(keeper_pool, rival, clock):
     """Held for two TTLs: one renewal per interval, the term stays, the expiry moves on, a rival is refused."""
-    async with LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
-                           clock=clock) as keeper:
+    async with LeaseKeeper(
+        LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW, clock=clock
+    ) as keeper:
         first = await keeper.acquire()
         assert first is not None
         lease = first
@@ -79,8 +80,15 @@ async def test_keeper_starved_of_connections_gives_up_before_a_rival_can_take_ov
     """With renewals stuck (its pool exhausted) the keeper reports EXPIRED when its trust ends, while the
     database still holds the lease for it."""
     losses: list[LeaseLoss] = []
-    keeper = LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
-                         on_lost=losses.append, clock=clock)
+    keeper = LeaseKeeper(
+        LeaseStore(keeper_pool),
+        name="leader",
+        holder="a",
+        ttl=TTL,
+        renew_interval=RENEW,
+        on_lost=losses.append,
+        clock=clock,
+    )
     lease = await keeper.acquire()
     assert lease is not None
     await clock.settled(1)  # the keeper waits for its first renewal
@@ -114,8 +122,9 @@ async def test_keeper_whose_store_stops_answering_gives_up_before_a_rival_can_ta
             target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl(), min_size=1, max_size=1
         )
         try:
-            keeper = LeaseKeeper(LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
-                                 clock=clock)
+            keeper = LeaseKeeper(
+                LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW, clock=clock
+            )
             lease = await keeper.acquire()
             assert lease is not None
             await clock.settled(1)
@@ -135,13 +144,21 @@ async def test_keeper_whose_store_stops_answering_gives_up_before_a_rival_can_ta
     assert taken is not None and taken.term == lease.term + 1
 
 
-async def test_keeper_that_stalled_past_its_ttl_learns_on_renew_that_the_lease_was_taken(keeper_pool, rival, clock,
-                                                                                         db_pool):
+async def test_keeper_that_stalled_past_its_ttl_learns_on_renew_that_the_lease_was_taken(
+    keeper_pool, rival, clock, db_pool
+):
     """A keeper whose clock stood still while its lease lapsed and changed hands renews, is told TAKEN, and
     cannot release the new holder's lease."""
     losses: list[LeaseLoss] = []
-    keeper = LeaseKeeper(LeaseStore(keeper_pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
-                         on_lost=losses.append, clock=clock)
+    keeper = LeaseKeeper(
+        LeaseStore(keeper_pool),
+        name="leader",
+        holder="a",
+        ttl=TTL,
+        renew_interval=RENEW,
+        on_lost=losses.append,
+        clock=clock,
+    )
     lease = await keeper.acquire()
     assert lease is not None
     await expire(db_pool, "leader")
@@ -201,8 +218,9 @@ async def test_store_errors_during_renewal_are_retried_while_trust_remains(datab
     """Renewals whose connection was killed are retried; the keeper keeps the lease and its term."""
     pool = await create_pool(database_url, min_size=1, max_size=1)
     try:
-        async with LeaseKeeper(LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW,
-                               clock=clock) as keeper:
+        async with LeaseKeeper(
+            LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW, clock=clock
+        ) as keeper:
             lease = await keeper.acquire()
             assert lease is not None
             admin = await asyncpg.connect(database_url)

@@ -182,7 +182,8 @@ async def test_a_slow_answer_does_not_extend_trust(db_pool, database_url):
 
 async def _waiting_on_a_lock(connection: asyncpg.Connection) -> bool | None:
     waiting = await connection.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
     return True if waiting else None
 
 

@@ -34,8 +34,9 @@ def _service_descriptor(full_name: str):  # type: ignore[no-untyped-def]
 
 
 def test_every_service_package_under_services_is_registered_and_every_entry_has_one() -> None:
-    on_disk = sorted(f"thermostat.{p.name}" for p in (ROOT / "services" / "thermostat").iterdir()
-                     if (p / "__main__.py").is_file())
+    on_disk = sorted(
+        f"thermostat.{p.name}" for p in (ROOT / "services" / "thermostat").iterdir() if (p / "__main__.py").is_file()
+    )
     assert on_disk == RUNNABLE
 
 
@@ -56,8 +57,11 @@ def test_a_service_reads_its_port_from_the_registry_variable_and_defaults_to_the
     service: ServiceDef,
 ) -> None:
     module = importlib.import_module(f"{service.package}.settings")
-    (settings,) = [v for v in vars(module).values()
-                   if isinstance(v, type) and issubclass(v, ServiceSettings) and v is not ServiceSettings]
+    (settings,) = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, ServiceSettings) and v is not ServiceSettings
+    ]
     field = settings.model_fields[service.port_env.lower()]
     assert field.default == service.default_port
 
@@ -105,13 +109,16 @@ def test_the_edge_routes_public_services_only_to_each_service_by_its_kubernetes_
 
 @BY_NAME
 def test_every_service_reads_the_internal_token_from_its_secret_and_admits_only_the_edge_and_services(
-        service: ServiceDef) -> None:
+    service: ServiceDef,
+) -> None:
     """Each Deployment gets THERMOSTAT_INTERNAL_TOKEN from the required Secret; its NetworkPolicy admits only
     pods labelled as the edge or a service, on its own port; each service's pods carry the service label."""
     documents = k8s_manifests.render().split("\n---\n")
     deployment = next(d for d in documents if "kind: Deployment" in d and f"{{name: {service.name}}}" in d)
-    assert ("- name: THERMOSTAT_INTERNAL_TOKEN\n          valueFrom: {secretKeyRef: {name: thermostat-internal, "
-            "key: internal-token}}") in deployment
+    assert (
+        "- name: THERMOSTAT_INTERNAL_TOKEN\n          valueFrom: {secretKeyRef: {name: thermostat-internal, "
+        "key: internal-token}}"
+    ) in deployment
     assert f"labels: {{app: {service.name}, thermostat/role: service}}" in deployment
     (policy,) = [d for d in documents if "kind: NetworkPolicy" in d and f"{{name: {service.name}}}" in d]
     assert f"podSelector: {{matchLabels: {{app: {service.name}}}}}" in policy

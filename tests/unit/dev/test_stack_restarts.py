@@ -9,14 +9,17 @@ import pytest
 from thermostat.dev.stack.supervisor import RESTART_MAX_DELAY, exit_description, restart_delay
 
 
-@pytest.mark.parametrize(("restarts", "uptime", "delay"), [
-    pytest.param(0, 2.0, 1.0, id="first-crash-waits-a-second"),
-    pytest.param(1, 2.0, 2.0, id="second-in-a-row-doubles"),
-    pytest.param(3, 2.0, 8.0, id="fourth-in-a-row-waits-eight"),
-    pytest.param(10, 2.0, RESTART_MAX_DELAY, id="capped"),
-    pytest.param(10_000, 2.0, RESTART_MAX_DELAY, id="capped-however-many"),
-    pytest.param(5, 60.0, 1.0, id="a-child-up-a-minute-starts-over"),
-])
+@pytest.mark.parametrize(
+    ("restarts", "uptime", "delay"),
+    [
+        pytest.param(0, 2.0, 1.0, id="first-crash-waits-a-second"),
+        pytest.param(1, 2.0, 2.0, id="second-in-a-row-doubles"),
+        pytest.param(3, 2.0, 8.0, id="fourth-in-a-row-waits-eight"),
+        pytest.param(10, 2.0, RESTART_MAX_DELAY, id="capped"),
+        pytest.param(10_000, 2.0, RESTART_MAX_DELAY, id="capped-however-many"),
+        pytest.param(5, 60.0, 1.0, id="a-child-up-a-minute-starts-over"),
+    ],
+)
 def test_restart_delay(restarts: int, uptime: float, delay: float) -> None:
     assert restart_delay(restarts, uptime) == delay
 

@@ -333,13 +333,15 @@ async def test_start_stop_and_terminate_report_acceptance_and_status(
     """Each action reports whether RunPod accepted it plus the HTTP status the audit trail records."""
     pod_id = sim.add_pod(volume_id=VOLUME, status="EXITED", price_per_hour=1.59)
     # start answers 200 + the Pod: the rate it now bills at and its GPU, which the audit trail records
-    assert await client.start(pod_id) == ActionResult(ok=True, http_status=200, cost_per_hour=1.59,
-                                                      gpu_id="NVIDIA A100 80GB PCIe")
+    assert await client.start(pod_id) == ActionResult(
+        ok=True, http_status=200, cost_per_hour=1.59, gpu_id="NVIDIA A100 80GB PCIe"
+    )
     assert await client.start(pod_id) == ActionResult(
         ok=False, http_status=409, detail="action start is not valid for a pod in status RUNNING"
     )
-    assert await client.stop(pod_id) == ActionResult(ok=True, http_status=200, cost_per_hour=0.0,
-                                                     gpu_id="NVIDIA A100 80GB PCIe")
+    assert await client.stop(pod_id) == ActionResult(
+        ok=True, http_status=200, cost_per_hour=0.0, gpu_id="NVIDIA A100 80GB PCIe"
+    )
     assert await client.terminate(pod_id) == ActionResult(ok=True, http_status=204)
     gone = await client.terminate(pod_id)
     assert (gone.ok, gone.http_status, gone.not_found) == (False, 404, True)
@@ -458,7 +460,9 @@ async def test_observe_volume_reads_every_pod_from_one_list_call(client, sim) ->
     volume, pods = await client.observe_volume("bjn7d94ej9")
     assert (volume.lookup, volume.pod_ids) == (Lookup.FOUND, (running, stopped))
     assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
-        (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+        (running, PodStatus.RUNNING, 1),
+        (stopped, PodStatus.EXITED, 1),
+    ]
     assert [(r.method, r.path) for r in sim.requests()] == [("GET", "/v2/pods")]
 
 
@@ -467,14 +471,18 @@ async def test_observe_volume_observes_by_id_a_running_pod_listed_without_runtim
     the EXITED one still from the list."""
     running = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
     stopped = sim.add_pod(volume_id="bjn7d94ej9", status="EXITED")
-    for list_without_runtime, calls in ((False, [("GET", "/v2/pods")]),
-                                        (True, [("GET", "/v2/pods"), ("GET", f"/v2/pods/{running}")])):
+    for list_without_runtime, calls in (
+        (False, [("GET", "/v2/pods")]),
+        (True, [("GET", "/v2/pods"), ("GET", f"/v2/pods/{running}")]),
+    ):
         sim.configure(list_without_runtime=list_without_runtime)
         sim.clear_requests()
         volume, pods = await client.observe_volume("bjn7d94ej9")
         assert volume.pod_ids == (running, stopped)
         assert [(p.pod_id, p.status, p.gpu_count) for p in pods] == [
-            (running, PodStatus.RUNNING, 1), (stopped, PodStatus.EXITED, 1)]
+            (running, PodStatus.RUNNING, 1),
+            (stopped, PodStatus.EXITED, 1),
+        ]
         assert [(r.method, r.path) for r in sim.requests()] == calls
 
 

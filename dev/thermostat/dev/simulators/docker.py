@@ -317,8 +317,11 @@ class DockerSimulator:
 
     def _delete(self, container: SimContainer, force: bool) -> Answer:
         if container.status == "running" and not force:
-            return _error(409, f"cannot remove container {container.name}: container is running: stop the "
-                               "container before removing or force remove")
+            return _error(
+                409,
+                f"cannot remove container {container.name}: container is running: stop the "
+                "container before removing or force remove",
+            )
         if container.machine is not None:
             container.machine.kill()
         del self._containers[container.id]
@@ -353,11 +356,17 @@ class DockerSimulator:
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.docker",
-                                     description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m thermostat.dev.simulators.docker", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--socket", default=DEFAULT_SOCKET, help="the UNIX socket to serve on")
-    parser.add_argument("--image", action="append", default=[], metavar="NAME=COMMAND",
-                        help=f"an image and the command that plays it ({DEFAULT_IMAGE} runs the reference worker)")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND",
+        help=f"an image and the command that plays it ({DEFAULT_IMAGE} runs the reference worker)",
+    )
     return parser.parse_args(argv)
 
 

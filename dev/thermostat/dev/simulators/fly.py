@@ -266,7 +266,7 @@ class FlySimulator:
             return _error(404, "Not Found")
         app = segments[2]
         if app not in self._apps:
-            return _error(404, f"Could not find App \"{app}\"")
+            return _error(404, f'Could not find App "{app}"')
         with self._lock:
             if len(segments) == 4 and request.method == "POST":
                 return self._create(app, request.json_body)
@@ -338,8 +338,9 @@ class FlySimulator:
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.fly",
-                                     description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m thermostat.dev.simulators.fly", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9200, help="0 picks a free port (printed)")
     parser.add_argument("--token", default=DEFAULT_TOKEN, help="the bearer the API expects")

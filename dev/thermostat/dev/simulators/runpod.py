@@ -544,8 +544,13 @@ class RunPodSimulator:
         target = rest + (f"?{request.query}" if request.query else "")
         content = request.raw_body if request.raw_body is not None else request.body.encode()
         return forward(
-            machine_port, request.method, target, request.headers, content,
-            timeout=self.world.settings.proxy_timeout_seconds, timeout_status=524,
+            machine_port,
+            request.method,
+            target,
+            request.headers,
+            content,
+            timeout=self.world.settings.proxy_timeout_seconds,
+            timeout_status=524,
         )
 
     def _control(self, request: RecordedRequest, path: list[str]) -> Answer:
@@ -665,8 +670,9 @@ class RunPodSimulator:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m thermostat.dev.simulators.runpod",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m thermostat.dev.simulators.runpod", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100, help="0 picks a free port (printed)")
     parser.add_argument("--api-key", default=DEFAULT_API_KEY, help="the bearer the /v2 API expects")
@@ -676,8 +682,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--terminated-linger-seconds", type=float, default=30.0)
     parser.add_argument("--allow-any-user-agent", action="store_true", help="turn off the Cloudflare UA rule")
     parser.add_argument("--volume", action="append", default=[], metavar="ID=DATACENTER", help="add a network volume")
-    parser.add_argument("--machines", action="store_true",
-                        help="pods created with an image run the reference worker behind the proxy (the pool)")
+    parser.add_argument(
+        "--machines",
+        action="store_true",
+        help="pods created with an image run the reference worker behind the proxy (the pool)",
+    )
     parser.add_argument("--stopped-pod", action="store_true", help=f"seed an EXITED pod on volume {DEFAULT_VOLUME_ID}")
     return parser.parse_args(argv)
 
@@ -696,7 +705,11 @@ def main(argv: list[str] | None = None) -> int:
         volume_id, _, datacenter_id = entry.partition("=")
         volumes[volume_id] = datacenter_id
     simulator = RunPodSimulator(
-        api_key=args.api_key, host=args.host, port=args.port, settings=settings, volumes=volumes,
+        api_key=args.api_key,
+        host=args.host,
+        port=args.port,
+        settings=settings,
+        volumes=volumes,
         machine_command=REFERENCE_WORKER if args.machines else None,
     ).start()
     if args.stopped_pod:

@@ -163,8 +163,12 @@ class BilledStretch:
     end: float | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {"podId": self.pod_id, "pricePerHour": self.price_per_hour, "start": _iso(self.start),
-                "end": _iso(self.end)}
+        return {
+            "podId": self.pod_id,
+            "pricePerHour": self.price_per_hour,
+            "start": _iso(self.start),
+            "end": _iso(self.end),
+        }
 
 
 def _port_number(entry: str) -> int | None:
@@ -553,8 +557,10 @@ class PodWorld:
         None while it still bills. The simulator's own record of what ran when, to check metering against."""
         with self.lock:
             self._tick()
-            return [BilledStretch(pod_id=b.pod_id, price_per_hour=b.price_per_hour, start=b.start, end=b.end)
-                    for b in self._billed]
+            return [
+                BilledStretch(pod_id=b.pod_id, price_per_hour=b.price_per_hour, start=b.start, end=b.end)
+                for b in self._billed
+            ]
 
     def set_pod_status(self, pod_id: str, status: str) -> None:
         if status not in POD_STATUSES:

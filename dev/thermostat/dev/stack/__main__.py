@@ -64,8 +64,11 @@ async def main() -> int:
     if not stop.is_set():
         print(stack.summary(), flush=True)
         if generated_token:
-            print(f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
-                  f"  export RIG_OPERATOR_TOKEN={generated_token}\n", flush=True)
+            print(
+                f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
+                f"  export RIG_OPERATOR_TOKEN={generated_token}\n",
+                flush=True,
+            )
         await stop.wait()
     else:
         start.cancel()

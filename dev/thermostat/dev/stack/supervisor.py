@@ -39,8 +39,12 @@ log = logging.getLogger("thermostat.dev.stack")
 
 ROOT = Path(__file__).resolve().parents[4]  # dev/thermostat/dev/stack/ → the repository
 SIMULATOR_API_KEY = "sim-key-not-a-secret"  # the simulator checks a bearer like the real API does
-DEMO_TIMINGS = {"RUNPOD_WAKE_POLL_SECONDS": "2", "CHECK_SECONDS": "10", "IDLE_MINUTES": "2",
-                "RUNPOD_BOOT_GRACE_MINUTES": "3"}
+DEMO_TIMINGS = {
+    "RUNPOD_WAKE_POLL_SECONDS": "2",
+    "CHECK_SECONDS": "10",
+    "IDLE_MINUTES": "2",
+    "RUNPOD_BOOT_GRACE_MINUTES": "3",
+}
 
 
 RESTART_FIRST_DELAY = 1.0
@@ -154,8 +158,9 @@ class Stack:
         await asyncio.gather(*(self._wait_serving(s) for s in cfg.services))
 
         await self._start_edge()
-        self._watchers = [asyncio.create_task(self._keep_running(child), name=f"keep {child.name} running")
-                          for child in self.children]
+        self._watchers = [
+            asyncio.create_task(self._keep_running(child), name=f"keep {child.name} running") for child in self.children
+        ]
         log.info("stack up in %.1fs", time.monotonic() - started)
 
     def _start_postgres(self) -> str:
@@ -167,8 +172,20 @@ class Stack:
     async def _start_simulator(self, env: dict[str, str]) -> None:
         port = self.config.simulator_port or free_port()
         base = f"http://127.0.0.1:{port}"
-        await self._spawn("runpod-sim", [sys.executable, "-m", "thermostat.dev.simulators.runpod", "--port", str(port),
-                                         "--api-key", SIMULATOR_API_KEY, *self.config.simulator_args], env)
+        await self._spawn(
+            "runpod-sim",
+            [
+                sys.executable,
+                "-m",
+                "thermostat.dev.simulators.runpod",
+                "--port",
+                str(port),
+                "--api-key",
+                SIMULATOR_API_KEY,
+                *self.config.simulator_args,
+            ],
+            env,
+        )
         await self._wait_http(f"{base}/_sim/state")
         self.simulator_url = base
         env["RUNPOD_V2_BASE_URL"] = f"{base}/v2"
@@ -182,19 +199,24 @@ class Stack:
         # demo timings, so a wake and an idle stop happen while someone watches; set any to override
         for name, value in DEMO_TIMINGS.items():
             env.setdefault(name, value)
-        log.info("RunPod: the simulator at %s (no real pod is billed); demo timings %s", base,
-                 " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS))
+        log.info(
+            "RunPod: the simulator at %s (no real pod is billed); demo timings %s",
+            base,
+            " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS),
+        )
 
     async def _start_edge(self) -> None:
         cfg = self.config
         reflection = reflecting(tuple(cfg.services))
-        spec = EdgeSpec(upstreams=upstreams(cfg.services, ports=self.ports, host="127.0.0.1"),
-                        descriptor_set=ROOT / "build" / "thermostat.pb",
-                        reflection_cluster=reflection.name if reflection else None, listen_port=cfg.edge_port,
-                        admin_port=cfg.admin_port)
+        spec = EdgeSpec(
+            upstreams=upstreams(cfg.services, ports=self.ports, host="127.0.0.1"),
+            descriptor_set=ROOT / "build" / "thermostat.pb",
+            reflection_cluster=reflection.name if reflection else None,
+            listen_port=cfg.edge_port,
+            admin_port=cfg.admin_port,
+        )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
-        path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else \
-            write_envoy_config(spec)
+        path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else write_envoy_config(spec)
         self.envoy = await start_envoy(path, log_path=cfg.data_dir / "envoy.log")
         port = next(iter(self.envoy.listeners.values()), cfg.edge_port)
         self.edge_url = f"http://127.0.0.1:{port}"
@@ -202,8 +224,13 @@ class Stack:
 
     async def _spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> Child:
         process = await asyncio.create_subprocess_exec(
-            *argv, env=dict(env), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            *argv,
+            env=dict(env),
+            cwd=ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
         )
         child = Child(name=name, process=process, argv=argv, env=dict(env))
         child.relay = asyncio.create_task(self._relay(child, process))
@@ -219,8 +246,14 @@ class Stack:
             uptime = time.monotonic() - child.started
             delay = restart_delay(child.restarts, uptime)
             child.restarts = 0 if uptime >= RESTART_STEADY_SECONDS else child.restarts + 1
-            log.warning("%s %s after %.0fs up; restarting it in %.0fs (restart %d in a row)", child.name,
-                        exit_description(returncode), uptime, delay, child.restarts)
+            log.warning(
+                "%s %s after %.0fs up; restarting it in %.0fs (restart %d in a row)",
+                child.name,
+                exit_description(returncode),
+                uptime,
+                delay,
+                child.restarts,
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
             if self._stopping.is_set():
@@ -229,8 +262,13 @@ class Stack:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(child.relay, 2)
             process = await asyncio.create_subprocess_exec(
-                *child.argv, env=dict(child.env), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                *child.argv,
+                env=dict(child.env),
+                cwd=ROOT,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
             )
             child.process, child.started = process, time.monotonic()
             child.relay = asyncio.create_task(self._relay(child, process))
@@ -254,8 +292,7 @@ class Stack:
             while True:
                 self._check_alive()
                 with contextlib.suppress(grpc.aio.AioRpcError):
-                    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.health_service),
-                                             timeout=1)
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.health_service), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         return
                 if time.monotonic() > deadline:

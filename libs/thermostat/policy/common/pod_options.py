@@ -145,8 +145,13 @@ def _pod_names(env: Mapping[str, str], warnings: list[str]) -> list[str] | None:
 
 
 def _read_pod(env: Mapping[str, str], name: str, prefix: str | None, warnings: list[str]) -> PodOptions:
-    def read(setting: str, default: T, parse: Callable[[str], T | None], rule: str = "",
-             narrower: Callable[[T, T], T] | None = None) -> T:
+    def read(
+        setting: str,
+        default: T,
+        parse: Callable[[str], T | None],
+        rule: str = "",
+        narrower: Callable[[T, T], T] | None = None,
+    ) -> T:
         return _read(env, prefix, setting, default, parse, rule, warnings, narrower)
 
     seconds = "is not a dot-decimal number of seconds in"

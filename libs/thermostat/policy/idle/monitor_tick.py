@@ -183,8 +183,9 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
         # pods remembered from the last readable list are stopped by id (the controller stops them unchecked).
         signal = aggregate_signal(volume, ())
         if state.pods and cap_reached(state.cap_started_at, now, options.max_runtime):
-            order = StopOrder(trigger=StopTrigger.RUNTIME_CAP, pod_ids=tuple(state.pods), evidence=_evidence(
-                state, options))
+            order = StopOrder(
+                trigger=StopTrigger.RUNTIME_CAP, pod_ids=tuple(state.pods), evidence=_evidence(state, options)
+            )
             return TickDecision(state=state, signal=signal, stop=order)
         return TickDecision(state=state, signal=signal)
     listed = tuple(dict.fromkeys(volume.pod_ids)) if volume.lookup is Lookup.FOUND else ()
@@ -241,8 +242,11 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
         message=(
             f"stop ({result.trigger}) refused for {', '.join(refused) or 'every pod'}; "
             f"staying {state.phase}, "
-            + ("next attempt on the next tick" if result.trigger is StopTrigger.RUNTIME_CAP
-               else "next attempt after a full window")
+            + (
+                "next attempt on the next tick"
+                if result.trigger is StopTrigger.RUNTIME_CAP
+                else "next attempt after a full window"
+            )
         ),
     )
     return StopAftermath(state=kept_state, accepted=False, readiness=tuple(readiness), events=(event,))

@@ -45,7 +45,7 @@ class LineLevel(StrEnum):
 _REASONS = {
     Watch.WAITING: "waiting for the pod controller to answer",
     Watch.DISABLED: "disabled until configured: the pod controller reports RUNPOD_API_KEY unset or the pod's "
-                    "volume id blank",
+    "volume id blank",
     Watch.UNKNOWN_NAME: "the pod controller does not know this name (is RUNPOD_PODS the same for both services?)",
     Watch.WATCHING: "",
 }
@@ -89,11 +89,16 @@ def after_answer(state: PodWatchState, answer: ControllerAnswer, pod_name: str, 
         # every unanswered tick itself; before, say it once per outage
         line = None
         if state.reachable and not state.ticking:
-            line = WatchLine(level=LineLevel.WARNING, message=f"pod {pod_name}: the pod controller is not reachable "
-                                                              f"({detail or 'no answer'}); asking again")
+            line = WatchLine(
+                level=LineLevel.WARNING,
+                message=f"pod {pod_name}: the pod controller is not reachable ({detail or 'no answer'}); asking again",
+            )
         return WatchStep(state=replace(state, reachable=False), line=line)
-    watch = {ControllerAnswer.CONFIGURED: Watch.WATCHING, ControllerAnswer.UNCONFIGURED: Watch.DISABLED,
-             ControllerAnswer.UNKNOWN_NAME: Watch.UNKNOWN_NAME}[answer]
+    watch = {
+        ControllerAnswer.CONFIGURED: Watch.WATCHING,
+        ControllerAnswer.UNCONFIGURED: Watch.DISABLED,
+        ControllerAnswer.UNKNOWN_NAME: Watch.UNKNOWN_NAME,
+    }[answer]
     start = watch is Watch.WATCHING and not state.ticking
     after = PodWatchState(watch=watch, ticking=state.ticking or start, reachable=True)
     if watch is state.watch:
@@ -106,6 +111,8 @@ def _changed(pod_name: str, before: Watch, watch: Watch) -> WatchLine:
         since = " (configuration appeared)" if before is Watch.DISABLED else ""
         return WatchLine(level=LineLevel.INFO, message=f"pod {pod_name}: configured; watching it{since}")
     if watch is Watch.DISABLED:
-        return WatchLine(level=LineLevel.WARNING,
-                         message=f"pod {pod_name}: {watch_reason(watch)}; watching nothing for it until then")
+        return WatchLine(
+            level=LineLevel.WARNING,
+            message=f"pod {pod_name}: {watch_reason(watch)}; watching nothing for it until then",
+        )
     return WatchLine(level=LineLevel.ERROR, message=f"pod {pod_name}: {watch_reason(watch)}; not watching it")

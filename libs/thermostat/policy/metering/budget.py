@@ -40,8 +40,9 @@ class BudgetVerdict:
     reason: str = ""
 
 
-def judge_budget(budget: PodBudget, *, today_usd: float, month_usd: float, projected_usd: float,
-                 pod_name: str) -> BudgetVerdict:
+def judge_budget(
+    budget: PodBudget, *, today_usd: float, month_usd: float, projected_usd: float, pod_name: str
+) -> BudgetVerdict:
     """The verdict of the table above."""
     periods = ((BudgetPeriod.DAILY, budget.daily_usd, today_usd), (BudgetPeriod.MONTHLY, budget.monthly_usd, month_usd))
     for period, limit, spent in periods:
@@ -49,14 +50,26 @@ def judge_budget(budget: PodBudget, *, today_usd: float, month_usd: float, proje
             continue
         if spent >= limit:
             return BudgetVerdict(
-                allowed=False, exhausted=True, period=period, limit_usd=limit, spent_usd=spent,
+                allowed=False,
+                exhausted=True,
+                period=period,
+                limit_usd=limit,
+                spent_usd=spent,
                 projected_usd=projected_usd,
-                reason=f"pod {pod_name}: {period} budget of {limit:.2f} USD reached (spent {spent:.4f} USD)")
+                reason=f"pod {pod_name}: {period} budget of {limit:.2f} USD reached (spent {spent:.4f} USD)",
+            )
         if spent + projected_usd > limit:
             return BudgetVerdict(
-                allowed=False, period=period, limit_usd=limit, spent_usd=spent, projected_usd=projected_usd,
-                reason=(f"pod {pod_name}: projected spend {projected_usd:.4f} USD does not fit in the {period} "
-                        f"budget of {limit:.2f} USD (spent {spent:.4f} USD, {limit - spent:.4f} USD left)"))
+                allowed=False,
+                period=period,
+                limit_usd=limit,
+                spent_usd=spent,
+                projected_usd=projected_usd,
+                reason=(
+                    f"pod {pod_name}: projected spend {projected_usd:.4f} USD does not fit in the {period} "
+                    f"budget of {limit:.2f} USD (spent {spent:.4f} USD, {limit - spent:.4f} USD left)"
+                ),
+            )
     return BudgetVerdict(allowed=True, projected_usd=projected_usd)
 
 
@@ -67,8 +80,9 @@ class Projection:
     usd: float
 
 
-def project_wake_spend(*, cheapest_rate_per_hour: float | None, boot_minutes: float, idle_minutes: float,
-                       runtime_cap_minutes: float) -> Projection:
+def project_wake_spend(
+    *, cheapest_rate_per_hour: float | None, boot_minutes: float, idle_minutes: float, runtime_cap_minutes: float
+) -> Projection:
     """What a wake is projected to spend before the earliest automatic stop (no GPU: nothing)."""
     rate = cheapest_rate_per_hour or 0.0
     minutes = max(0.0, boot_minutes) + max(0.0, idle_minutes)

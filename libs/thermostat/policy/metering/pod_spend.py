@@ -96,14 +96,26 @@ def billed_intervals(events: list[BillableEvent] | tuple[BillableEvent, ...]) ->
             if e.pod_id in open_:
                 continue
             price = rate.get(e.pod_id)
-            open_[e.pod_id] = BilledInterval(pod_id=e.pod_id, gpu_type=gpu.get(e.pod_id, UNKNOWN_GPU),
-                                             price_per_hour=price or 0.0, start=e.at, end=None,
-                                             priced=price is not None)
+            open_[e.pod_id] = BilledInterval(
+                pod_id=e.pod_id,
+                gpu_type=gpu.get(e.pod_id, UNKNOWN_GPU),
+                price_per_hour=price or 0.0,
+                start=e.at,
+                end=None,
+                priced=price is not None,
+            )
         elif e.action in CLOSES and (e.ok or _gone(e)) and e.pod_id in open_:
             interval = open_.pop(e.pod_id)
-            done.append(BilledInterval(pod_id=interval.pod_id, gpu_type=interval.gpu_type,
-                                       price_per_hour=interval.price_per_hour, start=interval.start,
-                                       end=max(e.at, interval.start), priced=interval.priced))
+            done.append(
+                BilledInterval(
+                    pod_id=interval.pod_id,
+                    gpu_type=interval.gpu_type,
+                    price_per_hour=interval.price_per_hour,
+                    start=interval.start,
+                    end=max(e.at, interval.start),
+                    priced=interval.priced,
+                )
+            )
     return tuple(sorted([*done, *open_.values()], key=lambda i: i.start))
 
 
@@ -128,6 +140,9 @@ def spend(events: list[BillableEvent] | tuple[BillableEvent, ...], now: datetime
     lines = tuple(SpendLine(day=d, gpu_type=g, seconds=v[0], usd=v[1]) for (d, g), v in sorted(per.items()))
     today = now.date()
     return PodSpend(
-        intervals=intervals, lines=lines, total_usd=sum(line.usd for line in lines),
+        intervals=intervals,
+        lines=lines,
+        total_usd=sum(line.usd for line in lines),
         today_usd=sum(line.usd for line in lines if line.day == today),
-        month_usd=sum(line.usd for line in lines if (line.day.year, line.day.month) == (today.year, today.month)))
+        month_usd=sum(line.usd for line in lines if (line.day.year, line.day.month) == (today.year, today.month)),
+    )

@@ -51,25 +51,35 @@ class StopDecision:
     reason: str = ""
 
 
-def judge_stops(*, requested_at: datetime, stops: Sequence[StopEntry], now: datetime,
-                settle_seconds: float) -> StopDecision:
+def judge_stops(
+    *, requested_at: datetime, stops: Sequence[StopEntry], now: datetime, settle_seconds: float
+) -> StopDecision:
     """What the wake requested at `requested_at` does about the pod's recent stops (see the module's rules)."""
     during = sorted((s for s in stops if s.issued_at > requested_at), key=lambda s: s.issued_at)
     for stop in during:
         if stop.settled and stop.accepted_pod_ids:
-            return StopDecision(verdict=StopVerdict.HALT, reason=(
-                f"pod {', '.join(stop.accepted_pod_ids)} was stopped ({stop.trigger}) during the wake; "
-                "not starting or replacing it"))
+            return StopDecision(
+                verdict=StopVerdict.HALT,
+                reason=(
+                    f"pod {', '.join(stop.accepted_pod_ids)} was stopped ({stop.trigger}) during the wake; "
+                    "not starting or replacing it"
+                ),
+            )
     bound = timedelta(seconds=settle_seconds)
     in_flight = [s for s in stops if not s.settled and now - s.issued_at < bound]
     if in_flight:
         first = min(in_flight, key=lambda s: s.issued_at)
         when = "before" if first.issued_at <= requested_at else "during"
-        return StopDecision(verdict=StopVerdict.WAIT,
-                            reason=f"a {first.trigger} stop issued {when} the wake is in flight")
+        return StopDecision(
+            verdict=StopVerdict.WAIT, reason=f"a {first.trigger} stop issued {when} the wake is in flight"
+        )
     for stop in during:
         if not stop.settled:
-            return StopDecision(verdict=StopVerdict.HALT, reason=(
-                f"a {stop.trigger} stop issued during the wake never settled (its replica stopped); not "
-                "starting or replacing a pod it may have stopped"))
+            return StopDecision(
+                verdict=StopVerdict.HALT,
+                reason=(
+                    f"a {stop.trigger} stop issued during the wake never settled (its replica stopped); not "
+                    "starting or replacing a pod it may have stopped"
+                ),
+            )
     return StopDecision(verdict=StopVerdict.PROCEED)

@@ -179,7 +179,10 @@ class DockerBackend:
         except httpx.HTTPError as error:
             # the exception's text could quote the request; only its class leaves this function
             raise provider_error(
-                "docker", subject, what, f"daemon at {self.socket_path} did not answer ({type(error).__name__})",
+                "docker",
+                subject,
+                what,
+                f"daemon at {self.socket_path} did not answer ({type(error).__name__})",
                 secrets=secrets,
             ) from None
         _log.debug("docker %s %s -> %d", method, path, response.status_code)

@@ -73,8 +73,10 @@ def create_body(spec: MachineSpec, *, region: str, name_prefix: str) -> dict[str
     for key, value in machine_type.provider_options.items():
         if key == "env":
             if not isinstance(value, dict) or not all(isinstance(setting, str) for setting in value.values()):
-                raise BackendError(f"fly: {subject}: provider_options.env cannot hold the worker token: it must be "
-                                   "an object of strings")
+                raise BackendError(
+                    f"fly: {subject}: provider_options.env cannot hold the worker token: it must be "
+                    "an object of strings"
+                )
             config["env"] = {**config["env"], **value}
         elif isinstance(value, dict) and isinstance(config.get(key), dict):
             config[key] = {**config[key], **value}
@@ -181,7 +183,11 @@ class FlyBackend:
     async def stop(self, provider_id: str) -> None:
         subject = f"machine {provider_id}"
         response = await self._call(
-            "DELETE", f"{self._machines}/{quote(provider_id, safe='')}", subject, "destroy", (self._token,),
+            "DELETE",
+            f"{self._machines}/{quote(provider_id, safe='')}",
+            subject,
+            "destroy",
+            (self._token,),
             params={"force": "true"},
         )
         if response.status_code not in (200, 404):

@@ -117,7 +117,10 @@ class RunPodBackend:
         self._worker = worker
         self._key = (api_key or "").strip()
         self._runpod = RunPodV2Client(
-            api_key, base_url=base_url, proxy_url_template=proxy_url_template, timeout_seconds=timeout_seconds,
+            api_key,
+            base_url=base_url,
+            proxy_url_template=proxy_url_template,
+            timeout_seconds=timeout_seconds,
             transport=transport,
         )
         self._worker_port = worker_port
@@ -179,7 +182,10 @@ class RunPodBackend:
             return
         what = "terminate" if answer.http_status == 0 else f"terminate HTTP {answer.http_status}"
         raise provider_error(
-            "runpod", f"pod {provider_id}", what, answer.detail or ("no answer" if answer.http_status == 0 else ""),
+            "runpod",
+            f"pod {provider_id}",
+            what,
+            answer.detail or ("no answer" if answer.http_status == 0 else ""),
             secrets=(self._key,),
         )
 

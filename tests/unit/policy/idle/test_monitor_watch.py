@@ -42,9 +42,15 @@ def test_an_unconfigured_answer_disables_the_pod_until_configured_and_says_so_on
     """The pod-control seed's "the idle monitor exits at startup": watching stops, not the process; one warning line."""
     state, logged, starts = lines(START, [A.UNCONFIGURED] * 5)
     assert (state.watch, state.ticking, starts) == (Watch.DISABLED, False, 0)
-    assert logged == [WatchLine(level=LineLevel.WARNING, message=(
-        "pod qwen: disabled until configured: the pod controller reports RUNPOD_API_KEY unset or the pod's volume "
-        "id blank; watching nothing for it until then"))]
+    assert logged == [
+        WatchLine(
+            level=LineLevel.WARNING,
+            message=(
+                "pod qwen: disabled until configured: the pod controller reports RUNPOD_API_KEY unset or the pod's volume "
+                "id blank; watching nothing for it until then"
+            ),
+        )
+    ]
 
 
 def test_a_configured_answer_starts_ticking_exactly_once() -> None:
@@ -57,8 +63,11 @@ def test_a_configured_answer_starts_ticking_exactly_once() -> None:
 def test_configuration_that_appears_later_starts_watching_and_says_it_appeared() -> None:
     """Disabled, then the controller (restarted with the secret) answers configured."""
     step = after_answer(DISABLED, A.CONFIGURED, "qwen")
-    assert step == WatchStep(state=WATCHING, start_ticking=True, line=WatchLine(
-        level=LineLevel.INFO, message="pod qwen: configured; watching it (configuration appeared)"))
+    assert step == WatchStep(
+        state=WATCHING,
+        start_ticking=True,
+        line=WatchLine(level=LineLevel.INFO, message="pod qwen: configured; watching it (configuration appeared)"),
+    )
 
 
 def test_a_controller_that_loses_its_configuration_disables_the_watch_without_a_second_ticker() -> None:
@@ -72,9 +81,15 @@ def test_a_name_the_controller_does_not_know_is_not_watched_and_said_once_as_an_
     """NOT_FOUND: RUNPOD_PODS differs between the services; asked again, logged once."""
     state, logged, starts = lines(START, [A.UNKNOWN_NAME] * 3)
     assert (state.watch, starts) == (Watch.UNKNOWN_NAME, 0)
-    assert logged == [WatchLine(level=LineLevel.ERROR, message=(
-        "pod qwen: the pod controller does not know this name (is RUNPOD_PODS the same for both services?); "
-        "not watching it"))]
+    assert logged == [
+        WatchLine(
+            level=LineLevel.ERROR,
+            message=(
+                "pod qwen: the pod controller does not know this name (is RUNPOD_PODS the same for both services?); "
+                "not watching it"
+            ),
+        )
+    ]
 
 
 @pytest.mark.parametrize("state", [START, DISABLED, WATCHING], ids=["waiting", "disabled", "watching"])
@@ -89,7 +104,8 @@ def test_an_outage_before_ticking_is_said_once_and_again_after_an_answer() -> No
     _, logged, _ = lines(START, [A.UNREACHABLE] * 3 + [A.UNCONFIGURED, A.UNREACHABLE, A.UNREACHABLE])
     outages = [line for line in logged if "not reachable" in line.message]
     assert [line.message for line in outages] == [
-        "pod qwen: the pod controller is not reachable (UNAVAILABLE); asking again"] * 2
+        "pod qwen: the pod controller is not reachable (UNAVAILABLE); asking again"
+    ] * 2
 
 
 def test_an_outage_while_ticking_is_left_to_the_tickers_own_line() -> None:

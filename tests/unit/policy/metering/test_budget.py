@@ -29,7 +29,12 @@ def test_spend_that_reached_the_monthly_budget_is_exhausted() -> None:
 def test_a_projection_that_does_not_fit_in_what_is_left_is_refused_but_not_exhausted() -> None:
     verdict = judge(PodBudget(daily_usd=5.0), today=4.0, projected=1.5)
     assert (verdict.allowed, verdict.exhausted, verdict.limit_usd, verdict.spent_usd, verdict.projected_usd) == (
-        False, False, 5.0, 4.0, 1.5)
+        False,
+        False,
+        5.0,
+        4.0,
+        1.5,
+    )
     assert "does not fit in the daily budget" in verdict.reason
 
 
@@ -46,19 +51,24 @@ def test_a_zero_budget_refuses_every_wake() -> None:
     assert judge(PodBudget(daily_usd=0.0)).exhausted
 
 
-@pytest.mark.parametrize(("boot", "idle", "cap", "hours"), [
-    pytest.param(5, 15, 360, 20 / 60, id="boot-plus-idle-window"),
-    pytest.param(5, 15, 10, 10 / 60, id="bounded-by-the-runtime-cap"),
-    pytest.param(5, 15, 0, 20 / 60, id="cap-0-disables-the-bound"),
-])
-def test_the_projection_runs_to_the_earliest_automatic_stop(boot: float, idle: float, cap: float,
-                                                            hours: float) -> None:
-    projection = project_wake_spend(cheapest_rate_per_hour=1.5, boot_minutes=boot, idle_minutes=idle,
-                                    runtime_cap_minutes=cap)
+@pytest.mark.parametrize(
+    ("boot", "idle", "cap", "hours"),
+    [
+        pytest.param(5, 15, 360, 20 / 60, id="boot-plus-idle-window"),
+        pytest.param(5, 15, 10, 10 / 60, id="bounded-by-the-runtime-cap"),
+        pytest.param(5, 15, 0, 20 / 60, id="cap-0-disables-the-bound"),
+    ],
+)
+def test_the_projection_runs_to_the_earliest_automatic_stop(boot: float, idle: float, cap: float, hours: float) -> None:
+    projection = project_wake_spend(
+        cheapest_rate_per_hour=1.5, boot_minutes=boot, idle_minutes=idle, runtime_cap_minutes=cap
+    )
     assert projection.hours == pytest.approx(hours)
     assert projection.usd == pytest.approx(1.5 * hours)
 
 
 def test_no_acceptable_gpu_projects_nothing() -> None:
-    assert project_wake_spend(cheapest_rate_per_hour=None, boot_minutes=5, idle_minutes=15,
-                              runtime_cap_minutes=360).usd == 0.0
+    assert (
+        project_wake_spend(cheapest_rate_per_hour=None, boot_minutes=5, idle_minutes=15, runtime_cap_minutes=360).usd
+        == 0.0
+    )

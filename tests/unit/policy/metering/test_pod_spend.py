@@ -12,16 +12,36 @@ T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 _positions = iter(range(1, 1_000_000))
 
 
-def event(action: str, minutes: float, *, pod_id: str = "p1", ok: bool = True, status: int | None = 200,
-          gpu: str | None = None, price: float | None = None) -> BillableEvent:
-    return BillableEvent(position=next(_positions), at=T0 + timedelta(minutes=minutes), action=action, pod_id=pod_id,
-                         ok=ok, http_status=status, gpu_id=gpu, price_per_hour=price)
+def event(
+    action: str,
+    minutes: float,
+    *,
+    pod_id: str = "p1",
+    ok: bool = True,
+    status: int | None = 200,
+    gpu: str | None = None,
+    price: float | None = None,
+) -> BillableEvent:
+    return BillableEvent(
+        position=next(_positions),
+        at=T0 + timedelta(minutes=minutes),
+        action=action,
+        pod_id=pod_id,
+        ok=ok,
+        http_status=status,
+        gpu_id=gpu,
+        price_per_hour=price,
+    )
 
 
 def test_a_create_opens_an_interval_priced_at_its_rate_and_a_stop_closes_it() -> None:
     (interval,) = billed_intervals([event("Create", 0, gpu="A100", price=1.2), event("Stop", 30)])
     assert (interval.start, interval.end, interval.price_per_hour, interval.gpu_type) == (
-        T0, T0 + timedelta(minutes=30), 1.2, "A100")
+        T0,
+        T0 + timedelta(minutes=30),
+        1.2,
+        "A100",
+    )
     assert interval.usd(T0) == pytest.approx(0.6)
 
 
@@ -80,8 +100,11 @@ def test_a_create_without_a_pod_id_bills_nothing_known() -> None:
 
 
 def test_pods_are_billed_separately() -> None:
-    events = [event("Create", 0, pod_id="a", price=1.0), event("Create", 0, pod_id="b", price=2.0),
-              event("Terminate", 60, pod_id="a")]
+    events = [
+        event("Create", 0, pod_id="a", price=1.0),
+        event("Create", 0, pod_id="b", price=2.0),
+        event("Terminate", 60, pod_id="a"),
+    ]
     assert spend(events, T0 + timedelta(minutes=60)).total_usd == pytest.approx(3.0)
 
 
@@ -92,12 +115,15 @@ def test_events_are_folded_in_feed_order_not_list_order() -> None:
 
 def test_spend_is_split_at_utc_midnight_per_gpu_type() -> None:
     start = datetime(2026, 11, 30, 23, 30, tzinfo=UTC)
-    events = [BillableEvent(position=1, at=start, action="Create", pod_id="p", ok=True, gpu_id="A100",
-                            price_per_hour=2.0),
-              BillableEvent(position=2, at=start + timedelta(hours=1), action="Stop", pod_id="p", ok=True)]
+    events = [
+        BillableEvent(position=1, at=start, action="Create", pod_id="p", ok=True, gpu_id="A100", price_per_hour=2.0),
+        BillableEvent(position=2, at=start + timedelta(hours=1), action="Stop", pod_id="p", ok=True),
+    ]
     result = spend(events, start + timedelta(hours=2))
     assert [(line.day, line.gpu_type, line.seconds) for line in result.lines] == [
-        (date(2026, 11, 30), "A100", 1800.0), (date(2026, 12, 1), "A100", 1800.0)]
+        (date(2026, 11, 30), "A100", 1800.0),
+        (date(2026, 12, 1), "A100", 1800.0),
+    ]
     assert (result.today_usd, result.month_usd) == (pytest.approx(1.0), pytest.approx(1.0))
 
 

@@ -12,11 +12,16 @@ WAKE = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 SETTLE = 50.0
 
 
-def stop(offset_s: float, *, settled: bool = True, accepted: tuple[str, ...] = ("p1",),
-         trigger: str = "idle") -> StopEntry:
+def stop(
+    offset_s: float, *, settled: bool = True, accepted: tuple[str, ...] = ("p1",), trigger: str = "idle"
+) -> StopEntry:
     """A stop issued `offset_s` seconds after the wake was requested (negative: before it)."""
-    return StopEntry(issued_at=WAKE + timedelta(seconds=offset_s), trigger=trigger, settled=settled,
-                     accepted_pod_ids=accepted if settled else ())
+    return StopEntry(
+        issued_at=WAKE + timedelta(seconds=offset_s),
+        trigger=trigger,
+        settled=settled,
+        accepted_pod_ids=accepted if settled else (),
+    )
 
 
 def judge(*stops: StopEntry, now_s: float = 1.0):
@@ -33,8 +38,9 @@ def test_rule_1_wins_over_another_stop_still_in_flight() -> None:
     assert judge(stop(0.1), stop(0.3, settled=False)).verdict is StopVerdict.HALT
 
 
-@pytest.mark.parametrize("offset_s", [pytest.param(-0.4, id="issued-before-the-wake"),
-                                      pytest.param(0.2, id="issued-during-the-wake")])
+@pytest.mark.parametrize(
+    "offset_s", [pytest.param(-0.4, id="issued-before-the-wake"), pytest.param(0.2, id="issued-during-the-wake")]
+)
 def test_rule_2_a_stop_in_flight_is_waited_for(offset_s: float) -> None:
     decision = judge(stop(offset_s, settled=False))
     assert decision.verdict is StopVerdict.WAIT
@@ -47,12 +53,15 @@ def test_rule_3_a_stop_issued_during_the_wake_that_never_settled_halts_it() -> N
     assert "never settled" in decision.reason
 
 
-@pytest.mark.parametrize("stops", [
-    pytest.param((), id="no-stop"),
-    pytest.param((stop(-0.3),), id="accepted-before-the-wake-even-if-its-record-landed-later"),
-    pytest.param((stop(-0.3, settled=False),), id="issued-before-and-lost-past-the-settle-bound"),
-    pytest.param((stop(0.2, accepted=()),), id="issued-during-but-refused-by-runpod"),
-])
+@pytest.mark.parametrize(
+    "stops",
+    [
+        pytest.param((), id="no-stop"),
+        pytest.param((stop(-0.3),), id="accepted-before-the-wake-even-if-its-record-landed-later"),
+        pytest.param((stop(-0.3, settled=False),), id="issued-before-and-lost-past-the-settle-bound"),
+        pytest.param((stop(0.2, accepted=()),), id="issued-during-but-refused-by-runpod"),
+    ],
+)
 def test_rule_4_otherwise_the_wake_proceeds(stops: tuple[StopEntry, ...]) -> None:
     now_s = SETTLE + 1 if any(not s.settled for s in stops) else 1.0
     assert judge(*stops, now_s=now_s).verdict is StopVerdict.PROCEED
