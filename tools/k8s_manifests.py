@@ -102,6 +102,13 @@ ROLLOUTS = {
         replicas_note="one ticks each pod (a lease); the other takes over within MONITOR_LEASE_SECONDS",
         env_from_note="no RunPod key here: the controller is the one judge of whether a pod is configured",
     ),
+    "metering": Rollout(
+        replicas_note="one ingests the ledger (a lease); both answer spend and budget reads",
+        env=(
+            f"name: RIG_OPERATOR_TOKEN\nvalueFrom: {{secretKeyRef: {{name: {RUNPOD_SECRET}, key: rig-operator-token, "
+            "optional: true}}",
+        ),
+    ),
 }
 
 

@@ -73,7 +73,17 @@ POOL_DISPATCHER = ServiceDef(
     health_service="thermostat.pool.v1.PoolDispatcher",
     rest_prefixes=("/v1/",),
 )
-SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER)
+METERING = ServiceDef(
+    name="metering",
+    package="thermostat.metering",
+    port_env="METERING_PORT",
+    default_port=50064,
+    public_services=("thermostat.metering.v1.Metering",),
+    internal_services=("thermostat.metering.v1.MeteringInternal",),
+    health_service="thermostat.metering.v1.Metering",
+    rest_prefixes=("/api/pods/", "/api/metering/"),
+)
+SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING)
 
 PROGRAMS: tuple[str, ...] = ("thermostat.worker",)
 """Runnable packages under services/ that are not gRPC services of the house: the reference worker runs inside

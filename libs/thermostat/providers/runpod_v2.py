@@ -67,6 +67,10 @@ class ActionResult:
     http_status: int
     not_found: bool = False  # RunPod's own problem+json 404: the pod is gone (a bare 404 says nothing)
     detail: str | None = None  # the problem's detail on a refusal
+    # what a 2xx answer's Pod body says the pod costs (USD/h) and runs on, when it carries one (start/stop
+    # answer 200 + Pod); None otherwise. Metering prices a started pod at this rate.
+    cost_per_hour: float | None = None
+    gpu_id: str | None = None
 
 
 def path_segment(value: str) -> str:
@@ -311,7 +315,13 @@ def _action_result(response: httpx.Response | None) -> ActionResult:
     if response is None:
         return ActionResult(ok=False, http_status=0)
     if response.is_success:
-        return ActionResult(ok=True, http_status=response.status_code)
+        pod = read_pod("", decode_json(response.content)) if response.content else None
+        return ActionResult(
+            ok=True,
+            http_status=response.status_code,
+            cost_per_hour=pod.cost_per_hour if pod is not None else None,
+            gpu_id=pod.gpu_id if pod is not None else None,
+        )
     return ActionResult(
         ok=False,
         http_status=response.status_code,

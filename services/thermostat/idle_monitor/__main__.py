@@ -9,14 +9,16 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import grpc
 from grpc import aio
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.replica import replica_id
-from thermostat.chassis.request_context import insecure_channel
+from thermostat.chassis.request_context import insecure_channel, outgoing_metadata
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, parse_pod_options
@@ -29,7 +31,7 @@ from .repository import MonitorRepository
 from .scrape_clients import ScrapeClients
 from .servicer import IdleMonitorServicer
 from .settings import IdleMonitorSettings
-from .ticker import PodTicker
+from .ticker import BudgetCheck, PodTicker
 from .watch import PodWatch
 
 log = logging.getLogger("thermostat.idle_monitor")
@@ -78,6 +80,15 @@ async def build(
         settings.pod_controller_addr, max_reconnect_seconds=settings.monitor_recheck_seconds, internal_token=token
     )
     internal = pods_pb2_grpc.PodControllerInternalStub(channel)
+    metering_channel = None
+    budget: BudgetCheck | None = None
+    if settings.metering_addr:
+        metering_channel = insecure_channel(
+            settings.metering_addr, max_reconnect_seconds=settings.monitor_recheck_seconds, internal_token=token
+        )
+        budget = budget_check(
+            metering_pb2_grpc.MeteringInternalStub(metering_channel), settings.controller_timeout_seconds
+        )
     replica = replica_id()
     states = MonitorRepository(store.pool)  # the one part of the monitor that queries the pool
     leaders: list[PodLeader] = []
@@ -99,6 +110,7 @@ async def build(
                     scrape_timeout=settings.scrape_timeout_seconds,
                     controller_timeout=settings.controller_timeout_seconds,
                     heard=watches[pod.name].heard,
+                    budget=budget,
                 ),
                 store.leases,
                 states,
@@ -138,6 +150,8 @@ async def build(
         for leader in leaders:
             await leader.ticker.scrapes.aclose()
         await channel.close()
+        if metering_channel is not None:
+            await metering_channel.close()
 
     def watch_of(name: str) -> Watch:
         return watches[name].watch
@@ -168,6 +182,27 @@ async def build(
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)
+
+
+def budget_check(stub: metering_pb2_grpc.MeteringInternalStub, timeout: float) -> BudgetCheck:
+    """Whether a pod's budget is exhausted, as metering judges it now; None when metering does not answer
+    (logged; the pod is not stopped for a budget nobody could read — the wake path refuses instead)."""
+
+    async def exhausted(pod_name: str) -> bool | None:
+        try:
+            verdict = await stub.CheckPodBudget(
+                metering_pb2.CheckPodBudgetRequest(name=pod_name, projected_usd=0.0),
+                timeout=timeout,
+                metadata=outgoing_metadata(),
+            )
+        except grpc.aio.AioRpcError as error:
+            log.warning("pod %s: budget unknown: metering unreachable (%s)", pod_name, error.code().name)
+            return None
+        if verdict.exhausted:
+            log.warning("pod %s: %s", pod_name, verdict.reason)
+        return bool(verdict.exhausted)
+
+    return exhausted
 
 
 async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], store: Store) -> ServiceHost:

@@ -17,3 +17,5 @@ class IdleMonitorSettings(ServiceSettings):
     controller_timeout_seconds: float = Field(default=30.0, gt=0, le=300)
     # how often the controller is asked again about a pod not watched yet (unconfigured, unknown, no answer)
     monitor_recheck_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # set: each tick of a billing pod asks metering whether its budget is exhausted (then: a budget stop)
+    metering_addr: str | None = None

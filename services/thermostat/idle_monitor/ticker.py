@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import grpc
@@ -19,6 +19,7 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.idle.budget_stop import billing_pods, budget_stop_targets
 from thermostat.policy.idle.idle_phase import StopTrigger
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_state import MonitorState
@@ -27,6 +28,8 @@ from thermostat.policy.idle.monitor_tick import (
     MonitorEvent,
     PodStopOutcome,
     ReadinessChange,
+    StopEvidence,
+    StopOrder,
     StopResult,
     TickDecision,
     TickObservation,
@@ -47,7 +50,11 @@ _TRIGGERS = {
     StopTrigger.IDLE: pods_pb2.STOP_TRIGGER_IDLE,
     StopTrigger.BOOT_GRACE: pods_pb2.STOP_TRIGGER_BOOT_GRACE,
     StopTrigger.RUNTIME_CAP: pods_pb2.STOP_TRIGGER_RUNTIME_CAP,
+    StopTrigger.BUDGET: pods_pb2.STOP_TRIGGER_BUDGET,
 }
+
+BudgetCheck = Callable[[str], Awaitable[bool | None]]
+"""Asks metering whether the named pod's budget is exhausted; None when it cannot say."""
 _LEVELS = {EventLevel.INFO: logging.INFO, EventLevel.WARNING: logging.WARNING}
 
 
@@ -92,6 +99,7 @@ class PodTicker:
         scrape_timeout: float,
         controller_timeout: float,
         heard: Callable[[ControllerAnswer, str], None] | None = None,
+        budget: BudgetCheck | None = None,
     ) -> None:
         self.pod_name = pod_name
         self.controller = controller
@@ -108,6 +116,7 @@ class PodTicker:
         # "waking, not usable yet" while the pod serves. Retried every tick until taken or superseded.
         self._unpublished: dict[str, ReadinessChange] = {}
         self._started = False
+        self.budget = budget
 
     def republish(self, state: MonitorState) -> None:
         """Report the stored readiness again on the next tick (a new leader; reports are idempotent)."""
@@ -165,11 +174,13 @@ class PodTicker:
         await self._save(state, decision, now)
         await self._report(decision.readiness)
         self._log_events(decision.events)
-        if decision.stop is not None:
+        order = decision.stop
+        if order is None and self.budget is not None:
+            order = await self._budget_order(observation)
+        if order is not None:
             if not may_act():
                 log.warning("pod %s: lease no longer trusted; not stopping (another replica takes over)", self.pod_name)
                 return decision
-            order = decision.stop
             log.warning("pod %s: %s", self.pod_name, order.message)
             outcomes = await self._stop(order.pod_ids, order.trigger)
             aftermath = after_stop(state, StopResult(trigger=order.trigger, outcomes=outcomes), now)
@@ -185,6 +196,28 @@ class PodTicker:
                 "accepted" if aftermath.accepted else "refused; phase kept, a full window before the next",
             )
         return decision
+
+    async def _budget_order(self, observation: TickObservation) -> StopOrder | None:
+        """A budget stop of every billing pod when metering says the pod's budget is exhausted."""
+        observed = [reading.observation for reading in observation.pods if reading.observation is not None]
+        if not billing_pods(observed) or self.budget is None:
+            return None
+        targets = budget_stop_targets(observed, await self.budget(self.pod_name))
+        if not targets:
+            return None
+        # the counters play no part in a budget stop; the evidence says so
+        return StopOrder(
+            trigger=StopTrigger.BUDGET,
+            pod_ids=targets,
+            evidence=StopEvidence(
+                idle_streak=0,
+                idle_threshold=0,
+                booting_ticks=0,
+                boot_grace_threshold=0,
+                up_since=None,
+                max_runtime=None,
+            ),
+        )
 
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
         await self.states.save(

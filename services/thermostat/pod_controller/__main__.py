@@ -13,13 +13,17 @@ from thermostat.chassis.auth import TokenRule, method_name
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
 from thermostat.chassis.replica import replica_id
+from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.policy.idle.monitor_options import parse_monitor_options
 from thermostat.providers.runpod_v2 import RunPodV2Client
 from thermostat.store.db import Store
 
+from .budget_guard import BudgetGuard
 from .repository import PodRepository
 from .servicer import PodControl, PodControllerInternalServicer, PodControllerServicer
 from .settings import PodControllerSettings
@@ -83,12 +87,25 @@ async def build(
         call_budget=settings.runpod_timeout_seconds,
         clock=clock,
     )
+    monitor_options, _ = parse_monitor_options(env)  # the monitor logs their warnings; here they size projections
+    metering = (
+        insecure_channel(settings.metering_addr, max_reconnect_seconds=5, internal_token=settings.internal_token())
+        if settings.metering_addr
+        else None
+    )
+    if metering is None:
+        log.info("METERING_ADDR is unset: wakes are not checked against budgets")
+    budget = BudgetGuard(
+        metering_pb2_grpc.MeteringInternalStub(metering) if metering is not None else None,
+        monitor_options,
+        timeout=settings.metering_timeout_seconds,
+    )
     control = PodControl(
         options.pods,
         client,
         records,
         gate,
-        WakeService(client, records),
+        WakeService(client, records, budget=budget),
         watch_poll_seconds=settings.watch_poll_seconds,
         clock=clock,
     )
@@ -100,6 +117,8 @@ async def build(
     async def shutdown() -> None:
         await gate.drain(settings.shutdown_grace_seconds)
         await client.aclose()
+        if metering is not None:
+            await metering.close()
 
     return ServiceHost(
         # reflection lists every public service of the house (never an internal one): the edge sends grpcurl's

@@ -1,3 +1,8 @@
+-- name: feed_lock
+-- Taken (to the end of the transaction) before an action takes its position: positions then become
+-- visible in increasing order, so the feed's reader never skips one that commits late.
+SELECT pg_advisory_xact_lock(hashtextextended('thermostat.pod-actions-feed', 0));
+
 -- name: insert_action
 INSERT INTO pod_actions (id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, detail,
                          stop_id)
@@ -105,3 +110,10 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING;
 
 -- name: recent_boots
 SELECT gpu_id, duration_seconds FROM pod_boots WHERE pod_name = $1 ORDER BY ready_at DESC LIMIT $2;
+
+-- name: billable_actions_after
+SELECT position, id, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, detail, at
+FROM pod_actions WHERE position > $1 ORDER BY position LIMIT $2;
+
+-- name: billable_head
+SELECT COALESCE(max(position), 0) FROM pod_actions;

@@ -170,29 +170,41 @@ class PodRepository:
         )
         try:
             # shielded: an action issued during shutdown or by a cancelled caller is still recorded
-            await asyncio.shield(
-                self._run(
-                    lambda c: c.execute(
-                        Q["insert_action"],
-                        uuid.uuid4(),
-                        entry.pod_name,
-                        entry.action,
-                        entry.pod_id,
-                        entry.gpu_id,
-                        entry.price_per_hour,
-                        entry.http_status,
-                        entry.ok,
-                        entry.trigger,
-                        entry.detail,
-                        entry.stop_id,
-                    ),
-                    self.timeout,
-                )
-            )
+            await asyncio.shield(self._run(lambda c: self._insert_action(c, entry), self.timeout))
         except Exception as error:
             log.error(
                 "billable action NOT persisted (%s): %s", type(error).__name__, json.dumps(asdict(entry), default=str)
             )
+
+    @staticmethod
+    async def _insert_action(conn: PoolConnectionProxy, entry: ActionEntry) -> None:
+        async with conn.transaction():
+            await conn.execute(Q["feed_lock"])
+            await conn.execute(
+                Q["insert_action"],
+                uuid.uuid4(),
+                entry.pod_name,
+                entry.action,
+                entry.pod_id,
+                entry.gpu_id,
+                entry.price_per_hour,
+                entry.http_status,
+                entry.ok,
+                entry.trigger,
+                entry.detail,
+                entry.stop_id,
+            )
+
+    async def billable_actions(self, after_position: int, limit: int) -> tuple[list[tuple[int, ActionRow]], int]:
+        """The feed: actions after `after_position` in position order, and the newest position (its head)."""
+
+        async def read(conn: PoolConnectionProxy) -> tuple[list[tuple[int, ActionRow]], int]:
+            # head first: every row read below it is at or before it, so the head never trails the page
+            head: int = await conn.fetchval(Q["billable_head"])
+            rows = await conn.fetch(Q["billable_actions_after"], after_position, limit)
+            return [(r["position"], _action_row(dict(r))) for r in rows], max(head, rows[-1]["position"] if rows else 0)
+
+        return await self._run(read, self.timeout)
 
     async def begin_stop(self, pod_name: str, trigger: str) -> uuid.UUID | None:
         """Write that a stop is issued, ordered against the pod's wakes; None when the store refused (the stop

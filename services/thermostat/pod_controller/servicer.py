@@ -42,9 +42,12 @@ _TRIGGERS = {
     pods_pb2.STOP_TRIGGER_BOOT_GRACE: "boot-grace",
     pods_pb2.STOP_TRIGGER_RUNTIME_CAP: "runtime-cap",
     pods_pb2.STOP_TRIGGER_MANUAL: "manual",
+    pods_pb2.STOP_TRIGGER_BUDGET: "budget",
 }
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
+MAX_FEED_PAGE = 5000
+DEFAULT_FEED_PAGE = 500
 
 
 class PodControl:
@@ -330,7 +333,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         trigger = _TRIGGERS.get(request.trigger)
         if trigger is None:
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "trigger must be idle, boot-grace, runtime-cap or manual"
+                grpc.StatusCode.INVALID_ARGUMENT, "trigger must be idle, boot-grace, runtime-cap, manual or budget"
             )
         ids = [i for i in dict.fromkeys(request.pod_ids) if i.strip()]
         if not ids:
@@ -361,6 +364,28 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         else:
             await self.c.records.clear_readiness(pod.name, request.pod_id or None)
         return pods_pb2.ReportReadinessResponse()
+
+    async def ListBillableActions(
+        self, request: pods_pb2.ListBillableActionsRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.ListBillableActionsResponse:
+        if request.after_position < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position must not be negative")
+        if not 0 <= request.page_size <= MAX_FEED_PAGE:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"page_size must be between 1 and {MAX_FEED_PAGE} (0 means {DEFAULT_FEED_PAGE})",
+            )
+        try:
+            rows, head = await self.c.records.billable_actions(
+                request.after_position, request.page_size or DEFAULT_FEED_PAGE
+            )
+        except STORE_ERRORS as error:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"feed unreadable: store unreachable ({type(error).__name__})"
+            )
+        return pods_pb2.ListBillableActionsResponse(
+            actions=[pods_pb2.BillableAction(position=p, action=_action(row)) for p, row in rows], head_position=head
+        )
 
 
 def _action(row: ActionRow) -> pods_pb2.PodAction:

@@ -24,6 +24,9 @@ class PodControllerSettings(ServiceSettings):
     # a GET, a watch or a history page waits this long for the store, then answers without its fields
     store_read_timeout_seconds: float = Field(default=1.5, gt=0, le=30)
     runpod_timeout_seconds: float = Field(default=20.0, gt=0, le=120)
+    # set: every wake asks metering's budget check first and is refused when metering cannot answer
+    metering_addr: str | None = None
+    metering_timeout_seconds: float = Field(default=2.0, gt=0, le=30)
 
     @model_validator(mode="after")
     def _lease_outlives_a_call(self) -> PodControllerSettings:

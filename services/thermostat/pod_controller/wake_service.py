@@ -36,8 +36,9 @@ from thermostat.policy.wake.wake_round import (
     decide_new_pod,
     decide_round,
 )
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
 
+from .budget_guard import BudgetGuard
 from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.wake")
@@ -88,10 +89,18 @@ class _Halted(Exception):
 
 
 class WakeService:
-    def __init__(self, client: RunPodV2Client, records: PodRepository, *, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        client: RunPodV2Client,
+        records: PodRepository,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        budget: BudgetGuard | None = None,
+    ) -> None:
         self.client = client
         self.records = records
         self.sleep = sleep
+        self.budget = budget
 
     async def wake(self, pod: PodOptions, fence: Fence = _no_fence) -> WakeResult:
         """Run one wake; `fence` is asked before every billable call (start, create, terminate)."""
@@ -120,6 +129,12 @@ class WakeService:
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
             return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
+        if self.budget is not None:
+            # before any RunPod write: a refused wake bills nothing
+            refusal = await self.budget.check(pod, self.client, self.records)
+            if refusal is not None:
+                log.warning("pod %s: wake refused: %s", pod.name, refusal.reason)
+                return _failed(WakeFailureKind.OVER_BUDGET, refusal.reason)
         volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
         if volume.verdict is VolumeVerdict.FAILED:
             return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
@@ -165,6 +180,8 @@ class WakeService:
                     await self._check(f"starting {decision.pod_id}")
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
+                    seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
+                    rate, gpu_id = started_rate(result, seen)
                     await self._record(
                         ActionEntry(
                             pod_name=pod.name,
@@ -173,6 +190,8 @@ class WakeService:
                             ok=result.ok,
                             http_status=result.http_status,
                             trigger="wake",
+                            price_per_hour=rate,
+                            gpu_id=gpu_id,
                         )
                     )
                 case RoundVerdict.CREATE_REPLACEMENT:
@@ -374,6 +393,16 @@ class WakeService:
                     detail=f"stale; replaced by {serving_id}",
                 )
             )
+
+
+def started_rate(answer: ActionResult, seen: PodObservation | None) -> tuple[float | None, str | None]:
+    """The rate (USD/h) and GPU a started pod bills at, as RunPod reported them: the start's own answer
+    (200 + the Pod, its `cost` now billing), else the pod's cost as last observed; None when neither said
+    (metering then prices the start at the pod's last recorded rate, its create's)."""
+    rate = (
+        answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour else None)
+    )
+    return rate, answer.gpu_id or (seen.gpu_id if seen else None)
 
 
 def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:

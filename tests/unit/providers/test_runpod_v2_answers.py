@@ -331,12 +331,17 @@ async def test_start_stop_and_terminate_report_acceptance_and_status(
     sim: RunPodSimulator, client: RunPodV2Client
 ) -> None:
     """Each action reports whether RunPod accepted it plus the HTTP status the audit trail records."""
-    pod_id = sim.add_pod(volume_id=VOLUME, status="EXITED")
-    assert await client.start(pod_id) == ActionResult(ok=True, http_status=200)
+    pod_id = sim.add_pod(volume_id=VOLUME, status="EXITED", price_per_hour=1.59)
+    # start answers 200 + the Pod: the rate it now bills at and its GPU, which the audit trail records
+    assert await client.start(pod_id) == ActionResult(
+        ok=True, http_status=200, cost_per_hour=1.59, gpu_id="NVIDIA A100 80GB PCIe"
+    )
     assert await client.start(pod_id) == ActionResult(
         ok=False, http_status=409, detail="action start is not valid for a pod in status RUNNING"
     )
-    assert await client.stop(pod_id) == ActionResult(ok=True, http_status=200)
+    assert await client.stop(pod_id) == ActionResult(
+        ok=True, http_status=200, cost_per_hour=0.0, gpu_id="NVIDIA A100 80GB PCIe"
+    )
     assert await client.terminate(pod_id) == ActionResult(ok=True, http_status=204)
     gone = await client.terminate(pod_id)
     assert (gone.ok, gone.http_status, gone.not_found) == (False, 404, True)

@@ -35,7 +35,7 @@ from thermostat.dev.simulators.runpod_catalog import (
     default_volumes,
     gpu_from_control,
 )
-from thermostat.dev.simulators.runpod_world import ApiError, PodWorld, SimSettings
+from thermostat.dev.simulators.runpod_world import ApiError, BilledStretch, PodWorld, SimSettings
 from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
@@ -275,6 +275,10 @@ class RunPodSimulator(ServedSimulator[_Server]):
                 return v2
         raise KeyError(pod_id)
 
+    def billed(self) -> list[BilledStretch]:
+        """What ran when: every stretch a pod billed (GET /_sim/billed)."""
+        return self.world.billed()
+
     def pods(self) -> list[dict[str, object]]:
         """pods is the control view of every pod: v2 JSON, vLLM counters, liveness, model readiness."""
         return self.world.pods_state()
@@ -489,6 +493,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
             self.clear_requests()
         elif route == ("GET", "pods"):
             return 200, self.pods()
+        elif route == ("GET", "billed"):
+            return 200, [stretch.to_json() for stretch in self.world.billed()]
         elif route == ("POST", "pods"):
             return 201, self.pod(self._add_pod_json(body))
         elif route == ("POST", "next-pod-ids"):

@@ -153,6 +153,24 @@ class SimPod:
         return any(_port_number(entry) == port for entry in self.ports)
 
 
+@dataclass(slots=True, kw_only=True)
+class BilledStretch:
+    """One stretch a pod billed: from entering a billing status to leaving it (None: still billing)."""
+
+    pod_id: str
+    price_per_hour: float
+    start: float
+    end: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "podId": self.pod_id,
+            "pricePerHour": self.price_per_hour,
+            "start": _iso(self.start),
+            "end": _iso(self.end),
+        }
+
+
 def _port_number(entry: str) -> int | None:
     try:
         return int(entry.split("/", 1)[0])
@@ -181,6 +199,8 @@ class PodWorld:
         self._pods: dict[str, SimPod] = {}
         self._next_ids: deque[str] = deque()
         self._clock = clock
+        # what RunPod would bill: each pod's stretches in a billing status, kept after the pod is gone
+        self._billed: list[BilledStretch] = []
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -188,8 +208,19 @@ class PodWorld:
         value = pod.delays.get(key, getattr(self.settings, f"{key}_seconds"))
         return math.inf if value < 0 else float(value)
 
+    def _bill(self, pod: SimPod, was: str | None, status: str, at: float) -> None:
+        billing, was_billing = status in _BILLING, was in _BILLING
+        if billing and not was_billing:
+            self._billed.append(BilledStretch(pod_id=pod.id, price_per_hour=pod.price_per_hour, start=at))
+        elif was_billing and not billing:
+            for stretch in reversed(self._billed):
+                if stretch.pod_id == pod.id and stretch.end is None:
+                    stretch.end = at
+                    break
+
     def _enter(self, pod: SimPod, status: str, at: float) -> None:
         was_running = pod.status == "RUNNING"
+        self._bill(pod, pod.status, status, at)
         pod.status = status
         pod.status_since = at
         if status == "RUNNING":
@@ -343,6 +374,7 @@ class PodWorld:
                 # the pod's container: booted at create, reachable through the proxy once RUNNING
                 pod.machine = SimMachine(self._machine_command, request.env)
             self._pods[pod.id] = pod
+            self._bill(pod, None, pod.status, now)
             self._advance(pod, now)
             return self._v2(pod, now)
 
@@ -520,6 +552,16 @@ class PodWorld:
             self._enter(pod, status, now)
             return new_id
 
+    def billed(self) -> list[BilledStretch]:
+        """Every stretch a pod spent in a billing status (PROVISIONING, STARTING, RUNNING), oldest first; `end`
+        None while it still bills. The simulator's own record of what ran when, to check metering against."""
+        with self.lock:
+            self._tick()
+            return [
+                BilledStretch(pod_id=b.pod_id, price_per_hour=b.price_per_hour, start=b.start, end=b.end)
+                for b in self._billed
+            ]
+
     def set_pod_status(self, pod_id: str, status: str) -> None:
         if status not in POD_STATUSES:
             raise ValueError(f"status must be one of {POD_STATUSES}")
@@ -601,6 +643,7 @@ class PodWorld:
         with self.lock:
             self.kill_machines()
             self._pods.clear()
+            self._billed.clear()
             self._next_ids.clear()
             self._catalogue = {gpu.id: gpu for gpu in catalogue}
             self._volumes = dict(volumes)

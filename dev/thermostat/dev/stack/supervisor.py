@@ -171,7 +171,9 @@ class Stack:
             port = cfg.service_ports.get(service.name) or free_port()
             self.ports[service.name] = port
             env[service.port_env] = str(port)
-        for service in SERVICES:  # where services reach each other (POD_CONTROLLER_ADDR), unless configured
+        # where services reach each other (POD_CONTROLLER_ADDR), unless configured; a service this stack does not
+        # run gets no address (METERING_ADDR set would make every wake wait for a metering that never comes)
+        for service in cfg.services:
             env.setdefault(service.address_env, service.address(port=self.ports.get(service.name)))
         self.env = env
         for service in cfg.services:

@@ -69,6 +69,7 @@ class StopTrigger(StrEnum):
     IDLE = "idle"
     BOOT_GRACE = "boot-grace"
     RUNTIME_CAP = "runtime-cap"
+    BUDGET = "budget"  # metering says the pod's budget is exhausted (policy/idle/budget_stop.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -94,6 +94,7 @@ class StopOrder:
             StopTrigger.IDLE: f"idle streak {e.idle_streak}/{e.idle_threshold}",
             StopTrigger.BOOT_GRACE: f"not ready after {e.booting_ticks}/{e.boot_grace_threshold} booting ticks",
             StopTrigger.RUNTIME_CAP: f"up since {_iso(e.up_since)}, cap {e.max_runtime}",
+            StopTrigger.BUDGET: "the pod's budget is exhausted (metering)",
         }[self.trigger]
         return f"stopping {', '.join(self.pod_ids)} ({self.trigger}: {why})"
 

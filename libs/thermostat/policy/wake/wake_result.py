@@ -44,6 +44,7 @@ class WakeFailureKind(StrEnum):
     LOOKUP_UNREADABLE = "LookupUnreadable"
     TEMPLATE_UNSET = "TemplateUnset"
     NO_ELIGIBLE_GPU = "NoEligibleGpu"
+    OVER_BUDGET = "OverBudget"  # metering refused (or could not be asked): nothing was billed
     CREATE_EXHAUSTED = "CreateExhausted"
     CREATE_RETRIES_EXHAUSTED = "CreateRetriesExhausted"
     CREATE_ABORTED = "CreateAborted"
@@ -63,6 +64,7 @@ _REFUSALS = frozenset(
         WakeFailureKind.UNCONFIGURED,
         WakeFailureKind.LOOKUP_UNREADABLE,
         WakeFailureKind.TEMPLATE_UNSET,
+        WakeFailureKind.OVER_BUDGET,
         WakeFailureKind.NO_ELIGIBLE_GPU,
     }
 )

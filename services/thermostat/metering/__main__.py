@@ -1,0 +1,99 @@
+"""`python -m thermostat.metering` — run metering."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Mapping
+
+from grpc import aio
+
+from thermostat.chassis.auth import TokenRule, method_name
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.registry import METERING
+from thermostat.chassis.replica import replica_id
+from thermostat.chassis.request_context import insecure_channel
+from thermostat.chassis.runner import run_service
+from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
+from thermostat.pods.v1 import pods_pb2_grpc
+from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.store.db import Store
+
+from .ledger import AfterRead, Ledger, LedgerLeader, PodActionFeed, _nothing
+from .repository import MeteringRepository
+from .servicer import MeteringCore, MeteringInternalServicer, MeteringServicer
+from .settings import MeteringSettings
+
+log = logging.getLogger("thermostat.metering")
+
+PUBLIC = metering_pb2.DESCRIPTOR.services_by_name["Metering"].full_name
+OPERATOR_HEADER = "x-rig-operator-token"
+
+
+def auth_rules(settings: MeteringSettings) -> dict[str, TokenRule]:
+    """A budget is a cost guard: setting one takes the operator token (reads follow the pod GET: open)."""
+    operator = settings.rig_operator_token.get_secret_value() if settings.rig_operator_token else None
+    return {method_name(PUBLIC, "SetPodBudget"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,))}
+
+
+async def build(
+    settings: MeteringSettings,
+    env: Mapping[str, str],
+    store: Store,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    after_read: AfterRead = _nothing,
+) -> ServiceHost:
+    """Wire metering over an open store: its servicers and the ledger's ingest (one replica, by lease)."""
+    pods = parse_pod_options(env).pods
+    repository = MeteringRepository(store.pool)
+    channel = insecure_channel(
+        settings.pod_controller_addr, max_reconnect_seconds=5, internal_token=settings.internal_token()
+    )
+    feed = PodActionFeed(pods_pb2_grpc.PodControllerInternalStub(channel), timeout=settings.feed_timeout_seconds)
+    ledger = Ledger(repository, [feed], page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
+    leader = LedgerLeader(
+        ledger,
+        store.leases,
+        replica=replica_id(),
+        lease_seconds=settings.ledger_lease_seconds,
+        poll_seconds=settings.ledger_poll_seconds,
+        clock=clock,
+    )
+    core = MeteringCore(pods, repository, clock=clock)
+    tasks: list[asyncio.Task[None]] = []
+
+    def register(server: aio.Server) -> None:
+        metering_pb2_grpc.add_MeteringServicer_to_server(MeteringServicer(core), server)
+        metering_pb2_grpc.add_MeteringInternalServicer_to_server(MeteringInternalServicer(core), server)
+
+    async def start() -> None:
+        tasks.append(asyncio.create_task(leader.run(), name="metering-ledger"))
+
+    async def shutdown() -> None:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await channel.close()
+
+    return ServiceHost(
+        ServiceSpec(
+            name=METERING.name,
+            service_names=METERING.served,
+            register=register,
+            auth_rules=auth_rules(settings),
+            dependency_check=store.ping,
+            on_start=[start],
+            on_stop=[shutdown],
+            internal_token=settings.internal_token(),
+        ),
+        probe_seconds=settings.health_probe_seconds,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(run_service(MeteringSettings, METERING, build=build)))

@@ -1,0 +1,192 @@
+"""The ledger's ingest: one replica (the `metering:ingest` lease) reads each feed from its stored position and
+lands every page exactly once (repository.py says how).
+
+Each feed is a `Feed`: where it is read (its source name), how a page is read after a position, and how a
+page lands. The pod controller's billable actions are the first (`PodActionFeed`); the pool's usage events
+plug in as a second `Feed` with their own landing table, read by the same loop from their own position.
+
+Lag is bounded and visible: a feed read until it returns less than a page, then every `poll_seconds`; each
+read records the feed's head beside the stored position (GetLedgerStatus and the health probe's log show
+the difference) and a read that fails records why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.request_context import outgoing_metadata
+from thermostat.chassis.timestamps import from_timestamp
+from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.store.keeper import LeaseKeeper
+from thermostat.store.lease import LeaseStore
+
+from .repository import LedgerAction, MeteringRepository
+
+log = logging.getLogger("thermostat.metering.ledger")
+
+POD_ACTIONS = "pod-controller/billable-actions"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Page:
+    """One page read from a feed: its entries, the last position they reach, and the feed's head."""
+
+    entries: Sequence[object]
+    through: int
+    head: int
+
+
+class Feed(Protocol):
+    source: str
+
+    async def read(self, after: int, limit: int) -> Page: ...
+
+    async def land(self, repository: MeteringRepository, page: Page) -> int: ...
+
+
+class PodActionFeed:
+    """The pod controller's billable actions, read over its internal RPC (never its tables)."""
+
+    source = POD_ACTIONS
+
+    def __init__(self, stub: pods_pb2_grpc.PodControllerInternalStub, *, timeout: float = 10.0) -> None:
+        self.stub = stub
+        self.timeout = timeout
+
+    async def read(self, after: int, limit: int) -> Page:
+        reply = await self.stub.ListBillableActions(
+            pods_pb2.ListBillableActionsRequest(after_position=after, page_size=limit),
+            timeout=self.timeout,
+            # a controller restarting is waited for (within the timeout), not failed at once in its backoff
+            wait_for_ready=True,
+            metadata=outgoing_metadata(),
+        )
+        entries = [
+            LedgerAction(
+                source_id=b.action.id,
+                position=b.position,
+                pod_name=b.action.pod_name,
+                action=b.action.action,
+                pod_id=b.action.pod_id,
+                ok=b.action.ok,
+                trigger=b.action.trigger,
+                at=from_timestamp(b.action.at),
+                http_status=b.action.http_status or None,
+                gpu_id=b.action.gpu_id or None,
+                price_per_hour=b.action.price_per_hour or None,
+            )
+            for b in reply.actions
+        ]
+        through = entries[-1].position if entries else after
+        return Page(entries=entries, through=through, head=max(reply.head_position, through))
+
+    async def land(self, repository: MeteringRepository, page: Page) -> int:
+        actions = [e for e in page.entries if isinstance(e, LedgerAction)]
+        return await repository.land_pod_actions(self.source, actions, through=page.through, head=page.head)
+
+
+AfterRead = Callable[[Feed, Page], Awaitable[None]]
+
+
+async def _nothing(_feed: Feed, _page: Page) -> None:
+    return None
+
+
+class Ledger:
+    def __init__(
+        self,
+        repository: MeteringRepository,
+        feeds: Sequence[Feed],
+        *,
+        page_size: int = 1000,
+        clock: Clock = SYSTEM_CLOCK,
+        after_read: AfterRead = _nothing,
+    ) -> None:
+        self.repository = repository
+        self.feeds = tuple(feeds)
+        self.page_size = page_size
+        self.clock = clock
+        # between reading a page and landing it: where a test injects a crash (or a replay)
+        self.after_read = after_read
+
+    async def step(self, feed: Feed) -> int:
+        """Read one page after the stored position and land it; how many entries it held."""
+        after = await self.repository.position(feed.source)
+        page = await feed.read(after, self.page_size)
+        await self.after_read(feed, page)
+        landed = await feed.land(self.repository, page)
+        if page.entries:
+            log.debug(
+                "%s: %d entries read, %d new, through %d (head %d)",
+                feed.source,
+                len(page.entries),
+                landed,
+                page.through,
+                page.head,
+            )
+        return len(page.entries)
+
+    async def catch_up(self, feed: Feed) -> int:
+        """Read pages until one comes back short; the entries read."""
+        total = 0
+        while True:
+            count = await self.step(feed)
+            total += count
+            if count < self.page_size:
+                return total
+
+    async def run_once(self) -> None:
+        """Catch every feed up once; a feed that fails records why and the others go on."""
+        for feed in self.feeds:
+            try:
+                await self.catch_up(feed)
+            except grpc.aio.AioRpcError as error:
+                log.warning("%s: feed unreadable (%s)", feed.source, error.code().name)
+                with contextlib.suppress(Exception):
+                    await self.repository.feed_failed(feed.source, f"unreadable ({error.code().name})")
+
+
+class LedgerLeader:
+    """Runs the ledger on the one replica that holds the ingest lease."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        leases: LeaseStore,
+        *,
+        replica: str,
+        lease_seconds: float,
+        poll_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.ledger = ledger
+        self.leases = leases
+        self.replica = replica
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+
+    async def run(self) -> None:
+        while True:
+            keeper = LeaseKeeper(
+                self.leases, name="metering:ingest", holder=self.replica, ttl=self.lease_seconds, clock=self.clock
+            )
+            await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.poll_seconds))
+            log.info("this replica ingests the ledger")
+            try:
+                while keeper.is_trusted():
+                    try:
+                        await self.ledger.run_once()
+                    except Exception:
+                        log.exception("ledger ingest failed; retrying")
+                    await self.clock.sleep(self.poll_seconds)
+            finally:
+                with contextlib.suppress(Exception):
+                    await keeper.release()

@@ -1,0 +1,49 @@
+-- name: feed_position
+-- The position a feed was read up to; 0 before its first page.
+SELECT COALESCE((SELECT position FROM ledger_feeds WHERE source = $1), 0);
+
+-- name: ensure_feed
+INSERT INTO ledger_feeds (source) VALUES ($1) ON CONFLICT (source) DO NOTHING;
+
+-- name: lock_feed
+-- Serializes the landing of pages of one feed (two replicas in a lease hand-over land one after the other).
+SELECT position FROM ledger_feeds WHERE source = $1 FOR UPDATE;
+
+-- name: land_pod_action
+-- Idempotent by (source, source_id): a replayed page, or a page a lapsed leader lands too, adds nothing.
+INSERT INTO ledger_pod_actions (source, source_id, position, pod_name, action, pod_id, gpu_id, price_per_hour,
+                                http_status, ok, trigger, at)
+SELECT $1, t.source_id, t.position, t.pod_name, t.action, t.pod_id, t.gpu_id, t.price_per_hour, t.http_status,
+       t.ok, t.trigger, t.at
+FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[], $9::int[],
+            $10::bool[], $11::text[], $12::timestamptz[])
+     AS t(source_id, position, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, at)
+ON CONFLICT (source, source_id) DO NOTHING;
+
+-- name: advance_feed
+-- In the landing transaction: the position never goes back (a stale replica's older page moves nothing).
+UPDATE ledger_feeds SET position = GREATEST(position, $2), head_position = GREATEST($3, $2),
+    last_read_at = now(), error = ''
+WHERE source = $1;
+
+-- name: feed_error
+UPDATE ledger_feeds SET last_read_at = now(), error = $2 WHERE source = $1;
+
+-- name: feeds
+SELECT source, position, head_position, last_read_at, error FROM ledger_feeds ORDER BY source;
+
+-- name: pod_events
+-- A pod name's billable actions from the ledger, in feed order (spend is folded from them).
+SELECT position, at, action, pod_id, ok, http_status, gpu_id, price_per_hour FROM ledger_pod_actions
+WHERE lower(pod_name) = lower($1) ORDER BY position;
+
+-- name: pod_budget
+SELECT daily_usd, monthly_usd FROM pod_budgets WHERE pod_name = lower($1);
+
+-- name: set_pod_budget
+INSERT INTO pod_budgets (pod_name, daily_usd, monthly_usd, updated_at) VALUES (lower($1), $2, $3, now())
+ON CONFLICT (pod_name) DO UPDATE SET daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd,
+    updated_at = now();
+
+-- name: db_now
+SELECT now();

@@ -1,0 +1,140 @@
+"""Metering's one door to Postgres: the ledger, feed positions and pod budgets (style 13: SQL in queries.sql,
+frozen values out).
+
+Exactly once: a page of a feed lands in one transaction that inserts its entries (idempotent by their source
+id) and advances the feed's position. A crash before the commit lands nothing and moves nothing, so the page
+is read again; a replayed page, or one a replica that lost the ingest lease lands as well, adds no entry and
+never moves the position back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import asyncpg
+
+from thermostat.policy.metering.budget import PodBudget
+from thermostat.policy.metering.pod_spend import BillableEvent
+from thermostat.store.connections import borrow
+from thermostat.store.sql import load_sql
+
+Q = load_sql(Path(__file__).with_name("queries.sql"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerAction:
+    """One billable action of the pod controller's feed, as the ledger keeps it."""
+
+    source_id: str
+    position: int
+    pod_name: str
+    action: str
+    pod_id: str
+    ok: bool
+    trigger: str
+    at: datetime
+    http_status: int | None = None
+    gpu_id: str | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeedState:
+    source: str
+    position: int
+    head_position: int
+    last_read_at: datetime | None
+    error: str
+
+    @property
+    def lag_events(self) -> int:
+        return max(0, self.head_position - self.position)
+
+
+class MeteringRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def position(self, source: str) -> int:
+        async with borrow(self._pool) as c:
+            value: int = await c.fetchval(Q["feed_position"], source)
+            return value
+
+    async def land_pod_actions(
+        self, source: str, actions: list[LedgerAction] | tuple[LedgerAction, ...], *, through: int, head: int
+    ) -> int:
+        """Land a page and advance the feed to `through` in one transaction; how many entries were new."""
+        async with borrow(self._pool) as c, c.transaction():
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["lock_feed"], source)
+            status = "INSERT 0 0"
+            if actions:
+                status = await c.execute(
+                    Q["land_pod_action"],
+                    source,
+                    [a.source_id for a in actions],
+                    [a.position for a in actions],
+                    [a.pod_name for a in actions],
+                    [a.action for a in actions],
+                    [a.pod_id for a in actions],
+                    [a.gpu_id for a in actions],
+                    [a.price_per_hour for a in actions],
+                    [a.http_status for a in actions],
+                    [a.ok for a in actions],
+                    [a.trigger for a in actions],
+                    [a.at for a in actions],
+                )
+            await c.execute(Q["advance_feed"], source, through, head)
+            return int(status.rsplit(" ", 1)[-1])
+
+    async def feed_failed(self, source: str, error: str) -> None:
+        async with borrow(self._pool) as c:
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["feed_error"], source, error)
+
+    async def feeds(self) -> list[FeedState]:
+        async with borrow(self._pool) as c:
+            rows = await c.fetch(Q["feeds"])
+        return [
+            FeedState(
+                source=r["source"],
+                position=r["position"],
+                head_position=r["head_position"],
+                last_read_at=r["last_read_at"],
+                error=r["error"],
+            )
+            for r in rows
+        ]
+
+    async def pod_events(self, pod_name: str) -> list[BillableEvent]:
+        async with borrow(self._pool) as c:
+            rows = await c.fetch(Q["pod_events"], pod_name)
+        return [
+            BillableEvent(
+                position=r["position"],
+                at=r["at"],
+                action=r["action"],
+                pod_id=r["pod_id"],
+                ok=r["ok"],
+                http_status=r["http_status"],
+                gpu_id=r["gpu_id"],
+                price_per_hour=r["price_per_hour"],
+            )
+            for r in rows
+        ]
+
+    async def pod_budget(self, pod_name: str) -> PodBudget:
+        async with borrow(self._pool) as c:
+            row = await c.fetchrow(Q["pod_budget"], pod_name)
+        return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
+
+    async def set_pod_budget(self, pod_name: str, budget: PodBudget) -> None:
+        async with borrow(self._pool) as c:
+            await c.execute(Q["set_pod_budget"], pod_name, budget.daily_usd, budget.monthly_usd)
+
+    async def db_now(self) -> datetime:
+        async with borrow(self._pool) as c:
+            now: datetime = await c.fetchval(Q["db_now"])
+            return now

@@ -1,0 +1,163 @@
+"""Metering's gRPC servicers: proto → repository → policy → proto."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+import grpc
+
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.lookup import found_or_abort
+from thermostat.chassis.timestamps import stamp
+from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
+from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.metering.budget import PodBudget, judge_budget
+from thermostat.policy.metering.pod_spend import PodSpend, spend
+
+from .repository import MeteringRepository
+
+
+class MeteringCore:
+    """What both servicers share: the pods metering knows by name, the repository and the clock."""
+
+    def __init__(
+        self, pods: Sequence[PodOptions], repository: MeteringRepository, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.pods = tuple(pods)
+        self.repository = repository
+        self.clock = clock
+
+    async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
+        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
+
+    async def spend(self, pod: PodOptions, now: datetime) -> PodSpend:
+        return spend(await self.repository.pod_events(pod.name), now)
+
+
+def _budget_message(name: str, budget: PodBudget, spent: PodSpend) -> metering_pb2.PodBudget:
+    message = metering_pb2.PodBudget(name=name, today_usd=spent.today_usd, month_usd=spent.month_usd)
+    if budget.daily_usd is not None:
+        message.daily_usd = budget.daily_usd
+    if budget.monthly_usd is not None:
+        message.monthly_usd = budget.monthly_usd
+    return message
+
+
+class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc]
+    def __init__(self, core: MeteringCore) -> None:
+        self.c = core
+
+    async def GetPodSpend(
+        self, request: metering_pb2.GetPodSpendRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.GetPodSpendResponse:
+        pod = await self.c.pod(request.name, context)
+        now = self.c.clock.now()
+        spent = await self.c.spend(pod, now)
+        response = metering_pb2.GetPodSpendResponse(
+            name=pod.name, total_usd=spent.total_usd, today_usd=spent.today_usd, month_usd=spent.month_usd
+        )
+        stamp(response.as_of, now)
+        for line in spent.lines:
+            response.lines.append(
+                metering_pb2.SpendLine(
+                    day=line.day.isoformat(), gpu_type=line.gpu_type, seconds=line.seconds, usd=line.usd
+                )
+            )
+        for interval in spent.intervals:
+            entry = metering_pb2.BilledInterval(
+                pod_id=interval.pod_id,
+                gpu_type=interval.gpu_type,
+                price_per_hour=interval.price_per_hour,
+                usd=interval.usd(now),
+            )
+            stamp(entry.start, interval.start)
+            if interval.end is not None:
+                stamp(entry.end, interval.end)
+            response.intervals.append(entry)
+        return response
+
+    async def GetPodBudget(
+        self, request: metering_pb2.GetPodBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.PodBudget:
+        pod = await self.c.pod(request.name, context)
+        return _budget_message(
+            pod.name, await self.c.repository.pod_budget(pod.name), await self.c.spend(pod, self.c.clock.now())
+        )
+
+    async def SetPodBudget(
+        self, request: metering_pb2.SetPodBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.PodBudget:
+        pod = await self.c.pod(request.name, context)
+        for field in ("daily_usd", "monthly_usd"):
+            if request.HasField(field):
+                value = getattr(request, field)
+                if not math.isfinite(value) or value < 0:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{field} must be a non-negative number of USD (leave it out for no ceiling)",
+                    )
+        budget = PodBudget(
+            daily_usd=request.daily_usd if request.HasField("daily_usd") else None,
+            monthly_usd=request.monthly_usd if request.HasField("monthly_usd") else None,
+        )
+        await self.c.repository.set_pod_budget(pod.name, budget)
+        return _budget_message(pod.name, budget, await self.c.spend(pod, self.c.clock.now()))
+
+    async def GetLedgerStatus(
+        self, request: metering_pb2.GetLedgerStatusRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.GetLedgerStatusResponse:
+        response = metering_pb2.GetLedgerStatusResponse()
+        for feed in await self.c.repository.feeds():
+            status = metering_pb2.FeedStatus(
+                source=feed.source,
+                position=feed.position,
+                head_position=feed.head_position,
+                lag_events=feed.lag_events,
+                error=feed.error,
+            )
+            if feed.last_read_at is not None:
+                stamp(status.last_read_at, feed.last_read_at)
+            response.feeds.append(status)
+        return response
+
+
+class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # type: ignore[misc]
+    def __init__(self, core: MeteringCore) -> None:
+        self.c = core
+
+    async def CheckPodBudget(
+        self, request: metering_pb2.CheckPodBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.CheckPodBudgetResponse:
+        pod = await self.c.pod(request.name, context)
+        if not math.isfinite(request.projected_usd) or request.projected_usd < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "projected_usd must be a non-negative number")
+        budget = await self.c.repository.pod_budget(pod.name)
+        if budget.daily_usd is None and budget.monthly_usd is None:
+            # no ceiling: nothing to fold
+            return metering_pb2.CheckPodBudgetResponse(allowed=True, projected_usd=request.projected_usd)
+        spent = await self.c.spend(pod, self.c.clock.now())
+        verdict = judge_budget(
+            budget,
+            today_usd=spent.today_usd,
+            month_usd=spent.month_usd,
+            projected_usd=request.projected_usd,
+            pod_name=pod.name,
+        )
+        response = metering_pb2.CheckPodBudgetResponse(
+            allowed=verdict.allowed,
+            exhausted=verdict.exhausted,
+            budget=str(verdict.period or ""),
+            reason=verdict.reason,
+            limit_usd=verdict.limit_usd,
+            spent_usd=verdict.spent_usd,
+            projected_usd=verdict.projected_usd,
+            today_usd=spent.today_usd,
+            month_usd=spent.month_usd,
+        )
+        if budget.daily_usd is not None:
+            response.daily_limit_usd = budget.daily_usd
+        if budget.monthly_usd is not None:
+            response.monthly_limit_usd = budget.monthly_usd
+        return response

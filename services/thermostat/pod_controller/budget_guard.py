@@ -1,0 +1,117 @@
+"""The wake's budget check (issue 12, "Budgets: a real ceiling"): before a wake touches RunPod with a write,
+metering judges the pod's spend plus the wake's projected spend against the pod's budgets.
+
+Rule, documented in README ("Budgets"):
+- METERING_ADDR unset: no check (a deployment without metering has no budgets).
+- METERING_ADDR set: the wake asks metering's CheckPodBudget. A refusal (budget reached, or the projection
+  does not fit in what is left) fails the wake as Refused, 409, the detail naming the budget and the numbers.
+- METERING_ADDR set and metering unreachable or erring: refused the same way (fail closed, as an unreadable
+  lookup is): a ceiling that cannot be read is not "no ceiling".
+
+The projection (policy/metering/budget.py) is the cheapest acceptable GPU's rate (the catalogue read the
+create walk would make, a read and never a write) times the time until the earliest automatic stop of a pod
+nobody uses: its boot (the median of measured boots, else the boot grace) plus the idle window, bounded by
+the runtime cap — the monitor's own IDLE_MINUTES, RUNPOD_BOOT_GRACE_MINUTES and MAX_RUNTIME_MINUTES.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import grpc
+
+from thermostat.chassis.request_context import outgoing_metadata
+from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
+from thermostat.policy.common.pod_options import PodOptions
+from thermostat.policy.idle.monitor_options import MonitorOptions
+from thermostat.policy.metering.budget import PodBudget, Projection, judge_budget, project_wake_spend
+from thermostat.policy.wake.gpu_selection import select_gpus
+from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
+from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.store.connections import STORE_ERRORS
+
+from .repository import PodRepository
+
+log = logging.getLogger("thermostat.pod_controller.budget")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetRefusal:
+    """Why a wake may not run: the detail names the budget and the numbers that decided it."""
+
+    reason: str
+
+
+class BudgetGuard:
+    def __init__(
+        self, stub: metering_pb2_grpc.MeteringInternalStub | None, monitor: MonitorOptions, *, timeout: float = 2.0
+    ) -> None:
+        self.stub = stub
+        self.monitor = monitor
+        self.timeout = timeout
+
+    @property
+    def enabled(self) -> bool:
+        return self.stub is not None
+
+    async def projection(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> Projection:
+        selection = select_gpus(await client.get_catalog(), pod.gpu_criteria())
+        cheapest = selection.candidates[0].price_per_hour if selection.candidates else None
+        try:
+            boots = await records.recent_boots(pod.name)
+        except STORE_ERRORS:
+            boots = []
+        measured = estimate_eta(select_boot_durations(boots, None), 0.0)
+        boot_minutes = measured / 60 if measured is not None else self.monitor.boot_grace_minutes
+        return project_wake_spend(
+            cheapest_rate_per_hour=cheapest,
+            boot_minutes=boot_minutes,
+            idle_minutes=self.monitor.idle_minutes,
+            runtime_cap_minutes=self.monitor.max_runtime_minutes,
+        )
+
+    async def check(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> BudgetRefusal | None:
+        """None when the wake may go on; else why not.
+
+        Metering is asked for the pod's spend and ceilings while the projection reads the catalogue (the two
+        at once: the check adds the longer of them to the wake, not their sum); the projection is then judged
+        with the same policy metering applies.
+        """
+        if self.stub is None:
+            return None
+        projecting = asyncio.ensure_future(self.projection(pod, client, records))
+        try:
+            state = await self.stub.CheckPodBudget(
+                metering_pb2.CheckPodBudgetRequest(name=pod.name, projected_usd=0.0),
+                timeout=self.timeout,
+                metadata=outgoing_metadata(),
+            )
+        except grpc.aio.AioRpcError as error:
+            projecting.cancel()
+            log.warning("pod %s: metering unreachable (%s): wake refused", pod.name, error.code().name)
+            return BudgetRefusal(
+                reason=f"budget unknown: metering unreachable ({error.code().name}); the wake is "
+                "refused while METERING_ADDR is set (fail closed)"
+            )
+        except BaseException:
+            projecting.cancel()
+            raise
+        projected = await projecting
+        budget = PodBudget(
+            daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
+            monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None,
+        )
+        verdict = judge_budget(
+            budget, today_usd=state.today_usd, month_usd=state.month_usd, projected_usd=projected.usd, pod_name=pod.name
+        )
+        if verdict.allowed:
+            return None
+        return BudgetRefusal(
+            reason=(
+                f"{verdict.reason} [budget={verdict.period} limit_usd={verdict.limit_usd:.4f} "
+                f"spent_usd={verdict.spent_usd:.4f} projected_usd={verdict.projected_usd:.4f} "
+                f"rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}]"
+            )
+        )

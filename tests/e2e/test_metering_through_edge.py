@@ -1,0 +1,81 @@
+"""Metering's REST routes through the real Envoy edge: spend, budget (operator token to set) and the ledger's
+status, in the pod routes' lowerCamelCase."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.polling import eventually
+from tests.fixtures.services import OPERATOR_TOKEN, RunningService, metering_env, start_metering
+from tests.integration.pod_controller.harness import start
+from thermostat.chassis.registry import METERING, POD_CONTROLLER, SERVICES
+from thermostat.dev.envoy import start_envoy
+from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
+from thermostat.pods.v1 import pods_pb2_grpc
+from thermostat.store.db import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+async def metering(pod_controller: RunningService, db_store: Store) -> AsyncIterator[RunningService]:
+    async with start_metering(metering_env(pod_controller.address, LEDGER_POLL_SECONDS="0.05"), db_store) as running:
+        yield running
+
+
+@pytest.fixture
+async def edge(
+    pod_controller: RunningService, metering: RunningService, tmp_path: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    ports = {
+        POD_CONTROLLER.name: int(pod_controller.address.rpartition(":")[2]),
+        METERING.name: int(metering.address.rpartition(":")[2]),
+    }
+    spec = EdgeSpec(
+        upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
+        descriptor_set=ROOT / "build" / "thermostat.pb",
+        listen_port=0,
+        admin_port=0,
+        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
+    )
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
+            yield http
+    finally:
+        await envoy.stop()
+
+
+async def test_spend_budget_and_ledger_are_served_as_rest_json(
+    pod_controller: RunningService, edge: httpx.AsyncClient
+) -> None:
+    async with pod_controller.channel() as channel:
+        assert (await start(pods_pb2_grpc.PodControllerStub(channel))).reply.outcome == "Created"
+
+    refused = await edge.put("/api/pods/qwen/budget", json={"dailyUsd": 2.5})
+    assert refused.status_code == 401
+    put = await edge.put(
+        "/api/pods/qwen/budget", json={"dailyUsd": 2.5}, headers={"X-Rig-Operator-Token": OPERATOR_TOKEN}
+    )
+    assert (put.status_code, put.json()["dailyUsd"]) == (200, 2.5)
+
+    async def ingested() -> dict[str, object] | None:
+        body = (await edge.get("/api/pods/qwen/spend")).json()
+        return body if body.get("intervals") else None
+
+    spend = await eventually(ingested, timeout=10, every=0.05)
+    (interval,) = spend["intervals"]
+    assert interval["gpuType"] == "NVIDIA A100 80GB PCIe" and interval["pricePerHour"] > 0
+    assert "end" not in interval and spend["name"] == "qwen"
+
+    budget = (await edge.get("/api/pods/qwen/budget")).json()
+    assert budget["dailyUsd"] == 2.5 and "monthlyUsd" not in budget
+
+    (feed,) = (await edge.get("/api/metering/ledger")).json()["feeds"]
+    assert feed["source"] == "pod-controller/billable-actions" and feed["position"] == feed["headPosition"]
+    assert (await edge.get("/api/pods/llama/spend")).status_code == 404
