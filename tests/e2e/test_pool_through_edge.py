@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import grpc
 import httpx
 import pytest
 
@@ -35,6 +37,7 @@ from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.dev.envoy import start_envoy
 from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, build_envoy_config, upstreams, write_envoy_config
 from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
 from thermostat.store.db import Store
 
@@ -207,7 +210,7 @@ async def test_a_submit_is_202_with_exactly_the_seeds_job_json_and_the_payload_r
     assert submitted.headers["content-type"].startswith("application/json")
     job = submitted.json()
     assert set(job) == JOB_FIELDS
-    assert '"priority": 4611686018427387905' in submitted.text or f'"priority":{priority}' in submitted.text
+    assert re.search(rf'"priority":\s*{priority}[,}}]', submitted.text), "a bare JSON number, not a string"
     assert (job["tenant_id"], job["machine_type"], job["priority"], job["session_id"]) == (
         tenant,
         "local",
@@ -564,3 +567,19 @@ async def test_health_shows_the_pools_machine_types_and_machine_counts_without_a
     assert all(isinstance(n, int) for n in detail["machines"].values())
     assert detail["machines"]["starting"] + detail["machines"]["warm"] >= 1
     assert "Authorization" not in health.request.headers
+
+
+async def test_grpc_callers_wait_on_a_job_through_the_edge_with_wait_job(edge) -> None:
+    """WaitJob (gRPC only) through the edge's native gRPC route: the job's states, ending when the job does."""
+    tenant = fresh_tenant()
+    job = (
+        await edge.post(
+            "/v1/jobs", params={"machine_type": "sleepy"}, content=b'{"seconds": 1}', headers=tenant_headers(tenant)
+        )
+    ).json()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.base_url.port}") as channel:
+        stub = pool_pb2_grpc.PoolDispatcherStub(channel)
+        metadata = (("authorization", f"Bearer {API_TOKEN}"), ("x-strata-tenant", tenant))
+        states = [j.state async for j in stub.WaitJob(pool_pb2.WaitJobRequest(id=job["id"]), metadata=metadata)]
+    assert states[-1] == "completed"
+    assert len(states) == len(set(states)) >= 2
