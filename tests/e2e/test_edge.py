@@ -104,6 +104,74 @@ def test_the_rest_response_filter_is_skipped_for_native_grpc_calls() -> None:
     assert matcher["on_match"]["action"]["typed_config"]["@type"].endswith("SkipFilter")
 
 
+LONG_CALL = f"{SERVICE}/GetJobResult"
+
+
+def test_a_long_call_has_its_own_route_whose_timeouts_cover_it_ahead_of_its_services_prefix() -> None:
+    """A registry's long call (the pool's sync submit) is matched on its method path, REST re-routed by the
+    transcoder and native gRPC alike, with route and idle timeouts of long_call_seconds plus the usual margin."""
+    upstream = Upstream(
+        cluster="edgetest",
+        services=(SERVICE,),
+        host="127.0.0.1",
+        port=1,
+        health_service=SERVICE,
+        long_calls=(LONG_CALL,),
+        long_call_seconds=3600.0,
+    )
+    routes = _hcm(build_envoy_config(_spec(upstream)))["route_config"]["virtual_hosts"][0]["routes"]
+    paths = [r["match"].get("path", r["match"].get("prefix")) for r in routes]
+    long = routes[paths.index(f"/{LONG_CALL}")]["route"]
+    assert (long["cluster"], long["timeout"], long["idle_timeout"]) == ("edgetest", "3720.000s", "3720.000s")
+    assert paths.index(f"/{LONG_CALL}") < paths.index(f"/{SERVICE}/")
+    assert routes[paths.index(f"/{SERVICE}/")]["route"]["timeout"] == "120.000s"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param({"long_calls": (f"{SERVICE}/NoSuchMethod",)}, "not among", id="unknown-method"),
+        pytest.param({"long_calls": ("grpc.health.v1.Health/Check",)}, "not among", id="another-services-method"),
+        pytest.param({"health_detail": f"{SERVICE}/Nope"}, "not among", id="unknown-health-detail"),
+        pytest.param({"long_calls": (LONG_CALL,), "long_call_seconds": 0.0}, "positive", id="no-seconds"),
+    ],
+)
+def test_a_long_call_or_health_detail_that_is_not_its_upstreams_method_is_refused(fields: dict, message: str) -> None:
+    upstream = Upstream(
+        cluster="edgetest", services=(SERVICE,), host="127.0.0.1", port=1, health_service=SERVICE, **fields
+    )
+    with pytest.raises(ValueError, match=message):
+        build_envoy_config(_spec(upstream))
+
+
+def test_the_transcoders_body_limits_rise_to_the_largest_upstream_message_limit() -> None:
+    """A service taking 33 MiB messages (the pool's 32 MiB payloads) gets them through REST: the edge never cuts
+    a body the service would take, or would refuse with its own 413 naming its limit."""
+    big = Upstream(
+        cluster="edgetest",
+        services=(SERVICE,),
+        host="127.0.0.1",
+        port=1,
+        health_service=SERVICE,
+        max_message_bytes=33 * 1024 * 1024,
+    )
+    config = build_envoy_config(_spec(big, max_body_bytes=BODY_LIMIT))
+    routes = _hcm(config)["route_config"]["virtual_hosts"][0]["routes"]
+    transcoders = [f["typed_config"] for f in _hcm(config)["http_filters"] if f["name"].endswith("json_transcoder")]
+    transcoders += [
+        r["typed_per_filter_config"]["envoy.filters.http.grpc_json_transcoder"]
+        for r in routes
+        if "envoy.filters.http.grpc_json_transcoder" in r.get("typed_per_filter_config", {})
+        and "services" in r["typed_per_filter_config"]["envoy.filters.http.grpc_json_transcoder"]
+    ]
+    assert len(transcoders) == 3
+    for transcoder in transcoders:
+        assert transcoder["max_request_body_size"] == transcoder["max_response_body_size"] == 33 * 1024 * 1024
+    plain = build_envoy_config(_spec(_upstream("edgetest", 1, SERVICE), max_body_bytes=BODY_LIMIT))
+    (transcoder,) = [f["typed_config"] for f in _hcm(plain)["http_filters"] if f["name"].endswith("json_transcoder")]
+    assert transcoder["max_request_body_size"] == BODY_LIMIT
+
+
 def test_a_cluster_or_service_name_that_is_not_plain_is_refused() -> None:
     with pytest.raises(ValueError, match="must be plain"):
         build_envoy_config(_spec(_upstream('po"ds', 1, "a.v1.Pods")))
@@ -285,6 +353,33 @@ async def test_health_with_one_upstream_down_is_503_naming_which_one(upstream: R
         ("pool", [], False),
     ]
     assert body["upstreams"][1]["status"].startswith("unreachable")
+
+
+@pytest.mark.e2e
+async def test_a_health_detail_that_fails_shows_null_and_leaves_the_status_to_the_health_service(
+    upstream: RunningServer, tmp_path: Path
+) -> None:
+    """The detail call (GetJobResult for no job: NOT_FOUND) does not answer a JSON body: "detail" is null, and the
+    upstream still counts as serving (the pool's own detail is shown in test_pool_through_edge)."""
+    detailed = Upstream(
+        cluster="edgetest",
+        services=(SERVICE,),
+        host="127.0.0.1",
+        port=upstream.port,
+        health_service=SERVICE,
+        health_detail=f"{SERVICE}/GetJobResult",
+    )
+    spec = _spec(detailed, listen_port=0, admin_port=0, health=FAST_CHECKS)
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5.0) as http:
+            response = await http.get("/health")
+    finally:
+        assert await envoy.stop() == 0
+    assert response.status_code == 200, response.text
+    assert response.json()["upstreams"] == [
+        {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING", "detail": None}
+    ]
 
 
 @pytest.mark.e2e

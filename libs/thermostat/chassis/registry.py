@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
+
+MIB = 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServiceDef:
@@ -29,6 +33,15 @@ class ServiceDef:
     health_service: str  # what readiness probes and the edge's health checks ask for
     rest_prefixes: tuple[str, ...] = ()  # the REST paths its public services' annotations start with
     reflection: bool = False  # the edge sends grpcurl's reflection calls here; it lists every public service
+    # The largest gRPC message it takes or sends (None: grpcio's 4 MiB); the edge's REST body limit covers it.
+    max_message_bytes: int | None = None
+    # Calls ("pkg.Service/Method") that may rightly last up to long_call_seconds: the edge's route for each
+    # waits that long (plus its usual margin) instead of its default, so it never cuts one short.
+    long_calls: tuple[str, ...] = ()
+    long_call_seconds: float = 0.0
+    # An unauthenticated public call ("pkg.Service/Method") answering google.api.HttpBody with a JSON object:
+    # the edge's GET /health shows it under this service's entry.
+    health_detail: str | None = None
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -72,6 +85,12 @@ POOL_DISPATCHER = ServiceDef(
     public_services=("thermostat.pool.v1.PoolDispatcher",),
     health_service="thermostat.pool.v1.PoolDispatcher",
     rest_prefixes=("/v1/",),
+    # a 32 MiB payload (over the seed's 16 MiB floor) and the request's other fields
+    max_message_bytes=33 * MIB,
+    # a sync submit waits up to boot + job timeout, and WaitJob streams until the job ends
+    long_calls=("thermostat.pool.v1.PoolDispatcher/SubmitJobSync", "thermostat.pool.v1.PoolDispatcher/WaitJob"),
+    long_call_seconds=MAX_WAIT_SECONDS,
+    health_detail="thermostat.pool.v1.PoolDispatcher/GetPoolHealthJson",
 )
 METERING = ServiceDef(
     name="metering",

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from google.protobuf import descriptor_pb2
+
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef
 from thermostat.edge.path_bindings import PathBinding, path_bindings
@@ -51,6 +53,10 @@ class Upstream:
     host: str
     port: int
     health_service: str
+    max_message_bytes: int | None = None  # its gRPC message limit: the REST body limit rises to cover it
+    long_calls: tuple[str, ...] = ()  # "pkg.Service/Method": routed with long_call_seconds, not the default
+    long_call_seconds: float = 0.0
+    health_detail: str | None = None  # "pkg.Service/Method" answering HttpBody JSON, shown by GET /health
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,9 +131,19 @@ def upstreams(
             host=s.name if host is None else host,
             port=ports.get(s.name, s.default_port),
             health_service=s.health_service,
+            max_message_bytes=s.max_message_bytes,
+            long_calls=s.long_calls,
+            long_call_seconds=s.long_call_seconds,
+            health_detail=s.health_detail,
         )
         for s in services
     )
+
+
+def body_limit(spec: EdgeSpec) -> int:
+    """The transcoder's request and response body limit: the spec's, raised to every upstream's gRPC message
+    limit, so a body the service would take (or refuse with its own 413 and detail) is never cut by the edge."""
+    return max([spec.max_body_bytes, *(u.max_message_bytes or 0 for u in spec.upstreams)])
 
 
 def _duration(seconds: float) -> str:
@@ -149,8 +165,8 @@ def _transcoder(spec: EdgeSpec, services: list[str], *, proto_field_names: bool)
         },
         # Without this a gRPC error reaches the client as an empty body with grpc-* headers only.
         "convert_grpc_status": True,
-        "max_request_body_size": spec.max_body_bytes,
-        "max_response_body_size": spec.max_body_bytes,
+        "max_request_body_size": body_limit(spec),
+        "max_response_body_size": body_limit(spec),
         # Each default is a silent pass-through of the raw REST request to a gRPC server, which resets
         # the stream: the client sees 503 "upstream connect error" instead of 404/400 (toolchain spike).
         "request_validation_options": {
@@ -181,8 +197,12 @@ def _health_script(spec: EdgeSpec) -> str:
     def lua_list(names: tuple[str, ...]) -> str:
         return "{" + ", ".join(f'"{n}"' for n in names) + "}"
 
+    def detail(u: Upstream) -> str:
+        return f', detail = "/{u.health_detail}"' if u.health_detail else ""
+
     upstreams = ",\n".join(
-        f'  {{cluster = "{u.cluster}", health_service = "{u.health_service}", services = {lua_list(u.services)}}}'
+        f'  {{cluster = "{u.cluster}", health_service = "{u.health_service}", services = {lua_list(u.services)}'
+        f"{detail(u)}}}"
         for u in spec.upstreams
     )
     prelude = f"UPSTREAMS = {{\n{upstreams}\n}}\nTIMEOUT_MS = {int(spec.health.timeout_s * 1000)}\n\n"
@@ -245,6 +265,18 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     timeout = _duration(spec.route_timeout_s)
     grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
     routes: list[dict[str, Any]] = [_health_route(spec)]
+    # Calls that may rightly last long (a sync submit's wait), matched on the method's path before the service's
+    # prefix: native gRPC and transcoded REST alike. The stream idle timeout (5 min by default) is lifted with
+    # the route timeout, as nothing flows while the service waits.
+    for upstream in spec.upstreams:
+        long = _duration(upstream.long_call_seconds + spec.route_timeout_s)
+        routes.extend(
+            {
+                "match": {"path": f"/{call}"},
+                "route": {"cluster": upstream.cluster, **grpc_action, "timeout": long, "idle_timeout": long},
+            }
+            for call in upstream.long_calls
+        )
     # Native gRPC, and transcoded REST once the transcoder has rewritten :path to /pkg.Service/Method.
     for upstream in spec.upstreams:
         routes.extend(
@@ -361,6 +393,31 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def descriptor_methods(descriptor_set: bytes) -> frozenset[str]:
+    """Every method of the descriptor set as "pkg.Service/Method"."""
+    files = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set).file
+    return frozenset(
+        f"{f.package}.{service.name}/{method.name}" if f.package else f"{service.name}/{method.name}"
+        for f in files
+        for service in f.service
+        for method in service.method
+    )
+
+
+def _check_calls(spec: EdgeSpec) -> None:
+    """Long calls and health details name methods of the upstream's own services, present in the descriptors."""
+    named = [(u, c) for u in spec.upstreams for c in (*u.long_calls, *([u.health_detail] if u.health_detail else []))]
+    if not named:
+        return
+    known = descriptor_methods(spec.descriptor_set.read_bytes())
+    wrong = [c for u, c in named if c not in known or c.partition("/")[0] not in u.services]
+    if wrong:
+        raise ValueError(f"calls not among their upstream's methods in {spec.descriptor_set.name}: {wrong}")
+    short = [u.cluster for u in spec.upstreams if u.long_calls and u.long_call_seconds <= 0]
+    if short:
+        raise ValueError(f"long calls need a positive long_call_seconds: {short}")
+
+
 def _check(spec: EdgeSpec) -> None:
     if not spec.descriptor_set.is_absolute():
         raise ValueError(f"descriptor set path must be absolute (Envoy's cwd is not ours): {spec.descriptor_set}")
@@ -385,6 +442,7 @@ def _check(spec: EdgeSpec) -> None:
     prefixes = [f.prefix for f in spec.families]
     if any(not p.startswith("/") or not p.endswith("/") for p in prefixes) or len(set(prefixes)) != len(prefixes):
         raise ValueError(f"family prefixes must be distinct and look like /name/: {prefixes}")
+    _check_calls(spec)
 
 
 def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:

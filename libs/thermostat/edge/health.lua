@@ -2,6 +2,10 @@
 -- every one serves, else 503, with a JSON body naming each upstream and whether it serves, so an operator
 -- sees at once which one is down (a load balancer still reads only the status code).
 --
+-- An upstream with a `detail` call (the registry's health_detail, e.g. the pool's machine types and machine
+-- counts) is asked that too: its google.api.HttpBody answer holds a JSON object, shown as the entry's "detail"
+-- (null when it does not answer). It never changes the status: serving is the health service's word.
+--
 -- Enabled on the /health route only (per-route Lua), so no other request runs this script. UPSTREAMS and
 -- TIMEOUT_MS are prepended by envoy_config.py from the edge's upstreams.
 
@@ -56,18 +60,88 @@ local function check(handle, upstream)
   return false, "unreadable health answer"
 end
 
+-- A varint at position i of s: its value and the position after it.
+local function varint(s, i)
+  local value, scale = 0, 1
+  while i <= #s do
+    local b = s:byte(i)
+    value = value + (b % 128) * scale
+    i = i + 1
+    if b < 128 then
+      return value, i
+    end
+    scale = scale * 128
+  end
+  return nil, i
+end
+
+-- The data field (2) of the google.api.HttpBody in a unary gRPC answer, or nil.
+local function http_body_data(body)
+  if body == nil or #body < 5 then
+    return nil
+  end
+  local i = 6
+  while i <= #body do
+    local key
+    key, i = varint(body, i)
+    if key == nil then
+      return nil
+    end
+    local wire = key % 8
+    if wire == 0 then
+      local _
+      _, i = varint(body, i)
+    elseif wire == 2 then
+      local n
+      n, i = varint(body, i)
+      if n == nil then
+        return nil
+      end
+      if math.floor(key / 8) == 2 then
+        return body:sub(i, i + n - 1)
+      end
+      i = i + n
+    else
+      return nil
+    end
+  end
+  return nil
+end
+
+local function detail(handle, upstream)
+  local ok, headers, body = pcall(handle.httpCall, handle, upstream.cluster, {
+    [":method"] = "POST",
+    [":path"] = upstream.detail,
+    [":authority"] = upstream.cluster,
+    ["content-type"] = "application/grpc",
+    ["te"] = "trailers",
+  }, string.char(0, 0, 0, 0, 0), TIMEOUT_MS)
+  if not ok or headers[":status"] ~= "200" or (headers["grpc-status"] or "0") ~= "0" then
+    return "null"
+  end
+  local data = http_body_data(body)
+  if data == nil or data:sub(1, 1) ~= "{" then
+    return "null"
+  end
+  return data
+end
+
 function envoy_on_request(handle)
   local all = true
   local entries = {}
   for _, upstream in ipairs(UPSTREAMS) do
-    local serving, detail = check(handle, upstream)
+    local serving, status = check(handle, upstream)
     all = all and serving
     local services = {}
     for i, name in ipairs(upstream.services) do
       services[i] = '"' .. name .. '"'
     end
-    entries[#entries + 1] = string.format('{"name":"%s","services":[%s],"serving":%s,"status":"%s"}',
-      upstream.cluster, table.concat(services, ","), tostring(serving), detail)
+    local extra = ""
+    if upstream.detail ~= nil then
+      extra = ',"detail":' .. detail(handle, upstream)
+    end
+    entries[#entries + 1] = string.format('{"name":"%s","services":[%s],"serving":%s,"status":"%s"%s}',
+      upstream.cluster, table.concat(services, ","), tostring(serving), status, extra)
   end
   local body = string.format('{"status":"%s","upstreams":[%s]}', all and "SERVING" or "NOT_SERVING",
     table.concat(entries, ","))

@@ -25,6 +25,7 @@ from google.api import httpbody_pb2
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
+from thermostat.policy.pool.machines import MachineState
 from thermostat.policy.pool.submit_options import SubmitError, parse_submit_query
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
@@ -39,6 +40,8 @@ MAX_TENANT_LENGTH = 256
 DEFAULT_USAGE_PAGE = 100
 MAX_USAGE_PAGE = 1000
 JSON = "application/json"
+# /health prints these states even at zero, so a reader need not know them
+HEALTH_STATES = (MachineState.STARTING, MachineState.WARM, MachineState.BUSY, MachineState.STOPPING)
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 
@@ -131,9 +134,6 @@ def job_message(job: JobView) -> pool_pb2.Job:
     return message
 
 
-_JOB_NULLABLE = ("session_id", "worker_id", "error", "started_at", "completed_at")
-
-
 def _body(data: bytes, content_type: str = "application/octet-stream") -> httpbody_pb2.HttpBody:
     return httpbody_pb2.HttpBody(content_type=content_type, data=data)
 
@@ -212,8 +212,15 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     async def SubmitJob(self, request: pool_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         job, _ = await self._submit(request, context, sync=False)
-        await _status(context, 202, nulls=_nulls(job))
+        await _status(context, 202)
         return job_message(job)
+
+    async def SubmitJobJson(
+        self, request: pool_pb2.SubmitJobJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        job, _ = await self._submit(request, context, sync=False)
+        await _status(context, 202)
+        return _json_body(job_json(job))
 
     async def SubmitJobSync(
         self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
@@ -247,9 +254,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         return _json_body(job_json(job))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
-        job = await self._own_job(request.id, context)
-        await _status(context, None, nulls=_nulls(job))
-        return job_message(job)
+        return job_message(await self._own_job(request.id, context))
+
+    async def GetJobJson(
+        self, request: pool_pb2.GetJobJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        return _json_body(job_json(await self._own_job(request.id, context)))
 
     async def _own_job(self, raw_id: str, context: grpc.aio.ServicerContext) -> JobView:
         tenant = await self._tenant(context, await self._caller(context))
@@ -265,6 +275,14 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         return await self._answer(context, job, await_result=False)
 
     async def CancelJob(self, request: pool_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
+        return job_message(await self._cancel(request, context))
+
+    async def CancelJobJson(
+        self, request: pool_pb2.CancelJobJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        return _json_body(job_json(await self._cancel(request, context)))
+
+    async def _cancel(self, request: Any, context: grpc.aio.ServicerContext) -> JobView:
         caller = await self._caller(context)
         tenant = await self._tenant(context, caller)
         job_id = await self._job_id(context, request.id)
@@ -276,8 +294,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await _abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
         if outcome.status_code == 409:
             await _abort(context, grpc.StatusCode.ABORTED, f"job {job_id} already finished as {outcome.job.state}", 409)
-        await _status(context, None, nulls=_nulls(outcome.job))
-        return job_message(outcome.job)
+        return outcome.job
 
     async def WaitJob(
         self, request: pool_pb2.WaitJobRequest, context: grpc.aio.ServicerContext
@@ -421,14 +438,17 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         counts = await self.d.repo.machine_counts()
         return pool_pb2.PoolHealth(machine_types=list(self.d.catalogue.names), machines=counts)
 
+    async def GetPoolHealthJson(
+        self, request: pool_pb2.GetPoolHealthJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        counts = await self.d.repo.machine_counts()
+        machines = {**{str(state): 0 for state in HEALTH_STATES}, **counts}
+        return _json_body({"machine_types": list(self.d.catalogue.names), "machines": machines})
+
 
 def _same(presented: str, token: str | None) -> bool:
     # always compare, so timing does not reveal which token is configured
     return hmac.compare_digest(presented.encode(), (token or "\0unset").encode()) and token is not None
-
-
-def _nulls(job: JobView) -> tuple[str, ...]:
-    return tuple(name for name in _JOB_NULLABLE if getattr(job, name) is None)
 
 
 async def _status(

@@ -8,11 +8,12 @@ from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
 from thermostat.providers.pool.settings import PoolBackendSettings
 
-MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
-"""The largest payload (and stored result) the pool accepts: over the seed's 16 MiB floor. A larger payload is
-a 413 and nothing is queued. gRPC message limits and the edge's body buffer sit above it."""
+GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0
+"""gRPC message limits, and the edge's REST body limit (the registry holds it, so the edge reads it too)."""
 
-GRPC_MESSAGE_BYTES = MAX_PAYLOAD_BYTES + 1024 * 1024  # the payload plus the request's other fields
+MAX_PAYLOAD_BYTES = GRPC_MESSAGE_BYTES - 1024 * 1024  # the request's other fields fit in the last MiB
+"""The largest payload (and stored result) the pool accepts: 32 MiB, over the seed's 16 MiB floor. A larger
+payload is a 413 and nothing is queued."""
 
 
 class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):

@@ -1,0 +1,585 @@
+"""The worker-pool seed's REST surface through the real Envoy edge, drop-in for the seed's HTTP clients: every
+route's status codes, its snake_case JSON fields and values (numbers as numbers, unset as null), raw bytes both
+ways, the 413 limit, a sync wait the edge does not cut, auth and tenancy in the seed's order, and the pool's part
+of GET /health.
+
+One pool dispatcher (in this process, over real gRPC and the module's own database, running reference workers as
+child processes) behind one Envoy for the module; tests keep apart by tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import httpx
+import pytest
+
+from tests.fixtures.polling import eventually
+from tests.fixtures.postgres import database_dsn
+from tests.integration.pool_dispatcher.conftest import (
+    ADMIN_TOKEN,
+    API_TOKEN,
+    local_type,
+    pool_env,
+    sleepy_type,
+    start_pool,
+)
+from thermostat.chassis.registry import POOL_DISPATCHER
+from thermostat.dev.envoy import start_envoy
+from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, build_envoy_config, upstreams, write_envoy_config
+from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
+from thermostat.store.db import Store
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DESCRIPTORS = ROOT / "build" / "thermostat.pb"
+JOB_FIELDS = {
+    "id",
+    "tenant_id",
+    "machine_type",
+    "state",
+    "submitted_at",
+    "priority",
+    "session_id",
+    "worker_id",
+    "timeout_seconds",
+    "error",
+    "started_at",
+    "completed_at",
+    "has_result",
+}
+WORKER_FIELDS = {
+    "id",
+    "tenant_id",
+    "machine_type",
+    "image",
+    "backend",
+    "state",
+    "region",
+    "session_id",
+    "job_id",
+    "created_at",
+    "warm_at",
+    "last_active_at",
+    "health_misses",
+}
+USAGE_FIELDS = {
+    "position",
+    "job_id",
+    "tenant_id",
+    "machine_type",
+    "worker_id",
+    "terminal_state",
+    "duration_seconds",
+    "started_at",
+    "ended_at",
+}
+SECRET = "catalogue-secret-value"
+CATALOGUE = [
+    local_type("local", env={"EXTRA_SETTING": SECRET}, provider_options={"note": SECRET}),
+    sleepy_type("sleepy", job_timeout_seconds=30),
+    sleepy_type("quick", job_timeout_seconds=1),
+    local_type("failing", env={"STRATA_WORKER_HANDLER": "fail", "STRATA_WORKER_FAIL_MESSAGE": "cell raised"}),
+]
+BINARY = bytes(range(256)) * 64 + b"\x00\r\n\xff"  # every byte value, NULs and CR/LF included, not UTF-8
+
+
+def tenant_headers(tenant: str, token: str = API_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "X-Strata-Tenant": tenant}
+
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def fresh_tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def problem(response: httpx.Response, status: int) -> str:
+    """The problem+json detail of a refusal (the seed's clients read `detail`)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body = response.json()
+    assert body["status"] == status
+    detail: str = body["detail"]
+    return detail
+
+
+@contextlib.asynccontextmanager
+async def edge_for(pool_address: str, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """The real Envoy, configured from the registry exactly as `make run` does, in front of one pool."""
+    spec = EdgeSpec(
+        upstreams=upstreams(
+            (POOL_DISPATCHER,), ports={POOL_DISPATCHER.name: int(pool_address.rpartition(":")[2])}, host="127.0.0.1"
+        ),
+        descriptor_set=DESCRIPTORS,
+        listen_port=0,
+        admin_port=0,
+        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
+    )
+    envoy = await start_envoy(write_envoy_config(spec, data_dir / "envoy.yaml"), concurrency=1)
+    try:
+        base = f"http://127.0.0.1:{envoy.listeners['edge']}"
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            await eventually(lambda: _serving(client), timeout=20, every=0.1)
+            yield client
+    finally:
+        await envoy.stop()
+
+
+async def _serving(client: httpx.AsyncClient) -> bool | None:
+    return True if (await client.get("/health")).status_code == 200 else None
+
+
+@pytest.fixture(scope="module")
+async def module_database_url(
+    postgres_admin: asyncpg.Connection, template_database: str, postgres_dsn: str
+) -> AsyncIterator[str]:
+    name = f"test_{uuid.uuid4().hex}"
+    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    try:
+        yield database_dsn(postgres_dsn, name)
+    finally:
+        await postgres_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+async def store(module_database_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(module_database_url, max_size=12, application_name="pool-edge-tests")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture(scope="module")
+async def edge(store: Store, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async with (
+        start_pool(store, pool_env(CATALOGUE)) as pool,
+        edge_for(pool.address, tmp_path_factory.mktemp("edge")) as client,
+    ):
+        yield client
+
+
+async def queued_for(store: Store, tenant: str) -> int:
+    async with store.pool.acquire() as connection:
+        return int(await connection.fetchval("SELECT count(*) FROM pool_jobs WHERE tenant_id = $1", tenant))
+
+
+async def finished(edge: httpx.AsyncClient, job_id: str, tenant: str, timeout: float = 30) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
+        job: dict[str, Any] = (await edge.get(f"/v1/jobs/{job_id}", headers=tenant_headers(tenant))).json()
+        return job if job["state"] in ("completed", "failed", "timed_out", "cancelled") else None
+
+    return await eventually(done, timeout=timeout, every=0.05)
+
+
+async def in_state(edge: httpx.AsyncClient, job_id: str, tenant: str, state: str) -> None:
+    async def reached() -> bool | None:
+        job = (await edge.get(f"/v1/jobs/{job_id}", headers=tenant_headers(tenant))).json()
+        return True if job["state"] == state else None
+
+    await eventually(reached, timeout=30, every=0.05)
+
+
+# --- jobs ------------------------------------------------------------------------------------------------------
+
+
+async def test_a_submit_is_202_with_exactly_the_seeds_job_json_and_the_payload_runs_verbatim(edge) -> None:
+    """POST /v1/jobs: any bytes, no content type; 202 with the job: priority a JSON number (exact past 2**53),
+    times epoch seconds, unset fields null, never payload or result; the result comes back byte for byte."""
+    tenant = fresh_tenant()
+    priority = 2**62 + 1
+    submitted = await edge.post(
+        "/v1/jobs",
+        params={"machine_type": "local", "priority": str(priority), "session_id": "nb-1", "timeout_seconds": "20"},
+        content=BINARY,
+        headers=tenant_headers(tenant),
+    )
+    assert submitted.status_code == 202, submitted.text
+    assert submitted.headers["content-type"].startswith("application/json")
+    job = submitted.json()
+    assert set(job) == JOB_FIELDS
+    assert re.search(rf'"priority":\s*{priority}[,}}]', submitted.text), "a bare JSON number, not a string"
+    assert (job["tenant_id"], job["machine_type"], job["priority"], job["session_id"]) == (
+        tenant,
+        "local",
+        priority,
+        "nb-1",
+    )
+    assert job["timeout_seconds"] == 20
+    assert isinstance(job["submitted_at"], float) and abs(job["submitted_at"] - time.time()) < 60
+    assert (job["error"], job["completed_at"], job["has_result"]) == (None, None, False)
+
+    done = await finished(edge, job["id"], tenant)
+    assert set(done) == JOB_FIELDS
+    assert (done["state"], done["has_result"], done["error"]) == ("completed", True, None)
+    assert isinstance(done["worker_id"], str) and done["worker_id"]
+    assert done["submitted_at"] <= done["started_at"] <= done["completed_at"]
+    assert done["priority"] == priority
+
+    result = await edge.get(f"/v1/jobs/{job['id']}/result", headers=tenant_headers(tenant))
+    assert result.status_code == 200
+    assert result.content == BINARY
+
+
+async def test_a_sync_submit_answers_200_with_the_raw_result_bytes(edge) -> None:
+    tenant = fresh_tenant()
+    reply = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "local"}, content=BINARY, headers=tenant_headers(tenant)
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.content == BINARY
+
+
+async def test_a_sync_wait_that_runs_out_is_202_with_the_job_and_its_result_is_409_until_it_finishes(edge) -> None:
+    tenant = fresh_tenant()
+    reply = await edge.post(
+        "/v1/jobs/sync",
+        params={"machine_type": "sleepy", "wait_seconds": "0.2"},
+        content=b'{"seconds": 2}',
+        headers=tenant_headers(tenant),
+    )
+    assert reply.status_code == 202, reply.text
+    job = reply.json()
+    assert set(job) == JOB_FIELDS
+    assert job["state"] in ("queued", "dispatched", "running")
+    assert "not finished" in problem(
+        await edge.get(f"/v1/jobs/{job['id']}/result", headers=tenant_headers(tenant)), 409
+    )
+    assert (await finished(edge, job["id"], tenant))["state"] == "completed"
+    result = await edge.get(f"/v1/jobs/{job['id']}/result", headers=tenant_headers(tenant))
+    assert (result.status_code, result.content) == (200, b"slept 2")
+
+
+async def test_a_job_that_fails_on_the_worker_is_502_with_state_and_error(edge) -> None:
+    tenant = fresh_tenant()
+    reply = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "failing"}, content=b"x", headers=tenant_headers(tenant)
+    )
+    assert reply.status_code == 502, reply.text
+    body = reply.json()
+    assert set(body) == {"state", "error"}
+    assert body["state"] == "failed" and "cell raised" in body["error"]
+
+
+async def test_a_job_that_times_out_is_504_with_state_and_error(edge) -> None:
+    tenant = fresh_tenant()
+    reply = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "quick"}, content=b'{"seconds": 5}', headers=tenant_headers(tenant)
+    )
+    assert reply.status_code == 504, reply.text
+    body = reply.json()
+    assert set(body) == {"state", "error"}
+    assert body["state"] == "timed_out" and body["error"]
+
+
+async def test_cancel_is_200_with_the_job_again_when_repeated_409_when_finished_404_when_not_yours(edge) -> None:
+    """A sync wait on the job returns 409 {"state": "cancelled"} at once; the cancel route answers 200 with the
+    job twice, 409 for a job that completed, 404 for an unknown id or another tenant's job."""
+    tenant = fresh_tenant()
+    waiting = asyncio.create_task(
+        edge.post(
+            "/v1/jobs/sync",
+            params={"machine_type": "sleepy", "wait_seconds": "30"},
+            content=b'{"seconds": 20, "build_id": "b-1"}',
+            headers=tenant_headers(tenant),
+        )
+    )
+
+    async def running_job() -> str | None:
+        usage = await edge.get("/v1/workers", headers=tenant_headers(tenant))
+        busy = [w["job_id"] for w in usage.json() if w["state"] == "busy" and w["job_id"]]
+        return busy[0] if busy else None
+
+    job_id = await eventually(running_job, timeout=30, every=0.05)
+    await in_state(edge, job_id, tenant, "running")
+    cancelled = await edge.post(f"/v1/jobs/{job_id}/cancel", json={"build_id": "b-1"}, headers=tenant_headers(tenant))
+    assert cancelled.status_code == 200, cancelled.text
+    assert set(cancelled.json()) == JOB_FIELDS
+    assert cancelled.json()["state"] == "cancelled"
+    sync = await asyncio.wait_for(waiting, 10)
+    assert (sync.status_code, sync.json()) == (409, {"state": "cancelled"})
+    again = await edge.post(f"/v1/jobs/{job_id}/cancel", json={"build_id": "b-1"}, headers=tenant_headers(tenant))
+    assert (again.status_code, again.json()["state"]) == (200, "cancelled")
+
+    other = await edge.post(f"/v1/jobs/{job_id}/cancel", json={"build_id": "b-1"}, headers=tenant_headers("other"))
+    problem(other, 404)
+    problem(
+        await edge.post(f"/v1/jobs/{uuid.uuid4()}/cancel", json={"build_id": "b-1"}, headers=tenant_headers(tenant)),
+        404,
+    )
+    assert "build_id" in problem(
+        await edge.post(f"/v1/jobs/{job_id}/cancel", json={"build_id": "no/slash"}, headers=tenant_headers(tenant)),
+        400,
+    )
+
+    done = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "local"}, content=b"hi", headers=tenant_headers(tenant)
+    )
+    assert done.status_code == 200
+    (completed,) = [j for j in await _jobs_of(edge, tenant) if j["state"] == "completed"]
+    problem(
+        await edge.post(f"/v1/jobs/{completed['id']}/cancel", json={"build_id": "b-2"}, headers=tenant_headers(tenant)),
+        409,
+    )
+
+
+async def _jobs_of(edge: httpx.AsyncClient, tenant: str) -> list[dict[str, Any]]:
+    """The tenant's jobs that reached a machine, read back through GET /v1/jobs/{id} from the usage feed."""
+    events = (await edge.get("/v1/usage", headers=tenant_headers(tenant))).json()
+    return [(await edge.get(f"/v1/jobs/{e['job_id']}", headers=tenant_headers(tenant))).json() for e in events]
+
+
+async def test_another_tenants_job_answers_404_on_every_job_route(edge) -> None:
+    owner = fresh_tenant()
+    job = (
+        await edge.post("/v1/jobs", params={"machine_type": "local"}, content=b"mine", headers=tenant_headers(owner))
+    ).json()
+    for path in (f"/v1/jobs/{job['id']}", f"/v1/jobs/{job['id']}/result"):
+        assert problem(await edge.get(path, headers=tenant_headers("intruder")), 404) == "no such job"
+    assert (await edge.get(f"/v1/jobs/{job['id']}", headers=tenant_headers(owner))).status_code == 200
+    problem(await edge.get("/v1/jobs/not-a-uuid", headers=tenant_headers(owner)), 404)
+
+
+# --- checks in the seed's order, and limits ----------------------------------------------------------------------
+
+
+async def test_token_is_checked_before_the_tenant_header_before_the_parameters_and_nothing_is_queued(
+    edge, store
+) -> None:
+    tenant = fresh_tenant()
+    bad = {"machine_type": "local", "priority": "high"}
+    assert "bearer" in problem(await edge.post("/v1/jobs", params=bad, content=b"x"), 401)
+    problem(
+        await edge.post(
+            "/v1/jobs", params=bad, content=b"x", headers={"Authorization": "Bearer wrong", "X-Strata-Tenant": tenant}
+        ),
+        401,
+    )
+    assert "X-Strata-Tenant" in problem(
+        await edge.post("/v1/jobs", params=bad, content=b"x", headers={"Authorization": f"Bearer {API_TOKEN}"}), 400
+    )
+    assert "priority" in problem(
+        await edge.post("/v1/jobs", params=bad, content=b"x", headers=tenant_headers(tenant)), 422
+    )
+    for params in (
+        {},
+        {"machine_type": "nope"},
+        {"machine_type": "local", "timeout_seconds": "0"},
+        {"machine_type": "local", "timeout_seconds": "nan"},
+        {"machine_type": "local", "wait_seconds": "-1"},
+        {"machine_type": "local", "wait_seconds": "inf"},
+    ):
+        problem(await edge.post("/v1/jobs/sync", params=params, content=b"x", headers=tenant_headers(tenant)), 422)
+    assert await queued_for(store, tenant) == 0
+    # the admin token is accepted wherever the API token is
+    admitted = await edge.post(
+        "/v1/jobs", params={"machine_type": "local"}, content=b"x", headers=tenant_headers(tenant, ADMIN_TOKEN)
+    )
+    assert admitted.status_code == 202
+
+
+async def test_a_payload_at_the_limit_round_trips_and_one_byte_over_is_413_with_nothing_queued(edge, store) -> None:
+    """32 MiB through the edge and back (the transcoder's body limits cover the service's); one byte more is the
+    service's 413 naming the limit; far over, Envoy's own 413 — nothing queued either way."""
+    tenant = fresh_tenant()
+    at_limit = bytes(range(256)) * (MAX_PAYLOAD_BYTES // 256)
+    assert len(at_limit) == MAX_PAYLOAD_BYTES
+    reply = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "local"}, content=at_limit, headers=tenant_headers(tenant)
+    )
+    assert reply.status_code == 200, reply.text[:200]
+    assert reply.content == at_limit
+    assert await queued_for(store, tenant) == 1
+
+    over = await edge.post(
+        "/v1/jobs", params={"machine_type": "local"}, content=at_limit + b"!", headers=tenant_headers(tenant)
+    )
+    assert str(MAX_PAYLOAD_BYTES) in problem(over, 413)
+    far_over = await edge.post(
+        "/v1/jobs", params={"machine_type": "local"}, content=at_limit * 2, headers=tenant_headers(tenant)
+    )
+    problem(far_over, 413)
+    assert await queued_for(store, tenant) == 1
+
+
+def test_the_edge_gives_the_sync_submit_and_wait_job_routes_the_longest_wait_a_catalogue_allows() -> None:
+    """Envoy's default route timeout is 15 s and its stream idle timeout 5 min: both are lifted on the long calls,
+    above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and transcoded REST alike."""
+    spec = EdgeSpec(upstreams=upstreams((POOL_DISPATCHER,), host="127.0.0.1"), descriptor_set=DESCRIPTORS)
+    hcm = build_envoy_config(spec)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    by_path = {r["match"]["path"]: r["route"] for r in routes if "path" in r["match"] and "route" in r}
+    for method in ("SubmitJobSync", "WaitJob"):
+        route = by_path[f"/thermostat.pool.v1.PoolDispatcher/{method}"]
+        assert float(route["timeout"].rstrip("s")) > MAX_WAIT_SECONDS
+        assert float(route["idle_timeout"].rstrip("s")) > MAX_WAIT_SECONDS
+        assert route["cluster"] == POOL_DISPATCHER.name
+    (short,) = [r["route"] for r in routes if r["match"].get("prefix") == "/thermostat.pool.v1.PoolDispatcher/"]
+    assert float(short["timeout"].rstrip("s")) < MAX_WAIT_SECONDS
+    transcoder = hcm["typed_config"]["http_filters"][2]["typed_config"]
+    assert transcoder["max_request_body_size"] > MAX_PAYLOAD_BYTES
+    assert transcoder["max_response_body_size"] > MAX_PAYLOAD_BYTES
+
+
+async def test_a_sync_wait_longer_than_envoys_default_route_timeout_is_not_cut(edge) -> None:
+    """One real wait past 15 s: the job sleeps 16 s and the edge hands back its 200."""
+    tenant = fresh_tenant()
+    started = time.monotonic()
+    reply = await edge.post(
+        "/v1/jobs/sync",
+        params={"machine_type": "sleepy", "wait_seconds": "40"},
+        content=b'{"seconds": 16}',
+        headers=tenant_headers(tenant),
+        timeout=60,
+    )
+    assert (reply.status_code, reply.content) == (200, b"slept 16")
+    assert time.monotonic() - started >= 16
+
+
+async def test_path_bound_fields_cannot_be_overridden_by_a_query_parameter(edge) -> None:
+    tenant = fresh_tenant()
+    job = (
+        await edge.post("/v1/jobs", params={"machine_type": "local"}, content=b"x", headers=tenant_headers(tenant))
+    ).json()
+    for path in (f"/v1/jobs/{job['id']}?id={uuid.uuid4()}", f"/v1/jobs/{job['id']}/result?i%64=x"):
+        assert "'id'" in problem(await edge.get(path, headers=tenant_headers(tenant)), 400)
+    overridden = await edge.post(
+        f"/v1/jobs/{job['id']}/cancel?id={uuid.uuid4()}", json={"build_id": "b"}, headers=tenant_headers(tenant)
+    )
+    assert "'id'" in problem(overridden, 400)
+
+
+# --- hints, the catalogue, listings, health ----------------------------------------------------------------------
+
+
+async def test_a_hint_is_202_with_started_and_reason(edge) -> None:
+    tenant = fresh_tenant()
+    first = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
+    assert (first.status_code, first.json()) == (202, {"started": True, "reason": None})
+    again = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
+    assert (again.status_code, again.json()) == (202, {"started": False, "reason": "no_demand"})
+    problem(await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant)), 422)
+
+
+async def test_machine_types_are_a_top_level_array_redacted_without_the_admin_token(edge) -> None:
+    shown = await edge.get("/v1/machine-types", headers=tenant_headers("any"))
+    assert shown.status_code == 200
+    catalogue = shown.json()
+    assert [t["name"] for t in catalogue] == ["local", "sleepy", "quick", "failing"]
+    assert catalogue[0]["env"] == {"EXTRA_SETTING": "<redacted>"}
+    assert catalogue[0]["provider_options"] == {"note": "<redacted>"}
+    assert SECRET not in shown.text
+    admin = (await edge.get("/v1/machine-types", headers=ADMIN)).json()
+    assert admin[0]["env"] == {"EXTRA_SETTING": SECRET}
+    assert admin[0]["max_workers"] is None and admin[0]["gpu_count"] == 1
+
+
+async def test_put_machine_types_needs_the_admin_token_and_names_the_entry_and_field(edge) -> None:
+    catalogue = (await edge.get("/v1/machine-types", headers=ADMIN)).json()
+    problem(await edge.put("/v1/machine-types", json=catalogue, headers=tenant_headers("any")), 403)
+    problem(await edge.put("/v1/machine-types", json=catalogue), 401)
+    for entry, expected in (
+        ({"cpus": "4"}, "cpus"),
+        ({"max_workers": 0}, "max_workers"),
+        ({"surprise": 1}, "surprise"),
+        ({"cool_down_seconds": -1}, "cool_down_seconds"),
+    ):
+        broken = [catalogue[0], {**catalogue[1], **entry}]
+        detail = problem(await edge.put("/v1/machine-types", json=broken, headers=ADMIN), 400)
+        assert expected in detail and "sleepy" in detail, detail
+    duplicate = problem(await edge.put("/v1/machine-types", json=[catalogue[0], catalogue[0]], headers=ADMIN), 400)
+    assert "name" in duplicate
+    stored = await edge.put("/v1/machine-types", json=catalogue, headers=ADMIN)
+    assert (stored.status_code, stored.json()) == (200, catalogue)
+    assert (await edge.get("/v1/machine-types", headers=ADMIN)).json() == catalogue
+
+
+async def test_put_machine_types_is_403_when_no_admin_token_is_configured(store, tmp_path) -> None:
+    env = pool_env(CATALOGUE)
+    del env["STRATA_POOL_ADMIN_TOKEN"]
+    async with start_pool(store, env) as pool, edge_for(pool.address, tmp_path) as edge:
+        catalogue = (await edge.get("/v1/machine-types", headers=tenant_headers("any"))).json()
+        detail = problem(await edge.put("/v1/machine-types", json=catalogue, headers=tenant_headers("any")), 403)
+        assert "no admin token" in detail
+
+
+async def test_workers_and_usage_are_the_callers_tenants_unless_the_admin_token_asks(edge) -> None:
+    mine, theirs = fresh_tenant(), fresh_tenant()
+    for tenant in (mine, theirs):
+        reply = await edge.post(
+            "/v1/jobs/sync", params={"machine_type": "local"}, content=b"x", headers=tenant_headers(tenant)
+        )
+        assert reply.status_code == 200
+
+    workers = (await edge.get("/v1/workers", headers=tenant_headers(mine))).json()
+    assert [w["tenant_id"] for w in workers] == [mine]
+    (worker,) = workers
+    assert set(worker) == WORKER_FIELDS
+    assert (worker["machine_type"], worker["backend"], worker["state"]) == ("local", "local", "warm")
+    assert isinstance(worker["created_at"], float) and worker["region"] is None and worker["job_id"] is None
+    usage = (await edge.get("/v1/usage", headers=tenant_headers(mine))).json()
+    (event,) = usage
+    assert set(event) == USAGE_FIELDS
+    assert (event["tenant_id"], event["terminal_state"], event["worker_id"]) == (mine, "completed", worker["id"])
+    assert isinstance(event["position"], int) and isinstance(event["duration_seconds"], float)
+
+    everyone = {w["tenant_id"] for w in (await edge.get("/v1/workers", headers=ADMIN)).json()}
+    assert {mine, theirs} <= everyone
+    one = (await edge.get("/v1/workers", params={"tenant_id": theirs}, headers=ADMIN)).json()
+    assert [w["tenant_id"] for w in one] == [theirs]
+    assert {e["tenant_id"] for e in (await edge.get("/v1/usage", headers=ADMIN)).json()} >= {mine, theirs}
+    assert [
+        e["tenant_id"] for e in (await edge.get("/v1/usage", params={"tenant_id": theirs}, headers=ADMIN)).json()
+    ] == [theirs]
+    # without the admin token ?tenant_id= changes nothing, and no tenant header is a 400
+    assert [
+        w["tenant_id"]
+        for w in (await edge.get("/v1/workers", params={"tenant_id": theirs}, headers=tenant_headers(mine))).json()
+    ] == [mine]
+    problem(await edge.get("/v1/usage", headers={"Authorization": f"Bearer {API_TOKEN}"}), 400)
+    problem(await edge.get("/v1/workers"), 401)
+
+
+async def test_health_shows_the_pools_machine_types_and_machine_counts_without_a_token(edge) -> None:
+    tenant = fresh_tenant()
+    assert (await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))).json()[
+        "started"
+    ]
+    health = await edge.get("/health")
+    assert health.status_code == 200, health.text
+    (pool,) = health.json()["upstreams"]
+    assert (pool["name"], pool["serving"]) == (POOL_DISPATCHER.name, True)
+    detail = pool["detail"]
+    assert detail["machine_types"] == ["local", "sleepy", "quick", "failing"]
+    assert set(detail["machines"]) >= {"starting", "warm", "busy", "stopping"}
+    assert all(isinstance(n, int) for n in detail["machines"].values())
+    assert detail["machines"]["starting"] + detail["machines"]["warm"] >= 1
+    assert "Authorization" not in health.request.headers
+
+
+async def test_grpc_callers_wait_on_a_job_through_the_edge_with_wait_job(edge) -> None:
+    """WaitJob (gRPC only) through the edge's native gRPC route: the job's states, ending when the job does."""
+    tenant = fresh_tenant()
+    job = (
+        await edge.post(
+            "/v1/jobs", params={"machine_type": "sleepy"}, content=b'{"seconds": 1}', headers=tenant_headers(tenant)
+        )
+    ).json()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.base_url.port}") as channel:
+        stub = pool_pb2_grpc.PoolDispatcherStub(channel)
+        metadata = (("authorization", f"Bearer {API_TOKEN}"), ("x-strata-tenant", tenant))
+        states = [j.state async for j in stub.WaitJob(pool_pb2.WaitJobRequest(id=job["id"]), metadata=metadata)]
+    assert states[-1] == "completed"
+    assert len(states) == len(set(states)) >= 2
