@@ -44,7 +44,7 @@ from tests.fixtures.services import (  # noqa: E402
 from thermostat.chassis.ports import free_port  # noqa: E402
 from thermostat.chassis.request_context import insecure_channel  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
-from thermostat.dev.simulators.runpod import RunPodSimulator  # noqa: E402
+from thermostat.dev.simulators.runpod.server import RunPodSimulator  # noqa: E402
 from thermostat.metering.ledger import Ledger, PodActionFeed  # noqa: E402
 from thermostat.metering.repository import MeteringRepository  # noqa: E402
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc  # noqa: E402
@@ -121,7 +121,7 @@ async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterato
 
 async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: int) -> dict[str, float]:
     """The check's two parts alone: metering's CheckPodBudget and the catalogue read of the projection."""
-    from thermostat.providers.runpod_v2 import RunPodV2Client
+    from thermostat.providers.runpod.client import RunPodV2Client
 
     scale = "GetLedgerStatus (one small query, for scale)"
     times: dict[str, list[float]] = {"CheckPodBudget": [], "catalogue": [], scale: []}

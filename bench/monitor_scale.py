@@ -69,7 +69,7 @@ from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc  # noqa: E402
 from thermostat.policy.idle.monitor_options import parse_monitor_options  # noqa: E402
 from thermostat.policy.idle.monitor_state import MonitorState  # noqa: E402
 from thermostat.policy.idle.monitor_tick import tick  # noqa: E402
-from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT  # noqa: E402
+from thermostat.providers.vllm.scrape import BROWSER_USER_AGENT  # noqa: E402
 from thermostat.store.db import Store  # noqa: E402
 
 API_KEY = "rpa_BENCHKEY_7e1d"
@@ -79,7 +79,7 @@ SIM_SAMPLES = 20
 DEFAULT_SCRAPE_TIMEOUT = IdleMonitorSettings.model_fields["scrape_timeout_seconds"].default
 # the simulator's entry point, with the listen backlog raised first (see the module docstring)
 SIMULATOR = (
-    "import sys, thermostat.dev.simulators.runpod as s; backlog = int(sys.argv[1]); "
+    "import sys, thermostat.dev.simulators.runpod.server as s; backlog = int(sys.argv[1]); "
     "s._Server.request_queue_size = backlog or s._Server.request_queue_size; "
     "sys.exit(s.main(sys.argv[2:]))"
 )

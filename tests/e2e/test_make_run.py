@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.postgres import embedded_data_dir
 from thermostat.chassis.registry import public_services
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = {"X-Rig-Operator-Token": "e2e-operator"}

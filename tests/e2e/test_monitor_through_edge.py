@@ -14,7 +14,7 @@ from tests.fixtures.services import VOLUME, RunningService, pod_controller_env
 from thermostat.chassis.registry import IDLE_MONITOR, POD_CONTROLLER
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.dev.envoy import start_envoy
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
 from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients

@@ -15,7 +15,7 @@ from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.runpod import RunPodBackend
 from thermostat.providers.pool.worker_client import WorkerClient
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 
 pytestmark = opted_in("THERMOSTAT_POOL_RUNPOD_LIVE")
 

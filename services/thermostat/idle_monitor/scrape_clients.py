@@ -18,7 +18,7 @@ from typing import Self
 
 import httpx
 
-from thermostat.providers.vllm_scrape import get_metrics
+from thermostat.providers.vllm.scrape import get_metrics
 
 _PER_POD = httpx.Limits(max_connections=2, max_keepalive_connections=1)
 

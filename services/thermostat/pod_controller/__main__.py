@@ -20,7 +20,7 @@ from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.policy.idle.monitor_options import parse_monitor_options
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.db import Store
 
 from .budget_guard import BudgetGuard

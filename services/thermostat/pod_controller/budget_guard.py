@@ -29,7 +29,7 @@ from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.metering.budget import PodBudget, Projection, judge_budget, project_wake_spend
 from thermostat.policy.wake.gpu_selection import select_gpus
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.connections import STORE_ERRORS
 
 from .repository import PodRepository

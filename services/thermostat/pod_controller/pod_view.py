@@ -12,7 +12,7 @@ from thermostat.policy.common.pod_model import PodObservation, PodStatus, Volume
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.wake.volume_pods import view_volume_pods
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 
 from .repository import PodRepository, WakeRow
 

@@ -26,7 +26,7 @@ from thermostat.policy.common.pod_model import Lookup
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
 from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.connections import STORE_ERRORS
 
 from .pod_view import build_view, observe_volume, wake_record

@@ -36,7 +36,7 @@ from thermostat.policy.wake.wake_round import (
     decide_new_pod,
     decide_round,
 )
-from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
+from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
 
 from .budget_guard import BudgetGuard
 from .repository import ActionEntry, PodRepository

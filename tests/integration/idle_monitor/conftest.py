@@ -33,7 +33,7 @@ from tests.fixtures.services import (
 )
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.timestamps import from_timestamp
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.idle_monitor.__main__ import Monitor
 from thermostat.idle_monitor.__main__ import build as build_monitor
 from thermostat.idle_monitor.repository import MonitorRepository, SavedState

@@ -21,7 +21,7 @@ from tests.fixtures.services import VOLUME, pod_controller_env, start_pod_contro
 from tests.integration.idle_monitor.conftest import POD, POD_ID, InProcessMonitor, in_process_monitor, messages
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import IDLE_MONITOR
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.monitor.v1 import monitor_pb2
 from thermostat.store.db import Store
 from thermostat.store.lease import LeaseStore

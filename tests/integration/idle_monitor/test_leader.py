@@ -27,7 +27,7 @@ from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, RunningService
 from tests.integration.idle_monitor.conftest import POD, POD_ID, monitor_env, monitor_options, monitor_process
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.idle_monitor.leader import PodLeader
 from thermostat.idle_monitor.repository import MonitorRepository, SavedState
 from thermostat.idle_monitor.scrape_clients import ScrapeClients

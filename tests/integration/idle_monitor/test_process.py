@@ -18,7 +18,7 @@ from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, RunningService, pod_controller_env, start_pod_controller
 from tests.integration.idle_monitor.conftest import POD, POD_ID, monitor_env, monitor_process
 from thermostat.chassis.registry import IDLE_MONITOR
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.store.db import Store
 from thermostat.store.lease import LeaseStore

@@ -17,7 +17,7 @@ from tests.fixtures.services import OPERATOR, RunningService, metering_env, star
 from tests.integration.metering.conftest import ledger_on
 from tests.integration.pod_controller.harness import Controller, api_calls, controller, start
 from thermostat.chassis.ports import free_port
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.idle_monitor.__main__ import budget_check
 from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients

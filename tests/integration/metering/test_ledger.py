@@ -8,7 +8,7 @@ import pytest
 
 from tests.fixtures.services import RunningService, pod_controller_env, start_pod_controller
 from tests.integration.metering.conftest import feed_ids, ledger_ids, ledger_on, stored_position, write_actions
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.metering.ledger import Feed, Page
 from thermostat.pods.v1 import pods_pb2
 from thermostat.store.db import Store

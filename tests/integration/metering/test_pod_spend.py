@@ -13,7 +13,7 @@ from tests.fixtures.services import OPERATOR, RunningService, metering_env, star
 from tests.integration.metering.conftest import ledger_on
 from tests.integration.pod_controller.harness import start
 from thermostat.chassis.timestamps import from_timestamp
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store

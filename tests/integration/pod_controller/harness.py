@@ -12,7 +12,7 @@ import grpc
 
 from tests.fixtures.services import OPERATOR, RunningService, pod_controller_env, start_pod_controller
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
 

@@ -21,7 +21,7 @@ from tests.fixtures.services import (
 )
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, INTERNAL_TOKEN_HEADER
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
 

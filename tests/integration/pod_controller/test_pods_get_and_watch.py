@@ -13,7 +13,7 @@ from tests.fixtures.clock import FakeClock
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, LIST, controller, start, wakes
 from thermostat.chassis.timestamps import from_timestamp, to_timestamp
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2
 
 QWEN = pods_pb2.GetPodRequest(name="qwen")

@@ -19,7 +19,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import Controller, action, actions, controller, start, wakes, writes
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2
 from thermostat.store.db import Store
 

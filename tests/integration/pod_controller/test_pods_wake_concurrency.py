@@ -23,7 +23,7 @@ from tests.integration.pod_controller.harness import (
     wakes,
 )
 from thermostat.chassis.ports import free_port
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.store.db import Store
 

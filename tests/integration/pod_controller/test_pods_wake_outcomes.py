@@ -30,7 +30,7 @@ from thermostat.pod_controller.repository import PodRepository
 from thermostat.pod_controller.wake_service import Halt, WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.common.pod_options import parse_pod_options
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 
 
 async def test_a_wake_of_a_running_pod_is_already_running_and_bills_nothing(pods_stub, runpod_sim) -> None:

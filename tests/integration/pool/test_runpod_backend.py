@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
-from thermostat.dev.simulators.runpod import RunPodSimulator
-from thermostat.dev.simulators.runpod_catalog import default_catalogue
+from thermostat.dev.simulators.runpod.catalog import default_catalogue
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType

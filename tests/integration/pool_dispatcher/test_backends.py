@@ -30,7 +30,7 @@ from tests.integration.pool_dispatcher.conftest import (
 from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
 from thermostat.dev.simulators.fly import FlySimulator
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 API_KEY = "rpa_SIMTEST_0d4e8b"
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"

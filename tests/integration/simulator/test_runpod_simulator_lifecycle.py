@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 A100 = "NVIDIA A100 80GB PCIe"

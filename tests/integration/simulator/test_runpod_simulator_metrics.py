@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.policy.idle.vllm_metrics import parse_vllm_metrics
 
 VOLUME = "bjn7d94ej9"

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from thermostat.dev.simulators.runpod import RunPodSimulator
-from thermostat.providers.runpod_v2 import RunPodV2Client
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.providers.runpod.client import RunPodV2Client
 
 API_KEY = "rpa_SIMKEY_7f3c9e1d2b"
 

@@ -11,9 +11,9 @@ import logging
 import pytest
 
 from thermostat.chassis.ports import free_port
-from thermostat.dev.simulators.runpod import RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.policy.common.pod_model import Availability, Lookup, PodObservation, PodStatus
-from thermostat.providers.runpod_v2 import ActionResult, RunPodV2Client
+from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
 
 VOLUME = "bjn7d94ej9"
 A100 = "NVIDIA A100 80GB PCIe"
@@ -175,7 +175,7 @@ async def test_every_pod_on_the_volume_is_found_in_list_order(
     stale = sim.add_pod(volume_id=VOLUME, status="EXITED")
     sim.add_pod(volume_id="agv6w2qcg7", status="RUNNING")
     replacement = sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    with caplog.at_level(logging.WARNING, logger="thermostat.providers.runpod_v2"):
+    with caplog.at_level(logging.WARNING, logger="thermostat.providers.runpod.client"):
         found = await client.lookup_pods_by_volume(VOLUME)
     assert (found.lookup, found.pod_ids) == (Lookup.FOUND, (stale, replacement))
     assert any("2 pods" in record.getMessage() for record in caplog.records)

@@ -11,10 +11,10 @@ import logging
 import httpx
 import pytest
 
-from thermostat.dev.simulators.runpod import RecordedRequest, RunPodSimulator
+from thermostat.dev.simulators.runpod.server import RecordedRequest, RunPodSimulator
 from thermostat.policy.common.pod_model import Lookup
-from thermostat.providers.runpod_v2 import RunPodV2Client, path_segment
-from thermostat.providers.vllm_scrape import BROWSER_USER_AGENT
+from thermostat.providers.runpod.client import RunPodV2Client, path_segment
+from thermostat.providers.vllm.scrape import BROWSER_USER_AGENT
 
 VOLUME = "bjn7d94ej9"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from thermostat.policy.common.pod_model import Availability, Lookup, PodStatus
-from thermostat.providers.runpod_v2_shapes import (
+from thermostat.providers.runpod.shapes import (
     is_problem_not_found,
     needs_observing_by_id,
     problem_detail,

@@ -42,7 +42,7 @@ from thermostat.providers.pool.backend import (
 )
 from thermostat.providers.pool.provider_errors import machine_subject, provider_error
 from thermostat.providers.pool.worker_client import WorkerClient
-from thermostat.providers.runpod_v2 import DEFAULT_BASE_URL, DEFAULT_PROXY_URL_TEMPLATE, RunPodV2Client
+from thermostat.providers.runpod.client import DEFAULT_BASE_URL, DEFAULT_PROXY_URL_TEMPLATE, RunPodV2Client
 
 CPU_FLAVOR: Final = "cpu3g"
 DEFAULT_NAME_PREFIX: Final = "thermostat"

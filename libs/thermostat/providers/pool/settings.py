@@ -34,7 +34,7 @@ from thermostat.providers.pool.docker import DockerBackend, docker_socket_path
 from thermostat.providers.pool.fly import DEFAULT_ENDPOINT_TEMPLATE, DEFAULT_FLY_BASE_URL, FlyBackend
 from thermostat.providers.pool.runpod import RunPodBackend
 from thermostat.providers.pool.worker_client import WorkerClient
-from thermostat.providers.runpod_v2 import DEFAULT_BASE_URL, DEFAULT_PROXY_URL_TEMPLATE
+from thermostat.providers.runpod.client import DEFAULT_BASE_URL, DEFAULT_PROXY_URL_TEMPLATE
 
 ProviderBackend = DockerBackend | RunPodBackend | FlyBackend
 

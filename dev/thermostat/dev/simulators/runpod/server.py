@@ -27,7 +27,7 @@ from urllib.parse import unquote
 
 from thermostat.dev.simulators.faults import Fault, Hold, fault_from_json
 from thermostat.dev.simulators.machines import REFERENCE_WORKER, forward
-from thermostat.dev.simulators.runpod_catalog import (
+from thermostat.dev.simulators.runpod.catalog import (
     DEFAULT_TEMPLATE_ID,
     DEFAULT_VOLUME_ID,
     SimGpu,
@@ -35,7 +35,7 @@ from thermostat.dev.simulators.runpod_catalog import (
     default_volumes,
     gpu_from_control,
 )
-from thermostat.dev.simulators.runpod_world import ApiError, BilledStretch, PodWorld, SimSettings
+from thermostat.dev.simulators.runpod.world import ApiError, BilledStretch, PodWorld, SimSettings
 from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,

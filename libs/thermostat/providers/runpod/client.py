@@ -29,7 +29,7 @@ from thermostat.policy.common.pod_model import (
     PodObservation,
     VolumeLookup,
 )
-from thermostat.providers.runpod_v2_shapes import (
+from thermostat.providers.runpod.shapes import (
     created_pod_datacenter,
     created_pod_id,
     decode_json,
@@ -43,7 +43,7 @@ from thermostat.providers.runpod_v2_shapes import (
     read_retry_after,
     read_volume_pods,
 )
-from thermostat.providers.vllm_scrape import get_metrics
+from thermostat.providers.vllm.scrape import get_metrics
 
 DEFAULT_BASE_URL: Final = "https://api.runpod.io/v2"
 DEFAULT_PROXY_URL_TEMPLATE: Final = "https://{podId}-{port}.proxy.runpod.net"

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
 from thermostat.dev.simulators.machines import SimMachine
-from thermostat.dev.simulators.runpod_catalog import (
+from thermostat.dev.simulators.runpod.catalog import (
     DEFAULT_DATACENTER_ID,
     DEFAULT_TEMPLATE_ID,
     SimGpu,
 )
-from thermostat.dev.simulators.vllm_exposition import (
+from thermostat.dev.simulators.runpod.vllm_exposition import (
     CONTENT_TYPE as METRICS_CONTENT_TYPE,
 )
-from thermostat.dev.simulators.vllm_exposition import (
+from thermostat.dev.simulators.runpod.vllm_exposition import (
     EXPOSITION_STYLES,
     VllmCounters,
     render,

@@ -1,0 +1,1 @@
+"""vLLM: scraping a model server's /metrics through the pod proxy."""
