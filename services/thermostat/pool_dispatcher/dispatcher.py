@@ -222,7 +222,7 @@ class Dispatcher:
                         reason="dispatcher shutting down",
                         states=("starting", "warm", "busy", "stopping"),
                     )
-                await self.repo.recover_own(self.owner)
+                await self.repo.recover_own(self.owner, any_term=False)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()

@@ -369,18 +369,20 @@ SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS
 
 -- name: recover_own
 -- On start under an instance id that owned rows: fail its in-flight jobs (they were lost with the old
--- process) and set its machines stopping unless warm (the caller probes the warm ones).
+-- process) and set its machines stopping unless warm (the caller probes the warm ones). $3: rows of any
+-- earlier term of the id (on start); false on shutdown, so an old incarnation that resumes and shuts down
+-- touches only its own term's rows, never the newer incarnation's.
 WITH failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
         error = 'dispatcher instance ' || $1 || ' stopped or restarted while the job was in flight'
-    WHERE owner = $1 AND state IN ('dispatched', 'running')
+    WHERE owner = $1 AND ($3 OR owner_term = $2) AND state IN ('dispatched', 'running')
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
     SET owner_term = $2, job_id = NULL,
         state = CASE WHEN state = 'warm' THEN 'warm' ELSE 'stopping' END
-    WHERE owner = $1
+    WHERE owner = $1 AND ($3 OR owner_term = $2)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;

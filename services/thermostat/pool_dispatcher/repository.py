@@ -571,7 +571,9 @@ class PoolRepository:
             row = _one(await c.fetchrow(Q["reclaim"], lapsed.instance, lapsed.term, owner.instance, owner.term))
         return row["jobs"], row["machines"]
 
-    async def recover_own(self, owner: Owner) -> tuple[int, int]:
+    async def recover_own(self, owner: Owner, *, any_term: bool = True) -> tuple[int, int]:
+        """Fail the id's in-flight jobs and take its machines under `owner`'s term; `any_term=False` keeps
+        to rows of that very term (shutdown)."""
         async with borrow(self.pool) as c:
-            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term))
+            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term, any_term))
         return row["jobs"], row["machines"]
