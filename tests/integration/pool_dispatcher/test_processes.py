@@ -179,7 +179,8 @@ async def test_a_killed_process_has_its_jobs_failed_and_its_machines_stopped_by_
             dispatcher_process(database_url, "beta", types, POOL_LEASE_SECONDS="2") as beta,
         ):
             payloads = [json.dumps({"seconds": 120, "n": n}).encode() for n in range(2)]
-            jobs = [await alpha.submit(p, "sleepy", tenant) for p, tenant in zip(payloads, ("acme", "globex"), strict=True)]
+            tenants = ("acme", "globex")  # one machine each
+            jobs = [await alpha.submit(p, "sleepy", t) for p, t in zip(payloads, tenants, strict=True)]
 
             async def in_flight() -> list[int] | None:
                 rows = await db.fetch(
