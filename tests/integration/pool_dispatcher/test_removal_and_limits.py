@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 
 import pytest
 
@@ -115,3 +116,28 @@ async def test_a_started_machine_whose_row_cannot_be_recorded_is_stopped_not_lea
         assert pool.backend._children == {}  # nothing of ours left running
         row = await pool_store.pool.fetchrow("SELECT owner, provider_id FROM pool_machines")
         assert row["owner"] == "someone-else" and row["provider_id"] is None  # not recorded as ours
+
+
+async def test_a_job_whose_machine_fails_to_boot_after_its_type_was_removed_fails_rather_than_waits(
+    pool_store: Store,
+) -> None:
+    """The job was handed to a booting machine, so removal left it to that machine; the boot then fails. No
+    machine of a removed type will ever be placed, so the job fails with the reason instead of queueing."""
+    starting = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def hold(machine_id: str) -> None:
+        starting.set()
+        await go_on.wait()
+
+    never_healthy = local_type("mute", image=f"{sys.executable} -c pass", boot_timeout_seconds=1)
+    env = pool_env([never_healthy, local_type()])
+    async with start_pool(pool_store, env, hooks=Hooks(before_record_started=hold)) as pool:
+        job = await pool.submit(b"x", machine_type="mute")
+        await starting.wait()
+        await put_catalogue(pool, [local_type()])
+        assert (await pool.job(job.id)).state == "dispatched"
+        go_on.set()
+        failed = await pool.finished(job.id, timeout=15)
+        assert failed.state == "failed" and "mute" in failed.error and "removed" in failed.error
+        assert await pool.workers() == []
