@@ -15,6 +15,9 @@ Theory of operation:
   past its expiry and someone took over), or when trust ran out with no renewal succeeding (EXPIRED: the
   store was unreachable, or our pool was exhausted). The keeper then stops, sets `lost`, and calls
   `on_lost`. To lead again, acquire again — a lease nobody took comes back with the same term.
+- `new_incarnation=True`: the keeper's first acquire takes a new term even from its own holder name, so a
+  process restarted under its old name fences off the old one (if it is merely stalled) while taking the
+  name at once; later acquires by the same keeper (after a loss) keep the term as usual.
 - `is_trusted()` turns False the moment the trust window ends, without waiting for the loop: check it
   right before each action the lease guards. Leaders that kept believing for days (Oban 1488) never
   checked.
@@ -72,6 +75,7 @@ class LeaseKeeper:
         retry_interval: float | None = None,
         on_lost: Callable[[LeaseLoss], object] | None = None,
         clock: Clock | None = None,
+        new_incarnation: bool = False,
     ) -> None:
         renew_interval = ttl / 3 if renew_interval is None else renew_interval
         if not 0 < renew_interval < ttl:
@@ -89,6 +93,7 @@ class LeaseKeeper:
         self._lost = asyncio.Event()
         self._acquiring = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._new_term = new_incarnation
 
     @property
     def lease(self) -> Lease | None:
@@ -105,14 +110,20 @@ class LeaseKeeper:
         lease = self._lease
         return lease is not None and lease.is_trusted(self._clock.monotonic() if now is None else now)
 
+    def remaining_trust(self) -> float:
+        """Seconds this holder may still act on the lease (0 when none is held)."""
+        lease = self._lease
+        return 0.0 if lease is None else max(0.0, lease.remaining_trust(self._clock.monotonic()))
+
     async def acquire(self) -> Lease | None:
         """Try once to take the lease; on success keep it renewed in the background."""
         async with self._acquiring:  # one renewal loop per keeper, however many callers race here
             if self._lease is not None:
                 return self._lease
-            lease = await self._leases.acquire(self.name, self.holder, self.ttl)
+            lease = await self._leases.acquire(self.name, self.holder, self.ttl, new_term=self._new_term)
             if lease is None:
                 return None
+            self._new_term = False  # this incarnation holds the name now; a re-acquire keeps its term
             self._lease, self._loss = lease, None
             self._lost.clear()
             self._task = asyncio.create_task(self._keep(lease), name=f"lease-keeper:{self.name}")

@@ -8,7 +8,9 @@ A lease is a named row in Postgres held by one holder for a term until an expiry
 - `acquire` takes a free, released or expired lease (term + 1) or returns None while another holder's is
   live. The holder already named on the lease gets it back with its term unchanged, live or expired —
   nobody else held it in between, so nothing was fenced off (the worker-pool seed's "a process restarted under its
-  old instance_id takes its own rows back at once").
+  old instance_id takes its own rows back at once"). `acquire(..., new_term=True)` takes it back under a
+  new term instead: the name is still taken at once, and an earlier incarnation of the holder that is
+  still alive (stalled) is fenced off like any other former holder.
 - The term grows by one every time the lease changes hands, and never repeats for a name (release keeps
   the row). Every `renew` and `release` matches holder AND term, so a holder that stalled past its expiry
   learns on its next renew that it lost, and cannot release or extend the new holder's lease — the bug
@@ -104,11 +106,12 @@ class LeaseStore:
             return self
         return LeaseStore(self._pool, safety_fraction=self._safety_fraction, clock=clock)
 
-    async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
-        """Take the lease for `ttl` seconds; None while another holder's lease is live."""
+    async def acquire(self, name: str, holder: str, ttl: float, *, new_term: bool = False) -> Lease | None:
+        """Take the lease for `ttl` seconds; None while another holder's lease is live. `new_term`: the term
+        grows even when `holder` already holds it (a new incarnation fencing off an old one)."""
         _check_args(name, holder, ttl)
         asked_at = self.clock.monotonic()
-        row = await self._fetchrow(_SQL["acquire"], name, holder, float(ttl))
+        row = await self._fetchrow(_SQL["acquire_new_term" if new_term else "acquire"], name, holder, float(ttl))
         if row is None:
             return None
         return self._lease(name, holder, ttl, row, asked_at)

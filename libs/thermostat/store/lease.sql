@@ -18,6 +18,23 @@ ON CONFLICT (name) DO UPDATE
        OR l.expires_at <= now()
 RETURNING l.term, l.expires_at;
 
+-- name: acquire_new_term
+-- As acquire, but the term grows even when the holder already named takes it again: a new incarnation of
+-- a holder (a process restarted under its old name) takes the name at once and fences the old one off,
+-- whose renewals and term-matched writes then fail.
+INSERT INTO leases AS l (name, holder, term, acquired_at, renewed_at, expires_at)
+VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3))
+ON CONFLICT (name) DO UPDATE
+    SET holder      = excluded.holder,
+        term        = l.term + 1,
+        acquired_at = now(),
+        renewed_at  = now(),
+        expires_at  = excluded.expires_at
+    WHERE l.holder IS NULL
+       OR l.holder = excluded.holder
+       OR l.expires_at <= now()
+RETURNING l.term, l.expires_at;
+
 -- name: renew
 -- Extend our own term. Holder AND term must match: a holder whose lease changed hands, even if it came
 -- back to the same holder name under a later term, learns here that it lost.

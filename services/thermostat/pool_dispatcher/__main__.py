@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grpc import aio
 
+from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
@@ -27,6 +28,7 @@ from .dispatcher import Clock, Dispatcher, Hooks, Sleep
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
+from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -78,8 +80,11 @@ def assemble(
     sleep: Sleep | None = None,
     run_scaler: bool = True,
     hooks: Hooks | None = None,
+    lease_clock: LeaseClock | None = None,
+    tracing: PoolTracing | None = None,
 ) -> PoolService:
-    """The service's parts over an open store (`build` for the runner; tests inject clock, sleep and hooks)."""
+    """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep, hooks and
+    a tracer provider)."""
     catalogue = configured_catalogue(settings.pool_machine_types)
     if settings.strata_pool_token is None:
         log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
@@ -107,6 +112,8 @@ def assemble(
         sleep=sleep or asyncio.sleep,
         run_scaler=run_scaler,
         hooks=hooks,
+        lease_clock=lease_clock,
+        tracing=tracing,
     )
     tokens = Tokens(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,

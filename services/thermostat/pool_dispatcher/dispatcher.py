@@ -7,6 +7,14 @@ a completion writes the terminal state, the usage event and hands the machine it
 together. Placement ("count the queue, insert the machine rows") runs under one advisory lock across
 processes; boots run outside it. Decisions are the pool policies' (thermostat.policy.pool).
 
+Claims hand a job to a machine as `dispatched`; right before the payload goes out one conditional statement
+(mark_sent) makes it `running`, so a cancel, a reclaim or a newer incarnation of this instance that landed
+since the claim wins and nothing is sent or metered. Before any call the lease guards (sending a job,
+starting or stopping a machine) the process checks that its instance lease is trusted for longer than
+`call_budget` (a quarter of the lease): a process that cannot renew stops acting before anyone reclaims.
+Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old process of the same instance
+id that is merely stalled is fenced off by term while the new one takes its rows back at once.
+
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 `LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
 second. The catalogue is cached with its version: `LISTEN pool_catalogue` and every scaler pass refresh it.
@@ -23,6 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
@@ -48,10 +57,13 @@ from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
 from .repository import Assignment, JobView, Owner, PoolRepository, Subscription
+from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
 LEASE_PREFIX = "pool-instance:"
+CALL_BUDGET_SHARE = 0.25
+"""A call the instance lease guards is made only while the lease is trusted for longer than this share of it."""
 REPOLL_SECONDS = 1.0
 """A wait re-reads its job this often even without a notification (NOTIFY is a hint, not a delivery)."""
 
@@ -84,6 +96,8 @@ class Hooks:
     before_machine_ready: Callable[[str], Awaitable[None]] | None = None
     before_complete: Callable[[str], Awaitable[None]] | None = None
     before_insert_machines: Callable[[], Awaitable[None]] | None = None
+    before_send: Callable[[str], Awaitable[None]] | None = None
+    before_record_started: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -129,6 +143,8 @@ class Dispatcher:
         run_scaler: bool = True,
         hooks: Hooks | None = None,
         missing_settings: Mapping[BackendKind, str] | None = None,
+        lease_clock: LeaseClock | None = None,
+        tracing: PoolTracing | None = None,
     ) -> None:
         self.repo = repository
         # one per configured kind, keyed by its value (as the machine rows record it); a type picks by `backend`
@@ -137,6 +153,8 @@ class Dispatcher:
         self.client = client
         self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
         self.lease_seconds = lease_seconds
+        self.call_budget = lease_seconds * CALL_BUDGET_SHARE
+        self.tracing = tracing or PoolTracing()
         self.scaler_seconds = scaler_seconds
         self.health_poll_seconds = health_poll_seconds
         self.max_workers_total = max_workers_total
@@ -147,7 +165,12 @@ class Dispatcher:
         self._configured = catalogue
         self.state = CatalogueState(catalogue=catalogue, version=0)
         self._keeper = LeaseKeeper(
-            leases, name=lease_name(self.instance_id), holder=self.instance_id, ttl=lease_seconds
+            leases,
+            name=lease_name(self.instance_id),
+            holder=self.instance_id,
+            ttl=lease_seconds,
+            clock=lease_clock,
+            new_incarnation=True,  # fences an older process of this id that is stalled, not dead
         )
         self._run_scaler = run_scaler
         self._owner: Owner | None = None
@@ -211,13 +234,17 @@ class Dispatcher:
                         reason="dispatcher shutting down",
                         states=("starting", "warm", "busy", "stopping"),
                     )
-                await self.repo.recover_own(self.owner)
+                await self.repo.recover_own(self.owner, any_term=False)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
             self._listener = None
         with contextlib.suppress(Exception):
             await self._keeper.release()
+
+    def trusted_for_call(self) -> bool:
+        """Whether the instance lease stays trusted for longer than a guarded call may take."""
+        return self._keeper.remaining_trust() > self.call_budget
 
     def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
@@ -366,12 +393,42 @@ class Dispatcher:
                 endpoint, token = address
             if endpoint is None:
                 return
+            if self.hooks.before_send is not None:
+                await self.hooks.before_send(assignment.job_id)
+            if not self.trusted_for_call():
+                log.warning(
+                    "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
+                    assignment.job_id,
+                )
+                await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
+                return
+            sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
+            if not sent:
+                log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
+                self._waiters.wake(assignment.job_id)
+                if not freed:
+                    return
+                self._idle_since[assignment.machine_id] = self.clock()
+                current = self.catalogue.get(machine_type)
+                if current is None or current.image != image:
+                    return
+                assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
+                continue
+            attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
+            self.tracing.queued(assignment.trace, assignment.submitted_at, attributes)
+            span = self.tracing.start("pool.execute", assignment.trace, attributes)
             started = self.clock()
             reply = await self.client.execute(
-                endpoint, token, assignment.payload, deadline_seconds=assignment.timeout_seconds, trace=assignment.trace
+                endpoint,
+                token,
+                assignment.payload,
+                deadline_seconds=assignment.timeout_seconds,
+                trace=self.tracing.forwarded(span, assignment.trace),
             )
-            duration = max(0.0, self.clock() - started)
+            ended = self.clock()  # idle from here: a reap racing the completion below reads the same instant
+            duration = max(0.0, ended - started)
             outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=assignment.timeout_seconds)
+            self.tracing.end(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.hooks.before_complete is not None:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
@@ -400,7 +457,7 @@ class Dispatcher:
                 await self._finish_stop(assignment.machine_id, completion.provider_id)
                 return
             if completion.machine_state == MachineState.WARM:
-                self._idle_since[assignment.machine_id] = self.clock()
+                self._idle_since[assignment.machine_id] = ended
             assignment = completion.next_job
 
     # placement and boot
@@ -414,14 +471,24 @@ class Dispatcher:
         self._spawn(self.place(), "pool-place")
 
     async def place(self) -> None:
-        """Hand queued work to idle warm machines, then start machines for what is left (serialized)."""
+        """Hand queued work to idle warm machines, then start machines for what is left (serialized).
+
+        Hitting the fleet cap logs one warning per call, however often the pass places again: a capped
+        fleet looks exactly like a slow queue from the outside, but a log line per submit would drown it."""
+        held: int | None = None
         async with self._placing:
             self._place_again = True
             while self._place_again:
                 self._place_again = False
                 await self._drain_warm()
-                for start in await self._plan_and_insert():
+                starts, capped = await self._plan_and_insert()
+                held = capped if capped is not None else held
+                for start in starts:
                     self._spawn(self._boot(*start), f"pool-boot-{start[0]}")
+        if held is not None:
+            log.warning(
+                "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
+            )
 
     async def _drain_warm(self) -> None:
         async with borrow(self.repo.pool) as c:
@@ -442,14 +509,16 @@ class Dispatcher:
                     f"pool-run-{assignment.job_id}",
                 )
 
-    async def _plan_and_insert(self) -> list[tuple[str, str, MachineType, str, str | None]]:
-        """One transaction under the placement lock: count the queue and the fleet, insert the starts."""
-        starts: list[tuple[str, str, MachineType, str, str | None]] = []
+    async def _plan_and_insert(self) -> tuple[list[_Start], int | None]:
+        """One transaction under the placement lock: count the queue and the fleet, insert the starts.
+        Also the queued jobs the fleet cap holds back (None: the cap was not hit)."""
+        starts: list[_Start] = []
+        held: int | None = None
         async with borrow(self.repo.pool) as c, c.transaction():
             await self.repo.lock_placement(c)
             demand = await self.repo.demand(c)
             if not demand:
-                return []
+                return [], None
             fleet = await self.repo.fleet(c)
             plan = plan_placement(
                 demand=[
@@ -462,9 +531,6 @@ class Dispatcher:
             )
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-                log.warning(
-                    "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
-                )
             if self.hooks.before_insert_machines is not None:
                 await self.hooks.before_insert_machines()
             for start in plan.starts:
@@ -472,7 +538,7 @@ class Dispatcher:
                 if machine_type is None:
                     continue
                 machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
-                job_id = await self.repo.insert_machine(
+                job_id, trace = await self.repo.insert_machine(
                     c,
                     machine_id=machine_id,
                     tenant_id=start.tenant_id,
@@ -484,8 +550,8 @@ class Dispatcher:
                     cool_down_seconds=machine_type.cool_down_seconds,
                     assign_job=True,
                 )
-                starts.append((machine_id, start.tenant_id, machine_type, token, job_id))
-        return starts
+                starts.append((machine_id, start.tenant_id, machine_type, token, job_id, trace))
+        return starts, held
 
     async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
         """Start one machine for the tenant unless one is warm or starting, within both caps."""
@@ -518,52 +584,80 @@ class Dispatcher:
                 cool_down_seconds=kind.cool_down_seconds,
                 assign_job=False,
             )
-        self._spawn(self._boot(machine_id, tenant_id, kind, token, None), f"pool-boot-{machine_id}")
+        self._spawn(self._boot(machine_id, tenant_id, kind, token, None, {}), f"pool-boot-{machine_id}")
         return decision
 
     async def _boot(
-        self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str, job_id: str | None
+        self,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: MachineType,
+        token: str,
+        job_id: str | None,
+        trace: Mapping[str, str],
     ) -> None:
-        spec = MachineSpec(machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type, worker_token=token)
+        """Start the machine, record where it is, poll its health, then hand it its job (traced as pool.boot
+        under that job's caller)."""
+        span = self.tracing.start(
+            "pool.boot", trace, {"pool.machine_id": machine_id, "pool.machine_type": machine_type.name}
+        )
+        try:
+            handle = await self._start_and_poll(machine_id, tenant_id, machine_type, token)
+        except _BootFailed as failed:
+            self.tracing.end(span, failed.reason)
+            return
+        except BaseException:  # cancelled mid-boot (shutdown)
+            self.tracing.end(span, "the boot was interrupted")
+            raise
+        self.tracing.end(span)
+        await self._ready(machine_id, tenant_id, machine_type, token, handle)
+
+    async def _start_and_poll(
+        self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str
+    ) -> MachineHandle:
+        """Start the machine and poll its health until it answers; _BootFailed with the reason otherwise."""
         kind = str(machine_type.backend)
+        if not self.trusted_for_call():
+            reason = "not started: the instance lease is not trusted for the call"
+            await self._boot_failed(machine_id, None, reason, kind)
+            raise _BootFailed(reason)
+        spec = MachineSpec(machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type, worker_token=token)
         try:
             backend = self._backend(kind)
             handle = await backend.start(spec)
         except BackendError as error:
             await self._boot_failed(machine_id, None, f"start failed: {error}", kind)
-            return
+            raise _BootFailed(f"start failed: {error}") from None
+        if self.hooks.before_record_started is not None:
+            await self.hooks.before_record_started(machine_id)
         if not await self.repo.record_started(
             machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint, region=handle.region, owner=self.owner
         ):
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
             await self._stop_quietly(handle.provider_id, kind)
-            return
+            raise _BootFailed("the machine's row could not be recorded")
         booted_at = self.clock()
         while not await backend.health(handle):
             if self.clock() - booted_at >= machine_type.boot_timeout_seconds:
-                await self._boot_failed(
-                    machine_id,
-                    handle.provider_id,
-                    f"no health answer within {machine_type.boot_timeout_seconds:g} s",
-                    kind,
-                )
-                return
+                reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
+                await self._boot_failed(machine_id, handle.provider_id, reason, kind)
+                raise _BootFailed(reason)
             await self.sleep(self.health_poll_seconds)
+        return handle
+
+    async def _ready(
+        self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str, handle: MachineHandle
+    ) -> None:
+        """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
         if self.hooks.before_machine_ready is not None:
             await self.hooks.before_machine_ready(machine_id)
         state, assignment = await self.repo.machine_ready(machine_id, self.owner)
         if state is None:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
-            await self._stop_quietly(handle.provider_id, kind)
+            await self._stop_quietly(handle.provider_id, str(machine_type.backend))
             return
         self._idle_since[machine_id] = self.clock()
-        log.info(
-            "machine %s (%s, tenant %s) warm after %.2f s",
-            machine_id,
-            machine_type.name,
-            tenant_id,
-            self.clock() - booted_at,
-        )
+        log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
         if assignment is not None:
             await self._run(
                 Assignment(
@@ -587,9 +681,14 @@ class Dispatcher:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
         if provider_id is not None:
             await self._stop_quietly(provider_id, kind)
-        requeued = await self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}")
-        if requeued:
-            log.info("job(s) %s wait for capacity again", ", ".join(requeued))
+        for job_id, state in (
+            await self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}")
+        ).items():
+            if state == JobState.FAILED:
+                self._waiters.wake(job_id)
+                log.info("job %s failed: its machine type was removed while the machine booted", job_id)
+            else:
+                log.info("job %s waits for capacity again", job_id)
 
     # stopping
 
@@ -606,6 +705,12 @@ class Dispatcher:
         """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
         self._idle_since.pop(machine_id, None)
         if provider_id is not None:
+            if not self.trusted_for_call():
+                log.warning(
+                    "machine %s: not stopped now (the instance lease is not trusted); the next pass retries it",
+                    machine_id,
+                )
+                return
             try:
                 await self._backend(await self.repo.machine_backend(machine_id) or BackendKind.LOCAL).stop(provider_id)
             except (BackendError, OSError) as error:
@@ -752,6 +857,16 @@ class Dispatcher:
                 await self._stop_machine(
                     row.machine.id, row.provider_id, reason="not found after restart", states=("warm", "stopping")
                 )
+
+
+class _BootFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_Start = tuple[str, str, MachineType, str, str | None, dict[str, str]]
+"""A machine row placement inserted: id, tenant, type, token, its job (if any) and that job's trace."""
 
 
 def _as_seen(machine: Machine, job_id: str | None) -> Machine:

@@ -4,8 +4,8 @@
 -- name: submit
 -- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
 -- current image (session affinity first, then most recently active) unless a queued job of that tenant and
--- type with at least this priority is ahead of it. Claimed: the job is running on that machine, owned by
--- this process, which sends it at once. Otherwise it is queued.
+-- type with at least this priority is ahead of it. Claimed: the job is dispatched to that machine, owned
+-- by this process, which sends it at once (mark_sent). Otherwise it is queued.
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
@@ -26,8 +26,8 @@ WITH ahead AS (
 )
 INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
                             started_at, worker_id, owner, owner_term, traceparent, tracestate)
-SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' ELSE 'running' END, $5, $6, $7, $8,
-       CASE WHEN taken.id IS NULL THEN NULL ELSE now() END, taken.id,
+SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' ELSE 'dispatched' END, $5, $6, $7, $8,
+       NULL, taken.id,
        CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
        $11, $12
 FROM (SELECT 1) AS one LEFT JOIN taken ON true
@@ -38,8 +38,8 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
 -- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
--- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept
--- and its image is current. $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic),
+-- or straight on to the next queued job of its tenant and type (priority desc, then FIFO; dispatched, sent
+-- after mark_sent) when it is kept and its image is current. $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic),
 -- $7 me, $8 term, $9 retire, $10 take next, $11 tenant, $12 type.
 WITH job AS (
     UPDATE pool_jobs
@@ -65,7 +65,7 @@ WITH job AS (
     FOR UPDATE SKIP LOCKED
 ), handed AS (
     UPDATE pool_jobs j
-    SET state = 'running', worker_id = $2, owner = $7, owner_term = $8, started_at = now()
+    SET state = 'dispatched', worker_id = $2, owner = $7, owner_term = $8
     FROM next WHERE j.id = next.id
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
 ), machine AS (
@@ -101,7 +101,7 @@ WITH machine AS (
     FOR UPDATE OF j SKIP LOCKED
 ), handed AS (
     UPDATE pool_jobs j
-    SET state = 'running', worker_id = $1, owner = $2, owner_term = $3, started_at = now()
+    SET state = 'dispatched', worker_id = $1, owner = $2, owner_term = $3
     FROM next WHERE j.id = next.id
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
 ), busy AS (
@@ -112,6 +112,35 @@ WITH machine AS (
     RETURNING m.endpoint, m.token
 )
 SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
+
+-- name: mark_sent
+-- Right before the payload goes to the machine: the job is running only if it is still dispatched to this
+-- machine under this process's owner and term. A cancel (or a reclaim, or a newer incarnation of this
+-- instance) that landed since the claim wins: nothing is sent, nothing metered, and the machine is idle
+-- again in the same statement. $1 job, $2 machine, $3 me, $4 term.
+WITH sent AS (
+    UPDATE pool_jobs SET state = 'running', started_at = now()
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'dispatched'
+    RETURNING id
+), freed AS (
+    UPDATE pool_machines SET state = 'warm', job_id = NULL, last_active_at = now()
+    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+      AND NOT EXISTS (SELECT 1 FROM sent)
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM sent) AS sent, EXISTS (SELECT 1 FROM freed) AS freed;
+
+-- name: requeue_unsent
+-- This process may not send (its instance lease is not trusted for the call): the dispatched job goes back
+-- to the queue in its old place, and the machine is idle. $1 job, $2 machine, $3 me, $4 term.
+WITH job AS (
+    UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'dispatched'
+    RETURNING id
+)
+UPDATE pool_machines SET state = 'warm', job_id = NULL
+WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+RETURNING (SELECT count(*) FROM job) AS requeued;
 
 -- name: lock_placement
 -- "Count the queue and insert the machine rows" runs under one lock across every process.
@@ -143,14 +172,15 @@ WITH first AS (
 ), assigned AS (
     UPDATE pool_jobs j SET state = 'dispatched', worker_id = $1, owner = $7, owner_term = $8
     FROM first WHERE j.id = first.id
-    RETURNING j.id
+    RETURNING j.id, j.traceparent, j.tracestate
 ), machine AS (
     INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, owner, owner_term,
                                cool_down_seconds, job_id)
     VALUES ($1, $2, $3, $4, $5, $6, 'starting', $7, $8, $10, (SELECT id FROM assigned))
     RETURNING id
 )
-SELECT (SELECT id FROM assigned) AS job_id FROM machine;
+SELECT assigned.id AS job_id, assigned.traceparent, assigned.tracestate
+FROM machine LEFT JOIN assigned ON true;
 
 -- name: record_started
 -- The provider started the machine: where it is. Matched on owner, so a machine reclaimed meanwhile is
@@ -160,11 +190,11 @@ WHERE id = $1 AND owner = $5 AND owner_term = $6 AND state = 'starting'
 RETURNING id;
 
 -- name: machine_ready
--- The machine answered its health check: its dispatched job runs on it now, unless it was cancelled in
--- between (then the machine is warm for the next job).
+-- The machine answered its health check: its dispatched job is handed to it (sent after mark_sent), unless
+-- it was cancelled in between (then the machine is warm for the next job).
 WITH job AS (
     UPDATE pool_jobs j
-    SET state = 'running', started_at = now()
+    SET state = 'dispatched'  -- unchanged: the row is locked and read; mark_sent flips it to running
     FROM pool_machines m
     WHERE m.id = $1 AND j.id = m.job_id AND j.state = 'dispatched' AND j.owner = $2 AND j.owner_term = $3
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
@@ -182,14 +212,27 @@ FROM machine LEFT JOIN job ON true;
 
 -- name: boot_failed
 -- A machine that did not start or boot goes; its dispatched job waits in the queue again, carrying why the
--- boot failed ($4, the provider's message) as its error until it runs.
+-- boot failed ($4, the provider's message) as its error until it runs, unless its type was removed from the
+-- stored catalogue meanwhile (then it fails with the reason, as queued jobs of a removed type do, rather than
+-- wait for a machine nothing will place).
 WITH machine AS (
     DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3
     RETURNING id
+), job AS (
+    SELECT j.id, EXISTS (
+        SELECT 1 FROM pool_catalogue c WHERE NOT c.types @> jsonb_build_array(jsonb_build_object('name', j.machine_type))
+    ) AS removed
+    FROM pool_jobs j WHERE j.worker_id IN (SELECT id FROM machine) AND j.state = 'dispatched'
+    FOR UPDATE OF j
 )
-UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, error = $4
-WHERE worker_id IN (SELECT id FROM machine) AND state = 'dispatched'
-RETURNING id;
+UPDATE pool_jobs j
+SET state = CASE WHEN job.removed THEN 'failed' ELSE 'queued' END,
+    completed_at = CASE WHEN job.removed THEN now() END,
+    payload = CASE WHEN job.removed THEN NULL ELSE j.payload END,
+    error = CASE WHEN job.removed THEN 'machine type ' || j.machine_type || ' was removed from the catalogue' ELSE $4 END,
+    worker_id = NULL, owner = NULL, owner_term = NULL
+FROM job WHERE j.id = job.id
+RETURNING j.id, j.state, CASE WHEN job.removed THEN pg_notify('pool_jobs_done', j.id::text) IS NULL END AS notified;
 
 -- name: retire
 -- Set an idle (warm) or named machine of this process to stopping; a busy one is never retired here.
@@ -275,7 +318,9 @@ SELECT version FROM pool_catalogue WHERE id = 1;
 
 -- name: replace_catalogue
 -- Store the whole catalogue (version + 1), fail the queued jobs of removed types with the reason, and tell
--- every process. $1 types (json text), $2 the names it keeps.
+-- every process. A job already handed to a machine (dispatched, a booting one included) is that machine's
+-- to finish: the seed's "its machines finish what they are running, then retire once idle". $1 types (json
+-- text), $2 the names it keeps.
 WITH stored AS (
     INSERT INTO pool_catalogue (id, version, types, updated_at) VALUES (1, 1, $1::jsonb, now())
     ON CONFLICT (id) DO UPDATE SET version = pool_catalogue.version + 1, types = EXCLUDED.types, updated_at = now()
@@ -284,7 +329,7 @@ WITH stored AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
         error = 'machine type ' || machine_type || ' was removed from the catalogue'
-    WHERE state IN ('queued', 'dispatched') AND NOT (machine_type = ANY($2::text[]))
+    WHERE state = 'queued' AND NOT (machine_type = ANY($2::text[]))
     RETURNING id
 )
 SELECT (SELECT version FROM stored) AS version,
@@ -330,18 +375,20 @@ SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS
 
 -- name: recover_own
 -- On start under an instance id that owned rows: fail its in-flight jobs (they were lost with the old
--- process) and set its machines stopping unless warm (the caller probes the warm ones).
+-- process) and set its machines stopping unless warm (the caller probes the warm ones). $3: rows of any
+-- earlier term of the id (on start); false on shutdown, so an old incarnation that resumes and shuts down
+-- touches only its own term's rows, never the newer incarnation's.
 WITH failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
         error = 'dispatcher instance ' || $1 || ' stopped or restarted while the job was in flight'
-    WHERE owner = $1 AND state IN ('dispatched', 'running')
+    WHERE owner = $1 AND ($3 OR owner_term = $2) AND state IN ('dispatched', 'running')
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
     SET owner_term = $2, job_id = NULL,
         state = CASE WHEN state = 'warm' THEN 'warm' ELSE 'stopping' END
-    WHERE owner = $1
+    WHERE owner = $1 AND ($3 OR owner_term = $2)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;

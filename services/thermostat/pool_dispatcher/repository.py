@@ -284,7 +284,7 @@ class PoolRepository:
                 )
             )
         job = _job(row)
-        if job.state != "running" or job.worker_id is None:
+        if job.state != "dispatched" or job.worker_id is None:
             return job, None
         return job, Assignment(
             job_id=job.id,
@@ -386,8 +386,8 @@ class PoolRepository:
         owner: Owner,
         cool_down_seconds: float,
         assign_job: bool,
-    ) -> str | None:
-        """Insert a starting machine; returns the id of the queued job assigned to it, if any."""
+    ) -> tuple[str | None, dict[str, str]]:
+        """Insert a starting machine; returns the id of the queued job assigned to it, if any, and its trace."""
         row = _one(
             await c.fetchrow(
                 Q["insert_machine"],
@@ -403,7 +403,7 @@ class PoolRepository:
                 cool_down_seconds,
             )
         )
-        return _text(row["job_id"])
+        return _text(row["job_id"]), {k: row[k] for k in ("traceparent", "tracestate") if row[k]}
 
     async def record_started(
         self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None, owner: Owner
@@ -421,10 +421,29 @@ class PoolRepository:
             return None, None
         return row["machine_state"], (None if row["id"] is None else _assignment(row, machine_id))
 
-    async def boot_failed(self, machine_id: str, owner: Owner, reason: str) -> list[str]:
+    async def boot_failed(self, machine_id: str, owner: Owner, reason: str) -> dict[str, str]:
+        """Forget the machine; its dispatched job's new state by id (queued carrying `reason`, or failed: its
+        type is gone)."""
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term, reason)
-        return [str(r["id"]) for r in rows]
+        return {str(r["id"]): r["state"] for r in rows}
+
+    async def mark_sent(self, job_id: str, machine_id: str, owner: Owner) -> tuple[bool, bool]:
+        """(sent, freed): running, right before the send; else a cancel or a reclaim won, and `freed` says
+        whether the machine is still this process's and idle again."""
+        async with borrow(self.pool) as c:
+            row = _one(
+                await c.fetchrow(Q["mark_sent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term)
+            )
+        return bool(row["sent"]), bool(row["freed"])
+
+    async def requeue_unsent(self, job_id: str, machine_id: str, owner: Owner) -> bool:
+        """The dispatched job back in the queue in its place, the machine idle; False when it was no longer ours."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(
+                Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term
+            )
+        return row is not None and row["requeued"] > 0
 
     async def machine_backend(self, machine_id: str) -> str | None:
         async with borrow(self.pool) as c:
@@ -565,7 +584,9 @@ class PoolRepository:
             row = _one(await c.fetchrow(Q["reclaim"], lapsed.instance, lapsed.term, owner.instance, owner.term))
         return row["jobs"], row["machines"]
 
-    async def recover_own(self, owner: Owner) -> tuple[int, int]:
+    async def recover_own(self, owner: Owner, *, any_term: bool = True) -> tuple[int, int]:
+        """Fail the id's in-flight jobs and take its machines under `owner`'s term; `any_term=False` keeps
+        to rows of that very term (shutdown)."""
         async with borrow(self.pool) as c:
-            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term))
+            row = _one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term, any_term))
         return row["jobs"], row["machines"]

@@ -4,14 +4,17 @@ Each `/execute` runs its handler as a task; one whose payload names a build is r
 so `POST /v1/executions/{build_id}/cancel` can cancel it, and that execute then answers 409. W3C
 `traceparent` / `tracestate` and the `Content-Type` received on `/execute` are echoed back in
 `X-Strata-Received-*` response headers, so a test can see what the pool forwarded (and that it set no
-content type).
+content type). With STRATA_WORKER_JOURNAL set, each authorized `/execute` appends the payload's sha256 to
+that file (one short O_APPEND write, so workers sharing a file never interleave within a line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
+import os
 
 from aiohttp import web
 
@@ -45,6 +48,8 @@ def create_app(config: WorkerConfig, handler: Handler | None = None) -> web.Appl
         if not authorized(request):
             return _unauthorized()
         payload = await request.read()
+        if config.journal is not None:
+            _journal(config.journal, payload)
         echoed = {out: request.headers[name] for name, out in ECHOED_HEADERS.items() if name in request.headers}
         build_id = build_id_of(payload)
         task: asyncio.Task[HandlerResult] = asyncio.ensure_future(run(payload))
@@ -77,6 +82,15 @@ def create_app(config: WorkerConfig, handler: Handler | None = None) -> web.Appl
     app.router.add_post("/execute", execute)
     app.router.add_post("/v1/executions/{build_id}/cancel", cancel)
     return app
+
+
+def _journal(path: str, payload: bytes) -> None:
+    line = (hashlib.sha256(payload).hexdigest() + "\n").encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, line)
+    finally:
+        os.close(descriptor)
 
 
 def _unauthorized() -> web.Response:

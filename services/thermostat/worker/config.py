@@ -9,6 +9,8 @@ STRATA_WORKER_HANDLER echo (default: the payload back), sleep (sleeps, cancellab
 STRATA_WORKER_SLEEP_SECONDS   the sleep handler's default when the payload names no duration (1)
 STRATA_WORKER_FAIL_MESSAGE    the fail handler's error body ("handler failed")
 STRATA_WORKER_MAX_PAYLOAD_BYTES  the largest payload accepted (64 MiB; aiohttp's own default is 1 MiB)
+STRATA_WORKER_JOURNAL  optional: a file each authorized /execute appends one line to (the payload's sha256),
+                      so a test sees from the workers' side which payloads reached a machine, and how often
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class WorkerConfig:
     sleep_seconds: float = 1.0
     fail_message: str = "handler failed"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    journal: str | None = None
 
     def __repr__(self) -> str:  # the token never reaches a log line or a traceback
         return f"WorkerConfig(host={self.host!r}, port={self.port}, handler={self.handler!r})"
@@ -70,6 +73,7 @@ def read_config(env: Mapping[str, str]) -> WorkerConfig:
         sleep_seconds=sleep_seconds,
         fail_message=env.get("STRATA_WORKER_FAIL_MESSAGE", "") or "handler failed",
         max_payload_bytes=int(raw_max),
+        journal=env.get("STRATA_WORKER_JOURNAL", "").strip() or None,
     )
 
 

@@ -22,6 +22,7 @@ from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
 from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
+from thermostat.pool_dispatcher.tracing import PoolTracing
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.store.db import Store
 
@@ -134,7 +135,14 @@ def pool_env(types: list[dict[str, Any]] | None = None, **overrides: str) -> dic
 
 @contextlib.asynccontextmanager
 async def start_pool(
-    store: Store, env: Mapping[str, str], *, clock: Any = None, hooks: Hooks | None = None, run_scaler: bool = False
+    store: Store,
+    env: Mapping[str, str],
+    *,
+    clock: Any = None,
+    hooks: Hooks | None = None,
+    run_scaler: bool = False,
+    lease_clock: Any = None,
+    tracing: PoolTracing | None = None,
 ) -> AsyncIterator[RunningPool]:
     with pytest.MonkeyPatch.context() as mp:
         for key in PoolDispatcherSettings.model_fields:
@@ -142,7 +150,9 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks)
+    service = assemble(
+        settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock, tracing=tracing
+    )
     port = await service.host.start("127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(

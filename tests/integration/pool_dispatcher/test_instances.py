@@ -157,10 +157,11 @@ async def test_a_restart_under_the_same_instance_id_takes_its_rows_back_at_once(
 
         await eventually(running, timeout=30, every=0.02)
         term = await store.pool.fetchval("SELECT term FROM leases WHERE name = $1", lease_name("alpha"))
-        # the same id starts again while the old lease has ten minutes left: no wait
+        # the same id starts again while the old lease has ten minutes left: no wait, and a new term, so the
+        # old incarnation (were it only stalled) is fenced off
         async with asyncio.timeout(10):
             async with instance(database_url, "alpha", [sleepy_type()], POOL_LEASE_SECONDS="600") as (again, _):
-                assert again.dispatcher.owner.term == term
+                assert again.dispatcher.owner.term == term + 1
                 failed = await again.job(job.id)
                 assert failed.state == "failed" and "restarted" in failed.error
                 assert await again.usage() == []

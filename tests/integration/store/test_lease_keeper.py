@@ -247,3 +247,18 @@ async def test_store_errors_during_renewal_are_retried_while_trust_remains(datab
             assert (holder.holder, holder.term) == ("a", lease.term)
     finally:
         await pool.close()
+
+
+async def test_a_keeper_for_a_new_incarnation_takes_the_name_under_a_new_term(keeper_pool, clock):
+    """new_incarnation: the first acquire fences an earlier holder of the same name (a process restarted under
+    its old id while the old one may only be stalled), at once."""
+    store = LeaseStore(keeper_pool)
+    earlier = await store.acquire("pool", "alpha", TTL)
+    assert earlier is not None
+    keeper = LeaseKeeper(store, name="pool", holder="alpha", ttl=TTL, clock=clock, new_incarnation=True)
+    lease = await keeper.acquire()
+    assert lease is not None and lease.term == earlier.term + 1
+    assert keeper.remaining_trust() == pytest.approx(TRUST)
+    assert await store.renew(earlier) is None
+    await keeper.release()
+    assert keeper.remaining_trust() == 0.0

@@ -135,6 +135,23 @@ async def test_the_holder_taking_its_own_live_lease_again_keeps_the_term_and_ext
     assert again.expires_at > first.expires_at
 
 
+async def test_a_new_incarnation_takes_its_own_live_lease_under_a_new_term_and_fences_the_old_one(leases):
+    """acquire(new_term=True): the same holder name gets the lease at once, under term + 1; the earlier
+    incarnation's renew and release are refused from then on."""
+    old = await leases.acquire("gate", "a", 30)
+    new = await leases.acquire("gate", "a", 30, new_term=True)
+    assert old is not None and new is not None
+    assert new.term == old.term + 1
+    assert await leases.renew(old) is None
+    assert not await leases.release(old)
+    assert await leases.renew(new) is not None
+
+
+async def test_a_new_incarnation_cannot_take_another_holders_live_lease(leases):
+    assert await leases.acquire("gate", "a", 30) is not None
+    assert await leases.acquire("gate", "b", 30, new_term=True) is None
+
+
 async def test_the_holder_taking_back_its_expired_untaken_lease_keeps_the_term(leases):
     """Nobody held the lease in between, so nothing was fenced off and the term stays."""
     first = await leases.acquire("gate", "a", TTL)

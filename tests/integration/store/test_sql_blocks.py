@@ -41,5 +41,5 @@ def test_malformed_files_are_rejected_when_loaded(text, error):
 
 
 def test_lease_queries_load_from_their_file():
-    """The lease module's file parses into its four statements."""
-    assert set(load_sql(LEASE_SQL)) == {"acquire", "renew", "release", "holder"}
+    """The lease module's file parses into its five statements."""
+    assert set(load_sql(LEASE_SQL)) == {"acquire", "acquire_new_term", "renew", "release", "holder"}

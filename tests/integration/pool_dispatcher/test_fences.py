@@ -1,0 +1,161 @@
+"""What stands between a claim and the send: a cancel in the narrow window, a newer incarnation of the same
+instance id, and a lease this process no longer trusts. In each, the payload never reaches the worker (its
+journal says so) and nothing is metered. A hook holds the job between its claim and its send."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from tests.fixtures.clock import FakeClock
+from tests.fixtures.polling import eventually
+from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
+from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.dispatcher import Hooks, lease_name
+from thermostat.store.db import Store
+
+
+class HeldSend:
+    """A before_send hook that holds the next job sent once armed, until released."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, job_id: str) -> None:
+        if self.armed:
+            self.armed = False
+            self.arrived.set()
+            await self.release.wait()
+
+
+def reached_worker(journal: Path, payload: bytes) -> int:
+    text = journal.read_text() if journal.exists() else ""
+    return collections.Counter(text.split())[hashlib.sha256(payload).hexdigest()]
+
+
+def journalled_type(journal: Path) -> dict[str, Any]:
+    return sleepy_type(max_workers=1, env={"STRATA_WORKER_JOURNAL": str(journal)})
+
+
+async def machine_idle(pool: RunningPool) -> None:
+    async def idle() -> bool | None:
+        workers = await pool.workers()
+        return True if [(w.state, w.job_id) for w in workers] == [("warm", "")] else None
+
+    await eventually(idle, timeout=10)
+
+
+async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_worker(
+    pool_store: Store, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal"
+    held = HeldSend()
+    async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=held)) as pool:
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        held.armed = True
+        payload = b'{"seconds": 0, "n": "cancelled in the window"}'
+        job = await pool.submit(payload, machine_type="sleepy")  # claimed by the warm machine at once
+        await held.arrived.wait()
+        assert (await pool.job(job.id)).state == "dispatched"
+        cancelled = await pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=job.id, build_id="b1"), metadata=caller())
+        assert cancelled.state == "cancelled"
+        held.release.set()
+        await machine_idle(pool)  # the claim is undone on the machine: idle for the next job
+        assert reached_worker(journal, payload) == 0
+        after = await pool.job(job.id)
+        assert after.state == "cancelled" and not after.HasField("started_at")
+        assert job.id not in [e.job_id for e in await pool.usage()]
+        assert (await pool.run(b"0", machine_type="sleepy"))[0] == b"slept 0"  # the machine takes the next one
+
+
+@contextlib.asynccontextmanager
+async def alpha(
+    database_url: str, types: list[dict[str, Any]], *, hooks: Hooks | None = None, lease_clock: Any = None
+) -> AsyncIterator[tuple[RunningPool, Store]]:
+    store = await Store.open(database_url, max_size=12, application_name="pool-alpha")
+    try:
+        env = pool_env(types, POOL_INSTANCE_ID="alpha")
+        async with start_pool(store, env, hooks=hooks, lease_clock=lease_clock) as pool:
+            yield pool, store
+    finally:
+        await store.close()
+
+
+async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_started(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Old alpha claims a job and stalls before sending; a new alpha starts under the same id: it takes a new
+    term, fails the job as restarted and takes the machine; old alpha, resuming, still trusts its own lease
+    but its conditional send is refused by term, so the payload never goes out."""
+    journal = tmp_path / "journal"
+    held = HeldSend()
+    async with alpha(database_url, [journalled_type(journal)], hooks=Hooks(before_send=held)) as (old, store):
+        await old.run(b"0", machine_type="sleepy")
+        held.armed = True
+        payload = b'{"seconds": 0, "n": "held by the old incarnation"}'
+        job = await old.submit(payload, machine_type="sleepy")
+        await held.arrived.wait()
+        old_term = old.dispatcher.owner.term
+        async with alpha(database_url, [journalled_type(journal)]) as (new, _):
+            assert new.dispatcher.owner.term == old_term + 1
+            failed = await new.job(job.id)
+            assert failed.state == "failed" and "restarted" in failed.error
+            assert old.dispatcher.trusted_for_call()  # the old one believes its lease: only the term fences it
+            held.release.set()
+
+            async def old_gave_up() -> bool | None:
+                return True if not [t for t in old.dispatcher._tasks if "pool-run" in t.get_name()] else None
+
+            await eventually(old_gave_up, timeout=10)
+            assert reached_worker(journal, payload) == 0
+            assert job.id not in [e.job_id for e in await new.usage()]
+            assert (await new.job(job.id)).state == "failed"
+            # the new incarnation serves on
+            assert (await new.run(b"0", machine_type="sleepy"))[0] == b"slept 0"
+        assert await store.pool.fetchval("SELECT term FROM leases WHERE name = $1", lease_name("alpha")) == old_term + 1
+
+
+async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_and_requeues(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Renewals hang (the lease row is locked) and the lease clock moves on: trust left is below the call
+    budget, so the held job is not sent but returned to the queue; once a renewal lands it runs."""
+    journal = tmp_path / "journal"
+    held = HeldSend()
+    lease_clock = FakeClock()
+    async with alpha(
+        database_url, [journalled_type(journal)], hooks=Hooks(before_send=held), lease_clock=lease_clock
+    ) as (pool, store):
+        await pool.run(b"0", machine_type="sleepy")
+        held.armed = True
+        payload = b'{"seconds": 0, "n": "not trusted"}'
+        job = await pool.submit(payload, machine_type="sleepy")
+        await held.arrived.wait()
+        async with store.pool.acquire() as blocker, blocker.transaction():
+            await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
+            lease_clock.advance(20)  # a 30 s lease is trusted for 24 s: 4 s left, under the 7.5 s call budget
+            assert not pool.dispatcher.trusted_for_call()
+            held.release.set()
+
+            async def requeued() -> bool | None:
+                return True if (await pool.job(job.id)).state == "queued" else None
+
+            await eventually(requeued, timeout=10)
+            await machine_idle(pool)
+            assert reached_worker(journal, payload) == 0
+        # the lock goes, the hanging renewal lands: trusted again, and the queued job runs
+        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
+        await pool.dispatcher.place()
+        assert (await pool.finished(job.id)).state == "completed"
+        assert reached_worker(journal, payload) == 1
+
+
+async def _true_or_none(value: bool) -> bool | None:
+    return True if value else None
