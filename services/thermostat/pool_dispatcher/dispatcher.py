@@ -736,10 +736,15 @@ class Dispatcher:
         )
         if verdict.local_fault:
             log.warning("every probed machine missed its health check: treated as this process's network")
-        await self.repo.record_misses(dict(verdict.misses), self.owner)
-        for machine_id in verdict.retire:
+        # only counts that changed: a pass over a healthy fleet writes nothing (bench/pool_scaler.py)
+        changed = {m: n for m, n in verdict.misses.items() if n != by_id[m].machine.health_misses}
+        await self.repo.record_misses(changed, self.owner)
+
+        async def retire(machine_id: str) -> None:
             if await self._stop_machine(machine_id, by_id[machine_id].provider_id, reason="health checks missed"):
                 log.warning("machine %s retired: stopped answering health checks", machine_id)
+
+        await asyncio.gather(*(retire(machine_id) for machine_id in verdict.retire))
 
     async def _recover_machines(self) -> None:
         """After a restart under the same id: keep the warm machines that answer, stop the rest."""
