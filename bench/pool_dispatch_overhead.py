@@ -11,6 +11,8 @@ by bench/pool_throughput.py's rig. One caller, one call at a time, the two paths
            call, the completion statement (terminal state + usage), the answer
   direct   POST {endpoint}/execute to the same worker with its token, through the pool's WorkerClient
            (aiohttp, kept alive): what the job itself costs
+  gRPC hop grpc.health.v1 Health.Check on the dispatcher: a unary call with no work, what the gRPC
+           framework alone costs on each side (context for the pool's share, not part of the goal)
 
 Goal: pool p50 ≤ 3× direct p50, and pool p99 ≤ 10 ms. The load average is printed: the machine is shared,
 so read the ratio from this run rather than the absolutes.
@@ -27,8 +29,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from pool_throughput import TYPE, auth, load_line, payload, pool_rig  # noqa: E402
 
+from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.pool.v1 import pool_pb2  # noqa: E402
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
 
@@ -41,7 +45,11 @@ def percentile(samples: list[float], q: int) -> float:
 
 async def main(calls: int) -> None:
     print(f"{calls} calls per path, interleaved, one at a time; at start: {load_line()}", flush=True)
-    samples: dict[str, list[float]] = {"pool (gRPC SubmitJobSync)": [], "direct (POST /execute)": []}
+    samples: dict[str, list[float]] = {
+        "pool (gRPC SubmitJobSync)": [],
+        "direct (POST /execute)": [],
+        "gRPC hop (Health.Check)": [],
+    }
     async with pool_rig(processes=1, workers=1, edge=False) as rig, WorkerClient() as client:
         (machine,) = await rig.machines()
         stub = rig.dispatchers[0].stub
@@ -59,7 +67,13 @@ async def main(calls: int) -> None:
             if reply.status != 200 or reply.body != payload(n):
                 raise SystemExit(f"direct call {n}: {reply}")
 
-        paths = list(zip(samples, (through_pool, direct), strict=True))
+        health = health_pb2_grpc.HealthStub(rig.dispatchers[0].channel)
+        check = health_pb2.HealthCheckRequest(service=POOL_DISPATCHER.health_service)
+
+        async def grpc_hop(n: int) -> None:
+            await health.Check(check, timeout=60)
+
+        paths = list(zip(samples, (through_pool, direct, grpc_hop), strict=True))
         for i in range(WARMUP + calls):
             for name, call in paths if i % 2 else paths[::-1]:
                 started = time.perf_counter()

@@ -92,6 +92,9 @@ RECENT_DONE = 4096
 class _Waiters:
     waiting: dict[str, list[_Waiter]] = field(default_factory=dict)
     recent: dict[str, None] = field(default_factory=dict)  # insertion-ordered, bounded
+    # jobs whose completion statement this process has in flight: their own NOTIFY can overtake the
+    # statement's answer, and would send their waiters to read what the answer brings anyway
+    completing: set[str] = field(default_factory=set)
 
     def add(self, job_id: str) -> _Waiter:
         waiter = _Waiter()
@@ -241,6 +244,9 @@ class Dispatcher:
         )
 
     def _on_job_done(self, job_id: str) -> None:
+        if job_id in self._waiters.completing:
+            self._waiters.recent[job_id] = None  # the completion in flight here wakes its waiters itself
+            return
         self._waiters.wake(job_id)
 
     def _on_catalogue(self, _version: str) -> None:
@@ -386,23 +392,27 @@ class Dispatcher:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
-            completion = await self.repo.complete(
-                job_id=assignment.job_id,
-                machine_id=assignment.machine_id,
-                state=str(outcome.state),
-                result=outcome.result,
-                error=outcome.error,
-                duration_seconds=duration,
-                owner=self.owner,
-                retire=outcome.retire_machine,
-                take_next=keep_feeding,
-                tenant_id=tenant_id,
-                machine_type=machine_type,
-            )
-            if completion.job is not None:
-                result = outcome.result if completion.job.has_result else None
-                self._waiters.finish(assignment.job_id, Finished(job=completion.job, result=result))
-            self._waiters.wake(assignment.job_id)
+            self._waiters.completing.add(assignment.job_id)
+            try:
+                completion = await self.repo.complete(
+                    job_id=assignment.job_id,
+                    machine_id=assignment.machine_id,
+                    state=str(outcome.state),
+                    result=outcome.result,
+                    error=outcome.error,
+                    duration_seconds=duration,
+                    owner=self.owner,
+                    retire=outcome.retire_machine,
+                    take_next=keep_feeding,
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                )
+                if completion.job is not None:
+                    result = outcome.result if completion.job.has_result else None
+                    self._waiters.finish(assignment.job_id, Finished(job=completion.job, result=result))
+            finally:
+                self._waiters.completing.discard(assignment.job_id)
+                self._waiters.wake(assignment.job_id)
             if completion.job_state is None:
                 log.warning(
                     "job %s finished on machine %s after this process lost it", assignment.job_id, assignment.machine_id
