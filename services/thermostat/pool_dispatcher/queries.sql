@@ -35,9 +35,12 @@ FROM (SELECT 1) AS one LEFT JOIN taken ON true
 RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
           j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result,
           (SELECT endpoint FROM taken) AS endpoint, (SELECT token FROM taken) AS token,
-          (SELECT count(*) FROM pool_machines
-           WHERE tenant_id = $2 AND machine_type = $3 AND state IN ('starting', 'warm', 'busy')) AS live,
-          (SELECT count(*) FROM pool_machines WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') AS idle;
+          CASE WHEN j.worker_id IS NULL THEN (  -- counted only for a job that queued
+              SELECT count(*) FROM pool_machines
+              WHERE tenant_id = $2 AND machine_type = $3 AND state IN ('starting', 'warm', 'busy')) END AS live,
+          CASE WHEN j.worker_id IS NULL THEN (
+              SELECT count(*) FROM pool_machines
+              WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle;
 
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the

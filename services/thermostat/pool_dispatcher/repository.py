@@ -315,7 +315,7 @@ class PoolRepository:
                 endpoint=row["endpoint"],
                 token=row["token"],
             )
-        return Submitted(job=job, assignment=assignment, live_machines=row["live"], idle_machines=row["idle"])
+        return Submitted(job=job, assignment=assignment, live_machines=row["live"] or 0, idle_machines=row["idle"] or 0)
 
     async def complete(
         self,
