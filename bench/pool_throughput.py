@@ -1,13 +1,13 @@
 """Pool throughput: trivial jobs end to end (submit → result), two dispatcher processes, four warm workers.
 
-Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32]
+Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--rounds 3]
 
 Issue 10's first measure. One embedded Postgres (fsync off), two `python -m thermostat.pool_dispatcher`
 processes on it (real subprocesses, instance ids bench-a and bench-b), one machine type `echo` running the
 reference worker (`python -m thermostat.worker`, echo handler) through the local backend with
 `max_workers: 4`, warmed before measuring, and the real Envoy edge (thermostat.edge.envoy_config, started
-with thermostat.dev.envoy) whose pool cluster holds both processes. Paths, one after the other, each with
-`--clients` concurrent callers:
+with thermostat.dev.envoy) whose pool cluster holds both processes. Paths, each with `--clients` concurrent
+callers, in `--rounds` rounds whose order rotates (the median round is printed, every round beside it):
 
   gRPC    SubmitJobSync straight to the dispatchers, callers spread over both processes
   REST    POST /v1/jobs/sync?machine_type=echo through Envoy (aiohttp client, kept-alive connections)
@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -229,6 +230,7 @@ async def pool_rig(*, processes: int, workers: int, edge: bool) -> AsyncIterator
 
 
 Call = Callable[[int], Awaitable[None]]
+Runner = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jobs per second
 
 
 async def run_lanes(call: Call, first: int, jobs: int, lanes: int) -> float:
@@ -299,8 +301,10 @@ async def check_exactly_once(dsn: str, expected: int) -> str:
     )
 
 
-async def calibration_loop(dsn: str, jobs: int, lanes: int) -> float:
-    """bench/pool_calibration.py's loop (its schema, worker and lanes) at `lanes`, in a scratch database."""
+@contextlib.asynccontextmanager
+async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[Runner]:
+    """bench/pool_calibration.py's loop (its schema, worker and run_loop) in a scratch database, as a runner
+    of `jobs` jobs at `lanes` (the first job number is unused: the loop inserts its own jobs)."""
     admin = await asyncpg.connect(dsn)
     await admin.execute(f"DROP DATABASE IF EXISTS {calibration.SCRATCH} WITH (FORCE)")
     await admin.execute(f"CREATE DATABASE {calibration.SCRATCH}")
@@ -313,14 +317,16 @@ async def calibration_loop(dsn: str, jobs: int, lanes: int) -> float:
             reply = await client.execute(handle.endpoint, calibration.TOKEN, data, deadline_seconds=30)
             return reply.body
 
-        pool = await asyncpg.create_pool(
-            dsn.rsplit("/", 1)[0] + f"/{calibration.SCRATCH}", min_size=lanes, max_size=lanes
-        )
+        scratch = dsn.rsplit("/", 1)[0] + f"/{calibration.SCRATCH}"
+        pool = await asyncpg.create_pool(scratch, min_size=lanes, max_size=lanes)
         try:
             async with pool.acquire() as connection:
                 await connection.execute(calibration.SCHEMA)
-            await calibration.run_loop(pool, hop, WARMUP, min(lanes, 4))
-            return await calibration.run_loop(pool, hop, jobs, lanes)
+
+            async def run(_first: int, jobs: int) -> float:
+                return await calibration.run_loop(pool, hop, jobs, lanes)
+
+            yield run
         finally:
             await pool.close()
     finally:
@@ -330,31 +336,50 @@ async def calibration_loop(dsn: str, jobs: int, lanes: int) -> float:
         await admin.close()
 
 
-async def main(jobs: int, lanes: int, calibrate: bool) -> None:
-    print(f"{jobs} jobs per path, {lanes} concurrent callers; at start: {load_line()}", flush=True)
-    results: dict[str, float] = {}
-    async with pool_rig(processes=2, workers=4, edge=True) as rig:
-        submitted = 4 * 4  # the warm-up burst
-        call = grpc_caller(rig)
-        await run_lanes(call, 0, WARMUP, lanes)
-        results["gRPC SubmitJobSync, 2 processes"] = await run_lanes(call, WARMUP, jobs, lanes)
-        submitted += WARMUP + jobs
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            call = rest_caller(rig, session)
-            base = WARMUP + jobs
-            await run_lanes(call, base, WARMUP, lanes)
-            results["REST /v1/jobs/sync via Envoy"] = await run_lanes(call, base + WARMUP, jobs, lanes)
-            submitted += WARMUP + jobs
-        await asyncio.sleep(0.5)  # the warm-up burst's last completions
-        verdict = await check_exactly_once(rig.dsn, submitted)
+CALIBRATION = "calibration loop (4 SQL + 1 HTTP)"
+
+
+async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
+    print(
+        f"{jobs} jobs per path in {rounds} interleaved rounds, {lanes} concurrent callers; at start: {load_line()}",
+        flush=True,
+    )
+    rates: dict[str, list[float]] = {}
+    async with (
+        pool_rig(processes=2, workers=4, edge=True) as rig,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        contextlib.AsyncExitStack() as stack,
+    ):
+
+        def lanes_of(call: Call) -> Runner:
+            return lambda first, count: run_lanes(call, first, count, lanes)
+
+        paths: dict[str, Runner] = {
+            "gRPC SubmitJobSync, 2 processes": lanes_of(grpc_caller(rig)),
+            "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
+        }
         if calibrate:
-            results["calibration loop (4 SQL + 1 HTTP)"] = await calibration_loop(rig.dsn, jobs, lanes)
-    print(f"\n{'path':<36}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}")
-    calib = results.get("calibration loop (4 SQL + 1 HTTP)")
+            paths[CALIBRATION] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
+        numbered = 0
+        for runner in paths.values():
+            await runner(numbered, WARMUP)
+            numbered += WARMUP
+        order = list(paths.items())
+        per_round = max(1, jobs // rounds)
+        for r in range(rounds):  # rotate which path goes first, so load drifts hit every path alike
+            for name, runner in order[r % len(order) :] + order[: r % len(order)]:
+                rates.setdefault(name, []).append(await runner(numbered, per_round))
+                numbered += per_round
+        await asyncio.sleep(0.5)  # the warm-up burst's last completions
+        pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name != CALIBRATION)
+        verdict = await check_exactly_once(rig.dsn, pool_jobs)
+    results = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"\n{'path (median of rounds)':<36}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")
+    calib = results.get(CALIBRATION)
     for name, rate in results.items():
         versus = f"{rate / calib:>14.2f}x" if calib else f"{'—':>15}"
-        print(f"{name:<36}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}")
+        spread = " ".join(f"{v:.0f}" for v in rates[name])
+        print(f"{name:<36}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}   {spread}")
     print(f"goal: ≥ 1,000 jobs/s (× goal ≥ 1.00); {verdict}")
     print(f"at end: {load_line()}")
 
@@ -363,9 +388,10 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000, help="measured jobs per path (default 3000)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers per path (default 32)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per path (default 3)")
     parser.add_argument("--no-calibration", action="store_true", help="skip the calibration loop")
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.clients, not args.no_calibration))
+    asyncio.run(main(args.jobs, args.clients, args.rounds, not args.no_calibration))
 
 
 if __name__ == "__main__":
