@@ -41,6 +41,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+# the rig spawns processes while gRPC runs; its fork handlers would only log that they skip themselves
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
