@@ -13,6 +13,8 @@ callers, in `--rounds` rounds whose order rotates (the median round is printed, 
   REST    POST /v1/jobs/sync?machine_type=echo through Envoy (aiohttp client, kept-alive connections)
   calib.  bench/pool_calibration.py's bare loop (four statements + one worker call, one process) at the
           same concurrency, against a worker of its own: what this machine does without the service
+  +NOTIFY the same loop whose completion also NOTIFYs two listening connections, as the pool's complete
+          statement does for waiters in other processes: what that notification costs
 
 Every job carries its own payload and the result must echo it. After the runs, the job rows and the usage
 feed must show every job completed exactly once: as many usage events as jobs, one per job id, no job in
@@ -304,9 +306,10 @@ async def check_exactly_once(dsn: str, expected: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[Runner]:
-    """bench/pool_calibration.py's loop (its schema, worker and run_loop) in a scratch database, as a runner
-    of `jobs` jobs at `lanes` (the first job number is unused: the loop inserts its own jobs)."""
+async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[tuple[Runner, Runner]]:
+    """bench/pool_calibration.py's loop (its schema, worker and run_loop) in a scratch database, as runners
+    of `jobs` jobs at `lanes` (the first job number is unused: the loop inserts its own jobs): as it is, and
+    with its completion sending a NOTIFY to two listening connections, as the pool's complete statement does."""
     admin = await asyncpg.connect(dsn)
     await admin.execute(f"DROP DATABASE IF EXISTS {calibration.SCRATCH} WITH (FORCE)")
     await admin.execute(f"CREATE DATABASE {calibration.SCRATCH}")
@@ -328,7 +331,17 @@ async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[Runner]:
             async def run(_first: int, jobs: int) -> float:
                 return await calibration.run_loop(pool, hop, jobs, lanes)
 
-            yield run
+            async def run_notifying(_first: int, jobs: int) -> float:
+                return await calibration.run_loop(pool, hop, jobs, lanes, complete=calibration.COMPLETE_NOTIFY)
+
+            listeners = [await asyncpg.connect(scratch) for _ in range(2)]  # as two dispatcher processes listen
+            try:
+                for listener in listeners:
+                    await listener.add_listener("calibration_done", lambda *_: None)
+                yield run, run_notifying
+            finally:
+                for listener in listeners:
+                    await listener.close()
         finally:
             await pool.close()
     finally:
@@ -339,6 +352,7 @@ async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[Runner]:
 
 
 CALIBRATION = "calibration loop (4 SQL + 1 HTTP)"
+NOTIFYING = "calibration loop + NOTIFY, 2 listening"
 
 
 async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
@@ -361,7 +375,7 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
             "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
         }
         if calibrate:
-            paths[CALIBRATION] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
+            paths[CALIBRATION], paths[NOTIFYING] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
         numbered = 0
         for runner in paths.values():
             await runner(numbered, WARMUP)
@@ -373,7 +387,7 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
                 rates.setdefault(name, []).append(await runner(numbered, per_round))
                 numbered += per_round
         await asyncio.sleep(0.5)  # the warm-up burst's last completions
-        pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name != CALIBRATION)
+        pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name not in (CALIBRATION, NOTIFYING))
         verdict = await check_exactly_once(rig.dsn, pool_jobs)
     results = {name: statistics.median(values) for name, values in rates.items()}
     print(f"\n{'path (median of rounds)':<36}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,16 +127,5 @@ def assemble(
     return PoolService(host=host, dispatcher=dispatcher, backend=backend)
 
 
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when it is installed (pinned in requirements.txt; optional at run time): the hot path's
-    socket writes and wake-ups cost less on it (bench/pool_throughput.py). None: asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 if __name__ == "__main__":
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        sys.exit(runner.run(run_service(PoolDispatcherSettings, POOL_DISPATCHER, build=build)))
+    sys.exit(asyncio.run(run_service(PoolDispatcherSettings, POOL_DISPATCHER, build=build)))
