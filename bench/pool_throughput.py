@@ -390,12 +390,12 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
         pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name not in (CALIBRATION, NOTIFYING))
         verdict = await check_exactly_once(rig.dsn, pool_jobs)
     results = {name: statistics.median(values) for name, values in rates.items()}
-    print(f"\n{'path (median of rounds)':<36}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")
+    print(f"\n{'path (median of rounds)':<40}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")
     calib = results.get(CALIBRATION)
     for name, rate in results.items():
         versus = f"{rate / calib:>14.2f}x" if calib else f"{'—':>15}"
         spread = " ".join(f"{v:.0f}" for v in rates[name])
-        print(f"{name:<36}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}   {spread}")
+        print(f"{name:<40}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}   {spread}")
     print(f"goal: ≥ 1,000 jobs/s (× goal ≥ 1.00); {verdict}")
     print(f"at end: {load_line()}")
 
