@@ -76,12 +76,16 @@ WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, i
 RETURNING id, payload
 """
 COMPLETE = "UPDATE jobs SET state = 'completed', result = $2, completed_at = now() WHERE id = $1"
+COMPLETE_NOTIFY = COMPLETE + " RETURNING pg_notify('calibration_done', id::text)"
+"""The completion as the pool's complete statement ends it: a NOTIFY to every listening process."""
 USAGE = "INSERT INTO usage_events (job_id, tenant_id, duration_seconds, terminal_state) VALUES ($1, $2, $3, $4)"
 
 Call = Callable[[bytes], Awaitable[bytes]]
 
 
-async def run_loop(pool: asyncpg.Pool, call: Call | None, jobs: int, concurrency: int) -> float:
+async def run_loop(
+    pool: asyncpg.Pool, call: Call | None, jobs: int, concurrency: int, *, complete: str = COMPLETE
+) -> float:
     """Jobs per second of the four-statement loop, with `call` as the worker hop (None: no hop)."""
     remaining = jobs
 
@@ -96,7 +100,7 @@ async def run_loop(pool: asyncpg.Pool, call: Call | None, jobs: int, concurrency
                     claimed = await connection.fetchrow(CLAIM, "machine-1")
                 started = time.monotonic()
                 result = await call(claimed["payload"]) if call is not None else b""
-                await connection.execute(COMPLETE, claimed["id"], result)
+                await connection.execute(complete, claimed["id"], result)
                 await connection.execute(USAGE, claimed["id"], "acme", time.monotonic() - started, "completed")
 
     started = time.perf_counter()

@@ -407,10 +407,14 @@ async def test_a_payload_at_the_limit_round_trips_and_one_byte_over_is_413_with_
         "/v1/jobs", params={"machine_type": "local"}, content=at_limit + b"!", headers=tenant_headers(tenant)
     )
     assert str(MAX_PAYLOAD_BYTES) in problem(over, 413)
-    far_over = await edge.post(
-        "/v1/jobs", params={"machine_type": "local"}, content=at_limit * 2, headers=tenant_headers(tenant)
-    )
-    problem(far_over, 413)
+    try:
+        far_over = await edge.post(
+            "/v1/jobs", params={"machine_type": "local"}, content=at_limit * 2, headers=tenant_headers(tenant)
+        )
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        pass  # Envoy answered 413 and closed while the client was still writing: refused all the same
+    else:
+        problem(far_over, 413)
     assert await queued_for(store, tenant) == 1
 
 

@@ -37,7 +37,14 @@ async def create_pool(
     command_timeout: float | None = 30.0,
     application_name: str = "thermostat",
 ) -> asyncpg.Pool:
-    """An asyncpg pool with bounded connect and statement times, named in `pg_stat_activity`."""
+    """An asyncpg pool with bounded connect and statement times, named in `pg_stat_activity`.
+
+    A connection goes back to the pool without asyncpg's default reset query (`RESET ALL; UNLISTEN *;
+    CLOSE ALL; pg_advisory_unlock_all()`): that is a round trip on every borrow, as much as the statement
+    itself (bench/pool_throughput.py), to undo session state nothing here sets. Pooled connections never
+    SET session variables, take session advisory locks or keep cursors, and a LISTEN is removed before its
+    connection is released. asyncpg still rolls back a transaction left open.
+    """
     pool: asyncpg.Pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
@@ -45,8 +52,13 @@ async def create_pool(
         timeout=connect_timeout,
         command_timeout=command_timeout,
         server_settings={"application_name": application_name},
+        reset=_keep_session,
     )
     return pool
+
+
+async def _keep_session(_connection: asyncpg.Connection) -> None:
+    """No reset query on release (see create_pool); asyncpg's own rollback of an open transaction runs first."""
 
 
 async def apply_migrations(dsn: str, *, connect_timeout: float = 5.0) -> list[Migration]:

@@ -17,7 +17,10 @@ id that is merely stalled is fenced off by term while the new one takes its rows
 
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 `LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
-second. The catalogue is cached with its version: `LISTEN pool_catalogue` and every scaler pass refresh it.
+second. A sync wait whose job this process completed takes the job and result from the completion (no
+read); one completed elsewhere reads both once. A submit that queued places only when placement can act
+(policy: placement_may_act). The catalogue is cached with its version: `LISTEN pool_catalogue` and every
+scaler pass refresh it. bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from thermostat.policy.pool.machine_type import (
     parse_catalogue,
 )
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
-from thermostat.policy.pool.placement import Demand, plan_placement
+from thermostat.policy.pool.placement import Demand, placement_may_act, plan_placement
 from thermostat.policy.pool.reaping import plan_reaping
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
@@ -56,7 +59,7 @@ from thermostat.store.connections import borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
-from .repository import Assignment, JobView, Owner, PoolRepository, Subscription
+from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription
 from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
@@ -100,25 +103,47 @@ class Hooks:
     before_record_started: Callable[[str], Awaitable[None]] | None = None
 
 
+@dataclass(eq=False)
+class _Waiter:
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    finished: Finished | None = None  # set by this process's own completion: nothing to re-read
+
+
+RECENT_DONE = 4096
+"""Job ids whose notification arrived lately, so a wait that registers after its job's NOTIFY reads at once."""
+
+
 @dataclass
 class _Waiters:
-    events: dict[str, list[asyncio.Event]] = field(default_factory=dict)
+    waiting: dict[str, list[_Waiter]] = field(default_factory=dict)
+    recent: dict[str, None] = field(default_factory=dict)  # insertion-ordered, bounded
+    # jobs whose completion statement this process has in flight: their own NOTIFY can overtake the
+    # statement's answer, and would send their waiters to read what the answer brings anyway
+    completing: set[str] = field(default_factory=set)
 
-    def add(self, job_id: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self.events.setdefault(job_id, []).append(event)
-        return event
+    def add(self, job_id: str) -> _Waiter:
+        waiter = _Waiter()
+        self.waiting.setdefault(job_id, []).append(waiter)
+        return waiter
 
-    def remove(self, job_id: str, event: asyncio.Event) -> None:
-        listed = self.events.get(job_id, [])
-        if event in listed:
-            listed.remove(event)
+    def remove(self, job_id: str, waiter: _Waiter) -> None:
+        listed = self.waiting.get(job_id, [])
+        if waiter in listed:
+            listed.remove(waiter)
         if not listed:
-            self.events.pop(job_id, None)
+            self.waiting.pop(job_id, None)
 
     def wake(self, job_id: str) -> None:
-        for event in self.events.get(job_id, []):
-            event.set()
+        self.recent[job_id] = None
+        if len(self.recent) > RECENT_DONE:
+            del self.recent[next(iter(self.recent))]
+        for waiter in self.waiting.get(job_id, []):
+            waiter.event.set()
+
+    def finish(self, job_id: str, finished: Finished) -> None:
+        for waiter in self.waiting.get(job_id, []):
+            waiter.finished = finished
+            waiter.event.set()
 
 
 class Dispatcher:
@@ -261,6 +286,9 @@ class Dispatcher:
         )
 
     def _on_job_done(self, job_id: str) -> None:
+        if job_id in self._waiters.completing:
+            self._waiters.recent[job_id] = None  # the completion in flight here wakes its waiters itself
+            return
         self._waiters.wake(job_id)
 
     def _on_catalogue(self, _version: str) -> None:
@@ -340,7 +368,7 @@ class Dispatcher:
 
     async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str]) -> JobView:
         machine_type = options.machine_type
-        job, assignment = await self.repo.submit(
+        submitted = await self.repo.submit(
             job_id=str(uuid.uuid4()),
             tenant_id=tenant_id,
             machine_type=machine_type.name,
@@ -352,13 +380,50 @@ class Dispatcher:
             owner=self.owner,
             trace=trace,
         )
+        assignment = submitted.assignment
         if assignment is not None:
             self._spawn(
                 self._run(assignment, tenant_id, machine_type.name, machine_type.image), f"pool-run-{assignment.job_id}"
             )
-        else:
+        elif placement_may_act(
+            live_machines=submitted.live_machines,
+            idle_machines=submitted.idle_machines,
+            max_workers=machine_type.max_workers,
+        ):
             self._poke_placement()
-        return job
+        return submitted.job
+
+    async def wait_finished(self, job: JobView, timeout: float) -> Finished:
+        """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
+        out. This process's own completion hands over the job and result with no read; another process's
+        arrives by NOTIFY and is read once (job and result together). A re-read that finds the job still
+        queued pokes placement: the backstop for a completion that raced its submit."""
+        deadline = self.clock() + timeout
+        waiter = self._waiters.add(job.id)
+        try:
+            latest = Finished(job=job, result=None)
+            stale = job.id in self._waiters.recent  # its notification came before this wait began
+            while True:
+                if waiter.finished is not None:
+                    return waiter.finished
+                remaining = deadline - self.clock()
+                if stale or remaining <= 0:
+                    waiter.event.clear()
+                    read = await self.repo.get_job_result(job.id, job.tenant_id)
+                    if read is None:
+                        return latest
+                    latest = read
+                    state = JobState(read.job.state)
+                    if state in TERMINAL_STATES or remaining <= 0:
+                        return read
+                    if state is JobState.QUEUED:
+                        self._poke_placement()
+                stale = True  # a wake-up, or a second without one: read again
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(remaining, REPOLL_SECONDS)):
+                        await waiter.event.wait()
+        finally:
+            self._waiters.remove(job.id, waiter)
 
     async def wait(
         self, job_id: str, tenant_id: str, timeout: float, *, since_state: str | None = None
@@ -366,19 +431,19 @@ class Dispatcher:
         """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
         None when it is not the tenant's."""
         deadline = self.clock() + timeout
-        event = self._waiters.add(job_id)
+        waiter = self._waiters.add(job_id)
         try:
             while True:
-                event.clear()
+                waiter.event.clear()
                 job = await self.repo.get_job(job_id, tenant_id)
                 remaining = deadline - self.clock()
                 moved = since_state is not None and job is not None and job.state != since_state
                 if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
                     return job
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, REPOLL_SECONDS))
+                    await asyncio.wait_for(waiter.event.wait(), min(remaining, REPOLL_SECONDS))
         finally:
-            self._waiters.remove(job_id, event)
+            self._waiters.remove(job_id, waiter)
 
     # execute and complete
 
@@ -433,20 +498,27 @@ class Dispatcher:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
-            completion = await self.repo.complete(
-                job_id=assignment.job_id,
-                machine_id=assignment.machine_id,
-                state=str(outcome.state),
-                result=outcome.result,
-                error=outcome.error,
-                duration_seconds=duration,
-                owner=self.owner,
-                retire=outcome.retire_machine,
-                take_next=keep_feeding,
-                tenant_id=tenant_id,
-                machine_type=machine_type,
-            )
-            self._waiters.wake(assignment.job_id)
+            self._waiters.completing.add(assignment.job_id)
+            try:
+                completion = await self.repo.complete(
+                    job_id=assignment.job_id,
+                    machine_id=assignment.machine_id,
+                    state=str(outcome.state),
+                    result=outcome.result,
+                    error=outcome.error,
+                    duration_seconds=duration,
+                    owner=self.owner,
+                    retire=outcome.retire_machine,
+                    take_next=keep_feeding,
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                )
+                if completion.job is not None:
+                    result = outcome.result if completion.job.has_result else None
+                    self._waiters.finish(assignment.job_id, Finished(job=completion.job, result=result))
+            finally:
+                self._waiters.completing.discard(assignment.job_id)
+                self._waiters.wake(assignment.job_id)
             if completion.job_state is None:
                 log.warning(
                     "job %s finished on machine %s after this process lost it", assignment.job_id, assignment.machine_id
@@ -833,10 +905,15 @@ class Dispatcher:
         )
         if verdict.local_fault:
             log.warning("every probed machine missed its health check: treated as this process's network")
-        await self.repo.record_misses(dict(verdict.misses), self.owner)
-        for machine_id in verdict.retire:
+        # only counts that changed: a pass over a healthy fleet writes nothing (bench/pool_scaler.py)
+        changed = {m: n for m, n in verdict.misses.items() if n != by_id[m].machine.health_misses}
+        await self.repo.record_misses(changed, self.owner)
+
+        async def retire(machine_id: str) -> None:
             if await self._stop_machine(machine_id, by_id[machine_id].provider_id, reason="health checks missed"):
                 log.warning("machine %s retired: stopped answering health checks", machine_id)
+
+        await asyncio.gather(*(retire(machine_id) for machine_id in verdict.retire))
 
     async def _recover_machines(self) -> None:
         """After a restart under the same id: keep the warm machines that answer, stop the rest."""

@@ -5,7 +5,9 @@
 -- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
 -- current image (session affinity first, then most recently active) unless a queued job of that tenant and
 -- type with at least this priority is ahead of it. Claimed: the job is dispatched to that machine, owned
--- by this process, which sends it at once (mark_sent). Otherwise it is queued.
+-- by this process, which sends it at once (mark_sent). Otherwise it is queued, and `live` / `idle` (the
+-- tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
+-- (thermostat.policy.pool.placement).
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
@@ -33,7 +35,13 @@ SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' ELSE 'dispatched' EN
 FROM (SELECT 1) AS one LEFT JOIN taken ON true
 RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
           j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result,
-          (SELECT endpoint FROM taken) AS endpoint, (SELECT token FROM taken) AS token;
+          (SELECT endpoint FROM taken) AS endpoint, (SELECT token FROM taken) AS token,
+          CASE WHEN j.worker_id IS NULL THEN (  -- counted only for a job that queued
+              SELECT count(*) FROM pool_machines
+              WHERE tenant_id = $2 AND machine_type = $3 AND state IN ('starting', 'warm', 'busy')) END AS live,
+          CASE WHEN j.worker_id IS NULL THEN (
+              SELECT count(*) FROM pool_machines
+              WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle;
 
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
@@ -49,7 +57,8 @@ WITH job AS (
         completed_at = COALESCE(completed_at, now()),
         payload = NULL, owner = NULL, owner_term = NULL
     WHERE id = $1 AND worker_id = $2 AND owner = $7 AND owner_term = $8 AND state IN ('running', 'cancelled')
-    RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at
+    RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at, submitted_at, priority,
+              session_id, timeout_seconds, error, result IS NOT NULL AS has_result
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
@@ -77,14 +86,16 @@ WITH job AS (
     WHERE m.id = $2 AND m.owner = $7 AND m.owner_term = $8 AND EXISTS (SELECT 1 FROM job)
     RETURNING m.state, m.provider_id
 )
-SELECT (SELECT state FROM job) AS job_state,
+SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priority AS job_priority,
+       job.session_id AS job_session_id, job.timeout_seconds AS job_timeout_seconds, job.error AS job_error,
+       job.started_at AS job_started_at, job.completed_at AS job_completed_at, job.has_result AS job_has_result,
        (SELECT state FROM machine) AS machine_state,
        (SELECT provider_id FROM machine) AS provider_id,
        (SELECT position FROM usage) AS position,
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
        handed.submitted_at,
        (SELECT pg_notify('pool_jobs_done', id::text) FROM job) AS notified
-FROM (SELECT 1) AS one LEFT JOIN handed ON true;
+FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 
 -- name: take_next
 -- Hand the next queued job of its tenant and type to an idle warm machine on the current image ($4); the
@@ -286,6 +297,12 @@ RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::tex
 -- name: get_job
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
        error, started_at, completed_at, result IS NOT NULL AS has_result
+FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+
+-- name: get_job_result
+-- The job as callers see it and, once it has one, its result: what a sync wait answers, in one read.
+SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+       error, started_at, completed_at, result IS NOT NULL AS has_result, result
 FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 
 -- name: get_result

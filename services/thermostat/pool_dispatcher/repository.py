@@ -71,8 +71,28 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Submitted:
+    """A submit's outcome: the job, its assignment when a warm machine took it, and what the submit's
+    statement saw of the tenant's machines of the type (for placement_may_act)."""
+
+    job: JobView
+    assignment: Assignment | None
+    live_machines: int
+    idle_machines: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """A job as a sync wait answers it: the job, and its result bytes when known (None: not read)."""
+
+    job: JobView
+    result: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Completion:
     job_state: str | None  # None: the job was no longer ours (reclaimed), nothing was written
+    job: JobView | None  # the finished job as callers see it (None with job_state)
     machine_state: str | None
     provider_id: str | None
     usage_position: int | None
@@ -264,7 +284,7 @@ class PoolRepository:
         payload: bytes,
         owner: Owner,
         trace: dict[str, str],
-    ) -> tuple[JobView, Assignment | None]:
+    ) -> Submitted:
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -284,18 +304,19 @@ class PoolRepository:
                 )
             )
         job = _job(row)
-        if job.state != "dispatched" or job.worker_id is None:
-            return job, None
-        return job, Assignment(
-            job_id=job.id,
-            machine_id=job.worker_id,
-            payload=payload,
-            timeout_seconds=timeout_seconds,
-            trace=dict(trace),
-            submitted_at=job.submitted_at,
-            endpoint=row["endpoint"],
-            token=row["token"],
-        )
+        assignment = None
+        if job.state == "dispatched" and job.worker_id is not None:
+            assignment = Assignment(
+                job_id=job.id,
+                machine_id=job.worker_id,
+                payload=payload,
+                timeout_seconds=timeout_seconds,
+                trace=dict(trace),
+                submitted_at=job.submitted_at,
+                endpoint=row["endpoint"],
+                token=row["token"],
+            )
+        return Submitted(job=job, assignment=assignment, live_machines=row["live"] or 0, idle_machines=row["idle"] or 0)
 
     async def complete(
         self,
@@ -331,8 +352,26 @@ class PoolRepository:
                 )
             )
         next_job = None if row["id"] is None else _assignment(row, machine_id)
+        finished = None
+        if row["job_state"] is not None:
+            finished = JobView(
+                id=job_id,
+                tenant_id=tenant_id,
+                machine_type=machine_type,
+                state=row["job_state"],
+                submitted_at=row["job_submitted_at"],
+                priority=row["job_priority"],
+                session_id=row["job_session_id"],
+                worker_id=machine_id,
+                timeout_seconds=row["job_timeout_seconds"],
+                error=row["job_error"],
+                started_at=row["job_started_at"],
+                completed_at=row["job_completed_at"],
+                has_result=row["job_has_result"],
+            )
         return Completion(
             job_state=row["job_state"],
+            job=finished,
             machine_state=row["machine_state"],
             provider_id=row["provider_id"],
             usage_position=row["position"],
@@ -498,6 +537,14 @@ class PoolRepository:
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["get_job"], uuid.UUID(job_id), tenant_id)
         return None if row is None else _job(row)
+
+    async def get_job_result(self, job_id: str, tenant_id: str) -> Finished | None:
+        """The job and its result (when it has one) in one read; None when it is not the tenant's."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["get_job_result"], uuid.UUID(job_id), tenant_id)
+        if row is None:
+            return None
+        return Finished(job=_job(row), result=None if row["result"] is None else bytes(row["result"]))
 
     async def get_result(self, job_id: str, tenant_id: str) -> StoredResult | None:
         async with borrow(self.pool) as c:

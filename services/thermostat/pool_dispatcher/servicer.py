@@ -230,18 +230,21 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         remaining = context.time_remaining()
         if remaining is not None:  # the caller's gRPC deadline bounds the wait too
             wait = max(0.0, min(wait, remaining - 0.05))
-        finished = await self.d.wait(job.id, job.tenant_id, wait) or job
-        return await self._answer(context, finished, await_result=True)
+        finished = await self.d.wait_finished(job, wait)
+        return await self._answer(context, finished.job, await_result=True, result=finished.result)
 
     async def _answer(
-        self, context: grpc.aio.ServicerContext, job: JobView, *, await_result: bool
+        self, context: grpc.aio.ServicerContext, job: JobView, *, await_result: bool, result: bytes | None = None
     ) -> httpbody_pb2.HttpBody:
+        """The job's result (read unless given), its failure body, or 202 with the job while it runs."""
         state = JobState(job.state)
         extra = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
         if state is JobState.COMPLETED:
-            stored = await self.d.repo.get_result(job.id, job.tenant_id)
+            if result is None:
+                stored = await self.d.repo.get_result(job.id, job.tenant_id)
+                result = stored.result if stored is not None else None
             await _status(context, None, extra=extra)
-            return _body(stored.result if stored and stored.result is not None else b"")
+            return _body(result if result is not None else b"")
         if state in _FAILED_STATUS:
             body: dict[str, Any] = {"state": job.state}
             if state is not JobState.CANCELLED:

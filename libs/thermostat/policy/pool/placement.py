@@ -130,3 +130,19 @@ def ready_count(mine: Iterable[Machine], catalogue: Catalogue) -> int:
 
 def _deferred(wanted: Demand, count: int, reason: DeferReason) -> Deferred:
     return Deferred(tenant_id=wanted.tenant_id, machine_type=wanted.machine_type, count=count, reason=reason)
+
+
+def placement_may_act(*, live_machines: int, idle_machines: int, max_workers: int | None) -> bool:
+    """Whether a job that just queued is worth a placement pass, from what its submit statement saw of the
+    tenant's machines of its type (starting, warm or busy: `live`; warm: `idle`).
+
+    A pass can hand the job to an idle machine or start one under the tenant cap; when every machine the cap
+    allows is busy or starting, it can do neither, and each of those machines takes the next queued job in
+    the statement that completes its current one (or that marks it ready). Under a backlog that skips a
+    placement pass per queued submit (bench/pool_throughput.py). A completion that raced the submit (its
+    statement saw the queue empty, the submit's saw the machine busy) leaves the machine idle: the next
+    submit of the tenant sees it idle and places, a sync wait's re-read places, and so does the scaler pass.
+    """
+    if idle_machines > 0:
+        return True
+    return max_workers is None or live_machines < max_workers

@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu, machine
 from thermostat.policy.pool.machines import Machine, MachineState
-from thermostat.policy.pool.placement import DeferReason, Demand, PlacementPlan, plan_placement
+from thermostat.policy.pool.placement import DeferReason, Demand, PlacementPlan, placement_may_act, plan_placement
 from thermostat.policy.pool.queue_order import QueuedJob
 
 S = MachineState
@@ -157,3 +157,19 @@ def test_retired_stale_machine_still_counts_against_the_fleet_cap() -> None:
     assert result.retire == ("old",)
     assert result.starts == ()
     assert result.fleet_cap_hit
+
+
+@pytest.mark.parametrize(
+    ("live", "idle", "max_workers", "acts"),
+    [
+        pytest.param(0, 0, 4, True, id="no-machine-yet-places"),
+        pytest.param(3, 0, 4, True, id="room-under-the-tenant-cap-places"),
+        pytest.param(4, 0, 4, False, id="every-allowed-machine-busy-or-starting-skips"),
+        pytest.param(4, 1, 4, True, id="an-idle-machine-at-the-cap-places"),
+        pytest.param(9, 0, None, True, id="no-tenant-cap-always-places"),
+    ],
+)
+def test_a_queued_submit_places_only_when_placement_can_act(
+    live: int, idle: int, max_workers: int | None, acts: bool
+) -> None:
+    assert placement_may_act(live_machines=live, idle_machines=idle, max_workers=max_workers) is acts

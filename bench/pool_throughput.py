@@ -1,0 +1,414 @@
+"""Pool throughput: trivial jobs end to end (submit → result), two dispatcher processes, four warm workers.
+
+Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--rounds 3]
+
+Issue 10's first measure. One embedded Postgres (fsync off), two `python -m thermostat.pool_dispatcher`
+processes on it (real subprocesses, instance ids bench-a and bench-b), one machine type `echo` running the
+reference worker (`python -m thermostat.worker`, echo handler) through the local backend with
+`max_workers: 4`, warmed before measuring, and the real Envoy edge (thermostat.edge.envoy_config, started
+with thermostat.dev.envoy) whose pool cluster holds both processes. Paths, each with `--clients` concurrent
+callers, in `--rounds` rounds whose order rotates (the median round is printed, every round beside it):
+
+  gRPC    SubmitJobSync straight to the dispatchers, callers spread over both processes
+  REST    POST /v1/jobs/sync?machine_type=echo through Envoy (aiohttp client, kept-alive connections)
+  calib.  bench/pool_calibration.py's bare loop (four statements + one worker call, one process) at the
+          same concurrency, against a worker of its own: what this machine does without the service
+  +NOTIFY the same loop whose completion also NOTIFYs two listening connections, as the pool's complete
+          statement does for waiters in other processes: what that notification costs
+
+Every job carries its own payload and the result must echo it. After the runs, the job rows and the usage
+feed must show every job completed exactly once: as many usage events as jobs, one per job id, no job in
+another state (a double run would show as a second completion of a job or a foreign result).
+
+Goal ≥ 1,000 jobs/s on this 2-core machine. Everything (Postgres, both dispatchers, four workers, Envoy and
+the callers) shares the two cores with whatever else runs: the load average is printed, judge the ratio to
+the calibration loop in the same run rather than the absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+# the rig spawns processes while gRPC runs; its fork handlers would only log that they skip themselves
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import aiohttp  # noqa: E402
+import asyncpg  # noqa: E402
+import grpc  # noqa: E402
+import pool_calibration as calibration  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+
+from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from thermostat.chassis.ports import free_port  # noqa: E402
+from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
+from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
+from thermostat.dev.envoy import EnvoyProcess, start_envoy  # noqa: E402
+from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams  # noqa: E402
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc  # noqa: E402
+from thermostat.providers.pool.local import LocalBackend  # noqa: E402
+from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
+from thermostat.store.db import apply_migrations  # noqa: E402
+
+API_TOKEN = "bench-pool-token"  # noqa: S105 - a throw-away token for loopback processes
+TENANT = "bench"
+TYPE = "echo"
+WARMUP = 200
+
+
+def load_line() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min) on {os.cpu_count()} cores"
+
+
+def catalogue(max_workers: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": TYPE,
+            "image": f"{sys.executable} -m thermostat.worker",
+            "backend": "local",
+            "max_workers": max_workers,
+            "cool_down_seconds": 3600,
+            "boot_timeout_seconds": 60,
+        }
+    ]
+
+
+def auth(tenant: str | None = TENANT) -> tuple[tuple[str, str], ...]:
+    metadata = [("authorization", f"Bearer {API_TOKEN}")]
+    if tenant is not None:
+        metadata.append(("x-strata-tenant", tenant))
+    return tuple(metadata)
+
+
+@dataclass
+class Dispatcher:
+    name: str
+    port: int
+    process: asyncio.subprocess.Process
+    channel: grpc.aio.Channel
+    stub: pool_pb2_grpc.PoolDispatcherStub
+
+
+@dataclass
+class PoolRig:
+    """Postgres, dispatcher processes with warm workers, and (optionally) the Envoy edge in front of them."""
+
+    dsn: str
+    dispatchers: list[Dispatcher] = field(default_factory=list)
+    envoy: EnvoyProcess | None = None
+
+    @property
+    def edge_url(self) -> str:
+        assert self.envoy is not None
+        return f"http://127.0.0.1:{next(iter(self.envoy.listeners.values()))}"
+
+    async def machines(self) -> list[asyncpg.Record]:
+        connection = await asyncpg.connect(self.dsn)
+        try:
+            return await connection.fetch("SELECT id, state, endpoint, token, owner FROM pool_machines ORDER BY id")
+        finally:
+            await connection.close()
+
+
+async def _serving(port: int, process: asyncio.subprocess.Process, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if process.returncode is not None:
+                raise SystemExit(f"a dispatcher exited with status {process.returncode}")
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                request = health_pb2.HealthCheckRequest(service=POOL_DISPATCHER.health_service)
+                if (await stub.Check(request, timeout=1)).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the dispatcher on port {port} was not SERVING within {timeout:.0f} s")
+            await asyncio.sleep(0.1)
+
+
+async def _spawn_dispatcher(dsn: str, name: str, max_workers: int) -> Dispatcher:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "POOL_DISPATCHER_PORT": str(port),
+        "POOL_INSTANCE_ID": name,
+        "STRATA_POOL_TOKEN": API_TOKEN,
+        "POOL_MACHINE_TYPES": json.dumps(catalogue(max_workers)),
+        "POOL_HEALTH_POLL_SECONDS": "0.1",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", POOL_DISPATCHER.package, env=env, cwd=ROOT, stdin=asyncio.subprocess.DEVNULL
+    )
+    await _serving(port, process)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    return Dispatcher(
+        name=name, port=port, process=process, channel=channel, stub=pool_pb2_grpc.PoolDispatcherStub(channel)
+    )
+
+
+async def _warm(rig: PoolRig, workers: int, timeout: float = 90.0) -> None:
+    """Queue a burst so placement boots `workers` machines, then wait until all of them are warm and idle."""
+    first = rig.dispatchers[0].stub
+    for i in range(workers * 4):
+        request = pool_pb2.SubmitJobRequest(machine_type=TYPE)
+        request.payload.data = f"warm-{i}".encode()
+        await first.SubmitJob(request, metadata=auth())
+    deadline = time.monotonic() + timeout
+    while True:
+        machines = await rig.machines()
+        if len(machines) >= workers and all(m["state"] == "warm" for m in machines):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{workers} warm workers wanted, have {[m['state'] for m in machines]}")
+        await asyncio.sleep(0.2)
+
+
+async def _start_envoy(rig: PoolRig, workdir: Path) -> EnvoyProcess:
+    """The edge as the dev stack builds it, its pool cluster holding every dispatcher process."""
+    ports = {POOL_DISPATCHER.name: rig.dispatchers[0].port}
+    spec = EdgeSpec(
+        upstreams=upstreams((POOL_DISPATCHER,), ports=ports, host="127.0.0.1"),
+        descriptor_set=ROOT / "build" / "thermostat.pb",
+        listen_port=0,
+        admin_port=0,
+    )
+    config = build_envoy_config(spec)
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] == spec.upstreams[0].cluster:
+            endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            template = json.dumps(endpoints[0])
+            for extra in rig.dispatchers[1:]:
+                endpoints.append(json.loads(template.replace(str(rig.dispatchers[0].port), str(extra.port))))
+    path = workdir / "envoy.yaml"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return await start_envoy(path, concurrency=1)
+
+
+@contextlib.asynccontextmanager
+async def pool_rig(*, processes: int, workers: int, edge: bool) -> AsyncIterator[PoolRig]:
+    """Postgres, `processes` dispatcher subprocesses sharing `workers` warm echo workers, and the edge."""
+    with (
+        embedded_data_dir() as data_dir,
+        EmbeddedPostgres(data_dir, durable=False) as server,
+        tempfile.TemporaryDirectory(prefix="pool-bench-") as tmp,
+    ):
+        await apply_migrations(server.dsn)
+        rig = PoolRig(dsn=server.dsn)
+        try:
+            for i in range(processes):
+                rig.dispatchers.append(await _spawn_dispatcher(server.dsn, f"bench-{'abcdefgh'[i]}", workers))
+            await _warm(rig, workers)
+            if edge:
+                rig.envoy = await _start_envoy(rig, Path(tmp))
+            yield rig
+        finally:
+            if rig.envoy is not None:
+                await rig.envoy.stop()
+            for d in rig.dispatchers:
+                await d.channel.close()
+                if d.process.returncode is None:
+                    d.process.terminate()
+            for d in rig.dispatchers:
+                try:
+                    await asyncio.wait_for(d.process.wait(), 20)
+                except TimeoutError:
+                    d.process.kill()
+                    await d.process.wait()
+
+
+Call = Callable[[int], Awaitable[None]]
+Runner = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jobs per second
+
+
+async def run_lanes(call: Call, first: int, jobs: int, lanes: int) -> float:
+    """Jobs per second of `jobs` calls numbered from `first`, `lanes` at a time."""
+    numbers = iter(range(first, first + jobs))
+
+    async def lane() -> None:
+        for n in numbers:
+            await call(n)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(lanes)))
+    return jobs / (time.perf_counter() - started)
+
+
+def payload(n: int) -> bytes:
+    return f'{{"job": {n}}}'.encode()
+
+
+def grpc_caller(rig: PoolRig) -> Call:
+    stubs = [d.stub for d in rig.dispatchers]
+    metadata = auth()
+
+    async def call(n: int) -> None:
+        request = pool_pb2.SubmitJobSyncRequest(machine_type=TYPE, wait_seconds="60")
+        request.payload.data = payload(n)
+        body = await stubs[n % len(stubs)].SubmitJobSync(request, metadata=metadata, timeout=120)
+        if body.data != payload(n):
+            raise SystemExit(f"gRPC job {n}: result {body.data!r} is not its payload")
+
+    return call
+
+
+def rest_caller(rig: PoolRig, session: aiohttp.ClientSession) -> Call:
+    url = f"{rig.edge_url}/v1/jobs/sync?machine_type={TYPE}&wait_seconds=60"
+    headers = {"Authorization": f"Bearer {API_TOKEN}", "X-Strata-Tenant": TENANT}
+
+    async def call(n: int) -> None:
+        async with session.post(url, data=payload(n), headers=headers) as response:
+            body = await response.read()
+            if response.status != 200 or body != payload(n):
+                raise SystemExit(f"REST job {n}: HTTP {response.status} {body[:200]!r}")
+
+    return call
+
+
+async def check_exactly_once(dsn: str, expected: int) -> str:
+    """Every job completed once: one usage event per job, nothing left in another state."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        row = await connection.fetchrow(
+            """
+            SELECT (SELECT count(*) FROM pool_jobs) AS jobs,
+                   (SELECT count(*) FROM pool_jobs WHERE state = 'completed') AS completed,
+                   (SELECT count(*) FROM pool_usage) AS usage,
+                   (SELECT count(DISTINCT job_id) FROM pool_usage) AS usage_jobs,
+                   (SELECT count(*) FROM pool_jobs j WHERE state = 'completed'
+                      AND NOT EXISTS (SELECT 1 FROM pool_usage u WHERE u.job_id = j.id)) AS unmetered
+            """
+        )
+    finally:
+        await connection.close()
+    ok = row["jobs"] == row["completed"] == row["usage"] == row["usage_jobs"] == expected and row["unmetered"] == 0
+    verdict = "exactly once: yes" if ok else "exactly once: NO"
+    return (
+        f"{verdict} — {row['jobs']} job rows (expected {expected}), {row['completed']} completed, "
+        f"{row['usage']} usage events for {row['usage_jobs']} distinct jobs, {row['unmetered']} completed without usage"
+    )
+
+
+@contextlib.asynccontextmanager
+async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[tuple[Runner, Runner]]:
+    """bench/pool_calibration.py's loop (its schema, worker and run_loop) in a scratch database, as runners
+    of `jobs` jobs at `lanes` (the first job number is unused: the loop inserts its own jobs): as it is, and
+    with its completion sending a NOTIFY to two listening connections, as the pool's complete statement does."""
+    admin = await asyncpg.connect(dsn)
+    await admin.execute(f"DROP DATABASE IF EXISTS {calibration.SCRATCH} WITH (FORCE)")
+    await admin.execute(f"CREATE DATABASE {calibration.SCRATCH}")
+    client = WorkerClient()
+    backend = LocalBackend(client)
+    try:
+        handle = await calibration.boot_worker(backend)
+
+        async def hop(data: bytes) -> bytes:
+            reply = await client.execute(handle.endpoint, calibration.TOKEN, data, deadline_seconds=30)
+            return reply.body
+
+        scratch = dsn.rsplit("/", 1)[0] + f"/{calibration.SCRATCH}"
+        pool = await asyncpg.create_pool(scratch, min_size=lanes, max_size=lanes)
+        try:
+            async with pool.acquire() as connection:
+                await connection.execute(calibration.SCHEMA)
+
+            async def run(_first: int, jobs: int) -> float:
+                return await calibration.run_loop(pool, hop, jobs, lanes)
+
+            async def run_notifying(_first: int, jobs: int) -> float:
+                return await calibration.run_loop(pool, hop, jobs, lanes, complete=calibration.COMPLETE_NOTIFY)
+
+            listeners = [await asyncpg.connect(scratch) for _ in range(2)]  # as two dispatcher processes listen
+            try:
+                for listener in listeners:
+                    await listener.add_listener("calibration_done", lambda *_: None)
+                yield run, run_notifying
+            finally:
+                for listener in listeners:
+                    await listener.close()
+        finally:
+            await pool.close()
+    finally:
+        await backend.aclose()
+        await client.aclose()
+        await admin.execute(f"DROP DATABASE IF EXISTS {calibration.SCRATCH} WITH (FORCE)")
+        await admin.close()
+
+
+CALIBRATION = "calibration loop (4 SQL + 1 HTTP)"
+NOTIFYING = "calibration loop + NOTIFY, 2 listening"
+
+
+async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
+    print(
+        f"{jobs} jobs per path in {rounds} interleaved rounds, {lanes} concurrent callers; at start: {load_line()}",
+        flush=True,
+    )
+    rates: dict[str, list[float]] = {}
+    async with (
+        pool_rig(processes=2, workers=4, edge=True) as rig,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        contextlib.AsyncExitStack() as stack,
+    ):
+
+        def lanes_of(call: Call) -> Runner:
+            return lambda first, count: run_lanes(call, first, count, lanes)
+
+        paths: dict[str, Runner] = {
+            "gRPC SubmitJobSync, 2 processes": lanes_of(grpc_caller(rig)),
+            "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
+        }
+        if calibrate:
+            paths[CALIBRATION], paths[NOTIFYING] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
+        numbered = 0
+        for runner in paths.values():
+            await runner(numbered, WARMUP)
+            numbered += WARMUP
+        order = list(paths.items())
+        per_round = max(1, jobs // rounds)
+        for r in range(rounds):  # rotate which path goes first, so load drifts hit every path alike
+            for name, runner in order[r % len(order) :] + order[: r % len(order)]:
+                rates.setdefault(name, []).append(await runner(numbered, per_round))
+                numbered += per_round
+        await asyncio.sleep(0.5)  # the warm-up burst's last completions
+        pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name not in (CALIBRATION, NOTIFYING))
+        verdict = await check_exactly_once(rig.dsn, pool_jobs)
+    results = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"\n{'path (median of rounds)':<40}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")
+    calib = results.get(CALIBRATION)
+    for name, rate in results.items():
+        versus = f"{rate / calib:>14.2f}x" if calib else f"{'—':>15}"
+        spread = " ".join(f"{v:.0f}" for v in rates[name])
+        print(f"{name:<40}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}   {spread}")
+    print(f"goal: ≥ 1,000 jobs/s (× goal ≥ 1.00); {verdict}")
+    print(f"at end: {load_line()}")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3000, help="measured jobs per path (default 3000)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent callers per path (default 32)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per path (default 3)")
+    parser.add_argument("--no-calibration", action="store_true", help="skip the calibration loop")
+    args = parser.parse_args()
+    asyncio.run(main(args.jobs, args.clients, args.rounds, not args.no_calibration))
+
+
+if __name__ == "__main__":
+    cli()
