@@ -21,7 +21,7 @@ QWEN = pods_pb2.GetPodRequest(name="qwen")
 READ_BOUND = 0.5
 # The deadline a GET must meet while the store is frozen: the read bound plus room for the simulator's list
 # and a loaded machine — and far below what an unbounded read costs (the pool's 30 s statement timeout).
-GET_DEADLINE = READ_BOUND + 2.5
+GET_DEADLINE = READ_BOUND + 5.5
 
 
 async def test_a_frozen_store_leaves_gets_answering_without_its_fields_and_wakes_failing_closed_until_it_thaws(
