@@ -20,6 +20,18 @@ FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::te
      AS t(source_id, position, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, at)
 ON CONFLICT (source, source_id) DO NOTHING;
 
+-- name: land_pool_usage
+-- Idempotent by (source, job id), like the pod actions.
+INSERT INTO ledger_pool_usage (source, source_id, position, tenant_id, machine_type, worker_id, terminal_state,
+                               duration_seconds, started_at, ended_at)
+SELECT $1, t.source_id, t.position, t.tenant_id, t.machine_type, t.worker_id, t.terminal_state,
+       t.duration_seconds, t.started_at, t.ended_at
+FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[],
+            $9::timestamptz[], $10::timestamptz[])
+     AS t(source_id, position, tenant_id, machine_type, worker_id, terminal_state, duration_seconds, started_at,
+          ended_at)
+ON CONFLICT (source, source_id) DO NOTHING;
+
 -- name: advance_feed
 -- In the landing transaction: the position never goes back (a stale replica's older page moves nothing).
 UPDATE ledger_feeds SET position = GREATEST(position, $2), head_position = GREATEST($3, $2),

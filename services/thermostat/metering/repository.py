@@ -41,6 +41,21 @@ class LedgerAction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerUsage:
+    """One usage event of the pool's feed (a terminal job that reached a machine), as the ledger keeps it."""
+
+    source_id: str  # the job id
+    position: int
+    tenant_id: str
+    machine_type: str
+    worker_id: str
+    terminal_state: str
+    duration_seconds: float
+    started_at: datetime
+    ended_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FeedState:
     source: str
     position: int
@@ -85,6 +100,31 @@ class MeteringRepository:
                     [a.ok for a in actions],
                     [a.trigger for a in actions],
                     [a.at for a in actions],
+                )
+            await c.execute(Q["advance_feed"], source, through, head)
+            return int(status.rsplit(" ", 1)[-1])
+
+    async def land_pool_usage(
+        self, source: str, events: list[LedgerUsage] | tuple[LedgerUsage, ...], *, through: int, head: int
+    ) -> int:
+        """Land a page of pool usage and advance the feed to `through` in one transaction; how many were new."""
+        async with borrow(self._pool) as c, c.transaction():
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["lock_feed"], source)
+            status = "INSERT 0 0"
+            if events:
+                status = await c.execute(
+                    Q["land_pool_usage"],
+                    source,
+                    [e.source_id for e in events],
+                    [e.position for e in events],
+                    [e.tenant_id for e in events],
+                    [e.machine_type for e in events],
+                    [e.worker_id for e in events],
+                    [e.terminal_state for e in events],
+                    [e.duration_seconds for e in events],
+                    [e.started_at for e in events],
+                    [e.ended_at for e in events],
                 )
             await c.execute(Q["advance_feed"], source, through, head)
             return int(status.rsplit(" ", 1)[-1])

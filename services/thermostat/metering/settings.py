@@ -11,6 +11,8 @@ from thermostat.chassis.settings import ServiceSettings
 class MeteringSettings(ServiceSettings):
     metering_port: int = Field(default=METERING.default_port, ge=0, le=65535)
     pod_controller_addr: str = POD_CONTROLLER.address()
+    # the pool's usage feed is read when set (the dev stack and the cluster's ConfigMap set it); unset: no pool feed
+    pool_dispatcher_addr: str | None = None
     rig_operator_token: SecretStr | None = None
     # how often the ledger reads a feed that had nothing new, and how much it reads at once
     ledger_poll_seconds: float = Field(default=2.0, gt=0, le=300)

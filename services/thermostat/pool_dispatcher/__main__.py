@@ -24,6 +24,7 @@ from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
 from .dispatcher import Clock, Dispatcher, Hooks, Sleep
+from .internal import PoolInternalServicer
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
@@ -115,6 +116,8 @@ def assemble(
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens), server)
+        internal = PoolInternalServicer(store.pool, settle_seconds=settings.pool_usage_settle_seconds)
+        pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
     async def shutdown() -> None:
         await dispatcher.close()
@@ -132,6 +135,7 @@ def assemble(
             on_start=[dispatcher.start],
             on_stop=[shutdown],
             grpc_options=grpc_options(),
+            internal_token=settings.internal_token(),
         ),
         probe_seconds=settings.health_probe_seconds,
     )

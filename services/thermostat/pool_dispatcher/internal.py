@@ -1,0 +1,58 @@
+"""PoolDispatcherInternal: what other services of the deployment call (metering's usage feed).
+
+The internal token guards it (chassis/internal_auth.py), so metering needs neither of the pool's tokens to
+read every tenant's usage. Kept apart from the public servicer: it reads only `pool_usage`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import grpc
+
+from thermostat.policy.pool.usage_feed import Recorded, readable_count
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+from thermostat.store.connections import borrow
+from thermostat.store.sql import load_sql
+
+Q = load_sql(Path(__file__).with_name("internal.sql"))
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 5000
+
+
+class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # type: ignore[misc]
+    def __init__(self, pool: asyncpg.Pool, *, settle_seconds: float) -> None:
+        self.pool = pool
+        self.settle = timedelta(seconds=settle_seconds)
+
+    async def ListUsageEvents(
+        self, request: pool_pb2.ListUsageEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListUsageEventsResponse:
+        if request.after_position < 0 or request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative")
+        size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
+        async with borrow(self.pool) as c:
+            # the clock first: a row recorded after it is younger than it looks, never older
+            head_row = await c.fetchrow(Q["usage_head"])
+            assert head_row is not None  # a SELECT without FROM returns its one row
+            rows = await c.fetch(Q["usage_after"], request.after_position, size)
+        visible = [Recorded(position=r["position"], recorded_at=r["recorded_at"]) for r in rows]
+        take = readable_count(after=request.after_position, rows=visible, now=head_row["now"], settle=self.settle)
+        last = rows[-1]["position"] if rows else 0
+        response = pool_pb2.ListUsageEventsResponse(head_position=max(head_row["head"], request.after_position, last))
+        for r in rows[:take]:
+            response.events.add(
+                position=r["position"],
+                job_id=str(r["job_id"]),
+                tenant_id=r["tenant_id"],
+                machine_type=r["machine_type"],
+                worker_id=str(r["worker_id"]),
+                terminal_state=r["terminal_state"],
+                duration_seconds=r["duration_seconds"],
+                started_at=r["started_at"].timestamp(),
+                ended_at=r["ended_at"].timestamp(),
+            )
+        return response
