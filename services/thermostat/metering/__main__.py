@@ -23,7 +23,8 @@ from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.store.db import Store
 
-from .ledger import AfterRead, Feed, Ledger, LedgerLeader, PodActionFeed, PoolUsageFeed, _nothing
+from .ledger import AfterRead, Feed, Ledger, LedgerLeader, PodActionFeed, PoolMachineFeed, PoolUsageFeed, _nothing
+from .pool_access import PoolTokens
 from .repository import MeteringRepository
 from .servicer import MeteringCore, MeteringInternalServicer, MeteringServicer
 from .settings import MeteringSettings
@@ -63,9 +64,9 @@ async def build(
             settings.pool_dispatcher_addr, max_reconnect_seconds=5, internal_token=settings.internal_token()
         )
         channels.append(pool_channel)
-        feeds.append(
-            PoolUsageFeed(pool_pb2_grpc.PoolDispatcherInternalStub(pool_channel), timeout=settings.feed_timeout_seconds)
-        )
+        pool_stub = pool_pb2_grpc.PoolDispatcherInternalStub(pool_channel)
+        feeds.append(PoolUsageFeed(pool_stub, timeout=settings.feed_timeout_seconds))
+        feeds.append(PoolMachineFeed(pool_stub, timeout=settings.feed_timeout_seconds))
     ledger = Ledger(repository, feeds, page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
     leader = LedgerLeader(
         ledger,
@@ -75,7 +76,11 @@ async def build(
         poll_seconds=settings.ledger_poll_seconds,
         clock=clock,
     )
-    core = MeteringCore(pods, repository, clock=clock)
+    pool_tokens = PoolTokens(
+        api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
+        admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
+    )
+    core = MeteringCore(pods, repository, clock=clock, pool_tokens=pool_tokens)
     tasks: list[asyncio.Task[None]] = []
 
     def register(server: aio.Server) -> None:

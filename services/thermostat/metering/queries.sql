@@ -59,3 +59,29 @@ ON CONFLICT (pod_name) DO UPDATE SET daily_usd = excluded.daily_usd, monthly_usd
 
 -- name: db_now
 SELECT now();
+
+-- name: land_pool_machine
+-- Idempotent by (source, '<machine id>/<event>').
+INSERT INTO ledger_pool_machines (source, source_id, position, machine_id, tenant_id, machine_type, event, at,
+                                  price_per_hour)
+SELECT $1, t.machine_id || '/' || t.event, t.position, t.machine_id, t.tenant_id, t.machine_type, t.event, t.at,
+       t.price_per_hour
+FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::float8[])
+     AS t(position, machine_id, tenant_id, machine_type, event, at, price_per_hour)
+ON CONFLICT (source, source_id) DO NOTHING;
+
+-- name: pool_lives
+-- Machine lives from the ledger, of one tenant ($1) or all, overlapping [$2, $3): boot, stop (NULL: running)
+-- and the price recorded with the boot.
+SELECT s.machine_id, s.tenant_id, s.machine_type, s.at AS started_at, e.at AS stopped_at, s.price_per_hour
+FROM ledger_pool_machines s
+LEFT JOIN ledger_pool_machines e ON e.machine_id = s.machine_id AND e.event = 'stopped'
+WHERE s.event = 'started' AND ($1::text IS NULL OR s.tenant_id = $1) AND s.at < $3
+  AND (e.at IS NULL OR e.at > $2);
+
+-- name: pool_jobs
+-- Job time from the ledger, of one tenant ($1) or all, ended in [$2, $3), at its machine's boot price.
+SELECT u.tenant_id, u.machine_type, u.duration_seconds, u.ended_at, m.price_per_hour
+FROM ledger_pool_usage u
+LEFT JOIN ledger_pool_machines m ON m.machine_id = u.worker_id AND m.event = 'started'
+WHERE ($1::text IS NULL OR u.tenant_id = $1) AND u.ended_at >= $2 AND u.ended_at < $3;

@@ -17,6 +17,7 @@ import asyncpg
 
 from thermostat.policy.metering.budget import PodBudget
 from thermostat.policy.metering.pod_spend import BillableEvent
+from thermostat.policy.metering.pool_spend import JobTime, MachineLife
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
@@ -53,6 +54,19 @@ class LedgerUsage:
     duration_seconds: float
     started_at: datetime
     ended_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerMachineEvent:
+    """One machine boot or stop of the pool's machine-life feed, as the ledger keeps it."""
+
+    position: int
+    machine_id: str
+    tenant_id: str
+    machine_type: str
+    event: str
+    at: datetime
+    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +142,60 @@ class MeteringRepository:
                 )
             await c.execute(Q["advance_feed"], source, through, head)
             return int(status.rsplit(" ", 1)[-1])
+
+    async def land_pool_machines(
+        self, source: str, events: list[LedgerMachineEvent], *, through: int, head: int
+    ) -> int:
+        """Land a page of machine events and advance the feed in one transaction; how many were new."""
+        async with borrow(self._pool) as c, c.transaction():
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["lock_feed"], source)
+            status = "INSERT 0 0"
+            if events:
+                status = await c.execute(
+                    Q["land_pool_machine"],
+                    source,
+                    [e.position for e in events],
+                    [e.machine_id for e in events],
+                    [e.tenant_id for e in events],
+                    [e.machine_type for e in events],
+                    [e.event for e in events],
+                    [e.at for e in events],
+                    [e.price_per_hour for e in events],
+                )
+            await c.execute(Q["advance_feed"], source, through, head)
+            return int(status.rsplit(" ", 1)[-1])
+
+    async def pool_time(
+        self, tenant_id: str | None, since: datetime, until: datetime
+    ) -> tuple[list[MachineLife], list[JobTime]]:
+        """Machine lives overlapping the range and jobs ended in it, of one tenant or all."""
+        async with borrow(self._pool) as c:
+            lives = await c.fetch(Q["pool_lives"], tenant_id, since, until)
+            jobs = await c.fetch(Q["pool_jobs"], tenant_id, since, until)
+        return (
+            [
+                MachineLife(
+                    machine_id=r["machine_id"],
+                    tenant_id=r["tenant_id"],
+                    machine_type=r["machine_type"],
+                    started_at=r["started_at"],
+                    stopped_at=r["stopped_at"],
+                    price_per_hour=r["price_per_hour"],
+                )
+                for r in lives
+            ],
+            [
+                JobTime(
+                    tenant_id=r["tenant_id"],
+                    machine_type=r["machine_type"],
+                    seconds=r["duration_seconds"],
+                    ended_at=r["ended_at"],
+                    price_per_hour=r["price_per_hour"],
+                )
+                for r in jobs
+            ],
+        )
 
     async def feed_failed(self, source: str, error: str) -> None:
         async with borrow(self._pool) as c:

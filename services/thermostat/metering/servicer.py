@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import grpc
 
@@ -15,19 +15,30 @@ from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.metering.budget import PodBudget, judge_budget
 from thermostat.policy.metering.pod_spend import PodSpend, spend
+from thermostat.policy.metering.pool_spend import pool_spend
 
+from .pool_access import PoolTokens, tenant_scope
 from .repository import MeteringRepository
+
+DEFAULT_SPEND_PAGE = 100
+MAX_SPEND_PAGE = 1000
 
 
 class MeteringCore:
     """What both servicers share: the pods metering knows by name, the repository and the clock."""
 
     def __init__(
-        self, pods: Sequence[PodOptions], repository: MeteringRepository, *, clock: Clock = SYSTEM_CLOCK
+        self,
+        pods: Sequence[PodOptions],
+        repository: MeteringRepository,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        pool_tokens: PoolTokens | None = None,
     ) -> None:
         self.pods = tuple(pods)
         self.repository = repository
         self.clock = clock
+        self.pool_tokens = pool_tokens or PoolTokens()
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
@@ -121,6 +132,54 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
                 stamp(status.last_read_at, feed.last_read_at)
             response.feeds.append(status)
         return response
+
+    async def GetPoolSpend(
+        self, request: metering_pb2.GetPoolSpendRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.GetPoolSpendResponse:
+        tenant = await tenant_scope(self.c.pool_tokens, request.tenant_id, context)
+        if request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size must not be negative")
+        if request.page_token and not request.page_token.isdigit():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this service returned")
+        now = self.c.clock.now()
+        since, until = await _range(request, now, context)
+        machines, jobs = await self.c.repository.pool_time(tenant, since, until)
+        lines = pool_spend(machines, jobs, since=since, until=until, now=now)
+        start = int(request.page_token or 0)
+        size = min(request.page_size or DEFAULT_SPEND_PAGE, MAX_SPEND_PAGE)
+        page = lines[start : start + size]
+        response = metering_pb2.GetPoolSpendResponse(
+            since=since.timestamp(),
+            until=until.timestamp(),
+            next_page_token=str(start + size) if start + size < len(lines) else "",
+        )
+        for line in page:
+            response.lines.add(
+                tenant_id=line.tenant_id,
+                machine_type=line.machine_type,
+                machine_seconds=line.machine_seconds,
+                machine_usd=line.machine_usd,
+                job_seconds=line.job_seconds,
+                job_usd=line.job_usd,
+                priced=line.priced,
+            )
+        return response
+
+
+async def _range(
+    request: metering_pb2.GetPoolSpendRequest, now: datetime, context: grpc.aio.ServicerContext
+) -> tuple[datetime, datetime]:
+    """The request's [since, until): 0 means the start of the current UTC month / now."""
+    for field in ("since", "until"):
+        value = getattr(request, field)
+        if not math.isfinite(value) or value < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field} must be epoch seconds (0: the default)")
+    month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    since = datetime.fromtimestamp(request.since, UTC) if request.since else month_start
+    until = datetime.fromtimestamp(request.until, UTC) if request.until else now
+    if since >= until:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "since must be before until")
+    return since, until
 
 
 class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # type: ignore[misc]

@@ -116,7 +116,9 @@ def assemble(
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens), server)
-        internal = PoolInternalServicer(store.pool, settle_seconds=settings.pool_usage_settle_seconds)
+        internal = PoolInternalServicer(
+            store.pool, lambda: dispatcher.catalogue, settle_seconds=settings.pool_usage_settle_seconds
+        )
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
     async def shutdown() -> None:

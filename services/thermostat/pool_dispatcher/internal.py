@@ -1,17 +1,19 @@
-"""PoolDispatcherInternal: what other services of the deployment call (metering's usage feed).
+"""PoolDispatcherInternal: what other services of the deployment call (metering's usage and machine-life feeds).
 
 The internal token guards it (chassis/internal_auth.py), so metering needs neither of the pool's tokens to
-read every tenant's usage. Kept apart from the public servicer: it reads only `pool_usage`.
+read every tenant's events. Kept apart from the public servicer: it reads only the two event tables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
 import grpc
 
+from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.usage_feed import Recorded, readable_count
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.store.connections import borrow
@@ -24,26 +26,35 @@ MAX_PAGE = 5000
 
 
 class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # type: ignore[misc]
-    def __init__(self, pool: asyncpg.Pool, *, settle_seconds: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, catalogue: Callable[[], Catalogue], *, settle_seconds: float) -> None:
         self.pool = pool
+        self.catalogue = catalogue
         self.settle = timedelta(seconds=settle_seconds)
 
-    async def ListUsageEvents(
-        self, request: pool_pb2.ListUsageEventsRequest, context: grpc.aio.ServicerContext
-    ) -> pool_pb2.ListUsageEventsResponse:
+    async def _page(
+        self, request: pool_pb2.ListUsageEventsRequest | pool_pb2.ListMachineEventsRequest,
+        context: grpc.aio.ServicerContext, rows_query: str, head_query: str,
+    ) -> tuple[list[asyncpg.Record], int]:  # fmt: skip
+        """The rows a reader may take after its position (never past a position still in flight), and the head."""
         if request.after_position < 0 or request.page_size < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative")
         size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
         async with borrow(self.pool) as c:
             # the clock first: a row recorded after it is younger than it looks, never older
-            head_row = await c.fetchrow(Q["usage_head"])
+            head_row = await c.fetchrow(Q[head_query])
             assert head_row is not None  # a SELECT without FROM returns its one row
-            rows = await c.fetch(Q["usage_after"], request.after_position, size)
+            rows = await c.fetch(Q[rows_query], request.after_position, size)
         visible = [Recorded(position=r["position"], recorded_at=r["recorded_at"]) for r in rows]
         take = readable_count(after=request.after_position, rows=visible, now=head_row["now"], settle=self.settle)
         last = rows[-1]["position"] if rows else 0
-        response = pool_pb2.ListUsageEventsResponse(head_position=max(head_row["head"], request.after_position, last))
-        for r in rows[:take]:
+        return rows[:take], max(head_row["head"], request.after_position, last)
+
+    async def ListUsageEvents(
+        self, request: pool_pb2.ListUsageEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListUsageEventsResponse:
+        rows, head = await self._page(request, context, "usage_after", "usage_head")
+        response = pool_pb2.ListUsageEventsResponse(head_position=head)
+        for r in rows:
             response.events.add(
                 position=r["position"],
                 job_id=str(r["job_id"]),
@@ -55,4 +66,24 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
                 started_at=r["started_at"].timestamp(),
                 ended_at=r["ended_at"].timestamp(),
             )
+        return response
+
+    async def ListMachineEvents(
+        self, request: pool_pb2.ListMachineEventsRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListMachineEventsResponse:
+        rows, head = await self._page(request, context, "machine_events_after", "machine_events_head")
+        catalogue = self.catalogue()
+        response = pool_pb2.ListMachineEventsResponse(head_position=head)
+        for r in rows:
+            event = response.events.add(
+                position=r["position"],
+                machine_id=str(r["machine_id"]),
+                tenant_id=r["tenant_id"],
+                machine_type=r["machine_type"],
+                event=r["event"],
+                at=r["at"].timestamp(),
+            )
+            machine_type = catalogue.get(r["machine_type"])
+            if machine_type is not None and machine_type.price_per_hour is not None:
+                event.price_per_hour = machine_type.price_per_hour
         return response

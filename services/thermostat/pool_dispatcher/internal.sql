@@ -9,3 +9,13 @@ LIMIT $2;
 -- name: usage_head
 -- The greatest position visible and the database clock the settle window is measured on.
 SELECT COALESCE((SELECT max(position) FROM pool_usage), 0) AS head, clock_timestamp() AS now;
+
+-- name: machine_events_after
+-- Every machine's boot and stop after a position (metering's machine-life feed), with when each was recorded.
+SELECT position, machine_id, tenant_id, machine_type, event, at, recorded_at
+FROM pool_machine_events WHERE position > $1
+ORDER BY position
+LIMIT $2;
+
+-- name: machine_events_head
+SELECT COALESCE((SELECT max(position) FROM pool_machine_events), 0) AS head, clock_timestamp() AS now;

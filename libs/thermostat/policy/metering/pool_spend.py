@@ -10,13 +10,14 @@ tenant asked for) and is priced alike, for comparison. The ledger holds each mac
     machine life started s, still running     the overlap of [s, now) with the range
     usage event ending at t, d seconds        d, when since <= t < until (a job belongs to the range it ended in)
 
-A machine type's `price_per_hour` (USD per machine-hour) prices both; a type without one is reported with its
-seconds, 0 USD and `priced=False`. No clock is read here: `now` is an argument.
+Each machine is priced at its type's `price_per_hour` (USD per machine-hour) as recorded with its boot, and a
+job at its machine's price; time without a price counts its seconds at 0 USD and marks the line
+`priced=False`. No clock is read here: `now` is an argument.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,6 +31,7 @@ class MachineLife:
     machine_type: str
     started_at: datetime
     stopped_at: datetime | None = None
+    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +42,7 @@ class JobTime:
     machine_type: str
     seconds: float
     ended_at: datetime
+    price_per_hour: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,38 +67,36 @@ def pool_spend(
     machines: Iterable[MachineLife],
     jobs: Iterable[JobTime],
     *,
-    prices: Mapping[str, float | None],
     since: datetime,
     until: datetime,
     now: datetime,
 ) -> tuple[PoolSpendLine, ...]:
     """A line per (tenant, machine type) with machine or job time in the range, ordered by both."""
-    machine_time: dict[tuple[str, str], float] = {}
-    job_time: dict[tuple[str, str], float] = {}
+    totals: dict[tuple[str, str], list[float]] = {}  # machine s, machine usd, job s, job usd, unpriced s
+
+    def add(key: tuple[str, str], index: int, seconds: float, price: float | None) -> None:
+        line = totals.setdefault(key, [0.0] * 5)
+        line[index] += seconds
+        line[index + 1] += seconds * (price or 0.0) / 3600
+        if price is None:
+            line[4] += seconds
+
     for life in machines:
         seconds = machine_seconds_in(life, since=since, until=until, now=now)
         if seconds > 0:
-            key = (life.tenant_id, life.machine_type)
-            machine_time[key] = machine_time.get(key, 0.0) + seconds
+            add((life.tenant_id, life.machine_type), 0, seconds, life.price_per_hour)
     for job in jobs:
         if since <= job.ended_at < until:
-            key = (job.tenant_id, job.machine_type)
-            job_time[key] = job_time.get(key, 0.0) + job.seconds
-    lines = []
-    for key in sorted(machine_time.keys() | job_time.keys()):
-        tenant, machine_type = key
-        price = prices.get(machine_type)
-        rate = (price or 0.0) / 3600
-        machine_s, job_s = machine_time.get(key, 0.0), job_time.get(key, 0.0)
-        lines.append(
-            PoolSpendLine(
-                tenant_id=tenant,
-                machine_type=machine_type,
-                machine_seconds=machine_s,
-                machine_usd=machine_s * rate,
-                job_seconds=job_s,
-                job_usd=job_s * rate,
-                priced=price is not None,
-            )
+            add((job.tenant_id, job.machine_type), 2, job.seconds, job.price_per_hour)
+    return tuple(
+        PoolSpendLine(
+            tenant_id=tenant,
+            machine_type=machine_type,
+            machine_seconds=line[0],
+            machine_usd=line[1],
+            job_seconds=line[2],
+            job_usd=line[3],
+            priced=line[4] == 0,
         )
-    return tuple(lines)
+        for (tenant, machine_type), line in sorted(totals.items())
+    )
