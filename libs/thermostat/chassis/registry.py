@@ -101,7 +101,7 @@ METERING = ServiceDef(
     public_services=("thermostat.metering.v1.Metering",),
     internal_services=("thermostat.metering.v1.MeteringInternal",),
     health_service="thermostat.metering.v1.Metering",
-    rest_prefixes=("/api/pods/", "/api/metering/", "/v1/spend"),
+    rest_prefixes=("/api/pods/", "/api/metering/", "/v1/spend", "/v1/budgets/"),
 )
 SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING)
 
