@@ -43,3 +43,15 @@ async def tenant_scope(tokens: PoolTokens, requested: str, context: grpc.aio.Ser
             grpc.StatusCode.INVALID_ARGUMENT, f"the X-Strata-Tenant header is required (at most {MAX_TENANT_LENGTH})"
         )
     return tenant
+
+
+async def require_admin(tokens: PoolTokens, context: grpc.aio.ServicerContext) -> None:
+    """Writes (a tenant's budget) take the pool admin token; none configured refuses every write."""
+    metadata = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+    auth = metadata.get("authorization", "")
+    presented = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    if _same(presented, tokens.admin):
+        return
+    if presented and _same(presented, tokens.api):
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "setting a tenant budget takes the pool admin token")
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the pool admin token is required")

@@ -85,3 +85,11 @@ SELECT u.tenant_id, u.machine_type, u.duration_seconds, u.ended_at, m.price_per_
 FROM ledger_pool_usage u
 LEFT JOIN ledger_pool_machines m ON m.machine_id = u.worker_id AND m.event = 'started'
 WHERE ($1::text IS NULL OR u.tenant_id = $1) AND u.ended_at >= $2 AND u.ended_at < $3;
+
+-- name: tenant_budget
+SELECT daily_usd, monthly_usd FROM tenant_budgets WHERE tenant_id = $1;
+
+-- name: set_tenant_budget
+INSERT INTO tenant_budgets (tenant_id, daily_usd, monthly_usd, updated_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (tenant_id) DO UPDATE SET daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd,
+    updated_at = now();

@@ -242,6 +242,15 @@ class MeteringRepository:
         async with borrow(self._pool) as c:
             await c.execute(Q["set_pod_budget"], pod_name, budget.daily_usd, budget.monthly_usd)
 
+    async def tenant_budget(self, tenant_id: str) -> PodBudget:
+        async with borrow(self._pool) as c:
+            row = await c.fetchrow(Q["tenant_budget"], tenant_id)
+        return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
+
+    async def set_tenant_budget(self, tenant_id: str, budget: PodBudget) -> None:
+        async with borrow(self._pool) as c:
+            await c.execute(Q["set_tenant_budget"], tenant_id, budget.daily_usd, budget.monthly_usd)
+
     async def db_now(self) -> datetime:
         async with borrow(self._pool) as c:
             now: datetime = await c.fetchval(Q["db_now"])

@@ -6,53 +6,49 @@ read every tenant's events. Kept apart from the public servicer: it reads only t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
+from typing import Any
 
-import asyncpg
 import grpc
 
 from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.usage_feed import Recorded, readable_count
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
-from thermostat.store.connections import borrow
-from thermostat.store.sql import load_sql
 
-Q = load_sql(Path(__file__).with_name("internal.sql"))
+from .metering_repository import EventPage, PoolMeteringRepository
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 5000
 
 
 class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # type: ignore[misc]
-    def __init__(self, pool: asyncpg.Pool, catalogue: Callable[[], Catalogue], *, settle_seconds: float) -> None:
-        self.pool = pool
+    def __init__(
+        self, repository: PoolMeteringRepository, catalogue: Callable[[], Catalogue], *, settle_seconds: float
+    ) -> None:
+        self.repository = repository
         self.catalogue = catalogue
         self.settle = timedelta(seconds=settle_seconds)
 
     async def _page(
-        self, request: pool_pb2.ListUsageEventsRequest | pool_pb2.ListMachineEventsRequest,
-        context: grpc.aio.ServicerContext, rows_query: str, head_query: str,
-    ) -> tuple[list[asyncpg.Record], int]:  # fmt: skip
+        self,
+        request: pool_pb2.ListUsageEventsRequest | pool_pb2.ListMachineEventsRequest,
+        context: grpc.aio.ServicerContext,
+        read: Callable[[int, int], Awaitable[EventPage]],
+    ) -> tuple[tuple[dict[str, Any], ...], int]:
         """The rows a reader may take after its position (never past a position still in flight), and the head."""
         if request.after_position < 0 or request.page_size < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative")
-        size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
-        async with borrow(self.pool) as c:
-            # the clock first: a row recorded after it is younger than it looks, never older
-            head_row = await c.fetchrow(Q[head_query])
-            assert head_row is not None  # a SELECT without FROM returns its one row
-            rows = await c.fetch(Q[rows_query], request.after_position, size)
-        visible = [Recorded(position=r["position"], recorded_at=r["recorded_at"]) for r in rows]
-        take = readable_count(after=request.after_position, rows=visible, now=head_row["now"], settle=self.settle)
-        last = rows[-1]["position"] if rows else 0
-        return rows[:take], max(head_row["head"], request.after_position, last)
+        page = await read(request.after_position, min(request.page_size or DEFAULT_PAGE, MAX_PAGE))
+        visible = [Recorded(position=r["position"], recorded_at=r["recorded_at"]) for r in page.rows]
+        take = readable_count(after=request.after_position, rows=visible, now=page.now, settle=self.settle)
+        last = page.rows[-1]["position"] if page.rows else 0
+        return page.rows[:take], max(page.head, request.after_position, last)
 
     async def ListUsageEvents(
         self, request: pool_pb2.ListUsageEventsRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListUsageEventsResponse:
-        rows, head = await self._page(request, context, "usage_after", "usage_head")
+        rows, head = await self._page(request, context, self.repository.usage_page)
         response = pool_pb2.ListUsageEventsResponse(head_position=head)
         for r in rows:
             response.events.add(
@@ -71,7 +67,7 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
     async def ListMachineEvents(
         self, request: pool_pb2.ListMachineEventsRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListMachineEventsResponse:
-        rows, head = await self._page(request, context, "machine_events_after", "machine_events_head")
+        rows, head = await self._page(request, context, self.repository.machine_events_page)
         catalogue = self.catalogue()
         response = pool_pb2.ListMachineEventsResponse(head_position=head)
         for r in rows:
