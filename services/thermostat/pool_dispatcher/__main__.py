@@ -26,6 +26,7 @@ from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
 from .budget_gate import BudgetGate
+from .budget_reaper import BudgetReaper
 from .dispatcher import Clock, Dispatcher, Hooks, Sleep
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
@@ -128,6 +129,8 @@ def assemble(
         timeout=settings.metering_timeout_seconds,
     )
 
+    reaper = BudgetReaper(dispatcher, gate, every_seconds=settings.pool_budget_reap_seconds)
+
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens, gate), server)
         internal = PoolInternalServicer(
@@ -138,6 +141,7 @@ def assemble(
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
     async def shutdown() -> None:
+        await reaper.stop()
         await dispatcher.close()
         await backend.aclose()  # no worker process outlives the service
         for provider in providers.values():
@@ -152,7 +156,7 @@ def assemble(
             service_names=POOL_DISPATCHER.served,
             register=register,
             dependency_check=store.ping,
-            on_start=[dispatcher.start],
+            on_start=[dispatcher.start, reaper.start],
             on_stop=[shutdown],
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),

@@ -44,3 +44,20 @@ class BudgetGate:
             f"{reply.reason} [budget={reply.budget} limit_usd={reply.limit_usd:.4f} spent_usd={reply.spent_usd:.4f} "
             f"today_usd={reply.today_usd:.4f} month_usd={reply.month_usd:.4f}]"
         )
+
+    async def exhausted(self, tenant_id: str) -> str | None:
+        """Why the tenant's warm machines should go now (its spend has reached a ceiling); None otherwise.
+
+        Unlike a start, an unreadable budget reaps nothing: a metering blip must not stop machines that jobs
+        are about to reuse (a start is still refused meanwhile, so nothing new bills)."""
+        if self.stub is None:
+            return None
+        try:
+            reply = await self.stub.CheckTenantBudget(
+                metering_pb2.CheckTenantBudgetRequest(tenant_id=tenant_id),
+                timeout=self.timeout,
+                metadata=outgoing_metadata(),
+            )
+        except grpc.aio.AioRpcError:
+            return None
+        return reply.reason if reply.exhausted else None

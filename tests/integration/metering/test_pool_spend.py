@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.services import INTERNAL_TOKEN, RunningService, metering_env, start_metering
+from tests.fixtures.services import INTERNAL_TOKEN, metering_env, start_metering
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN,
     ADMIN_TOKEN,
@@ -22,6 +22,7 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
+from thermostat.chassis.ports import free_port
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.store.db import Store
 
@@ -29,7 +30,7 @@ PRICE = 3600.0  # USD per machine-hour: one dollar a second, so USD reads as sec
 
 
 @pytest.fixture
-async def spend_rig(pod_controller: RunningService, db_store: Store) -> AsyncIterator[metering_pb2_grpc.MeteringStub]:
+async def spend_rig(db_store: Store) -> AsyncIterator[metering_pb2_grpc.MeteringStub]:
     """Jobs of two tenants run on a priced type (acme: two jobs on one machine; globex: one), every machine
     reaped after its cool-down, and metering's ledger caught up with both pool feeds."""
     clock = FakeClock()
@@ -44,8 +45,10 @@ async def spend_rig(pod_controller: RunningService, db_store: Store) -> AsyncIte
             return True if await db_store.pool.fetchval("SELECT count(*) FROM pool_machines") == 0 else None
 
         await eventually(stopped, timeout=15, every=0.05)
+        # no pod controller: its feed fails fast and the pool's feeds are read on
         env = metering_env(
-            pod_controller.address,
+            f"127.0.0.1:{free_port()}",
+            FEED_TIMEOUT_SECONDS="0.2",
             POOL_DISPATCHER_ADDR=pool.address,
             STRATA_POOL_TOKEN=API_TOKEN,
             STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.services import INTERNAL_TOKEN, RunningService, metering_env, start_metering
+from tests.fixtures.services import INTERNAL_TOKEN, metering_env, start_metering
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN,
     ADMIN_TOKEN,
@@ -27,6 +27,8 @@ from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.budget_gate import BudgetGate
+from thermostat.pool_dispatcher.budget_reaper import BudgetReaper
 from thermostat.store.db import Store
 
 PRICE = 3600.0  # one dollar a machine-second
@@ -36,6 +38,7 @@ PRICE = 3600.0  # one dollar a machine-second
 class Rig:
     pool: RunningPool
     metering: metering_pb2_grpc.MeteringStub
+    internal: metering_pb2_grpc.MeteringInternalStub
     store: Store
 
     async def caught_up(self) -> None:
@@ -54,29 +57,40 @@ class Rig:
 
 def pool_with_metering(metering_port: int, **overrides: str) -> dict[str, str]:
     types = [sleepy_type(price_per_hour=PRICE)]
-    return pool_env(
-        types,
-        **{INTERNAL_TOKEN_ENV: INTERNAL_TOKEN, "METERING_ADDR": f"127.0.0.1:{metering_port}", **overrides},
-    )
+    env = {
+        INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
+        "METERING_ADDR": f"127.0.0.1:{metering_port}",
+        # the background pass stays out of the way: a test reaps when it wants one
+        "POOL_BUDGET_REAP_SECONDS": "3600",
+        **overrides,
+    }
+    return pool_env(types, **env)
 
 
 @contextlib.asynccontextmanager
-async def rig_on(pod_controller: RunningService, store: Store) -> AsyncIterator[Rig]:
+async def rig_on(store: Store) -> AsyncIterator[Rig]:
     port = free_port()
     async with start_pool(store, pool_with_metering(port)) as pool:
+        # no pod controller: its feed fails fast and the pool's feeds are read on
         env = metering_env(
-            pod_controller.address,
+            f"127.0.0.1:{free_port()}",
+            FEED_TIMEOUT_SECONDS="0.2",
             POOL_DISPATCHER_ADDR=pool.address,
             STRATA_POOL_TOKEN=API_TOKEN,
             STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
         )
         async with start_metering(env, store, port=port) as metering, metering.channel() as channel:
-            yield Rig(pool=pool, metering=metering_pb2_grpc.MeteringStub(channel), store=store)
+            yield Rig(
+                pool=pool,
+                metering=metering_pb2_grpc.MeteringStub(channel),
+                internal=metering_pb2_grpc.MeteringInternalStub(channel),
+                store=store,
+            )
 
 
 @pytest.fixture
-async def rig(pod_controller: RunningService, db_store: Store) -> AsyncIterator[Rig]:
-    async with rig_on(pod_controller, db_store) as running:
+async def rig(db_store: Store) -> AsyncIterator[Rig]:
+    async with rig_on(db_store) as running:
         yield running
 
 
@@ -152,3 +166,45 @@ async def test_budgets_are_set_with_the_admin_token_and_read_like_spend(rig: Rig
             metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=-1), metadata=ADMIN
         )
     assert negative.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "daily_usd" in (negative.value.details() or "")
+
+
+async def test_warm_machines_of_a_tenant_over_budget_are_reaped_at_once(rig: Rig) -> None:
+    """acme's and globex's machines are warm (a five-minute cool-down ahead); acme's budget is reached: a
+    reaping pass stops acme's machine now and leaves globex's."""
+    for tenant in ("acme", "globex"):
+        await rig.pool.run(b"0", tenant=tenant, machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", monthly_usd=0.01), metadata=ADMIN
+    )
+    reaper = BudgetReaper(rig.pool.dispatcher, BudgetGate(rig.internal), every_seconds=3600)
+    retired = await reaper.reap_over_budget()
+    rows = await rig.store.pool.fetch("SELECT id, tenant_id FROM pool_machines")
+    assert [r["tenant_id"] for r in rows] == ["globex"]
+    stopped = await rig.store.pool.fetch(
+        "SELECT machine_id, tenant_id FROM pool_machine_events WHERE event = 'stopped'"
+    )
+    assert [(str(r["machine_id"]), r["tenant_id"]) for r in stopped] == [(retired[0], "acme")]
+    assert await reaper.reap_over_budget() == []
+
+
+async def test_a_busy_machine_of_a_tenant_over_budget_is_left_to_its_job(rig: Rig) -> None:
+    """The reaping pass reads acme's machine warm, a job claims it, then the retire comes: the retire is
+    guarded by the state in its statement, so the job runs on and nothing is stopped."""
+    await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", monthly_usd=0.01), metadata=ADMIN
+    )
+    gate = BudgetGate(rig.internal)
+    exhausted = gate.exhausted
+
+    async def claimed_meanwhile(tenant: str) -> str | None:
+        reason = await exhausted(tenant)
+        await rig.store.pool.execute("UPDATE pool_machines SET state = 'busy' WHERE tenant_id = $1", tenant)
+        return reason
+
+    gate.exhausted = claimed_meanwhile  # type: ignore[method-assign]
+    assert await BudgetReaper(rig.pool.dispatcher, gate, every_seconds=3600).reap_over_budget() == []
+    states = await rig.store.pool.fetch("SELECT state FROM pool_machines")
+    assert [r["state"] for r in states] == ["busy"]
