@@ -83,6 +83,7 @@ POOL_DISPATCHER = ServiceDef(
     port_env="POOL_DISPATCHER_PORT",
     default_port=50063,
     public_services=("thermostat.pool.v1.PoolDispatcher",),
+    internal_services=("thermostat.pool.v1.PoolDispatcherInternal",),
     health_service="thermostat.pool.v1.PoolDispatcher",
     rest_prefixes=("/v1/",),
     # a 32 MiB payload (over the seed's 16 MiB floor) and the request's other fields
@@ -100,7 +101,7 @@ METERING = ServiceDef(
     public_services=("thermostat.metering.v1.Metering",),
     internal_services=("thermostat.metering.v1.MeteringInternal",),
     health_service="thermostat.metering.v1.Metering",
-    rest_prefixes=("/api/pods/", "/api/metering/"),
+    rest_prefixes=("/api/pods/", "/api/metering/", "/v1/spend", "/v1/budgets/"),
 )
 SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING)
 

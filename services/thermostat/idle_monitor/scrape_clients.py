@@ -7,7 +7,7 @@ with the number of pods instead of lasting as long as the slowest scrape. A clie
 proxy is: every pod its own host ({podId}-{port}.proxy.runpod.net), one connection each, none capped.
 
 The clients share one TLS context, so the CA bundle is loaded once rather than per pod. They carry no
-credential: the proxy is not the API (see `vllm_scrape`).
+credential: the proxy is not the API (see `thermostat.providers.vllm.scrape`).
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.store.db import Store
 
-from .ledger import AfterRead, Ledger, LedgerLeader, PodActionFeed, _nothing
+from .ledger import AfterRead, Feed, Ledger, LedgerLeader, PodActionFeed, PoolMachineFeed, PoolUsageFeed, _nothing
+from .pool_access import PoolTokens
 from .repository import MeteringRepository
 from .servicer import MeteringCore, MeteringInternalServicer, MeteringServicer
 from .settings import MeteringSettings
@@ -53,8 +55,19 @@ async def build(
     channel = insecure_channel(
         settings.pod_controller_addr, max_reconnect_seconds=5, internal_token=settings.internal_token()
     )
-    feed = PodActionFeed(pods_pb2_grpc.PodControllerInternalStub(channel), timeout=settings.feed_timeout_seconds)
-    ledger = Ledger(repository, [feed], page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
+    channels = [channel]
+    feeds: list[Feed] = [
+        PodActionFeed(pods_pb2_grpc.PodControllerInternalStub(channel), timeout=settings.feed_timeout_seconds)
+    ]
+    if settings.pool_dispatcher_addr:
+        pool_channel = insecure_channel(
+            settings.pool_dispatcher_addr, max_reconnect_seconds=5, internal_token=settings.internal_token()
+        )
+        channels.append(pool_channel)
+        pool_stub = pool_pb2_grpc.PoolDispatcherInternalStub(pool_channel)
+        feeds.append(PoolUsageFeed(pool_stub, timeout=settings.feed_timeout_seconds))
+        feeds.append(PoolMachineFeed(pool_stub, timeout=settings.feed_timeout_seconds))
+    ledger = Ledger(repository, feeds, page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
     leader = LedgerLeader(
         ledger,
         store.leases,
@@ -63,7 +76,11 @@ async def build(
         poll_seconds=settings.ledger_poll_seconds,
         clock=clock,
     )
-    core = MeteringCore(pods, repository, clock=clock)
+    pool_tokens = PoolTokens(
+        api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
+        admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
+    )
+    core = MeteringCore(pods, repository, clock=clock, pool_tokens=pool_tokens)
     tasks: list[asyncio.Task[None]] = []
 
     def register(server: aio.Server) -> None:
@@ -78,7 +95,8 @@ async def build(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await channel.close()
+        for open_channel in channels:
+            await open_channel.close()
 
     return ServiceHost(
         ServiceSpec(

@@ -2,8 +2,10 @@
 lands every page exactly once (repository.py says how).
 
 Each feed is a `Feed`: where it is read (its source name), how a page is read after a position, and how a
-page lands. The pod controller's billable actions are the first (`PodActionFeed`); the pool's usage events
-plug in as a second `Feed` with their own landing table, read by the same loop from their own position.
+page lands. The pod controller's billable actions (`PodActionFeed`), the pool's usage events
+(`PoolUsageFeed`) and machine boots and stops (`PoolMachineFeed`, both when POOL_DISPATCHER_ADDR is set) each
+land in their own table, read by the same loop from
+their own position.
 
 Lag is bounded and visible: a feed read until it returns less than a page, then every `poll_seconds`; each
 read records the feed's head beside the stored position (GetLedgerStatus and the health probe's log show
@@ -16,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 import grpc
@@ -24,14 +27,17 @@ from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import from_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
-from .repository import LedgerAction, MeteringRepository
+from .repository import LedgerAction, LedgerMachineEvent, LedgerUsage, MeteringRepository
 
 log = logging.getLogger("thermostat.metering.ledger")
 
 POD_ACTIONS = "pod-controller/billable-actions"
+POOL_USAGE = "pool-dispatcher/usage"
+POOL_MACHINES = "pool-dispatcher/machines"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +96,80 @@ class PodActionFeed:
     async def land(self, repository: MeteringRepository, page: Page) -> int:
         actions = [e for e in page.entries if isinstance(e, LedgerAction)]
         return await repository.land_pod_actions(self.source, actions, through=page.through, head=page.head)
+
+
+class PoolUsageFeed:
+    """The pool dispatcher's usage events, read over its internal RPC (never its tables)."""
+
+    source = POOL_USAGE
+
+    def __init__(self, stub: pool_pb2_grpc.PoolDispatcherInternalStub, *, timeout: float = 10.0) -> None:
+        self.stub = stub
+        self.timeout = timeout
+
+    async def read(self, after: int, limit: int) -> Page:
+        reply = await self.stub.ListUsageEvents(
+            pool_pb2.ListUsageEventsRequest(after_position=after, page_size=limit),
+            timeout=self.timeout,
+            wait_for_ready=True,
+            metadata=outgoing_metadata(),
+        )
+        entries = [
+            LedgerUsage(
+                source_id=e.job_id,
+                position=e.position,
+                tenant_id=e.tenant_id,
+                machine_type=e.machine_type,
+                worker_id=e.worker_id,
+                terminal_state=e.terminal_state,
+                duration_seconds=e.duration_seconds,
+                started_at=datetime.fromtimestamp(e.started_at, UTC),
+                ended_at=datetime.fromtimestamp(e.ended_at, UTC),
+            )
+            for e in reply.events
+        ]
+        through = entries[-1].position if entries else after
+        return Page(entries=entries, through=through, head=max(reply.head_position, through))
+
+    async def land(self, repository: MeteringRepository, page: Page) -> int:
+        events = [e for e in page.entries if isinstance(e, LedgerUsage)]
+        return await repository.land_pool_usage(self.source, events, through=page.through, head=page.head)
+
+
+class PoolMachineFeed:
+    """The pool dispatcher's machine boots and stops, read over its internal RPC (never its tables)."""
+
+    source = POOL_MACHINES
+
+    def __init__(self, stub: pool_pb2_grpc.PoolDispatcherInternalStub, *, timeout: float = 10.0) -> None:
+        self.stub = stub
+        self.timeout = timeout
+
+    async def read(self, after: int, limit: int) -> Page:
+        reply = await self.stub.ListMachineEvents(
+            pool_pb2.ListMachineEventsRequest(after_position=after, page_size=limit),
+            timeout=self.timeout,
+            wait_for_ready=True,
+            metadata=outgoing_metadata(),
+        )
+        entries = [
+            LedgerMachineEvent(
+                position=e.position,
+                machine_id=e.machine_id,
+                tenant_id=e.tenant_id,
+                machine_type=e.machine_type,
+                event=e.event,
+                at=datetime.fromtimestamp(e.at, UTC),
+                price_per_hour=e.price_per_hour if e.HasField("price_per_hour") else None,
+            )
+            for e in reply.events
+        ]
+        through = entries[-1].position if entries else after
+        return Page(entries=entries, through=through, head=max(reply.head_position, through))
+
+    async def land(self, repository: MeteringRepository, page: Page) -> int:
+        events = [e for e in page.entries if isinstance(e, LedgerMachineEvent)]
+        return await repository.land_pool_machines(self.source, events, through=page.through, head=page.head)
 
 
 AfterRead = Callable[[Feed, Page], Awaitable[None]]

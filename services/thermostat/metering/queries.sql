@@ -20,6 +20,18 @@ FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::te
      AS t(source_id, position, pod_name, action, pod_id, gpu_id, price_per_hour, http_status, ok, trigger, at)
 ON CONFLICT (source, source_id) DO NOTHING;
 
+-- name: land_pool_usage
+-- Idempotent by (source, job id), like the pod actions.
+INSERT INTO ledger_pool_usage (source, source_id, position, tenant_id, machine_type, worker_id, terminal_state,
+                               duration_seconds, started_at, ended_at)
+SELECT $1, t.source_id, t.position, t.tenant_id, t.machine_type, t.worker_id, t.terminal_state,
+       t.duration_seconds, t.started_at, t.ended_at
+FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[],
+            $9::timestamptz[], $10::timestamptz[])
+     AS t(source_id, position, tenant_id, machine_type, worker_id, terminal_state, duration_seconds, started_at,
+          ended_at)
+ON CONFLICT (source, source_id) DO NOTHING;
+
 -- name: advance_feed
 -- In the landing transaction: the position never goes back (a stale replica's older page moves nothing).
 UPDATE ledger_feeds SET position = GREATEST(position, $2), head_position = GREATEST($3, $2),
@@ -47,3 +59,37 @@ ON CONFLICT (pod_name) DO UPDATE SET daily_usd = excluded.daily_usd, monthly_usd
 
 -- name: db_now
 SELECT now();
+
+-- name: land_pool_machine
+-- Idempotent by (source, '<machine id>/<event>').
+INSERT INTO ledger_pool_machines (source, source_id, position, machine_id, tenant_id, machine_type, event, at,
+                                  price_per_hour)
+SELECT $1, t.machine_id || '/' || t.event, t.position, t.machine_id, t.tenant_id, t.machine_type, t.event, t.at,
+       t.price_per_hour
+FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::float8[])
+     AS t(position, machine_id, tenant_id, machine_type, event, at, price_per_hour)
+ON CONFLICT (source, source_id) DO NOTHING;
+
+-- name: pool_lives
+-- Machine lives from the ledger, of one tenant ($1) or all, overlapping [$2, $3): boot, stop (NULL: running)
+-- and the price recorded with the boot.
+SELECT s.machine_id, s.tenant_id, s.machine_type, s.at AS started_at, e.at AS stopped_at, s.price_per_hour
+FROM ledger_pool_machines s
+LEFT JOIN ledger_pool_machines e ON e.machine_id = s.machine_id AND e.event = 'stopped'
+WHERE s.event = 'started' AND ($1::text IS NULL OR s.tenant_id = $1) AND s.at < $3
+  AND (e.at IS NULL OR e.at > $2);
+
+-- name: pool_jobs
+-- Job time from the ledger, of one tenant ($1) or all, ended in [$2, $3), at its machine's boot price.
+SELECT u.tenant_id, u.machine_type, u.duration_seconds, u.ended_at, m.price_per_hour
+FROM ledger_pool_usage u
+LEFT JOIN ledger_pool_machines m ON m.machine_id = u.worker_id AND m.event = 'started'
+WHERE ($1::text IS NULL OR u.tenant_id = $1) AND u.ended_at >= $2 AND u.ended_at < $3;
+
+-- name: tenant_budget
+SELECT daily_usd, monthly_usd FROM tenant_budgets WHERE tenant_id = $1;
+
+-- name: set_tenant_budget
+INSERT INTO tenant_budgets (tenant_id, daily_usd, monthly_usd, updated_at) VALUES ($1, $2, $3, now())
+ON CONFLICT (tenant_id) DO UPDATE SET daily_usd = excluded.daily_usd, monthly_usd = excluded.monthly_usd,
+    updated_at = now();

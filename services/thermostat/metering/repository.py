@@ -17,6 +17,7 @@ import asyncpg
 
 from thermostat.policy.metering.budget import PodBudget
 from thermostat.policy.metering.pod_spend import BillableEvent
+from thermostat.policy.metering.pool_spend import JobTime, MachineLife
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
@@ -37,6 +38,34 @@ class LedgerAction:
     at: datetime
     http_status: int | None = None
     gpu_id: str | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerUsage:
+    """One usage event of the pool's feed (a terminal job that reached a machine), as the ledger keeps it."""
+
+    source_id: str  # the job id
+    position: int
+    tenant_id: str
+    machine_type: str
+    worker_id: str
+    terminal_state: str
+    duration_seconds: float
+    started_at: datetime
+    ended_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LedgerMachineEvent:
+    """One machine boot or stop of the pool's machine-life feed, as the ledger keeps it."""
+
+    position: int
+    machine_id: str
+    tenant_id: str
+    machine_type: str
+    event: str
+    at: datetime
     price_per_hour: float | None = None
 
 
@@ -89,6 +118,85 @@ class MeteringRepository:
             await c.execute(Q["advance_feed"], source, through, head)
             return int(status.rsplit(" ", 1)[-1])
 
+    async def land_pool_usage(
+        self, source: str, events: list[LedgerUsage] | tuple[LedgerUsage, ...], *, through: int, head: int
+    ) -> int:
+        """Land a page of pool usage and advance the feed to `through` in one transaction; how many were new."""
+        async with borrow(self._pool) as c, c.transaction():
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["lock_feed"], source)
+            status = "INSERT 0 0"
+            if events:
+                status = await c.execute(
+                    Q["land_pool_usage"],
+                    source,
+                    [e.source_id for e in events],
+                    [e.position for e in events],
+                    [e.tenant_id for e in events],
+                    [e.machine_type for e in events],
+                    [e.worker_id for e in events],
+                    [e.terminal_state for e in events],
+                    [e.duration_seconds for e in events],
+                    [e.started_at for e in events],
+                    [e.ended_at for e in events],
+                )
+            await c.execute(Q["advance_feed"], source, through, head)
+            return int(status.rsplit(" ", 1)[-1])
+
+    async def land_pool_machines(
+        self, source: str, events: list[LedgerMachineEvent], *, through: int, head: int
+    ) -> int:
+        """Land a page of machine events and advance the feed in one transaction; how many were new."""
+        async with borrow(self._pool) as c, c.transaction():
+            await c.execute(Q["ensure_feed"], source)
+            await c.execute(Q["lock_feed"], source)
+            status = "INSERT 0 0"
+            if events:
+                status = await c.execute(
+                    Q["land_pool_machine"],
+                    source,
+                    [e.position for e in events],
+                    [e.machine_id for e in events],
+                    [e.tenant_id for e in events],
+                    [e.machine_type for e in events],
+                    [e.event for e in events],
+                    [e.at for e in events],
+                    [e.price_per_hour for e in events],
+                )
+            await c.execute(Q["advance_feed"], source, through, head)
+            return int(status.rsplit(" ", 1)[-1])
+
+    async def pool_time(
+        self, tenant_id: str | None, since: datetime, until: datetime
+    ) -> tuple[list[MachineLife], list[JobTime]]:
+        """Machine lives overlapping the range and jobs ended in it, of one tenant or all."""
+        async with borrow(self._pool) as c:
+            lives = await c.fetch(Q["pool_lives"], tenant_id, since, until)
+            jobs = await c.fetch(Q["pool_jobs"], tenant_id, since, until)
+        return (
+            [
+                MachineLife(
+                    machine_id=r["machine_id"],
+                    tenant_id=r["tenant_id"],
+                    machine_type=r["machine_type"],
+                    started_at=r["started_at"],
+                    stopped_at=r["stopped_at"],
+                    price_per_hour=r["price_per_hour"],
+                )
+                for r in lives
+            ],
+            [
+                JobTime(
+                    tenant_id=r["tenant_id"],
+                    machine_type=r["machine_type"],
+                    seconds=r["duration_seconds"],
+                    ended_at=r["ended_at"],
+                    price_per_hour=r["price_per_hour"],
+                )
+                for r in jobs
+            ],
+        )
+
     async def feed_failed(self, source: str, error: str) -> None:
         async with borrow(self._pool) as c:
             await c.execute(Q["ensure_feed"], source)
@@ -133,6 +241,15 @@ class MeteringRepository:
     async def set_pod_budget(self, pod_name: str, budget: PodBudget) -> None:
         async with borrow(self._pool) as c:
             await c.execute(Q["set_pod_budget"], pod_name, budget.daily_usd, budget.monthly_usd)
+
+    async def tenant_budget(self, tenant_id: str) -> PodBudget:
+        async with borrow(self._pool) as c:
+            row = await c.fetchrow(Q["tenant_budget"], tenant_id)
+        return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
+
+    async def set_tenant_budget(self, tenant_id: str, budget: PodBudget) -> None:
+        async with borrow(self._pool) as c:
+            await c.execute(Q["set_tenant_budget"], tenant_id, budget.daily_usd, budget.monthly_usd)
 
     async def db_now(self) -> datetime:
         async with borrow(self._pool) as c:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 import grpc
 
@@ -15,25 +15,54 @@ from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.metering.budget import PodBudget, judge_budget
 from thermostat.policy.metering.pod_spend import PodSpend, spend
+from thermostat.policy.metering.pool_spend import pool_spend
 
+from .pool_access import PoolTokens, require_admin, tenant_scope
 from .repository import MeteringRepository
+
+DEFAULT_SPEND_PAGE = 100
+MAX_SPEND_PAGE = 1000
 
 
 class MeteringCore:
     """What both servicers share: the pods metering knows by name, the repository and the clock."""
 
     def __init__(
-        self, pods: Sequence[PodOptions], repository: MeteringRepository, *, clock: Clock = SYSTEM_CLOCK
+        self,
+        pods: Sequence[PodOptions],
+        repository: MeteringRepository,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        pool_tokens: PoolTokens | None = None,
     ) -> None:
         self.pods = tuple(pods)
         self.repository = repository
         self.clock = clock
+        self.pool_tokens = pool_tokens or PoolTokens()
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
 
     async def spend(self, pod: PodOptions, now: datetime) -> PodSpend:
         return spend(await self.repository.pod_events(pod.name), now)
+
+    async def tenant_spend(self, tenant_id: str, now: datetime) -> tuple[float, float]:
+        """A pool tenant's machine spend (USD) today and this month, UTC, to now."""
+        month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        machines, jobs = await self.repository.pool_time(tenant_id, month_start, now)
+        month = pool_spend(machines, jobs, since=month_start, until=now, now=now)
+        today = pool_spend(machines, jobs, since=day_start, until=now, now=now) if day_start < now else ()
+        return sum(line.machine_usd for line in today), sum(line.machine_usd for line in month)
+
+    async def tenant_budget_message(self, tenant_id: str, budget: PodBudget) -> metering_pb2.TenantBudget:
+        today, month = await self.tenant_spend(tenant_id, self.clock.now())
+        message = metering_pb2.TenantBudget(tenant_id=tenant_id, today_usd=today, month_usd=month)
+        if budget.daily_usd is not None:
+            message.daily_usd = budget.daily_usd
+        if budget.monthly_usd is not None:
+            message.monthly_usd = budget.monthly_usd
+        return message
 
 
 def _budget_message(name: str, budget: PodBudget, spent: PodSpend) -> metering_pb2.PodBudget:
@@ -86,22 +115,31 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
             pod.name, await self.c.repository.pod_budget(pod.name), await self.c.spend(pod, self.c.clock.now())
         )
 
+    async def GetTenantBudget(
+        self, request: metering_pb2.GetTenantBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.TenantBudget:
+        tenant = request.tenant_id.strip()
+        scope = await tenant_scope(self.c.pool_tokens, tenant, context)
+        if not tenant or (scope is not None and scope != tenant):
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no budget of that tenant for this caller")
+        return await self.c.tenant_budget_message(tenant, await self.c.repository.tenant_budget(tenant))
+
+    async def SetTenantBudget(
+        self, request: metering_pb2.SetTenantBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.TenantBudget:
+        await require_admin(self.c.pool_tokens, context)
+        tenant = request.tenant_id.strip()
+        if not tenant or len(tenant) > 128:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant_id must be 1-128 characters")
+        budget = await _budget_from(request, context)
+        await self.c.repository.set_tenant_budget(tenant, budget)
+        return await self.c.tenant_budget_message(tenant, budget)
+
     async def SetPodBudget(
         self, request: metering_pb2.SetPodBudgetRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.PodBudget:
         pod = await self.c.pod(request.name, context)
-        for field in ("daily_usd", "monthly_usd"):
-            if request.HasField(field):
-                value = getattr(request, field)
-                if not math.isfinite(value) or value < 0:
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        f"{field} must be a non-negative number of USD (leave it out for no ceiling)",
-                    )
-        budget = PodBudget(
-            daily_usd=request.daily_usd if request.HasField("daily_usd") else None,
-            monthly_usd=request.monthly_usd if request.HasField("monthly_usd") else None,
-        )
+        budget = await _budget_from(request, context)
         await self.c.repository.set_pod_budget(pod.name, budget)
         return _budget_message(pod.name, budget, await self.c.spend(pod, self.c.clock.now()))
 
@@ -121,6 +159,72 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
                 stamp(status.last_read_at, feed.last_read_at)
             response.feeds.append(status)
         return response
+
+    async def GetPoolSpend(
+        self, request: metering_pb2.GetPoolSpendRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.GetPoolSpendResponse:
+        tenant = await tenant_scope(self.c.pool_tokens, request.tenant_id, context)
+        if request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size must not be negative")
+        if request.page_token and not request.page_token.isdigit():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this service returned")
+        now = self.c.clock.now()
+        since, until = await _range(request, now, context)
+        machines, jobs = await self.c.repository.pool_time(tenant, since, until)
+        lines = pool_spend(machines, jobs, since=since, until=until, now=now)
+        start = int(request.page_token or 0)
+        size = min(request.page_size or DEFAULT_SPEND_PAGE, MAX_SPEND_PAGE)
+        page = lines[start : start + size]
+        response = metering_pb2.GetPoolSpendResponse(
+            since=since.timestamp(),
+            until=until.timestamp(),
+            next_page_token=str(start + size) if start + size < len(lines) else "",
+        )
+        for line in page:
+            response.lines.add(
+                tenant_id=line.tenant_id,
+                machine_type=line.machine_type,
+                machine_seconds=line.machine_seconds,
+                machine_usd=line.machine_usd,
+                job_seconds=line.job_seconds,
+                job_usd=line.job_usd,
+                priced=line.priced,
+            )
+        return response
+
+
+async def _budget_from(
+    request: metering_pb2.SetPodBudgetRequest | metering_pb2.SetTenantBudgetRequest, context: grpc.aio.ServicerContext
+) -> PodBudget:
+    """The ceilings of a set request, each checked: a non-negative finite USD amount, or left out (none)."""
+    for field in ("daily_usd", "monthly_usd"):
+        if request.HasField(field):
+            value = getattr(request, field)
+            if not math.isfinite(value) or value < 0:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{field} must be a non-negative number of USD (leave it out for no ceiling)",
+                )
+    return PodBudget(
+        daily_usd=request.daily_usd if request.HasField("daily_usd") else None,
+        monthly_usd=request.monthly_usd if request.HasField("monthly_usd") else None,
+    )
+
+
+async def _range(
+    request: metering_pb2.GetPoolSpendRequest, now: datetime, context: grpc.aio.ServicerContext
+) -> tuple[datetime, datetime]:
+    """The request's [since, until): 0 means the start of the current UTC month / now."""
+    for field in ("since", "until"):
+        value = getattr(request, field)
+        if not math.isfinite(value) or value < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field} must be epoch seconds (0: the default)")
+    month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    since = datetime.fromtimestamp(request.since, UTC) if request.since else month_start
+    until = datetime.fromtimestamp(request.until, UTC) if request.until else now
+    if since >= until:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "since must be before until")
+    return since, until
 
 
 class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # type: ignore[misc]
@@ -155,6 +259,33 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
             projected_usd=verdict.projected_usd,
             today_usd=spent.today_usd,
             month_usd=spent.month_usd,
+        )
+        if budget.daily_usd is not None:
+            response.daily_limit_usd = budget.daily_usd
+        if budget.monthly_usd is not None:
+            response.monthly_limit_usd = budget.monthly_usd
+        return response
+
+    async def CheckTenantBudget(
+        self, request: metering_pb2.CheckTenantBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.CheckPodBudgetResponse:
+        tenant = request.tenant_id.strip()
+        if not tenant:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant_id is required")
+        budget = await self.c.repository.tenant_budget(tenant)
+        if budget.daily_usd is None and budget.monthly_usd is None:
+            return metering_pb2.CheckPodBudgetResponse(allowed=True)
+        today, month = await self.c.tenant_spend(tenant, self.c.clock.now())
+        verdict = judge_budget(budget, today_usd=today, month_usd=month, projected_usd=0.0, subject=f"tenant {tenant}")
+        response = metering_pb2.CheckPodBudgetResponse(
+            allowed=verdict.allowed,
+            exhausted=verdict.exhausted,
+            budget=str(verdict.period or ""),
+            reason=verdict.reason,
+            limit_usd=verdict.limit_usd,
+            spent_usd=verdict.spent_usd,
+            today_usd=today,
+            month_usd=month,
         )
         if budget.daily_usd is not None:
             response.daily_limit_usd = budget.daily_usd

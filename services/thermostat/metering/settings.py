@@ -11,7 +11,12 @@ from thermostat.chassis.settings import ServiceSettings
 class MeteringSettings(ServiceSettings):
     metering_port: int = Field(default=METERING.default_port, ge=0, le=65535)
     pod_controller_addr: str = POD_CONTROLLER.address()
+    # the pool's usage feed is read when set (the dev stack and the cluster's ConfigMap set it); unset: no pool feed
+    pool_dispatcher_addr: str | None = None
     rig_operator_token: SecretStr | None = None
+    # the pool's tokens: GET /v1/spend is read with them, scoped like the pool's GET /v1/usage
+    strata_pool_token: SecretStr | None = None
+    strata_pool_admin_token: SecretStr | None = None
     # how often the ledger reads a feed that had nothing new, and how much it reads at once
     ledger_poll_seconds: float = Field(default=2.0, gt=0, le=300)
     ledger_page_size: int = Field(default=1000, ge=1, le=5000)

@@ -14,8 +14,10 @@ from grpc import aio
 
 from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.chassis.registry import POOL_DISPATCHER
+from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
 from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
 from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.providers.pool.backend import Backend
@@ -24,7 +26,11 @@ from thermostat.providers.pool.settings import ProviderBackend, build_backends, 
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
+from .budget_gate import BudgetGate
+from .budget_reaper import BudgetReaper
 from .dispatcher import Clock, Dispatcher, Hooks, Sleep
+from .internal import PoolInternalServicer
+from .metering_repository import PoolMeteringRepository
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
@@ -120,15 +126,36 @@ def assemble(
         admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
     )
 
+    metering_channel = (
+        insecure_channel(settings.metering_addr, max_reconnect_seconds=5, internal_token=settings.internal_token())
+        if settings.metering_addr
+        else None
+    )
+    gate = BudgetGate(
+        metering_pb2_grpc.MeteringInternalStub(metering_channel) if metering_channel is not None else None,
+        timeout=settings.metering_timeout_seconds,
+    )
+
+    reaper = BudgetReaper(dispatcher, gate, every_seconds=settings.pool_budget_reap_seconds)
+
     def register(server: aio.Server) -> None:
-        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens), server)
+        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens, gate), server)
+        internal = PoolInternalServicer(
+            PoolMeteringRepository(store.pool),
+            lambda: dispatcher.catalogue,
+            settle_seconds=settings.pool_usage_settle_seconds,
+        )
+        pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
     async def shutdown() -> None:
+        await reaper.stop()
         await dispatcher.close()
         await backend.aclose()  # no worker process outlives the service
         for provider in providers.values():
             await provider.aclose()
         await client.aclose()
+        if metering_channel is not None:
+            await metering_channel.close()
 
     host = ServiceHost(
         ServiceSpec(
@@ -136,9 +163,10 @@ def assemble(
             service_names=POOL_DISPATCHER.served,
             register=register,
             dependency_check=store.ping,
-            on_start=[dispatcher.start],
+            on_start=[dispatcher.start, reaper.start],
             on_stop=[shutdown],
             grpc_options=grpc_options(),
+            internal_token=settings.internal_token(),
         ),
         probe_seconds=settings.health_probe_seconds,
     )

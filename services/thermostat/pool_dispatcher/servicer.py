@@ -29,7 +29,9 @@ from thermostat.policy.pool.machines import MachineState
 from thermostat.policy.pool.submit_options import SubmitError, parse_submit_query
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
+from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
+from .metering_repository import PoolMeteringRepository
 from .repository import JobView, UsageView, WorkerView
 
 log = logging.getLogger("thermostat.pool_dispatcher.servicer")
@@ -143,9 +145,17 @@ def _json_body(value: Any) -> httpbody_pb2.HttpBody:
 
 
 class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ignore[misc]
-    def __init__(self, dispatcher: Dispatcher, tokens: Tokens) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        tokens: Tokens,
+        gate: BudgetGate | None = None,
+        metering: PoolMeteringRepository | None = None,
+    ) -> None:
         self.d = dispatcher
         self.tokens = tokens
+        self.gate = gate or BudgetGate(None)
+        self.metering = metering or PoolMeteringRepository(dispatcher.repo.pool)
 
     # checks, in the seed's order
 
@@ -204,6 +214,18 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                 f"payload of {len(payload)} bytes is over the limit of {self.d.max_payload_bytes}",
                 413,
             )
+        over_budget = await self.gate.refusal(tenant)
+        if over_budget is not None:  # nothing queued, nothing started; the refusal is a failed job on the record
+            job_id = await self.metering.record_refused_submit(
+                tenant_id=tenant,
+                machine_type=options.machine_type.name,
+                priority=options.priority,
+                session_id=options.session_id,
+                timeout_seconds=options.timeout_seconds,
+                error=over_budget,
+            )
+            log.warning("submit refused for budget: job %s: %s", job_id, over_budget)
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409)
         trace = {name: caller.metadata[name] for name in TRACE_HEADERS if caller.metadata.get(name)}
         job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace)
         return job, options
@@ -322,6 +344,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         refusal = None if kind is None else self.d.backend_refusal(kind)
         if refusal is not None:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
+        if kind is not None and (over_budget := await self.gate.refusal(tenant)) is not None:
+            log.warning("hint refused for budget: %s", over_budget)
+            await _status(context, 409)
+            return pool_pb2.SendHintResponse(started=False, reason="budget")
         decision = await self.d.hint(tenant, request.machine_type.strip())
         if isinstance(decision, SubmitError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)

@@ -30,4 +30,11 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     pool_health_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     pool_instance_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # how long a missing usage position may still be filled by a transaction in flight (policy/pool/usage_feed.py)
+    # set: every submit and hint asks metering for the tenant's budget first, and is refused when it cannot answer
+    metering_addr: str | None = None
+    metering_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    # how often warm machines of tenants over budget are looked for (with METERING_ADDR set)
+    pool_budget_reap_seconds: float = Field(default=5.0, gt=0, le=3600)
+    pool_usage_settle_seconds: float = Field(default=10.0, gt=0, le=600)
     pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)

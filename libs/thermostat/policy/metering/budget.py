@@ -41,9 +41,16 @@ class BudgetVerdict:
 
 
 def judge_budget(
-    budget: PodBudget, *, today_usd: float, month_usd: float, projected_usd: float, pod_name: str
+    budget: PodBudget,
+    *,
+    today_usd: float,
+    month_usd: float,
+    projected_usd: float,
+    pod_name: str = "",
+    subject: str | None = None,
 ) -> BudgetVerdict:
-    """The verdict of the table above."""
+    """The verdict of the table above; `subject` names what is judged in the reason (default: the pod)."""
+    who = subject if subject is not None else f"pod {pod_name}"
     periods = ((BudgetPeriod.DAILY, budget.daily_usd, today_usd), (BudgetPeriod.MONTHLY, budget.monthly_usd, month_usd))
     for period, limit, spent in periods:
         if limit is None:
@@ -56,7 +63,7 @@ def judge_budget(
                 limit_usd=limit,
                 spent_usd=spent,
                 projected_usd=projected_usd,
-                reason=f"pod {pod_name}: {period} budget of {limit:.2f} USD reached (spent {spent:.4f} USD)",
+                reason=f"{who}: {period} budget of {limit:.2f} USD reached (spent {spent:.4f} USD)",
             )
         if spent + projected_usd > limit:
             return BudgetVerdict(
@@ -66,7 +73,7 @@ def judge_budget(
                 spent_usd=spent,
                 projected_usd=projected_usd,
                 reason=(
-                    f"pod {pod_name}: projected spend {projected_usd:.4f} USD does not fit in the {period} "
+                    f"{who}: projected spend {projected_usd:.4f} USD does not fit in the {period} "
                     f"budget of {limit:.2f} USD (spent {spent:.4f} USD, {limit - spent:.4f} USD left)"
                 ),
             )

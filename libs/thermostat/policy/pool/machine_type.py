@@ -17,6 +17,8 @@ Defaults, chosen for a pool that should not bill for idle machines by accident:
 - `health_check_failures` 3: one miss is a dropped packet, three is a machine that is gone; 0 = no probing.
 - `boot_timeout_seconds` 300 (a provider pulling an image takes minutes; a local process takes seconds).
 - `job_timeout_seconds` 3600.
+- `price_per_hour` unset: the type's machine time is metered but not priced (metering's pool spend reads it in
+  USD per machine-hour; a number, 0 or more).
 Times are bounded by `MAX_TIMEOUT_SECONDS` (a day), so the longest sync wait a catalogue allows
 (`MAX_WAIT_SECONDS`, boot + job) is a constant the edge's route timeout can cover.
 
@@ -76,6 +78,7 @@ class MachineType:
     health_check_failures: int = DEFAULT_HEALTH_CHECK_FAILURES
     boot_timeout_seconds: float = DEFAULT_BOOT_TIMEOUT_SECONDS
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
+    price_per_hour: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     provider_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -184,6 +187,7 @@ def machine_type_to_json(machine_type: MachineType, *, admin: bool) -> dict[str,
         "health_check_failures": machine_type.health_check_failures,
         "boot_timeout_seconds": machine_type.boot_timeout_seconds,
         "job_timeout_seconds": machine_type.job_timeout_seconds,
+        "price_per_hour": machine_type.price_per_hour,
         "env": shown(machine_type.env),
         "provider_options": shown(machine_type.provider_options),
     }
@@ -197,7 +201,7 @@ FIELDS = frozenset(
     {
         "name", "image", "backend", "cpus", "memory_mb", "disk_gb", "gpu_type", "gpu_count", "max_workers",
         "cool_down_seconds", "health_check_failures", "boot_timeout_seconds", "job_timeout_seconds", "env",
-        "provider_options",
+        "provider_options", "price_per_hour",
     }
 )  # fmt: skip
 
@@ -237,6 +241,7 @@ def _parse_entry(index: int, entry: object, errors: list[CatalogueError]) -> Mac
         "health_check_failures": read("health_check_failures", _integer, 0, False),
         "boot_timeout_seconds": read("boot_timeout_seconds", _seconds, True),
         "job_timeout_seconds": read("job_timeout_seconds", _seconds, True),
+        "price_per_hour": read("price_per_hour", _number, False, False),
         "env": read("env", _env),
         "provider_options": read("provider_options", _options),
     }

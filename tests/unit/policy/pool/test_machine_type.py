@@ -48,6 +48,7 @@ def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
                 health_check_failures=3,
                 boot_timeout_seconds=300.0,
                 job_timeout_seconds=3600.0,
+                price_per_hour=None,
                 env={},
                 provider_options={},
             ),
@@ -69,6 +70,7 @@ def test_every_field_is_read() -> None:
         health_check_failures=0,
         boot_timeout_seconds=600,
         job_timeout_seconds=90.5,
+        price_per_hour=3.25,
         env={"STRATA_WORKER_ALLOWED_HOSTS": ".internal"},
         provider_options={"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"},
     )
@@ -81,13 +83,14 @@ def test_every_field_is_read() -> None:
     assert machine_type.cool_down_seconds == 60.0
     assert machine_type.health_check_failures == 0
     assert (machine_type.boot_timeout_seconds, machine_type.job_timeout_seconds) == (600.0, 90.5)
+    assert machine_type.price_per_hour == 3.25
     assert machine_type.env == {"STRATA_WORKER_ALLOWED_HOSTS": ".internal"}
     assert machine_type.provider_options == {"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"}
 
 
 def test_get_shape_round_trips_through_put() -> None:
     """What GET returns (with the admin token) is a valid PUT body for the same catalogue."""
-    original = parse_catalogue([entry(cpus=2, env={"A": "b"}, max_workers=3)])
+    original = parse_catalogue([entry(cpus=2, env={"A": "b"}, max_workers=3, price_per_hour=0.5)])
     assert isinstance(original, Catalogue)
     assert parse_catalogue(catalogue_to_json(original, admin=True)) == original
 
@@ -119,6 +122,9 @@ def test_get_shape_round_trips_through_put() -> None:
             {"job_timeout_seconds": 10**6}, "job_timeout_seconds", "at most 86400", id="job-timeout-over-a-day"
         ),
         pytest.param({"cpus": 0}, "cpus", "must be greater than 0", id="zero-cpus"),
+        pytest.param({"price_per_hour": -0.5}, "price_per_hour", "must not be negative", id="negative-price"),
+        pytest.param({"price_per_hour": "1.5"}, "price_per_hour", "must be a number, not a string", id="price-string"),
+        pytest.param({"price_per_hour": float("nan")}, "price_per_hour", "must be a finite number", id="nan-price"),
         pytest.param({"memory_mb": 0}, "memory_mb", "must be at least 1", id="zero-memory"),
         pytest.param({"disk_gb": -5}, "disk_gb", "must be at least 1", id="negative-disk"),
         pytest.param({"cool_down_seconds": -1}, "cool_down_seconds", "must not be negative", id="negative-cool-down"),

@@ -1,0 +1,30 @@
+-- What the pool serves metering (the usage and machine-life feeds) and the budget refusals it records.
+
+-- name: usage_after
+-- Every tenant's usage events after a position (metering's feed), with when each was recorded.
+SELECT position, job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds, started_at,
+       ended_at, recorded_at
+FROM pool_usage WHERE position > $1
+ORDER BY position
+LIMIT $2;
+
+-- name: usage_head
+-- The greatest position visible and the database clock the settle window is measured on.
+SELECT COALESCE((SELECT max(position) FROM pool_usage), 0) AS head, clock_timestamp() AS now;
+
+-- name: machine_events_after
+-- Every machine's boot and stop after a position (metering's machine-life feed), with when each was recorded.
+SELECT position, machine_id, tenant_id, machine_type, event, at, recorded_at
+FROM pool_machine_events WHERE position > $1
+ORDER BY position
+LIMIT $2;
+
+-- name: machine_events_head
+SELECT COALESCE((SELECT max(position) FROM pool_machine_events), 0) AS head, clock_timestamp() AS now;
+
+-- name: record_refusal
+-- A submit refused for the tenant's budget, on the record as a job that failed before it was queued (no payload
+-- kept, never dispatched): GET /v1/jobs/{id} shows the error with the numbers that decided it.
+INSERT INTO pool_jobs (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, error,
+                       completed_at)
+VALUES ($1, $2, $3, 'failed', $4, $5, $6, $7, now());

@@ -1,0 +1,63 @@
+"""The pool's door to Postgres for what concerns metering (style 13: SQL in metering_queries.sql): the event
+tables its feeds read, and the budget refusals it records. Kept apart from repository.py, the dispatcher's."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from thermostat.store.connections import borrow
+from thermostat.store.sql import load_sql
+
+Q = load_sql(Path(__file__).with_name("metering_queries.sql"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventPage:
+    """Visible rows after a position (as mappings of their columns), the greatest position and the db clock."""
+
+    rows: tuple[dict[str, Any], ...]
+    head: int
+    now: datetime
+
+
+class PoolMeteringRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def _page(self, rows_query: str, head_query: str, after: int, size: int) -> EventPage:
+        async with borrow(self.pool) as c:
+            # the clock first: a row recorded after it is younger than it looks, never older
+            head = await c.fetchrow(Q[head_query])
+            assert head is not None  # a SELECT without FROM returns its one row
+            rows = await c.fetch(Q[rows_query], after, size)
+        return EventPage(rows=tuple(dict(r) for r in rows), head=head["head"], now=head["now"])
+
+    async def usage_page(self, after: int, size: int) -> EventPage:
+        return await self._page("usage_after", "usage_head", after, size)
+
+    async def machine_events_page(self, after: int, size: int) -> EventPage:
+        return await self._page("machine_events_after", "machine_events_head", after, size)
+
+    async def record_refused_submit(
+        self,
+        *,
+        tenant_id: str,
+        machine_type: str,
+        priority: int,
+        session_id: str | None,
+        timeout_seconds: float,
+        error: str,
+    ) -> str:
+        """A submit refused for the tenant's budget, as a failed job on the record; its id."""
+        job_id = uuid.uuid4()
+        async with borrow(self.pool) as c:
+            await c.execute(
+                Q["record_refusal"], job_id, tenant_id, machine_type, priority, session_id, timeout_seconds, error
+            )
+        return str(job_id)

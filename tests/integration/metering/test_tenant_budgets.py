@@ -1,0 +1,210 @@
+"""Tenant budgets the pool obeys: a tenant over its budget gets no machine (submit 409, nothing queued, the
+refusal a failed job with the numbers; hint reason `budget`), an unset budget is no ceiling, and metering
+unreachable refuses (fail closed). Budgets are set with the pool admin token and read like spend."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from tests.fixtures.polling import eventually
+from tests.fixtures.services import INTERNAL_TOKEN, metering_env, start_metering
+from tests.integration.pool_dispatcher.conftest import (
+    ADMIN,
+    ADMIN_TOKEN,
+    API_TOKEN,
+    RunningPool,
+    caller,
+    pool_env,
+    sleepy_type,
+    start_pool,
+)
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
+from thermostat.chassis.ports import free_port
+from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
+from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.budget_gate import BudgetGate
+from thermostat.pool_dispatcher.budget_reaper import BudgetReaper
+from thermostat.store.db import Store
+
+PRICE = 3600.0  # one dollar a machine-second
+
+
+@dataclass
+class Rig:
+    pool: RunningPool
+    metering: metering_pb2_grpc.MeteringStub
+    internal: metering_pb2_grpc.MeteringInternalStub
+    store: Store
+
+    async def caught_up(self) -> None:
+        """Metering's ledger holds every machine event and usage event the pool recorded."""
+
+        async def same() -> bool | None:
+            counts = await self.store.pool.fetchrow(
+                """SELECT (SELECT count(*) FROM pool_machine_events) AS m, (SELECT count(*) FROM pool_usage) AS u,
+                          (SELECT count(*) FROM ledger_pool_machines) AS lm,
+                          (SELECT count(*) FROM ledger_pool_usage) AS lu"""
+            )
+            return True if (counts["m"], counts["u"]) == (counts["lm"], counts["lu"]) else None
+
+        await eventually(same, timeout=15, every=0.05)
+
+
+def pool_with_metering(metering_port: int, **overrides: str) -> dict[str, str]:
+    types = [sleepy_type(price_per_hour=PRICE)]
+    env = {
+        INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
+        "METERING_ADDR": f"127.0.0.1:{metering_port}",
+        # the background pass stays out of the way: a test reaps when it wants one
+        "POOL_BUDGET_REAP_SECONDS": "3600",
+        **overrides,
+    }
+    return pool_env(types, **env)
+
+
+@contextlib.asynccontextmanager
+async def rig_on(store: Store) -> AsyncIterator[Rig]:
+    port = free_port()
+    async with start_pool(store, pool_with_metering(port)) as pool:
+        # no pod controller: its feed fails fast and the pool's feeds are read on
+        env = metering_env(
+            f"127.0.0.1:{free_port()}",
+            FEED_TIMEOUT_SECONDS="0.2",
+            POOL_DISPATCHER_ADDR=pool.address,
+            STRATA_POOL_TOKEN=API_TOKEN,
+            STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
+        )
+        async with start_metering(env, store, port=port) as metering, metering.channel() as channel:
+            yield Rig(
+                pool=pool,
+                metering=metering_pb2_grpc.MeteringStub(channel),
+                internal=metering_pb2_grpc.MeteringInternalStub(channel),
+                store=store,
+            )
+
+
+@pytest.fixture
+async def rig(db_store: Store) -> AsyncIterator[Rig]:
+    async with rig_on(db_store) as running:
+        yield running
+
+
+async def submit(pool: RunningPool, tenant: str) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await pool.submit(b"0", tenant=tenant, machine_type="sleepy")
+    return refused.value
+
+
+async def started_machines(store: Store) -> int:
+    return int(await store.pool.fetchval("SELECT count(*) FROM pool_machine_events WHERE event = 'started'"))
+
+
+async def test_a_tenant_over_budget_gets_no_machine_and_the_refusal_is_on_record(rig: Rig) -> None:
+    await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=0.01), metadata=ADMIN
+    )
+    machines = await started_machines(rig.store)
+
+    refused = await submit(rig.pool, "acme")
+    assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert ("x-http-code", "409") in tuple(refused.initial_metadata() or ())
+    assert "tenant acme: daily budget of 0.01 USD reached" in (refused.details() or "")
+    job = await rig.store.pool.fetchrow("SELECT state, error, started_at FROM pool_jobs WHERE error IS NOT NULL")
+    assert (job["state"], job["started_at"]) == ("failed", None)
+    assert "limit_usd=0.0100" in job["error"] and "spent_usd=" in job["error"]
+    assert await rig.store.pool.fetchval("SELECT count(*) FROM pool_jobs WHERE state = 'queued'") == 0
+
+    hint = rig.pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type="sleepy"), metadata=caller("acme"))
+    reply = await hint
+    assert (reply.started, reply.reason) == (False, "budget")
+    assert ("x-http-code", "409") in tuple(await hint.initial_metadata())
+    assert await started_machines(rig.store) == machines
+
+
+async def test_a_tenant_without_a_budget_has_no_ceiling(rig: Rig) -> None:
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=0.0), metadata=ADMIN
+    )
+    _, metadata = await rig.pool.run(b"0", tenant="globex", machine_type="sleepy")
+    assert metadata["x-pool-job-state"] == "completed"
+    assert (await submit(rig.pool, "acme")).code() is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_metering_unreachable_refuses_every_submit(db_store: Store) -> None:
+    env = pool_with_metering(free_port(), METERING_TIMEOUT_SECONDS="0.3")
+    async with start_pool(db_store, env) as pool:
+        refused = await submit(pool, "acme")
+    assert refused.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "budget unreadable" in (refused.details() or "") and "fail closed" in (refused.details() or "")
+    assert await started_machines(db_store) == 0
+
+
+async def test_budgets_are_set_with_the_admin_token_and_read_like_spend(rig: Rig) -> None:
+    set_request = metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=5, monthly_usd=50)
+    with pytest.raises(grpc.aio.AioRpcError) as denied:
+        await rig.metering.SetTenantBudget(set_request, metadata=caller("acme"))
+    assert denied.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    await rig.metering.SetTenantBudget(set_request, metadata=ADMIN)
+    own = await rig.metering.GetTenantBudget(
+        metering_pb2.GetTenantBudgetRequest(tenant_id="acme"), metadata=caller("acme")
+    )
+    assert (own.daily_usd, own.monthly_usd) == (5, 50)
+    with pytest.raises(grpc.aio.AioRpcError) as hidden:
+        await rig.metering.GetTenantBudget(
+            metering_pb2.GetTenantBudgetRequest(tenant_id="acme"), metadata=caller("globex")
+        )
+    assert hidden.value.code() is grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as negative:
+        await rig.metering.SetTenantBudget(
+            metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=-1), metadata=ADMIN
+        )
+    assert negative.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "daily_usd" in (negative.value.details() or "")
+
+
+async def test_warm_machines_of_a_tenant_over_budget_are_reaped_at_once(rig: Rig) -> None:
+    """acme's and globex's machines are warm (a five-minute cool-down ahead); acme's budget is reached: a
+    reaping pass stops acme's machine now and leaves globex's."""
+    for tenant in ("acme", "globex"):
+        await rig.pool.run(b"0", tenant=tenant, machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", monthly_usd=0.01), metadata=ADMIN
+    )
+    reaper = BudgetReaper(rig.pool.dispatcher, BudgetGate(rig.internal), every_seconds=3600)
+    retired = await reaper.reap_over_budget()
+    rows = await rig.store.pool.fetch("SELECT id, tenant_id FROM pool_machines")
+    assert [r["tenant_id"] for r in rows] == ["globex"]
+    stopped = await rig.store.pool.fetch(
+        "SELECT machine_id, tenant_id FROM pool_machine_events WHERE event = 'stopped'"
+    )
+    assert [(str(r["machine_id"]), r["tenant_id"]) for r in stopped] == [(retired[0], "acme")]
+    assert await reaper.reap_over_budget() == []
+
+
+async def test_a_busy_machine_of_a_tenant_over_budget_is_left_to_its_job(rig: Rig) -> None:
+    """The reaping pass reads acme's machine warm, a job claims it, then the retire comes: the retire is
+    guarded by the state in its statement, so the job runs on and nothing is stopped."""
+    await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", monthly_usd=0.01), metadata=ADMIN
+    )
+    gate = BudgetGate(rig.internal)
+    exhausted = gate.exhausted
+
+    async def claimed_meanwhile(tenant: str) -> str | None:
+        reason = await exhausted(tenant)
+        await rig.store.pool.execute("UPDATE pool_machines SET state = 'busy' WHERE tenant_id = $1", tenant)
+        return reason
+
+    gate.exhausted = claimed_meanwhile  # type: ignore[method-assign]
+    assert await BudgetReaper(rig.pool.dispatcher, gate, every_seconds=3600).reap_over_budget() == []
+    states = await rig.store.pool.fetch("SELECT state FROM pool_machines")
+    assert [r["state"] for r in states] == ["busy"]
