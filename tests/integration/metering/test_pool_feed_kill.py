@@ -94,7 +94,9 @@ async def test_kill_9_of_the_pool_mid_job_loses_nothing_and_doubles_nothing(db_s
             feed.timeout = 1
             await ledger.run_once()
             (status,) = await repo.feeds()
-            assert (status.error, status.position) == ("unreadable (DEADLINE_EXCEEDED)", 3)
+            # a dead peer reads as a refused connection or a call that ran out of time, as the channel's state has it
+            assert status.error in ("unreadable (DEADLINE_EXCEEDED)", "unreadable (UNAVAILABLE)")
+            assert status.position == 3
 
             with pool_process(database_url, port):
                 feed.timeout = 30
