@@ -11,10 +11,12 @@ In one run, over an embedded Postgres (fsync off) and real gRPC on loopback:
   ledger. Goal ≥ 5,000 each.
 - Budget check: StartPod (gRPC) on a RUNNING pod of the RunPod simulator (AlreadyRunning),
   `--samples` times against a controller without METERING_ADDR and as many against one with it, metering
-  holding a budget (so the check folds the pod's spend: 200 billed intervals). Printed: each p50 and the
-  difference, and the check's two parts alone (metering's CheckPodBudget, the catalogue read of the
-  projection, which run at once). Goal ≤ 2 ms p50 added. Both controllers and the simulator run in this
-  process (alternating samples, so drift hits both alike), metering in a process of its own.
+  holding a budget (200 billed intervals of spend, folded once into metering's per-pod summary; each check
+  folds only what landed since). Printed: each p50 and the difference, and for scale, alone: metering's
+  CheckPodBudget, the catalogue read of the projection (made only before a start or create, so not by these
+  wakes of a running pod) and a one-small-query RPC. Goal ≤ 2 ms p50 added. Both controllers and the
+  simulator run in this process (alternating samples, so drift hits both alike), metering in a process of its
+  own.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterato
 
 
 async def check_parts(sim: RunPodSimulator, metering: RunningService, samples: int) -> dict[str, float]:
-    """The check's two parts alone: metering's CheckPodBudget and the catalogue read of the projection."""
+    """Alone, for scale: metering's CheckPodBudget, the projection's catalogue read and a one-small-query RPC."""
     from thermostat.providers.runpod.client import RunPodV2Client
 
     scale = "GetLedgerStatus (one small query, for scale)"

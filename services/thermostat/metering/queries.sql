@@ -49,6 +49,19 @@ SELECT source, position, head_position, last_read_at, error FROM ledger_feeds OR
 SELECT position, at, action, pod_id, ok, http_status, gpu_id, price_per_hour FROM ledger_pod_actions
 WHERE lower(pod_name) = lower($1) ORDER BY position;
 
+-- name: pod_check
+-- A budget check in one statement: the pod's ceilings (NULLs: none) and its billable actions landed after
+-- position $2, in feed order (none: one row of NULL actions). Indexed by (lower(pod_name), position).
+SELECT b.daily_usd, b.monthly_usd, e.position, e.at, e.action, e.pod_id, e.ok, e.http_status, e.gpu_id,
+       e.price_per_hour
+FROM (SELECT 1) AS one
+LEFT JOIN pod_budgets b ON b.pod_name = lower($1)
+LEFT JOIN LATERAL (
+    SELECT position, at, action, pod_id, ok, http_status, gpu_id, price_per_hour FROM ledger_pod_actions
+    WHERE lower(pod_name) = lower($1) AND position > $2 ORDER BY position
+) e ON true
+ORDER BY e.position;
+
 -- name: pod_budget
 SELECT daily_usd, monthly_usd FROM pod_budgets WHERE pod_name = lower($1);
 

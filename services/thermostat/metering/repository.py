@@ -219,24 +219,19 @@ class MeteringRepository:
     async def pod_events(self, pod_name: str) -> list[BillableEvent]:
         async with borrow(self._pool) as c:
             rows = await c.fetch(Q["pod_events"], pod_name)
-        return [
-            BillableEvent(
-                position=r["position"],
-                at=r["at"],
-                action=r["action"],
-                pod_id=r["pod_id"],
-                ok=r["ok"],
-                http_status=r["http_status"],
-                gpu_id=r["gpu_id"],
-                price_per_hour=r["price_per_hour"],
-            )
-            for r in rows
-        ]
+        return [_event(r) for r in rows]
 
     async def pod_budget(self, pod_name: str) -> PodBudget:
         async with borrow(self._pool) as c:
             row = await c.fetchrow(Q["pod_budget"], pod_name)
         return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
+
+    async def pod_check(self, pod_name: str, after: int) -> tuple[PodBudget, list[BillableEvent]]:
+        """The pod's budget and its billable actions landed after position `after`, in one statement."""
+        async with borrow(self._pool) as c:
+            rows = await c.fetch(Q["pod_check"], pod_name, after)
+        budget = PodBudget(daily_usd=rows[0]["daily_usd"], monthly_usd=rows[0]["monthly_usd"])
+        return budget, [_event(r) for r in rows if r["position"] is not None]
 
     async def set_pod_budget(self, pod_name: str, budget: PodBudget) -> None:
         async with borrow(self._pool) as c:
@@ -255,3 +250,16 @@ class MeteringRepository:
         async with borrow(self._pool) as c:
             now: datetime = await c.fetchval(Q["db_now"])
             return now
+
+
+def _event(r: asyncpg.Record) -> BillableEvent:
+    return BillableEvent(
+        position=r["position"],
+        at=r["at"],
+        action=r["action"],
+        pod_id=r["pod_id"],
+        ok=r["ok"],
+        http_status=r["http_status"],
+        gpu_id=r["gpu_id"],
+        price_per_hour=r["price_per_hour"],
+    )

@@ -14,7 +14,7 @@ from thermostat.chassis.timestamps import stamp
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.metering.budget import PodBudget, judge_budget
-from thermostat.policy.metering.pod_spend import PodSpend, spend
+from thermostat.policy.metering.pod_spend import PodSpend, SpendSummary, fold_spend, spend, summary_spend
 from thermostat.policy.metering.pool_spend import pool_spend
 
 from .pool_access import PoolTokens, require_admin, tenant_scope
@@ -39,6 +39,21 @@ class MeteringCore:
         self.repository = repository
         self.clock = clock
         self.pool_tokens = pool_tokens or PoolTokens()
+        # per pod name, the spend folded so far: a budget check folds only the actions landed since (one
+        # indexed statement, constant in the history's length); each check reads the ledger, so a page landed
+        # by another replica is seen as well
+        self.summaries: dict[str, SpendSummary] = {}
+
+    async def budget_and_spend(self, pod: PodOptions, now: datetime) -> tuple[PodBudget, float, float]:
+        """The pod's budget and its spend today and this month (UTC), an open interval counted to `now`."""
+        known = self.summaries.get(pod.name, SpendSummary())
+        budget, events = await self.repository.pod_check(pod.name, known.position)
+        folded = fold_spend(known, events)
+        current = self.summaries.get(pod.name)
+        if current is None or current.position < folded.position:  # a concurrent check may have folded further
+            self.summaries[pod.name] = folded
+        today, month = summary_spend(folded, now)
+        return budget, today, month
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
@@ -237,17 +252,12 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
         pod = await self.c.pod(request.name, context)
         if not math.isfinite(request.projected_usd) or request.projected_usd < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "projected_usd must be a non-negative number")
-        budget = await self.c.repository.pod_budget(pod.name)
+        budget, today, month = await self.c.budget_and_spend(pod, self.c.clock.now())
         if budget.daily_usd is None and budget.monthly_usd is None:
-            # no ceiling: nothing to fold
+            # no ceiling: nothing to judge
             return metering_pb2.CheckPodBudgetResponse(allowed=True, projected_usd=request.projected_usd)
-        spent = await self.c.spend(pod, self.c.clock.now())
         verdict = judge_budget(
-            budget,
-            today_usd=spent.today_usd,
-            month_usd=spent.month_usd,
-            projected_usd=request.projected_usd,
-            pod_name=pod.name,
+            budget, today_usd=today, month_usd=month, projected_usd=request.projected_usd, pod_name=pod.name
         )
         response = metering_pb2.CheckPodBudgetResponse(
             allowed=verdict.allowed,
@@ -257,8 +267,8 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
             limit_usd=verdict.limit_usd,
             spent_usd=verdict.spent_usd,
             projected_usd=verdict.projected_usd,
-            today_usd=spent.today_usd,
-            month_usd=spent.month_usd,
+            today_usd=today,
+            month_usd=month,
         )
         if budget.daily_usd is not None:
             response.daily_limit_usd = budget.daily_usd

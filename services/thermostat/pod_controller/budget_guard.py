@@ -3,8 +3,10 @@ metering judges the pod's spend plus the wake's projected spend against the pod'
 
 Rule, documented in README ("Budgets"):
 - METERING_ADDR unset: no check (a deployment without metering has no budgets).
-- METERING_ADDR set: the wake asks metering's CheckPodBudget. A refusal (budget reached, or the projection
-  does not fit in what is left) fails the wake as Refused, 409, the detail naming the budget and the numbers.
+- METERING_ADDR set: the wake asks metering's CheckPodBudget before any RunPod call; a budget reached fails
+  the wake as Refused, 409, the detail naming the budget and the numbers. With a ceiling not reached, the
+  projection is judged before the wake's first start or create (a RunPod write), refused the same way when it
+  does not fit in what is left; a wake that finds its pod running or booting writes nothing and projects nothing.
 - METERING_ADDR set and metering unreachable or erring: refused the same way (fail closed, as an unreadable
   lookup is): a ceiling that cannot be read is not "no ceiling".
 
@@ -16,7 +18,6 @@ the runtime cap — the monitor's own IDLE_MINUTES, RUNPOD_BOOT_GRACE_MINUTES an
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -26,7 +27,13 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.idle.monitor_options import MonitorOptions
-from thermostat.policy.metering.budget import PodBudget, Projection, judge_budget, project_wake_spend
+from thermostat.policy.metering.budget import (
+    BudgetVerdict,
+    PodBudget,
+    Projection,
+    judge_budget,
+    project_wake_spend,
+)
 from thermostat.policy.wake.gpu_selection import select_gpus
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod.client import RunPodV2Client
@@ -72,16 +79,15 @@ class BudgetGuard:
             runtime_cap_minutes=self.monitor.max_runtime_minutes,
         )
 
-    async def check(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> BudgetRefusal | None:
-        """None when the wake may go on; else why not.
+    async def headroom(self, pod: PodOptions) -> BudgetRefusal | Headroom | None:
+        """Metering's answer for the pod, one round trip: None (no check, or no ceiling), a refusal (a budget
+        reached, or metering unreachable), or the headroom a start or create must then fit its projection in.
 
-        Metering is asked for the pod's spend and ceilings while the projection reads the catalogue (the two
-        at once: the check adds the longer of them to the wake, not their sum); the projection is then judged
-        with the same policy metering applies.
+        The projection (a catalogue read) is left to `fits`, asked only before a billable write: a wake that
+        finds its pod running or booting spends nothing new, so it pays for no catalogue read.
         """
         if self.stub is None:
             return None
-        projecting = asyncio.ensure_future(self.projection(pod, client, records))
         try:
             state = await self.stub.CheckPodBudget(
                 metering_pb2.CheckPodBudgetRequest(name=pod.name, projected_usd=0.0),
@@ -89,29 +95,56 @@ class BudgetGuard:
                 metadata=outgoing_metadata(),
             )
         except grpc.aio.AioRpcError as error:
-            projecting.cancel()
             log.warning("pod %s: metering unreachable (%s): wake refused", pod.name, error.code().name)
             return BudgetRefusal(
                 reason=f"budget unknown: metering unreachable ({error.code().name}); the wake is "
                 "refused while METERING_ADDR is set (fail closed)"
             )
-        except BaseException:
-            projecting.cancel()
-            raise
-        projected = await projecting
-        budget = PodBudget(
-            daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
-            monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None,
+        headroom = Headroom(
+            budget=PodBudget(
+                daily_usd=state.daily_limit_usd if state.HasField("daily_limit_usd") else None,
+                monthly_usd=state.monthly_limit_usd if state.HasField("monthly_limit_usd") else None,
+            ),
+            today_usd=state.today_usd,
+            month_usd=state.month_usd,
         )
-        verdict = judge_budget(
-            budget, today_usd=state.today_usd, month_usd=state.month_usd, projected_usd=projected.usd, pod_name=pod.name
-        )
-        if verdict.allowed:
+        if headroom.budget.daily_usd is None and headroom.budget.monthly_usd is None:
             return None
-        return BudgetRefusal(
-            reason=(
-                f"{verdict.reason} [budget={verdict.period} limit_usd={verdict.limit_usd:.4f} "
-                f"spent_usd={verdict.spent_usd:.4f} projected_usd={verdict.projected_usd:.4f} "
-                f"rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}]"
-            )
+        return _refusal(headroom.judge(pod, 0.0), None) or headroom
+
+    async def fits(
+        self, pod: PodOptions, headroom: Headroom, client: RunPodV2Client, records: PodRepository
+    ) -> BudgetRefusal | None:
+        """None when the wake's projected spend fits in the headroom; else why not."""
+        projected = await self.projection(pod, client, records)
+        return _refusal(headroom.judge(pod, projected.usd), projected)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Headroom:
+    """A pod's ceilings and its spend, as metering answered them."""
+
+    budget: PodBudget
+    today_usd: float
+    month_usd: float
+
+    def judge(self, pod: PodOptions, projected_usd: float) -> BudgetVerdict:
+        return judge_budget(
+            self.budget,
+            today_usd=self.today_usd,
+            month_usd=self.month_usd,
+            projected_usd=projected_usd,
+            pod_name=pod.name,
         )
+
+
+def _refusal(verdict: BudgetVerdict, projected: Projection | None) -> BudgetRefusal | None:
+    if verdict.allowed:
+        return None
+    numbers = (
+        f"budget={verdict.period} limit_usd={verdict.limit_usd:.4f} spent_usd={verdict.spent_usd:.4f} "
+        f"projected_usd={verdict.projected_usd:.4f}"
+    )
+    if projected is not None:
+        numbers += f" rate_per_hour={projected.rate_per_hour:.4f} projected_hours={projected.hours:.4f}"
+    return BudgetRefusal(reason=f"{verdict.reason} [{numbers}]")

@@ -38,7 +38,7 @@ from thermostat.policy.wake.wake_round import (
 )
 from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
 
-from .budget_guard import BudgetGuard
+from .budget_guard import BudgetGuard, Headroom
 from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.wake")
@@ -70,6 +70,7 @@ async def _no_fence() -> Halt | None:
 class _Run:
     fence: Fence
     billed: bool = False
+    headroom: Headroom | None = None  # a budget not reached: the projection is judged before the first write
 
 
 # The running wake's fence and whether it billed. Each wake runs in its own task, so a context variable
@@ -86,6 +87,14 @@ class _Halted(Exception):
     def __init__(self, halt: Halt) -> None:
         super().__init__(halt.reason)
         self.halt = halt
+
+
+class _OverBudget(Exception):
+    """The wake's projected spend does not fit in its budget: refused before its first write."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class WakeService:
@@ -108,6 +117,9 @@ class WakeService:
         _run.set(run)
         try:
             result = await self._wake(pod)
+        except _OverBudget as over:
+            log.warning("pod %s: wake refused: %s", pod.name, over.reason)
+            result = _failed(WakeFailureKind.OVER_BUDGET, over.reason)
         except _Halted as halted:
             log.warning("pod %s: wake halted before a billable call: %s", pod.name, halted.halt.reason)
             if halted.halt.in_flight:
@@ -116,11 +128,17 @@ class WakeService:
                 result = _failed(WakeFailureKind.STOPPED_DURING_WAKE, halted.halt.reason)
         return replace(result, billed=run.billed)
 
-    @staticmethod
-    async def _check(what: str) -> None:
-        halt = await _run.get().fence()
+    async def _check(self, pod: PodOptions, what: str) -> None:
+        """Before a start or a create: the fence, then (once per wake) the projected spend against the budget."""
+        run = _run.get()
+        halt = await run.fence()
         if halt is not None:
             raise _Halted(Halt(in_flight=halt.in_flight, reason=f"{halt.reason} (before {what})"))
+        if run.headroom is not None and self.budget is not None:
+            headroom, run.headroom = run.headroom, None
+            refusal = await self.budget.fits(pod, headroom, self.client, self.records)
+            if refusal is not None:
+                raise _OverBudget(refusal.reason)
 
     async def _record(self, entry: ActionEntry) -> None:
         _run.get().billed = True
@@ -131,10 +149,12 @@ class WakeService:
             return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
         if self.budget is not None:
             # before any RunPod write: a refused wake bills nothing
-            refusal = await self.budget.check(pod, self.client, self.records)
-            if refusal is not None:
-                log.warning("pod %s: wake refused: %s", pod.name, refusal.reason)
-                return _failed(WakeFailureKind.OVER_BUDGET, refusal.reason)
+            answer = await self.budget.headroom(pod)
+            if isinstance(answer, Headroom):
+                _run.get().headroom = answer
+            elif answer is not None:
+                log.warning("pod %s: wake refused: %s", pod.name, answer.reason)
+                return _failed(WakeFailureKind.OVER_BUDGET, answer.reason)
         volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
         if volume.verdict is VolumeVerdict.FAILED:
             return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
@@ -177,7 +197,7 @@ class WakeService:
                     pod_ids = recheck.pod_ids
                 case RoundVerdict.START:
                     assert decision.pod_id is not None
-                    await self._check(f"starting {decision.pod_id}")
+                    await self._check(pod, f"starting {decision.pod_id}")
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
                     seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
@@ -221,7 +241,7 @@ class WakeService:
                 case walk.Failed():
                     return self._walk_failed(pod, step, selection)
                 case walk.Post(candidate=candidate):
-                    await self._check(f"creating on {candidate.gpu_id}")
+                    await self._check(pod, f"creating on {candidate.gpu_id}")
                     result = await self._create(pod, candidate)
                     step = walk.advance(
                         step.walk,

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from tests.fixtures.clock import FakeClock
-from tests.fixtures.services import OPERATOR, RunningService, metering_env, start_metering
+from tests.fixtures.services import OPERATOR, VOLUME, RunningService, metering_env, start_metering
 from tests.integration.metering.conftest import ledger_on
 from tests.integration.pod_controller.harness import Controller, api_calls, controller, start
 from thermostat.chassis.ports import free_port
@@ -106,6 +106,33 @@ async def test_a_wake_that_fits_its_budget_runs(runpod_sim: RunPodSimulator, db_
             metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=100.0), metadata=OPERATOR
         )
         assert (await start(s.controller.public)).reply.outcome == "Created"
+
+
+async def test_a_reached_budget_refuses_the_wake_before_any_runpod_call(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    async with stack(runpod_sim, db_store) as s:
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.0), metadata=OPERATOR
+        )
+        answer = await start(s.controller.public)
+    assert (answer.code, answer.http_code) == (grpc.StatusCode.ABORTED, "409")
+    assert "daily budget of 0.00 USD reached" in answer.details
+    assert api_calls(runpod_sim) == []
+
+
+async def test_a_wake_of_a_running_pod_under_its_budget_projects_nothing(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    # the projection matters only to a start or a create: a pod already billing is not read a catalogue for
+    runpod_sim.add_pod(pod_id="runningpod0001", status="RUNNING", volume_id=VOLUME)
+    async with stack(runpod_sim, db_store) as s:
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.05), metadata=OPERATOR
+        )
+        answer = await start(s.controller.public)
+    assert answer.reply.outcome == "AlreadyRunning"
+    assert [path for _, path in api_calls(runpod_sim) if path.startswith("/v2/catalog")] == []
 
 
 async def test_metering_configured_but_unreachable_refuses_the_wake(

@@ -19,7 +19,8 @@ boundaries, per GPU type. No clock is read here: `now` is an argument.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 OPENS = frozenset({"Start", "Create"})
@@ -78,14 +79,31 @@ def _gone(event: BillableEvent) -> bool:
     return not event.ok and event.http_status == 404
 
 
-def billed_intervals(events: list[BillableEvent] | tuple[BillableEvent, ...]) -> tuple[BilledInterval, ...]:
-    """The billed intervals of one pod name's events (the table above), in the order they opened."""
-    ordered = sorted(events, key=lambda e: e.position)
-    rate: dict[str, float] = {}
-    gpu: dict[str, str] = {}
-    open_: dict[str, BilledInterval] = {}
-    done: list[BilledInterval] = []
-    for e in ordered:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendSummary:
+    """A pod name's fold so far, kept so a budget check folds only the actions landed since (constant in the
+    length of the history): the last position folded, each pod id's recorded rate and GPU, the intervals still
+    open, and the USD of the closed ones per UTC day. An open interval is counted to `now` when read."""
+
+    position: int = 0
+    rates: Mapping[str, float] = field(default_factory=dict)
+    gpus: Mapping[str, str] = field(default_factory=dict)
+    open: Mapping[str, BilledInterval] = field(default_factory=dict)
+    closed: tuple[BilledInterval, ...] = ()  # only while folding a whole history (billed_intervals)
+    closed_usd_by_day: Mapping[date, float] = field(default_factory=dict)
+
+
+def fold_spend(
+    summary: SpendSummary, events: list[BillableEvent] | tuple[BillableEvent, ...], *, keep_closed: bool = False
+) -> SpendSummary:
+    """The summary after `events` (the table above), those at or before its position ignored."""
+    fresh = sorted((e for e in events if e.position > summary.position), key=lambda e: e.position)
+    if not fresh:
+        return summary
+    rate, gpu, open_ = dict(summary.rates), dict(summary.gpus), dict(summary.open)
+    done = list(summary.closed)
+    by_day = dict(summary.closed_usd_by_day)
+    for e in fresh:
         if not e.pod_id:
             continue  # a create that got no id: nothing known to bill against
         if e.gpu_id:
@@ -106,17 +124,43 @@ def billed_intervals(events: list[BillableEvent] | tuple[BillableEvent, ...]) ->
             )
         elif e.action in CLOSES and (e.ok or _gone(e)) and e.pod_id in open_:
             interval = open_.pop(e.pod_id)
-            done.append(
-                BilledInterval(
-                    pod_id=interval.pod_id,
-                    gpu_type=interval.gpu_type,
-                    price_per_hour=interval.price_per_hour,
-                    start=interval.start,
-                    end=max(e.at, interval.start),
-                    priced=interval.priced,
-                )
-            )
-    return tuple(sorted([*done, *open_.values()], key=lambda i: i.start))
+            closed = replace(interval, end=max(e.at, interval.start))
+            if keep_closed:
+                done.append(closed)
+            for day, _seconds, usd in _by_day(closed, closed.start):
+                by_day[day] = by_day.get(day, 0.0) + usd
+    return SpendSummary(
+        position=fresh[-1].position, rates=rate, gpus=gpu, open=open_, closed=tuple(done), closed_usd_by_day=by_day
+    )
+
+
+def summary_spend(summary: SpendSummary, now: datetime) -> tuple[float, float]:
+    """Today's and this month's (UTC) spend of a summary, its open intervals counted to `now`."""
+    by_day = dict(summary.closed_usd_by_day)
+    for interval in summary.open.values():
+        for day, _seconds, usd in _by_day(interval, now):
+            by_day[day] = by_day.get(day, 0.0) + usd
+    today = now.date()
+    month = sum(usd for day, usd in by_day.items() if (day.year, day.month) == (today.year, today.month))
+    return by_day.get(today, 0.0), month
+
+
+def billed_intervals(events: list[BillableEvent] | tuple[BillableEvent, ...]) -> tuple[BilledInterval, ...]:
+    """The billed intervals of one pod name's events (the table above), in the order they opened."""
+    folded = fold_spend(SpendSummary(position=-(2**63)), events, keep_closed=True)
+    return tuple(sorted([*folded.closed, *folded.open.values()], key=lambda i: i.start))
+
+
+def _by_day(interval: BilledInterval, now: datetime) -> list[tuple[date, float, float]]:
+    """An interval split on UTC day boundaries: (day, seconds, USD) of each piece; an open one ends at `now`."""
+    pieces = []
+    cursor, end = interval.start, interval.end or now
+    while cursor < end:
+        cut = min(end, _midnight_after(cursor))
+        seconds = (cut - cursor).total_seconds()
+        pieces.append((cursor.date(), seconds, seconds / 3600.0 * interval.price_per_hour))
+        cursor = cut
+    return pieces
 
 
 def _midnight_after(moment: datetime) -> datetime:
@@ -129,14 +173,10 @@ def spend(events: list[BillableEvent] | tuple[BillableEvent, ...], now: datetime
     intervals = billed_intervals(events)
     per: dict[tuple[date, str], list[float]] = {}
     for interval in intervals:
-        cursor, end = interval.start, interval.end or now
-        while cursor < end:
-            cut = min(end, _midnight_after(cursor))
-            seconds = (cut - cursor).total_seconds()
-            line = per.setdefault((cursor.date(), interval.gpu_type), [0.0, 0.0])
+        for day, seconds, usd in _by_day(interval, now):
+            line = per.setdefault((day, interval.gpu_type), [0.0, 0.0])
             line[0] += seconds
-            line[1] += seconds / 3600.0 * interval.price_per_hour
-            cursor = cut
+            line[1] += usd
     lines = tuple(SpendLine(day=d, gpu_type=g, seconds=v[0], usd=v[1]) for (d, g), v in sorted(per.items()))
     today = now.date()
     return PodSpend(

@@ -6,7 +6,15 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from thermostat.policy.metering.pod_spend import UNKNOWN_GPU, BillableEvent, billed_intervals, spend
+from thermostat.policy.metering.pod_spend import (
+    UNKNOWN_GPU,
+    BillableEvent,
+    SpendSummary,
+    billed_intervals,
+    fold_spend,
+    spend,
+    summary_spend,
+)
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 _positions = iter(range(1, 1_000_000))
@@ -131,3 +139,37 @@ def test_month_spend_counts_only_the_current_utc_month() -> None:
     events = [event("Create", 0, price=1.0), event("Stop", 60)]
     result = spend(events, datetime(2026, 12, 2, tzinfo=UTC))
     assert (result.total_usd, result.month_usd, result.today_usd) == (pytest.approx(1.0), 0.0, 0.0)
+
+
+# The budget check's summary: folded a page at a time, it answers what the whole history's fold answers.
+
+HISTORY = [
+    event("Create", -14 * 60, pod_id="s1", gpu="A100", price=1.5),
+    event("Stop", -8 * 60, pod_id="s1"),  # crosses a UTC midnight
+    event("Start", 0, pod_id="s1"),
+    event("Stop", 45, pod_id="s1"),
+    event("Create", 60, pod_id="s2", gpu="H100", price=3.0),  # still open
+]
+
+
+def test_a_summary_folded_page_by_page_spends_what_the_whole_history_spends() -> None:
+    now = T0 + timedelta(hours=3)
+    summary = SpendSummary()
+    for page in (HISTORY[:1], HISTORY[1:3], HISTORY[3:]):
+        summary = fold_spend(summary, page)
+    whole = spend(HISTORY, now)
+    assert summary_spend(summary, now) == pytest.approx((whole.today_usd, whole.month_usd))
+
+
+def test_a_summarys_open_interval_is_counted_to_now() -> None:
+    summary = fold_spend(SpendSummary(), HISTORY)
+    (today_early, _), (today_late, _) = (
+        summary_spend(summary, T0 + timedelta(hours=2)),
+        summary_spend(summary, T0 + timedelta(hours=3)),
+    )
+    assert today_late - today_early == pytest.approx(3.0)  # one more hour of s2 at 3.0/h
+
+
+def test_a_summary_ignores_actions_at_or_before_its_position() -> None:
+    summary = fold_spend(SpendSummary(), HISTORY)
+    assert fold_spend(summary, HISTORY[2:]) is summary
