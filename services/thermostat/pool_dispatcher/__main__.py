@@ -144,7 +144,9 @@ def assemble(
     )
 
     def register(server: aio.Server) -> None:
-        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens, gate), server)
+        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(
+            PoolDispatcherServicer(dispatcher, tokens, gate, orphans=orphans), server
+        )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
             lambda: dispatcher.catalogue,

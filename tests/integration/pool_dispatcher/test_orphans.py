@@ -4,15 +4,18 @@ still booting, whose provider id is not recorded yet, included) is never swept."
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
+import grpc
 import httpx
 import pytest
 
-from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
+from tests.integration.pool_dispatcher.conftest import ADMIN, caller, pool_env, start_pool
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
 RUNPOD_KEY = "rpa_ORPHANKEY_5e1d"
@@ -105,3 +108,24 @@ async def test_machines_the_store_knows_and_pods_not_named_by_the_pool_are_never
         assert len(before) == 3 and {booting_pod, other} <= before
         assert await pool.orphans.sweep() == ()
         assert live(runpod) == before
+
+
+async def test_get_v1_orphans_shows_the_last_pass_to_the_admin_token_only(
+    pool_store: Store, runpod: RunPodSimulator
+) -> None:
+    stray = str(uuid.uuid4())
+    pod_id = await pod_behind_the_stores_back(runpod, f"thermostat-remote-{stray}")
+    async with start_pool(pool_store, env(runpod)) as pool:
+        await pool.orphans.sweep()
+        body = await pool.stub.ListOrphans(pool_pb2.ListOrphansRequest(), metadata=ADMIN)
+        assert json.loads(body.data) == {
+            "mode": "report",
+            "found_total": 1,
+            "orphans": [
+                {"backend": "runpod", "provider_id": pod_id, "name": f"thermostat-remote-{stray}",
+                 "machine_id": stray, "terminated": False}
+            ],
+        }  # fmt: skip
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pool.stub.ListOrphans(pool_pb2.ListOrphansRequest(), metadata=caller())
+        assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
