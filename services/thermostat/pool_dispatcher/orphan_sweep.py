@@ -1,7 +1,7 @@
 """The orphan sweep (issue 12): provider machines named as the pool's that no machine row knows.
 
 Every `every_seconds` (and on demand, `sweep()`), each configured backend that can list its machines
-(`ListsMachines`: RunPod, Fly) is listed, then the store is read (in that order: a row is inserted before its
+(`ListsMachines`: RunPod, Fly, Docker) is listed, then the store is read (in that order: a row is inserted before its
 boot, so a machine the listing holds already has its row in the later read), and
 thermostat.policy.pool.orphans decides which are orphans. Each is logged; the count of the last pass and the
 total found are kept for the service's state. With ORPHAN_SWEEP=terminate each is also stopped at its provider

@@ -9,7 +9,7 @@ runpod.py, fly.py); settings.py builds them from the environment.
   A stop that fails raises `BackendError`; the pool keeps the row and retries on its next pass.
 - `health` is a probe: True only when the machine is up and its worker answers `GET /health` with 200.
 
-A backend whose machines can outlive the pool's knowledge of them (RunPod, Fly) also satisfies `ListsMachines`:
+A backend whose machines can outlive the pool's knowledge of them (RunPod, Fly, Docker) also satisfies `ListsMachines`:
 `list_machines` is every live machine carrying the pool's name prefix, for the orphan sweep (issue 12); None
 when the provider could not be read (the sweep then judges nothing). Local children die with this process
 (PR_SET_PDEATHSIG), so the local backend lists none.
