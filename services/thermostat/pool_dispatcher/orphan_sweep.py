@@ -4,7 +4,8 @@ Every `every_seconds` (and on demand, `sweep()`), each configured backend that c
 (`ListsMachines`: RunPod, Fly, Docker) is listed, then the store is read (in that order: a row is inserted before its
 boot, so a machine the listing holds already has its row in the later read), and
 thermostat.policy.pool.orphans decides which are orphans. Each is logged; the count of the last pass and the
-total found are kept for the service's state. With ORPHAN_SWEEP=terminate each is also stopped at its provider
+total found are kept for the service's state (GET /v1/orphans). With ORPHAN_SWEEP=terminate an orphan found by
+two consecutive passes (policy: a stop in flight can look like an orphan once) is also stopped at its provider
 and recorded in pool_orphan_stops with trigger `orphan` (only while this process's instance lease is trusted:
 a process that may have lost its lease makes no provider calls). The default only reports.
 """
@@ -16,7 +17,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from thermostat.policy.pool.orphans import ListedMachine, Orphan, OrphanSweep, find_orphans
+from thermostat.policy.pool.orphans import ListedMachine, Orphan, OrphanSweep, find_orphans, to_terminate
 from thermostat.providers.pool.backend import BackendError
 
 from .dispatcher import Dispatcher
@@ -57,10 +58,15 @@ class OrphanSweeper:
         machine_ids, provider_ids = await d.repo.known_machines()  # after the listings, never before
         found: list[FoundOrphan] = []
         for kind, listed in listings.items():
-            for orphan in find_orphans(
+            orphans = find_orphans(
                 listed=listed, known_machine_ids=machine_ids, known_provider_ids=provider_ids, prefix=self.prefix
-            ):
-                terminated = self.mode is OrphanSweep.TERMINATE and await self._terminate(kind, orphan)
+            )
+            previous = [f.orphan for f in self.last if f.backend == kind and not f.terminated]
+            confirmed = set(to_terminate(current=orphans, previous=previous))
+            for orphan in orphans:
+                terminated = (
+                    self.mode is OrphanSweep.TERMINATE and orphan in confirmed and await self._terminate(kind, orphan)
+                )
                 log.warning(
                     "orphan machine: %s %s named %s (machine %s) is unknown to the store; %s",
                     kind,
@@ -71,7 +77,7 @@ class OrphanSweeper:
                     if terminated
                     else "reported (ORPHAN_SWEEP=report)"
                     if self.mode is OrphanSweep.REPORT
-                    else "not terminated yet",
+                    else "terminated if the next pass finds it again",
                 )
                 found.append(FoundOrphan(backend=kind, orphan=orphan, terminated=terminated))
         self.last = tuple(found)

@@ -14,6 +14,11 @@ the provider to boot it. So the machine id in a listed name is what decides, not
 
 The shell must read the store *after* listing the provider: a row inserted before its boot then shows in
 the read for every machine the list could hold, so a starting machine is never judged on a stale read.
+
+The other order cannot be closed that way: a machine the pool is stopping is listed, then its row is deleted
+once the provider accepted the stop, and the store read misses it. So an orphan is only *terminated* once two
+consecutive passes found it (`to_terminate`): by the second the provider has ended the machine the pool
+stopped and lists it no more, while a real orphan is still there.
 """
 
 from __future__ import annotations
@@ -84,3 +89,9 @@ def find_orphans(
             continue
         orphans.append(Orphan(provider_id=machine.provider_id, name=machine.name, machine_id=machine_id))
     return tuple(orphans)
+
+
+def to_terminate(*, current: Iterable[Orphan], previous: Iterable[Orphan]) -> tuple[Orphan, ...]:
+    """The orphans of this pass that the previous pass found too (same provider id): only these are ended."""
+    seen = {orphan.provider_id for orphan in previous}
+    return tuple(orphan for orphan in current if orphan.provider_id in seen)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from thermostat.policy.pool.orphans import ListedMachine, Orphan, find_orphans, machine_id_in_name
+from thermostat.policy.pool.orphans import ListedMachine, Orphan, find_orphans, machine_id_in_name, to_terminate
 
 PREFIX = "thermostat"
 KNOWN = "0b6f5c2e-3a41-4d7e-9c55-1f2a3b4c5d6e"
@@ -59,3 +59,13 @@ def test_only_the_unknown_machines_of_a_listing_are_orphans() -> None:
     known = ListedMachine(provider_id="pod-1", name=f"thermostat-cpu-{KNOWN}")
     stray = ListedMachine(provider_id="pod-9", name=f"thermostat-cpu-{STRAY}")
     assert [orphan.provider_id for orphan in orphans(known, stray)] == ["pod-9"]
+
+
+def test_an_orphan_is_terminated_only_when_the_previous_pass_found_it_too() -> None:
+    """A machine whose row was deleted between the listing and the store read (a stop in flight) is found once,
+    then no longer listed: it is never terminated; a real orphan is, on its second pass."""
+    first = Orphan(provider_id="pod-9", name=f"thermostat-cpu-{STRAY}", machine_id=STRAY)
+    other = Orphan(provider_id="pod-8", name=f"thermostat-cpu-{KNOWN}", machine_id=KNOWN)
+    assert to_terminate(current=(first,), previous=()) == ()
+    assert to_terminate(current=(first,), previous=(first, other)) == (first,)
+    assert to_terminate(current=(), previous=(first,)) == ()
