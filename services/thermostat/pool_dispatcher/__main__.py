@@ -31,6 +31,7 @@ from .budget_reaper import BudgetReaper
 from .dispatcher import Clock, Dispatcher, Hooks, Sleep
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
+from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
@@ -71,6 +72,7 @@ class PoolService:
     dispatcher: Dispatcher
     backend: LocalBackend
     backends: Mapping[BackendKind, Backend]
+    orphans: OrphanSweeper
 
 
 async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
@@ -137,9 +139,14 @@ def assemble(
     )
 
     reaper = BudgetReaper(dispatcher, gate, every_seconds=settings.pool_budget_reap_seconds)
+    orphans = OrphanSweeper(
+        dispatcher, mode=settings.orphan_sweep, prefix=settings.pool_name, every_seconds=settings.orphan_sweep_seconds
+    )
 
     def register(server: aio.Server) -> None:
-        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(PoolDispatcherServicer(dispatcher, tokens, gate), server)
+        pool_pb2_grpc.add_PoolDispatcherServicer_to_server(
+            PoolDispatcherServicer(dispatcher, tokens, gate, orphans=orphans), server
+        )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
             lambda: dispatcher.catalogue,
@@ -149,6 +156,7 @@ def assemble(
 
     async def shutdown() -> None:
         await reaper.stop()
+        await orphans.stop()
         await dispatcher.close()
         await backend.aclose()  # no worker process outlives the service
         for provider in providers.values():
@@ -163,14 +171,14 @@ def assemble(
             service_names=POOL_DISPATCHER.served,
             register=register,
             dependency_check=store.ping,
-            on_start=[dispatcher.start, reaper.start],
+            on_start=[dispatcher.start, reaper.start, orphans.start],
             on_stop=[shutdown],
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),
         ),
         probe_seconds=settings.health_probe_seconds,
     )
-    return PoolService(host=host, dispatcher=dispatcher, backend=backend, backends=backends)
+    return PoolService(host=host, dispatcher=dispatcher, backend=backend, backends=backends, orphans=orphans)
 
 
 if __name__ == "__main__":

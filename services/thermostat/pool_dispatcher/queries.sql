@@ -409,3 +409,13 @@ WITH failed AS (
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
+
+-- name: known_machines
+-- Every machine row of every dispatcher process, for the orphan sweep (read after the provider's listing).
+SELECT id::text AS id, provider_id FROM pool_machines;
+
+-- name: record_orphan_stop
+-- An orphan the sweep terminated; a second sweep's stop of the same machine (it was still listed) is one record.
+INSERT INTO pool_orphan_stops (backend, provider_id, name, machine_id, stopped_by)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (backend, provider_id) DO NOTHING;

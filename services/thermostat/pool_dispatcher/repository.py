@@ -484,6 +484,18 @@ class PoolRepository:
             )
         return row is not None and row["requeued"] > 0
 
+    async def known_machines(self) -> tuple[list[str], list[str]]:
+        """(machine ids, provider ids) of every machine row, whichever process owns it."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["known_machines"])
+        return [row["id"] for row in rows], [row["provider_id"] for row in rows if row["provider_id"] is not None]
+
+    async def record_orphan_stop(
+        self, *, backend: str, provider_id: str, name: str, machine_id: str, stopped_by: str
+    ) -> None:
+        async with borrow(self.pool) as c:
+            await c.execute(Q["record_orphan_stop"], backend, provider_id, name, uuid.UUID(machine_id), stopped_by)
+
     async def machine_backend(self, machine_id: str) -> str | None:
         async with borrow(self.pool) as c:
             backend: str | None = await c.fetchval(Q["machine_backend"], uuid.UUID(machine_id))

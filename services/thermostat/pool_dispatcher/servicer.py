@@ -32,6 +32,7 @@ from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
 from .metering_repository import PoolMeteringRepository
+from .orphan_sweep import OrphanSweeper
 from .repository import JobView, UsageView, WorkerView
 
 log = logging.getLogger("thermostat.pool_dispatcher.servicer")
@@ -151,8 +152,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         tokens: Tokens,
         gate: BudgetGate | None = None,
         metering: PoolMeteringRepository | None = None,
+        orphans: OrphanSweeper | None = None,
     ) -> None:
         self.d = dispatcher
+        self.orphans = orphans
         self.tokens = tokens
         self.gate = gate or BudgetGate(None)
         self.metering = metering or PoolMeteringRepository(dispatcher.repo.pool)
@@ -389,6 +392,30 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         return _json_body(catalogue_to_json(parsed, admin=True))
 
     # listings and health
+
+    async def ListOrphans(
+        self, request: pool_pb2.ListOrphansRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        caller = await self._caller(context)
+        if not caller.admin:
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED, "listing orphans needs the admin token", 403)
+        sweeper = self.orphans
+        if sweeper is None:
+            return _json_body({"mode": None, "found_total": 0, "orphans": []})
+        return _json_body({
+            "mode": str(sweeper.mode),
+            "found_total": sweeper.found_total,
+            "orphans": [
+                {
+                    "backend": found.backend,
+                    "provider_id": found.orphan.provider_id,
+                    "name": found.orphan.name,
+                    "machine_id": found.orphan.machine_id,
+                    "terminated": found.terminated,
+                }
+                for found in sweeper.last
+            ],
+        })  # fmt: skip
 
     async def ListWorkers(
         self, request: pool_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext

@@ -6,6 +6,7 @@ from pydantic import Field, SecretStr
 
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
+from thermostat.policy.pool.orphans import OrphanSweep
 from thermostat.providers.pool.settings import PoolBackendSettings
 
 GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0
@@ -36,5 +37,9 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     metering_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     # how often warm machines of tenants over budget are looked for (with METERING_ADDR set)
     pool_budget_reap_seconds: float = Field(default=5.0, gt=0, le=3600)
+    # the orphan sweep (issue 12): `report` logs and counts pool-named provider machines no row knows; `terminate`
+    # also ends them (recorded in pool_orphan_stops with trigger `orphan`)
+    orphan_sweep: OrphanSweep = OrphanSweep.REPORT
+    orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
     pool_usage_settle_seconds: float = Field(default=10.0, gt=0, le=600)
     pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)

@@ -187,3 +187,22 @@ async def test_unreachable_daemon_names_the_socket_and_the_machine(client: Worke
             await docker.start(machine)
     finally:
         await docker.aclose()
+
+
+async def test_list_machines_names_this_pools_containers_stopped_ones_too(
+    daemon: DockerSimulator, backend: DockerBackend, client: WorkerClient
+) -> None:
+    """The orphan sweep's listing: containers labelled with this pool, by their names; another pool's are not."""
+    ours = await backend.start(spec(docker_type()))
+    stopped = await backend.start(spec(docker_type()))
+    daemon.kill_machine(stopped.provider_id)  # exited: a stopped container still holds its disk
+    other_pool = DockerBackend(client, socket_path=daemon.socket_path, pool="pool-b", worker_port=8080)
+    try:
+        theirs = await other_pool.start(spec(docker_type()))
+        listed = await backend.list_machines()
+        assert listed is not None
+        assert {machine.provider_id for machine in listed} == {ours.provider_id, stopped.provider_id}
+        assert all(machine.name.startswith("pool-a-") for machine in listed)
+        assert [machine.provider_id for machine in await other_pool.list_machines() or ()] == [theirs.provider_id]
+    finally:
+        await other_pool.aclose()

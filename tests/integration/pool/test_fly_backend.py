@@ -7,6 +7,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
@@ -234,3 +235,20 @@ async def test_start_cancelled_after_fly_made_the_machine_destroys_it(
         await boot
     answered.set()
     assert fly.live() == []
+
+
+async def test_list_machines_names_only_live_machines_with_the_pool_prefix(
+    fly: FlySimulator, backend: FlyBackend
+) -> None:
+    """The orphan sweep's listing: machines named with the prefix, not another of the app, not a destroyed one."""
+    ours = await backend.start(spec(fly_type()))
+    gone = await backend.start(spec(fly_type()))
+    await backend.stop(gone.provider_id)
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {FLY_TOKEN}"}) as http:
+        other = await http.post(
+            f"{fly.base_url}/apps/{APP}/machines", json={"name": "web-1", "config": {"image": fly_type().image}}
+        )
+    assert other.status_code == 200, other.text
+    listed = await backend.list_machines()
+    assert listed is not None
+    assert [machine.provider_id for machine in listed] == [ours.provider_id]

@@ -300,3 +300,21 @@ async def test_job_longer_than_the_proxy_allows_is_cut_with_a_524(
     await healthy(backend, handle)
     reply = await client.execute(handle.endpoint, MACHINE_TOKEN, b"{}", deadline_seconds=10)
     assert (reply.kind, reply.status) == (ReplyKind.ANSWERED, 524)
+
+
+async def test_list_machines_names_only_live_pods_with_the_pool_prefix(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """The orphan sweep's listing: pods named `tp-…`, not another pod of the account, not a terminated one."""
+    ours = await backend.start(spec(runpod_type()))
+    gone = await backend.start(spec(runpod_type()))
+    await backend.stop(gone.provider_id)
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+        other = await http.post(
+            f"{runpod.base_url}/pods", json={"name": "llama-70b", "image": "x", "cpu": {"id": "cpu3g", "vcpuCount": 2}}
+        )
+    assert other.status_code in (200, 201), other.text
+    listed = await backend.list_machines()
+    assert listed is not None
+    assert [machine.provider_id for machine in listed] == [ours.provider_id]
+    assert listed[0].name.startswith("tp-cpu-small-")

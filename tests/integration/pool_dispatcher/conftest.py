@@ -21,6 +21,7 @@ from tests.fixtures.polling import eventually
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
 from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
+from thermostat.pool_dispatcher.orphan_sweep import OrphanSweeper
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
 from thermostat.pool_dispatcher.tracing import PoolTracing
 from thermostat.providers.pool.local import LocalBackend
@@ -74,6 +75,7 @@ class RunningPool:
     backend: LocalBackend
     channel: grpc.aio.Channel
     stub: pool_pb2_grpc.PoolDispatcherStub
+    orphans: OrphanSweeper
 
     async def submit(
         self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local", **options: str
@@ -169,6 +171,7 @@ async def start_pool(
             backend=service.backend,
             channel=channel,
             stub=pool_pb2_grpc.PoolDispatcherStub(channel),
+            orphans=service.orphans,
         )
     finally:
         await channel.close()

@@ -5,6 +5,8 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
                                   409 for a name in use, 400 for a body without Image
   POST /containers/{id}/start     204; 304 already running; 500 with the image's start error (the container
                                   stays "created", as the daemon leaves it)
+  GET  /containers/json?all=&filters=  the containers (`all` includes stopped ones), each {Id, Names, Image,
+                                  Labels, State}; `filters` {"label": ["key=value" | "key"]} keeps matches
   GET  /containers/{id}/json      State {Status, Running, ExitCode, Pid}, Config {Image, Env, Labels},
                                   HostConfig as sent, NetworkSettings.Ports with the chosen host port
   POST /containers/{id}/stop?t=   204; 304 not running
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
 import shlex
@@ -179,6 +182,8 @@ class DockerSimulator(ServedSimulator[_Server]):
             return json_answer(200, {"ApiVersion": "1.47", "MinAPIVersion": "1.24", "Version": "simulated"})
         if segments == ["containers", "create"] and method == "POST":
             return self._create(request.json_body, (params.get("name") or [""])[0])
+        if segments == ["containers", "json"] and method == "GET":
+            return self._list(params)
         if len(segments) >= 2 and segments[0] == "containers":
             container_id, verb = segments[1], segments[2] if len(segments) > 2 else ""
             with self._lock:
@@ -195,6 +200,27 @@ class DockerSimulator(ServedSimulator[_Server]):
                 if verb == "" and method == "DELETE":
                     return self._delete(container, (params.get("force") or ["false"])[0] in ("1", "true"))
         return _error(404, f"page not found: {method} {request.path}")
+
+    def _list(self, params: Mapping[str, list[str]]) -> Answer:
+        everything = (params.get("all") or ["false"])[0] in ("1", "true")
+        try:
+            filters = json.loads((params.get("filters") or ["{}"])[0])
+        except ValueError:
+            return _error(400, "invalid filter")
+        wanted = filters.get("label", []) if isinstance(filters, dict) else []
+        listed = []
+        with self._lock:
+            for container in self._containers.values():
+                container.refresh()
+                if not everything and container.status != "running":
+                    continue
+                if not all(_label_matches(container.labels, rule) for rule in wanted):
+                    continue
+                listed.append({
+                    "Id": container.id, "Names": [f"/{container.name}"], "Image": container.image,
+                    "Labels": dict(container.labels), "State": container.status,
+                })  # fmt: skip
+        return json_answer(200, listed)
 
     def _find(self, reference: str) -> SimContainer | None:
         if reference in self._containers:
@@ -312,3 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _label_matches(labels: Mapping[str, str], rule: object) -> bool:
+    key, has_value, value = str(rule).partition("=")
+    return key in labels and (not has_value or labels[key] == value)

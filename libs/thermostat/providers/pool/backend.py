@@ -8,6 +8,11 @@ runpod.py, fly.py); settings.py builds them from the environment.
 - `stop` is idempotent: stopping a machine already gone, or one this backend does not know, is no error.
   A stop that fails raises `BackendError`; the pool keeps the row and retries on its next pass.
 - `health` is a probe: True only when the machine is up and its worker answers `GET /health` with 200.
+
+A backend whose machines can outlive the pool's knowledge of them (RunPod, Fly, Docker) also satisfies `ListsMachines`:
+`list_machines` is every live machine carrying the pool's name prefix, for the orphan sweep (issue 12); None
+when the provider could not be read (the sweep then judges nothing). Local children die with this process
+(PR_SET_PDEATHSIG), so the local backend lists none.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from thermostat.policy.pool.machine_type import MachineType
+from thermostat.policy.pool.orphans import ListedMachine
 
 WORKER_TOKEN_VARIABLE = "STRATA_WORKER_TOKEN"  # noqa: S105 - a variable name, not a secret
 # The port a machine's worker listens on inside its container / pod / VM (POOL_WORKER_PORT); the worker image
@@ -56,3 +62,7 @@ class Backend(Protocol):
     async def stop(self, provider_id: str) -> None: ...
 
     async def health(self, handle: MachineHandle) -> bool: ...
+
+
+class ListsMachines(Protocol):
+    async def list_machines(self) -> tuple[ListedMachine, ...] | None: ...

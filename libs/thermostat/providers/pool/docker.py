@@ -23,13 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 from typing import Any, Final
 
 import httpx
 
-from thermostat.providers.pool.backend import DEFAULT_WORKER_PORT, Backend, BackendError, MachineHandle, MachineSpec
+from thermostat.policy.pool.orphans import ListedMachine
+from thermostat.providers.pool.backend import (
+    DEFAULT_WORKER_PORT,
+    Backend,
+    BackendError,
+    ListsMachines,
+    MachineHandle,
+    MachineSpec,
+)
 from thermostat.providers.pool.provider_errors import json_object, machine_subject, provider_error, refusal
 from thermostat.providers.pool.worker_client import WorkerClient
 
@@ -153,6 +162,29 @@ class DockerBackend:
             raise _refused(stopped, subject, "stop", ())
         await self._remove(provider_id)
 
+    async def list_machines(self) -> tuple[ListedMachine, ...] | None:
+        """Every container, stopped ones too (they still hold their disk), labelled with this pool (the orphan
+        sweep's listing); named by the name the pool gave it."""
+        try:
+            listed = await self._http.get(
+                "/containers/json",
+                params={"all": "true", "filters": json.dumps({"label": [f"{LABEL_POOL}={self._pool}"]})},
+            )
+            containers = listed.json() if listed.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(containers, list):
+            return None
+        machines = []
+        for container in containers:
+            if not isinstance(container, dict):
+                continue
+            names = container.get("Names")
+            if not isinstance(container.get("Id"), str) or not isinstance(names, list) or not names:
+                continue
+            machines.append(ListedMachine(provider_id=container["Id"], name=str(names[0]).removeprefix("/")))
+        return tuple(machines)
+
     async def _remove(self, container_id: str) -> None:
         subject = f"container {container_id}"
         removed = await self._call(
@@ -195,4 +227,8 @@ def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[s
 
 def _conforms(backend: DockerBackend) -> Backend:
     """DockerBackend satisfies the Backend protocol (checked by mypy here)."""
+    return backend
+
+
+def _lists(backend: DockerBackend) -> ListsMachines:
     return backend

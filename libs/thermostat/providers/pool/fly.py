@@ -29,11 +29,13 @@ from urllib.parse import quote
 
 import httpx
 
+from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
     WORKER_TOKEN_VARIABLE,
     Backend,
     BackendError,
+    ListsMachines,
     MachineHandle,
     MachineSpec,
 )
@@ -155,19 +157,37 @@ class FlyBackend:
             region=region if isinstance(region, str) and region else self._region,
         )
 
-    async def _sweep(self, name: str) -> str:
-        """Destroy any machine a failed create left under `name`; what happened, for the error."""
+    async def list_machines(self) -> tuple[ListedMachine, ...] | None:
+        """The app's machines named with this pool's prefix and not destroyed (the orphan sweep's listing)."""
+        machines = await self._listed()
+        if machines is None:
+            return None
+        return tuple(
+            ListedMachine(provider_id=machine["id"], name=machine["name"])
+            for machine in machines
+            if isinstance(machine.get("id"), str)
+            and isinstance(machine.get("name"), str)
+            and machine["name"].startswith(f"{self._prefix}-")
+            and machine.get("state") not in ("destroyed", "destroying")
+        )
+
+    async def _listed(self) -> list[dict[str, Any]] | None:
         try:
             listed = await self._http.get(self._machines, headers=self._headers())
             machines = listed.json() if listed.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
-            machines = None
+            return None
         if not isinstance(machines, list):
+            return None
+        return [machine for machine in machines if isinstance(machine, dict)]
+
+    async def _sweep(self, name: str) -> str:
+        """Destroy any machine a failed create left under `name`; what happened, for the error."""
+        machines = await self._listed()
+        if machines is None:
             return f"could not list machines: look for one named {name}"
         ids = [
-            machine["id"]
-            for machine in machines
-            if isinstance(machine, dict) and machine.get("name") == name and isinstance(machine.get("id"), str)
+            machine["id"] for machine in machines if machine.get("name") == name and isinstance(machine.get("id"), str)
         ]
         left = []
         for machine_id in ids:
@@ -224,4 +244,8 @@ def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[s
 
 def _conforms(backend: FlyBackend) -> Backend:
     """FlyBackend satisfies the Backend protocol (checked by mypy here)."""
+    return backend
+
+
+def _lists(backend: FlyBackend) -> ListsMachines:
     return backend

@@ -32,11 +32,13 @@ from typing import Any, Final
 import httpx
 
 from thermostat.policy.pool.backends import RUNPOD_MAX_VCPUS, runpod_vcpu_count
+from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
     WORKER_TOKEN_VARIABLE,
     Backend,
     BackendError,
+    ListsMachines,
     MachineHandle,
     MachineSpec,
 )
@@ -192,7 +194,20 @@ class RunPodBackend:
     async def health(self, handle: MachineHandle) -> bool:
         return await self._worker.health(handle.endpoint)
 
+    async def list_machines(self) -> tuple[ListedMachine, ...] | None:
+        """The account's live pods named with this pool's prefix (the orphan sweep's listing)."""
+        pods = await self._runpod.pods_listed()
+        if pods is None:
+            return None
+        return tuple(
+            ListedMachine(provider_id=pod_id, name=name) for pod_id, name in pods if name.startswith(f"{self._prefix}-")
+        )
+
 
 def _conforms(backend: RunPodBackend) -> Backend:
     """RunPodBackend satisfies the Backend protocol (checked by mypy here)."""
+    return backend
+
+
+def _lists(backend: RunPodBackend) -> ListsMachines:
     return backend

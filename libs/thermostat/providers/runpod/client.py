@@ -39,6 +39,7 @@ from thermostat.providers.runpod.shapes import (
     read_catalog,
     read_pod,
     read_pod_ids_named,
+    read_pods_listed,
     read_pods_on_volume,
     read_retry_after,
     read_volume_pods,
@@ -273,6 +274,13 @@ class RunPodV2Client:
         if response is None or not response.is_success:
             return None
         return read_pod_ids_named(decode_json(response.content), name)
+
+    async def pods_listed(self) -> tuple[tuple[str, str], ...] | None:
+        """GET /pods, (id, name) of every live pod; None when unreadable."""
+        response = await self._api("GET", "/pods")
+        if response is None or not response.is_success:
+            return None
+        return read_pods_listed(decode_json(response.content))
 
     async def _action(self, pod_id: str, action: str) -> ActionResult:
         if not pod_id:

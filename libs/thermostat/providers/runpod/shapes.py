@@ -199,6 +199,22 @@ def created_pod_id(content: bytes) -> str | None:
     return pod_id if isinstance(pod_id, str) and pod_id else None
 
 
+def read_pods_listed(body: object) -> tuple[tuple[str, str], ...] | None:
+    """(id, name) of every listed pod not TERMINATED; None when the list is unreadable."""
+    pods = body.get("pods") if isinstance(body, dict) else None
+    if not isinstance(pods, list):
+        return None
+    return tuple(
+        (pod["id"], pod["name"])
+        for pod in pods
+        if isinstance(pod, dict)
+        and pod.get("status") != "TERMINATED"
+        and isinstance(pod.get("id"), str)
+        and pod["id"]
+        and isinstance(pod.get("name"), str)
+    )
+
+
 def read_pod_ids_named(body: object, name: str) -> tuple[str, ...] | None:
     """The ids of listed pods named exactly `name` and not TERMINATED; None when the list is unreadable."""
     pods = body.get("pods") if isinstance(body, dict) else None
