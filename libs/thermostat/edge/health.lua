@@ -14,7 +14,7 @@ local SERVING = string.char(8, 1) -- HealthCheckResponse{status: SERVING}
 local GRPC_FAILURES = {
   ["4"] = "timed out (DEADLINE_EXCEEDED)",
   ["5"] = "SERVICE_UNKNOWN (NOT_FOUND)",
-  ["12"] = "no health service (UNIMPLEMENTED)",
+  ["12"] = "no health service (status 12: the upstream serves no grpc.health.v1)",
   ["14"] = "unreachable (UNAVAILABLE)",
 }
 
