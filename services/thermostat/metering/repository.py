@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -91,80 +92,52 @@ class MeteringRepository:
             value: int = await c.fetchval(Q["feed_position"], source)
             return value
 
-    async def land_pod_actions(
-        self, source: str, actions: list[LedgerAction] | tuple[LedgerAction, ...], *, through: int, head: int
-    ) -> int:
-        """Land a page and advance the feed to `through` in one transaction; how many entries were new."""
+    async def _land(self, source: str, statement: str, columns: list[list[Any]], *, through: int, head: int) -> int:
+        """Land one page (`columns`: one array per column of `statement`, empty for an empty page) and advance
+        the feed to `through` in one transaction, so a crash lands neither; how many entries were new."""
         async with borrow(self._pool) as c, c.transaction():
             await c.execute(Q["ensure_feed"], source)
             await c.execute(Q["lock_feed"], source)
             status = "INSERT 0 0"
-            if actions:
-                status = await c.execute(
-                    Q["land_pod_action"],
-                    source,
-                    [a.source_id for a in actions],
-                    [a.position for a in actions],
-                    [a.pod_name for a in actions],
-                    [a.action for a in actions],
-                    [a.pod_id for a in actions],
-                    [a.gpu_id for a in actions],
-                    [a.price_per_hour for a in actions],
-                    [a.http_status for a in actions],
-                    [a.ok for a in actions],
-                    [a.trigger for a in actions],
-                    [a.at for a in actions],
-                )
+            if columns and columns[0]:
+                status = await c.execute(Q[statement], source, *columns)
             await c.execute(Q["advance_feed"], source, through, head)
             return int(status.rsplit(" ", 1)[-1])
+
+    async def land_pod_actions(
+        self, source: str, actions: list[LedgerAction] | tuple[LedgerAction, ...], *, through: int, head: int
+    ) -> int:
+        """Land a page of billable actions and advance the feed to `through`; how many entries were new."""
+        a = actions
+        columns: list[list[Any]] = [
+            [x.source_id for x in a], [x.position for x in a], [x.pod_name for x in a], [x.action for x in a],
+            [x.pod_id for x in a], [x.gpu_id for x in a], [x.price_per_hour for x in a],
+            [x.http_status for x in a], [x.ok for x in a], [x.trigger for x in a], [x.at for x in a],
+        ]  # fmt: skip
+        return await self._land(source, "land_pod_action", columns, through=through, head=head)
 
     async def land_pool_usage(
         self, source: str, events: list[LedgerUsage] | tuple[LedgerUsage, ...], *, through: int, head: int
     ) -> int:
-        """Land a page of pool usage and advance the feed to `through` in one transaction; how many were new."""
-        async with borrow(self._pool) as c, c.transaction():
-            await c.execute(Q["ensure_feed"], source)
-            await c.execute(Q["lock_feed"], source)
-            status = "INSERT 0 0"
-            if events:
-                status = await c.execute(
-                    Q["land_pool_usage"],
-                    source,
-                    [e.source_id for e in events],
-                    [e.position for e in events],
-                    [e.tenant_id for e in events],
-                    [e.machine_type for e in events],
-                    [e.worker_id for e in events],
-                    [e.terminal_state for e in events],
-                    [e.duration_seconds for e in events],
-                    [e.started_at for e in events],
-                    [e.ended_at for e in events],
-                )
-            await c.execute(Q["advance_feed"], source, through, head)
-            return int(status.rsplit(" ", 1)[-1])
+        """Land a page of pool usage and advance the feed to `through`; how many were new."""
+        e = events
+        columns: list[list[Any]] = [
+            [x.source_id for x in e], [x.position for x in e], [x.tenant_id for x in e],
+            [x.machine_type for x in e], [x.worker_id for x in e], [x.terminal_state for x in e],
+            [x.duration_seconds for x in e], [x.started_at for x in e], [x.ended_at for x in e],
+        ]  # fmt: skip
+        return await self._land(source, "land_pool_usage", columns, through=through, head=head)
 
     async def land_pool_machines(
         self, source: str, events: list[LedgerMachineEvent], *, through: int, head: int
     ) -> int:
-        """Land a page of machine events and advance the feed in one transaction; how many were new."""
-        async with borrow(self._pool) as c, c.transaction():
-            await c.execute(Q["ensure_feed"], source)
-            await c.execute(Q["lock_feed"], source)
-            status = "INSERT 0 0"
-            if events:
-                status = await c.execute(
-                    Q["land_pool_machine"],
-                    source,
-                    [e.position for e in events],
-                    [e.machine_id for e in events],
-                    [e.tenant_id for e in events],
-                    [e.machine_type for e in events],
-                    [e.event for e in events],
-                    [e.at for e in events],
-                    [e.price_per_hour for e in events],
-                )
-            await c.execute(Q["advance_feed"], source, through, head)
-            return int(status.rsplit(" ", 1)[-1])
+        """Land a page of machine events and advance the feed to `through`; how many were new."""
+        e = events
+        columns: list[list[Any]] = [
+            [x.position for x in e], [x.machine_id for x in e], [x.tenant_id for x in e],
+            [x.machine_type for x in e], [x.event for x in e], [x.at for x in e], [x.price_per_hour for x in e],
+        ]  # fmt: skip
+        return await self._land(source, "land_pool_machine", columns, through=through, head=head)
 
     async def pool_time(
         self, tenant_id: str | None, since: datetime, until: datetime
