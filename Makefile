@@ -52,6 +52,9 @@ lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and 
 	  node_modules/.bin/buf breaking --against '.git#ref=HEAD~1' && echo "buf breaking: no breaking change against HEAD~1"; \
 	else echo "buf breaking: the previous commit has no protos to compare with"; fi
 
+chaos: proto ## run the chaos suite at full scale and print its figures (make test runs the short version)
+	@$(BIN)/python -m pytest tests/chaos --chaos-scale=full $(PYTEST_ARGS)
+
 bench: proto ## run the benchmarks under bench/ (prints ratios measured in one run)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
@@ -59,4 +62,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto k8s run test lint bench clean
+.PHONY: help venv proto k8s run test lint chaos bench clean
