@@ -301,3 +301,16 @@ async def test_two_controller_processes_woken_together_create_one_pod(stack, edg
     assert (rest.json()["outcome"], native.outcome) == ("Created", "Created")
     assert rest.json()["podId"] == native.pod_id
     assert (await _api_calls(sim)).count(("POST", "/v2/pods")) == 1
+
+
+async def test_orphans_are_listed_through_the_edge_for_the_operator_only(edge, sim) -> None:
+    """GET /api/orphans: the controller's stamped pod on no configured volume, never the managed one."""
+    managed = await _seed_pod(sim, "RUNNING")
+    stray = (await sim.post("/pods", json={"status": "RUNNING", "name": "qwen-20261130T154501Z"})).json()["id"]
+    _problem(await edge.get("/api/orphans"), 401)
+    listed = await edge.get("/api/orphans", headers=OPERATOR)
+    assert listed.status_code == 200, listed.text
+    body = listed.json()
+    assert [(o["podId"], o["owner"], o["status"]) for o in body["orphans"]] == [(stray, "qwen", "RUNNING")]
+    assert body["sweep"] == "report"
+    assert managed not in {o["podId"] for o in body["orphans"]}

@@ -65,7 +65,7 @@ POD_CONTROLLER = ServiceDef(
     public_services=("thermostat.pods.v1.PodController",),
     internal_services=("thermostat.pods.v1.PodControllerInternal",),
     health_service="thermostat.pods.v1.PodController",
-    rest_prefixes=("/api/pods/",),
+    rest_prefixes=("/api/pods/", "/api/orphans"),
     reflection=True,
 )
 IDLE_MONITOR = ServiceDef(

@@ -24,6 +24,7 @@ from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.db import Store
 
 from .budget_guard import BudgetGuard
+from .orphan_sweep import PodOrphanSweeper
 from .repository import PodRepository
 from .servicer import PodControl, PodControllerInternalServicer, PodControllerServicer
 from .settings import PodControllerSettings
@@ -44,6 +45,7 @@ def auth_rules(settings: PodControllerSettings) -> dict[str, TokenRule]:
     return {
         method_name(PUBLIC, "StartPod"): TokenRule(tokens=(operator, wake), headers=(OPERATOR_HEADER,)),
         method_name(PUBLIC, "StopPod"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,)),
+        method_name(PUBLIC, "ListPodOrphans"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,)),
     }
 
 
@@ -110,11 +112,22 @@ async def build(
         clock=clock,
     )
 
+    orphans = PodOrphanSweeper(
+        client,
+        records,
+        store.leases.using(clock),
+        options.pods,
+        mode=settings.orphan_sweep,
+        every_seconds=settings.orphan_sweep_seconds,
+        replica=replica_id(),
+    )
+
     def register(server: aio.Server) -> None:
-        pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control), server)
+        pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control, orphans), server)
         pods_pb2_grpc.add_PodControllerInternalServicer_to_server(PodControllerInternalServicer(control), server)
 
     async def shutdown() -> None:
+        await orphans.stop()
         await gate.drain(settings.shutdown_grace_seconds)
         await client.aclose()
         if metering is not None:
@@ -129,6 +142,7 @@ async def build(
             register=register,
             auth_rules=auth_rules(settings),
             dependency_check=store.ping,
+            on_start=[orphans.start],
             on_stop=[shutdown],
             reflection_names=public_services(),
             internal_token=settings.internal_token(),

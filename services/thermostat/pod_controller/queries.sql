@@ -117,3 +117,7 @@ FROM pod_actions WHERE position > $1 ORDER BY position LIMIT $2;
 
 -- name: billable_head
 SELECT COALESCE(max(position), 0) FROM pod_actions;
+
+-- name: known_pod_names
+-- Every pod name an action was ever recorded for: the orphan sweep's names for pods no longer configured.
+SELECT DISTINCT pod_name FROM pod_actions;

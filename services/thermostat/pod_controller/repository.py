@@ -363,6 +363,11 @@ class PodRepository:
             for r in reversed(rows)
         ]
 
+    async def known_pod_names(self) -> frozenset[str]:
+        """Every pod name the store holds an action of (a pod configured once; the orphan sweep's names)."""
+        rows = await self._run(lambda c: c.fetch(Q["known_pod_names"]), self.timeout)
+        return frozenset(r["pod_name"] for r in rows)
+
     # ---- history
 
     async def history_page(

@@ -29,6 +29,7 @@ from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, Wak
 from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.connections import STORE_ERRORS
 
+from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
 from .pod_view import build_view, observe_volume, wake_record
 from .repository import ActionEntry, ActionRow, PodRepository, WakeCompletion
 from .wake_gate import WakeGate, WakeGateUnavailable
@@ -182,8 +183,34 @@ _NO_POD = (("pod_id", "podId"), ("proxy_url", "proxyUrl"))
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
-    def __init__(self, control: PodControl) -> None:
+    def __init__(self, control: PodControl, orphans: PodOrphanSweeper) -> None:
         self.c = control
+        self.orphans = orphans
+
+    async def ListPodOrphans(
+        self, request: pods_pb2.ListPodOrphansRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.ListPodOrphansResponse:
+        try:
+            orphans = await self.orphans.scan()
+        except ListingUnreadable as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        except STORE_ERRORS:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the store could not be read; no pod was judged")
+        return pods_pb2.ListPodOrphansResponse(
+            orphans=[
+                pods_pb2.PodOrphan(
+                    pod_id=o.pod_id,
+                    pod_name=o.name,
+                    owner=o.owner,
+                    status=o.status,
+                    volume_ids=o.volume_ids,
+                    reason=o.reason,
+                )
+                for o in orphans
+            ],
+            sweep=str(self.orphans.mode),
+            sweep_every_seconds=self.orphans.every_seconds,
+        )
 
     async def StartPod(
         self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext

@@ -8,6 +8,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from thermostat.chassis.registry import POD_CONTROLLER
 from thermostat.chassis.settings import ServiceSettings
+from thermostat.policy.common.orphan_sweep import OrphanSweep
 
 LEASE_TRUST_FLOOR = 0.45
 
@@ -27,6 +28,10 @@ class PodControllerSettings(ServiceSettings):
     # set: every wake asks metering's budget check first and is refused when metering cannot answer
     metering_addr: str | None = None
     metering_timeout_seconds: float = Field(default=2.0, gt=0, le=30)
+    # the orphan sweep (issue 12): `report` logs pods it made that no configured pod manages; `terminate` also
+    # ends them (a billable action with trigger `orphan`)
+    orphan_sweep: OrphanSweep = OrphanSweep.REPORT
+    orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
 
     @model_validator(mode="after")
     def _lease_outlives_a_call(self) -> PodControllerSettings:

@@ -6,7 +6,8 @@ boot, so a machine the listing holds already has its row in the later read), and
 thermostat.policy.pool.orphans decides which are orphans. Each is logged; the count of the last pass and the
 total found are kept for the service's state (GET /v1/orphans). With ORPHAN_SWEEP=terminate an orphan found by
 two consecutive passes (policy: a stop in flight can look like an orphan once) is also stopped at its provider
-and recorded in pool_orphan_stops with trigger `orphan` (only while this process's instance lease is trusted:
+and recorded in pool_orphan_stops with trigger `orphan`, and on the machine-events feed metering reads as
+event `orphan-stopped` (only while this process's instance lease is trusted:
 a process that may have lost its lease makes no provider calls). The default only reports.
 """
 
@@ -98,6 +99,7 @@ class OrphanSweeper:
             provider_id=orphan.provider_id,
             name=orphan.name,
             machine_id=orphan.machine_id,
+            machine_type=orphan.machine_type,
             stopped_by=d.instance_id,
         )
         return True

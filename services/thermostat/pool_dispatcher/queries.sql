@@ -416,6 +416,13 @@ SELECT id::text AS id, provider_id FROM pool_machines;
 
 -- name: record_orphan_stop
 -- An orphan the sweep terminated; a second sweep's stop of the same machine (it was still listed) is one record.
-INSERT INTO pool_orphan_stops (backend, provider_id, name, machine_id, stopped_by)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (backend, provider_id) DO NOTHING;
+-- The same statement puts the stop on the machine-events feed (event 'orphan-stopped', no tenant: no row knew it).
+WITH stop AS (
+    INSERT INTO pool_orphan_stops (backend, provider_id, name, machine_id, stopped_by)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (backend, provider_id) DO NOTHING
+    RETURNING machine_id, at
+)
+INSERT INTO pool_machine_events (machine_id, tenant_id, machine_type, event, at)
+SELECT machine_id, '', $6, 'orphan-stopped', at FROM stop
+ON CONFLICT (machine_id, event) DO NOTHING;

@@ -491,10 +491,12 @@ class PoolRepository:
         return [row["id"] for row in rows], [row["provider_id"] for row in rows if row["provider_id"] is not None]
 
     async def record_orphan_stop(
-        self, *, backend: str, provider_id: str, name: str, machine_id: str, stopped_by: str
+        self, *, backend: str, provider_id: str, name: str, machine_id: str, machine_type: str, stopped_by: str
     ) -> None:
         async with borrow(self.pool) as c:
-            await c.execute(Q["record_orphan_stop"], backend, provider_id, name, uuid.UUID(machine_id), stopped_by)
+            await c.execute(
+                Q["record_orphan_stop"], backend, provider_id, name, uuid.UUID(machine_id), stopped_by, machine_type
+            )
 
     async def machine_backend(self, machine_id: str) -> str | None:
         async with borrow(self.pool) as c:

@@ -6,7 +6,7 @@ from pydantic import Field, SecretStr
 
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
-from thermostat.policy.pool.orphans import OrphanSweep
+from thermostat.policy.common.orphan_sweep import OrphanSweep
 from thermostat.providers.pool.settings import PoolBackendSettings
 
 GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0

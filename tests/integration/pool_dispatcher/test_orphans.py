@@ -89,6 +89,12 @@ async def test_with_orphan_sweep_terminate_an_orphan_is_terminated_and_recorded_
         "SELECT backend, provider_id, machine_id::text, trigger FROM pool_orphan_stops"
     )
     assert tuple(row) == ("runpod", pod_id, stray, "orphan")
+    # and on the machine-events feed metering reads: an orphan stop, no tenant, no machine time
+    (event,) = await pool_store.pool.fetch(
+        "SELECT machine_id::text, tenant_id, machine_type, event FROM pool_machine_events WHERE machine_id = $1",
+        uuid.UUID(stray),
+    )
+    assert tuple(event) == (stray, "", "remote", "orphan-stopped")
 
 
 async def test_machines_the_store_knows_and_pods_not_named_by_the_pool_are_never_swept(

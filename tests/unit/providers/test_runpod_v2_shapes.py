@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from thermostat.policy.common.pod_model import Availability, Lookup, PodStatus
+from thermostat.policy.common.pod_model import Availability, ListedPod, Lookup, PodStatus
 from thermostat.providers.runpod.shapes import (
     is_problem_not_found,
     needs_observing_by_id,
     problem_detail,
     read_catalog,
     read_pod,
+    read_pods_listed,
     read_pods_on_volume,
     read_retry_after,
 )
@@ -159,3 +160,30 @@ def test_only_a_running_list_entry_without_a_runtime_key_is_observed_by_id(entry
     assert needs_observing_by_id(entry) is by_id
     if by_id:
         assert read_pod("p", entry).status is PodStatus.STARTING  # what reading it from the list would say
+
+
+def test_the_account_listing_keeps_live_pods_with_their_status_and_volumes() -> None:
+    body = {
+        "pods": [
+            {
+                "id": "a",
+                "name": "qwen-20261130T154501Z",
+                "status": "EXITED",
+                "mounts": {"network": [{"volumeId": "v"}]},
+            },
+            {"id": "b", "name": "gone", "status": "TERMINATED"},
+            {"id": "", "name": "blank-id"},
+            {"id": "c", "name": 7},
+            "not a pod",
+            {"id": "d", "name": "bare"},
+        ]
+    }
+    assert read_pods_listed(body) == (
+        ListedPod(id="a", name="qwen-20261130T154501Z", status="EXITED", volume_ids=("v",)),
+        ListedPod(id="d", name="bare", status=""),
+    )
+
+
+@pytest.mark.parametrize("body", [None, {}, {"pods": {}}, []])
+def test_an_account_listing_without_a_pod_list_is_unreadable(body: object) -> None:
+    assert read_pods_listed(body) is None

@@ -114,3 +114,13 @@ class CreateResult:
     retry_after_seconds: float | None = None
     detail: str | None = None
     datacenter_id: str | None = None  # the answer's dataCenterId: None until the scheduler places the pod
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedPod:
+    """ListedPod is one live (not TERMINATED) pod of the account as GET /pods lists it."""
+
+    id: str
+    name: str
+    status: str
+    volume_ids: tuple[str, ...] = ()

@@ -26,14 +26,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from thermostat.policy.common.orphan_sweep import OrphanSweep
 
-class OrphanSweep(StrEnum):
-    """ORPHAN_SWEEP: `report` (the default) logs and counts orphans; `terminate` also ends them."""
-
-    REPORT = "report"
-    TERMINATE = "terminate"
+__all__ = ["ListedMachine", "Orphan", "OrphanSweep", "find_orphans", "machine_id_in_name", "to_terminate"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +47,7 @@ class Orphan:
     provider_id: str
     name: str
     machine_id: str
+    machine_type: str  # the type in its name (the type may have left the catalogue since)
 
 
 def machine_id_in_name(name: str, *, prefix: str) -> str | None:
@@ -87,7 +84,10 @@ def find_orphans(
         machine_id = machine_id_in_name(machine.name, prefix=prefix)
         if machine_id is None or machine_id in machine_ids or machine.provider_id in provider_ids:
             continue
-        orphans.append(Orphan(provider_id=machine.provider_id, name=machine.name, machine_id=machine_id))
+        machine_type = machine.name.removeprefix(f"{prefix}-")[:-37]
+        orphans.append(
+            Orphan(provider_id=machine.provider_id, name=machine.name, machine_id=machine_id, machine_type=machine_type)
+        )
     return tuple(orphans)
 
 

@@ -200,7 +200,7 @@ class RunPodBackend:
         if pods is None:
             return None
         return tuple(
-            ListedMachine(provider_id=pod_id, name=name) for pod_id, name in pods if name.startswith(f"{self._prefix}-")
+            ListedMachine(provider_id=pod.id, name=pod.name) for pod in pods if pod.name.startswith(f"{self._prefix}-")
         )
 
 

@@ -25,6 +25,7 @@ import httpx
 from thermostat.policy.common.pod_model import (
     CreateResult,
     GpuCatalogEntry,
+    ListedPod,
     Lookup,
     PodObservation,
     VolumeLookup,
@@ -275,8 +276,8 @@ class RunPodV2Client:
             return None
         return read_pod_ids_named(decode_json(response.content), name)
 
-    async def pods_listed(self) -> tuple[tuple[str, str], ...] | None:
-        """GET /pods, (id, name) of every live pod; None when unreadable."""
+    async def pods_listed(self) -> tuple[ListedPod, ...] | None:
+        """GET /pods, every live pod of the account; None when unreadable."""
         response = await self._api("GET", "/pods")
         if response is None or not response.is_success:
             return None

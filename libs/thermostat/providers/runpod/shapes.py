@@ -14,6 +14,7 @@ from thermostat.policy.common.pod_model import (
     Availability,
     DatacenterAvailability,
     GpuCatalogEntry,
+    ListedPod,
     Lookup,
     PodObservation,
     PodStatus,
@@ -199,13 +200,18 @@ def created_pod_id(content: bytes) -> str | None:
     return pod_id if isinstance(pod_id, str) and pod_id else None
 
 
-def read_pods_listed(body: object) -> tuple[tuple[str, str], ...] | None:
-    """(id, name) of every listed pod not TERMINATED; None when the list is unreadable."""
+def read_pods_listed(body: object) -> tuple[ListedPod, ...] | None:
+    """Every listed pod not TERMINATED, with its name, status and volumes; None when the list is unreadable."""
     pods = body.get("pods") if isinstance(body, dict) else None
     if not isinstance(pods, list):
         return None
     return tuple(
-        (pod["id"], pod["name"])
+        ListedPod(
+            id=pod["id"],
+            name=pod["name"],
+            status=status if isinstance(status := pod.get("status"), str) else "",
+            volume_ids=_volume_ids(pod),
+        )
         for pod in pods
         if isinstance(pod, dict)
         and pod.get("status") != "TERMINATED"

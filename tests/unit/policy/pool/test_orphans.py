@@ -37,7 +37,7 @@ def test_machine_id_is_read_only_from_names_the_pool_gives(name: str, expected: 
 
 def test_a_pool_named_machine_unknown_to_the_store_is_an_orphan() -> None:
     stray = ListedMachine(provider_id="pod-9", name=f"thermostat-cpu-{STRAY}")
-    assert orphans(stray) == (Orphan(provider_id="pod-9", name=stray.name, machine_id=STRAY),)
+    assert orphans(stray) == (Orphan(provider_id="pod-9", name=stray.name, machine_id=STRAY, machine_type="cpu"),)
 
 
 def test_a_starting_machine_whose_provider_id_is_not_recorded_yet_is_known_by_its_machine_id() -> None:
@@ -64,8 +64,8 @@ def test_only_the_unknown_machines_of_a_listing_are_orphans() -> None:
 def test_an_orphan_is_terminated_only_when_the_previous_pass_found_it_too() -> None:
     """A machine whose row was deleted between the listing and the store read (a stop in flight) is found once,
     then no longer listed: it is never terminated; a real orphan is, on its second pass."""
-    first = Orphan(provider_id="pod-9", name=f"thermostat-cpu-{STRAY}", machine_id=STRAY)
-    other = Orphan(provider_id="pod-8", name=f"thermostat-cpu-{KNOWN}", machine_id=KNOWN)
+    first = Orphan(provider_id="pod-9", name=f"thermostat-cpu-{STRAY}", machine_id=STRAY, machine_type="cpu")
+    other = Orphan(provider_id="pod-8", name=f"thermostat-cpu-{KNOWN}", machine_id=KNOWN, machine_type="cpu")
     assert to_terminate(current=(first,), previous=()) == ()
     assert to_terminate(current=(first,), previous=(first, other)) == (first,)
     assert to_terminate(current=(), previous=(first,)) == ()
