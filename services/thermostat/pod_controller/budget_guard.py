@@ -3,7 +3,8 @@ metering judges the pod's spend plus the wake's projected spend against the pod'
 
 Rule, documented in README ("Budgets"):
 - METERING_ADDR unset: no check (a deployment without metering has no budgets).
-- METERING_ADDR set: the wake asks metering's CheckPodBudget before any RunPod call; a budget reached fails
+- METERING_ADDR set: the wake asks metering's CheckPodBudget beside its volume lookup (a read) and waits for the
+  answer before acting on the lookup, so a refused wake writes nothing to RunPod; a budget reached fails
   the wake as Refused, 409, the detail naming the budget and the numbers. With a ceiling not reached, the
   projection is judged before the wake's first start or create (a RunPod write), refused the same way when it
   does not fit in what is left; a wake that finds its pod running or booting writes nothing and projects nothing.

@@ -147,15 +147,19 @@ class WakeService:
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
             return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
+        lookup = self.client.lookup_pods_by_volume(pod.volume_id)
         if self.budget is not None:
-            # before any RunPod write: a refused wake bills nothing
-            answer = await self.budget.headroom(pod)
+            # Metering's answer is awaited before anything acts on the lookup, so a refused wake writes nothing to
+            # RunPod; the lookup (a read) runs meanwhile, so the check adds only what it takes beyond the lookup.
+            answer, looked_up = await asyncio.gather(self.budget.headroom(pod), lookup)
             if isinstance(answer, Headroom):
                 _run.get().headroom = answer
             elif answer is not None:
                 log.warning("pod %s: wake refused: %s", pod.name, answer.reason)
                 return _failed(WakeFailureKind.OVER_BUDGET, answer.reason)
-        volume = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
+        else:
+            looked_up = await lookup
+        volume = after_volume_lookup(looked_up)
         if volume.verdict is VolumeVerdict.FAILED:
             return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
         if volume.verdict is VolumeVerdict.CREATE:

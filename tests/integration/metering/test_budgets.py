@@ -108,7 +108,7 @@ async def test_a_wake_that_fits_its_budget_runs(runpod_sim: RunPodSimulator, db_
         assert (await start(s.controller.public)).reply.outcome == "Created"
 
 
-async def test_a_reached_budget_refuses_the_wake_before_any_runpod_call(
+async def test_a_reached_budget_refuses_the_wake_before_any_runpod_write(
     runpod_sim: RunPodSimulator, db_store: Store
 ) -> None:
     async with stack(runpod_sim, db_store) as s:
@@ -118,7 +118,8 @@ async def test_a_reached_budget_refuses_the_wake_before_any_runpod_call(
         answer = await start(s.controller.public)
     assert (answer.code, answer.http_code) == (grpc.StatusCode.ABORTED, "409")
     assert "daily budget of 0.00 USD reached" in answer.details
-    assert api_calls(runpod_sim) == []
+    # the volume lookup (a read) runs beside metering's answer; nothing acts on it once the wake is refused
+    assert api_calls(runpod_sim) == [("GET", "/v2/pods")]
 
 
 async def test_a_wake_of_a_running_pod_under_its_budget_projects_nothing(
