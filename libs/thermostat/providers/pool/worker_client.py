@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from thermostat.chassis.tracing import aiohttp_trace_configs
 from thermostat.policy.pool.job_outcome import ReplyKind, WorkerReply
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 5.0
@@ -71,7 +72,9 @@ class WorkerClient:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, trace_configs=aiohttp_trace_configs()
+            )
         return self._session
 
     async def aclose(self) -> None:
