@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.tracing import Spans, hex_id, parent_of
+from tests.fixtures.tracing import Spans, hex_id, names, parent_of
 from tests.integration.pool_dispatcher.conftest import caller, local_type, pool_env, start_pool
 from thermostat.policy.pool.job_outcome import WorkerReply
 from thermostat.pool.v1 import pool_pb2
@@ -50,7 +50,7 @@ async def test_queue_boot_and_execute_sit_under_the_submit_and_the_worker_receiv
         [hop] = [s for s in everything if s.name == "POST" and under(s, execute)]
         assert hop.kind is SpanKind.CLIENT and hop.attributes["url.full"].endswith("/execute")
         assert hop.attributes["http.response.status_code"] == 200
-        assert echoed == [f"00-{TRACE_ID}-{hex_id(hop.context.span_id)}-01"]
+        assert [names(e) for e in echoed] == [(hop.context.trace_id, hop.context.span_id)]
         # the boot's health polls are its children, not stray traces
         polls = [s for s in everything if s.name == "GET" and s.attributes["url.full"].endswith("/health")]
         assert polls and all(under(p, boot) for p in polls)
