@@ -407,6 +407,15 @@ def current_headers(fallback: Mapping[str, str]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------- the exporter
 
 
+def export_asked(environ: Mapping[str, str]) -> bool:
+    """Whether the standard variables ask for OTLP export (see `configure_from_environment`)."""
+    if not (environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return False
+    if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "otlp":
+        return False
+    return environ.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+
+
 def configure_from_environment(
     service_name: str, environ: Mapping[str, str] = os.environ
 ) -> Callable[[], Awaitable[None]] | None:
@@ -418,13 +427,7 @@ def configure_from_environment(
     variables itself (headers, timeout, protocol details); OTEL_SERVICE_NAME names the service, defaulting to
     the registry's name. A provider installed before (a test's, another SDK setup) is kept.
     """
-    if otel is None:
-        return None
-    if not (environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
-        return None
-    if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() != "otlp":
-        return None
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if otel is None or not export_asked(environ):
         return None
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
