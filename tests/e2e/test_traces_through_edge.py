@@ -1,19 +1,25 @@
 """One trace per request through the real Envoy edge: a wake asked over REST (transcoded) or native gRPC, with
 the caller's W3C traceparent, is one trace from the pod controller's StartPod through metering's budget check
 to the RunPod (simulator) requests, each span under the one that caused it, read back from the SDK's
-in-memory exporter (the services run in this process, so their spans land there)."""
+in-memory exporter (the services run in this process, so their spans land there). With EDGE_OTLP_ENDPOINT's
+tracer configured, Envoy's own span sits between the caller and the controller, exported over OTLP/gRPC to a
+receiver this test runs."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
+from tests.fixtures.polling import eventually
 from tests.fixtures.services import (
     OPERATOR,
     OPERATOR_TOKEN,
@@ -28,7 +34,7 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import METERING, POD_CONTROLLER, SERVICES
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
+from thermostat.edge.envoy_config import EdgeSpec, EdgeTracing, HealthCheckTiming, upstreams, write_envoy_config
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
 
@@ -54,8 +60,10 @@ async def services(runpod_sim: RunPodSimulator, db_store: Store) -> AsyncIterato
         yield {POD_CONTROLLER.name: controller, METERING.name: metering}
 
 
-@pytest.fixture
-async def envoy(services: dict[str, RunningService], tmp_path: Path) -> AsyncIterator[EnvoyProcess]:
+@contextlib.asynccontextmanager
+async def _envoy(
+    services: dict[str, RunningService], path: Path, tracing: EdgeTracing | None = None
+) -> AsyncIterator[EnvoyProcess]:
     ports = {name: int(s.address.rpartition(":")[2]) for name, s in services.items()}
     spec = EdgeSpec(
         upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
@@ -63,12 +71,46 @@ async def envoy(services: dict[str, RunningService], tmp_path: Path) -> AsyncIte
         listen_port=0,
         admin_port=0,
         health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
+        tracing=tracing,
     )
-    running = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    running = await start_envoy(write_envoy_config(spec, path), concurrency=1)
     try:
         yield running
     finally:
         await running.stop()
+
+
+@pytest.fixture
+async def envoy(services: dict[str, RunningService], tmp_path: Path) -> AsyncIterator[EnvoyProcess]:
+    async with _envoy(services, tmp_path / "envoy.yaml") as running:
+        yield running
+
+
+class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver: (service.name, span) for every span exported to it."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, Any]] = []
+
+    async def Export(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        for resource_spans in request.resource_spans:
+            attributes = resource_spans.resource.attributes
+            [name] = [a.value.string_value for a in attributes if a.key == "service.name"]
+            self.spans.extend((name, span) for scope in resource_spans.scope_spans for span in scope.spans)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+@pytest.fixture
+async def collector() -> AsyncIterator[tuple[Collector, int]]:
+    server = grpc.aio.server()
+    received = Collector()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(received, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield received, port
+    finally:
+        await server.stop(None)
 
 
 def _edge(envoy: EnvoyProcess) -> str:
@@ -128,3 +170,28 @@ async def test_a_native_grpc_wake_is_one_trace_from_the_edge_through_metering_to
         )
     assert reply.outcome == "Created"
     await _assert_one_trace_from_the_caller_to_runpod(spans, runpod_sim)
+
+
+async def test_with_its_tracer_on_the_edges_span_sits_between_the_caller_and_the_controller(
+    services: dict[str, RunningService], collector: tuple[Collector, int], spans: Spans, tmp_path: Path
+) -> None:
+    received, port = collector
+    tracing = EdgeTracing(collector_host="127.0.0.1", collector_port=port, flush_interval_ms=100)
+    async with (
+        _envoy(services, tmp_path / "envoy.yaml", tracing) as envoy,
+        httpx.AsyncClient(base_url=f"http://{_edge(envoy)}", timeout=30) as edge,
+    ):
+        woken = await edge.post(
+            "/api/pods/qwen/start", headers={"X-Rig-Operator-Token": OPERATOR_TOKEN, "traceparent": TRACEPARENT}
+        )
+        assert woken.status_code == 200, woken.text
+
+        async def edge_span() -> Any:
+            ours = [s for name, s in received.spans if name == "thermostat-edge" and s.trace_id.hex() == TRACE_ID]
+            return ours[0] if ours else None
+
+        exported = await eventually(edge_span, timeout=15)
+    assert exported.parent_span_id.hex() == CALLER_SPAN
+    [start] = await spans.wait_for(START)
+    assert hex_id(start.context.trace_id, 32) == TRACE_ID
+    assert start.parent.span_id == int.from_bytes(exported.span_id, "big")
