@@ -100,7 +100,20 @@ def insecure_channel(
             ("grpc.max_reconnect_backoff_ms", cap),
         ]
     # tracing first (none without OpenTelemetry): its traceparent, naming this call, is the one the callee gets
-    interceptors: list[Any] = [*client_interceptors(), _Propagate()]
+    hooks: list[Any] = [*client_interceptors(), _Propagate()]
     if internal_token:
-        interceptors.append(InternalTokenInterceptor(internal_token))
+        hooks.append(InternalTokenInterceptor(internal_token))
+    # grpc.aio files an interceptor under the first call kind it implements only (an if/elif on its classes),
+    # so a hook for both unary and server-streaming calls is given again, wrapped, for the streaming ones.
+    interceptors = [*hooks, *(_StreamSide(h) for h in hooks if isinstance(h, aio.UnaryStreamClientInterceptor))]
     return aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+class _StreamSide(aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """A hook's server-streaming side, as its own interceptor (see insecure_channel)."""
+
+    def __init__(self, hook: aio.UnaryStreamClientInterceptor) -> None:
+        self.hook = hook
+
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await self.hook.intercept_unary_stream(continuation, client_call_details, request)

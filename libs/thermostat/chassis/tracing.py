@@ -218,11 +218,17 @@ class _ClientSpans(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterce
         span, details = self._start(client_call_details)
         try:
             call = await continuation(details, request)
-            await self._finish(span, call)  # the call's end: it is over before its caller reads the answer
         except BaseException as error:
-            if span.is_recording():
-                _fail(span, type(error).__name__)
-                span.end()
+            _fail(span, type(error).__name__)
+            span.end()
+            raise
+        try:
+            await self._finish(span, call)  # the call's end: it is over before its caller reads the answer
+        except asyncio.CancelledError:
+            # The caller cancelled while this hook waited: grpc cancels this hook's task, not the call it made.
+            call.cancel()
+            _fail(span, "cancelled")
+            span.end()
             raise
         return call
 

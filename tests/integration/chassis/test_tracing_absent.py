@@ -56,6 +56,7 @@ async def main():
         "leaf_saw": seen,
         "server_interceptors": [type(i).__name__ for i in host.interceptors],
         "channel_interceptors": [type(i).__name__ for i in channel._unary_unary_interceptors],
+        "stream_interceptors": [type(i).__name__ for i in channel._unary_stream_interceptors],
         "runpod_transport": type(runpod._http._transport).__name__,
         "aiohttp_trace_configs": len(workers._client().trace_configs),
         "enabled": tracing.enabled(),
@@ -76,6 +77,7 @@ def test_a_service_without_opentelemetry_installs_no_tracing_hook_and_still_pass
     assert seen["enabled"] is False and seen["opentelemetry_loaded"] == []
     assert seen["server_interceptors"] == ["RequestContextInterceptor", "AuthInterceptor"]
     assert seen["channel_interceptors"] == ["_Propagate"]
+    assert seen["stream_interceptors"] == ["_StreamSide"]  # _Propagate's streaming side
     assert seen["runpod_transport"] == "AsyncHTTPTransport"  # httpx's own, unwrapped
     assert seen["aiohttp_trace_configs"] == 0
     # no tracing, yet the caller's context crossed both hops unchanged (the chassis' passthrough)
@@ -100,4 +102,5 @@ async def test_with_opentelemetry_the_tracing_hooks_come_first_on_servers_and_ch
         await host.stop(0.1)
     async with insecure_channel("127.0.0.1:1", internal_token="t") as channel:
         hooks = [type(i).__name__ for i in channel._unary_unary_interceptors]
-    assert hooks == ["_ClientSpans", "_Propagate", "InternalTokenInterceptor"]
+        streaming = [type(i.hook).__name__ for i in channel._unary_stream_interceptors]
+    assert hooks == streaming == ["_ClientSpans", "_Propagate", "InternalTokenInterceptor"]
