@@ -1,15 +1,16 @@
 """Optional OpenTelemetry traces: one trace per request across the edge, every service, the calls between them
 and the provider calls, carried as W3C `traceparent` / `tracestate` in gRPC metadata and HTTP headers.
 
-OpenTelemetry is an optional extra (requirements-tracing.txt). Without its API importable every hook here is
-absent rather than idle: `server_interceptors()`, `client_interceptors()` and `aiohttp_trace_configs()` are
-empty, `http_transport()` hands back the transport it was given and the span helpers return at their first
-line, so a request pays nothing (tests/integration/chassis/test_tracing_absent.py runs a service that way).
+OpenTelemetry is an optional extra (requirements-tracing.txt). Unless its API is importable and a tracer
+provider is set up when a server, channel or HTTP client is built (`enabled()`), every hook here is absent
+rather than idle: `server_interceptors()`, `client_interceptors()` and `aiohttp_trace_configs()` are empty,
+`http_transport()` hands back the transport it was given and the span helpers record nothing, so a request
+pays nothing and the caller's context passes through unchanged (request_context), as
+tests/integration/chassis/test_tracing_absent.py checks in a service process.
 
-With it, spans go to the process's global tracer provider: the API's no-op one (which still forwards the
-caller's context, so a trace crosses a service that records nothing) unless the deployment configured an SDK
-— `configure_from_environment` does that from the standard OTEL_* variables when the SDK and the OTLP
-exporter are installed, and tests install one with an in-memory exporter.
+The provider: `configure_from_environment` sets up the SDK from the standard OTEL_* variables when the SDK and
+the OTLP exporter are installed; a process may set up its own before its services start (tests install one
+with an in-memory exporter).
 
 What is recorded:
 - a SERVER span per RPC (named `package.Service/Method`, gRPC status as `rpc.grpc.status_code`) under the
@@ -67,8 +68,13 @@ Span = Any
 
 
 def enabled() -> bool:
-    """Whether the OpenTelemetry API is importable (the optional extra is installed)."""
-    return otel is not None
+    """Whether spans can be recorded: the OpenTelemetry API is importable and a tracer provider was set up (by
+    `configure_from_environment`, or by the process before its services start: an SDK of its own, a test's).
+    The API alone records nothing, so without a provider the hooks are left out too and a request pays nothing;
+    the caller's context then passes through unchanged (request_context)."""
+    return otel is not None and not isinstance(
+        otel.get_tracer_provider(), (otel.ProxyTracerProvider, otel.NoOpTracerProvider)
+    )
 
 
 def _tracer() -> Any:
@@ -98,8 +104,8 @@ def _fail(span: Span, description: str) -> None:
 
 
 def server_interceptors() -> list[aio.ServerInterceptor]:
-    """The interceptors a service's server needs for tracing: none without OpenTelemetry."""
-    return [_ServerSpans()] if otel is not None else []
+    """The interceptors a service's server needs for tracing: none unless `enabled()` when it is built."""
+    return [_ServerSpans()] if enabled() else []
 
 
 class _ServerSpans(aio.ServerInterceptor):  # type: ignore[misc]
@@ -185,8 +191,8 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
 def client_interceptors() -> list[Any]:
-    """The interceptors a channel to another service needs for tracing: none without OpenTelemetry."""
-    return [_ClientSpans()] if otel is not None else []
+    """The interceptors a channel to another service needs for tracing: none unless `enabled()` when it is made."""
+    return [_ClientSpans()] if enabled() else []
 
 
 class _ClientSpans(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
@@ -262,10 +268,10 @@ def _spawn(work: Any) -> None:
 def http_transport(
     transport: httpx.AsyncBaseTransport | None = None, **defaults: Any
 ) -> httpx.AsyncBaseTransport | None:
-    """The transport an httpx client of a provider should use: `transport` itself without OpenTelemetry (None
+    """The transport an httpx client of a provider should use: `transport` itself unless `enabled()` (None
     lets httpx build its default), else it — or the default built from `defaults` (verify, limits…), which
     httpx ignores once a transport is given — wrapped to open a CLIENT span per request inside a trace."""
-    if otel is None:
+    if not enabled():
         return transport
     return _TracedTransport(transport or httpx.AsyncHTTPTransport(**defaults))
 
@@ -309,8 +315,8 @@ class _TracedTransport(httpx.AsyncBaseTransport):
 
 
 def aiohttp_trace_configs() -> list[Any]:
-    """aiohttp trace configs opening a CLIENT span per request inside a trace: none without OpenTelemetry."""
-    if otel is None:
+    """aiohttp trace configs opening a CLIENT span per request inside a trace: none unless `enabled()`."""
+    if not enabled():
         return []
     import aiohttp  # only the pool's worker hop uses aiohttp; other services never import it for tracing
 

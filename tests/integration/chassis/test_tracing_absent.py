@@ -1,13 +1,17 @@
-"""Without OpenTelemetry (the extra not installed) tracing costs nothing: a service process, run with the
-package's import blocked, installs no tracing interceptor on its server or its channels, hands its HTTP
-clients their own transports and aiohttp no trace config, and still passes the caller's trace context on."""
+"""Without OpenTelemetry (the extra not installed), or with its API but no tracer provider set up (no
+OTEL_EXPORTER_OTLP_ENDPOINT), tracing costs nothing: a service process installs no tracing interceptor on its
+server or its channels, hands its HTTP clients their own transports and aiohttp no trace config, and still
+passes the caller's trace context on."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from thermostat.chassis import tracing
 from thermostat.chassis.request_context import insecure_channel
@@ -20,7 +24,8 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 # pod controller calls metering), the second recording the metadata it received.
 _PROBE = """
 import asyncio, importlib, json, sys
-sys.modules["opentelemetry"] = None  # `import opentelemetry…` raises ImportError, as where it is not installed
+if {blocked}:
+    sys.modules["opentelemetry"] = None  # `import opentelemetry…` raises ImportError, as where it is not installed
 import grpc, httpx
 from thermostat.chassis import tracing
 from thermostat.chassis.request_context import insecure_channel, outgoing_metadata
@@ -69,12 +74,17 @@ asyncio.run(main())
 """
 
 
-def test_a_service_without_opentelemetry_installs_no_tracing_hook_and_still_passes_the_trace_on() -> None:
-    probe = _PROBE.format(traceparent=TRACEPARENT)
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+@pytest.mark.parametrize("blocked", [True, False], ids=["opentelemetry-not-installed", "api-without-a-provider"])
+def test_a_service_without_a_tracer_installs_no_tracing_hook_and_still_passes_the_trace_on(blocked: bool) -> None:
+    probe = _PROBE.format(traceparent=TRACEPARENT, blocked=blocked)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT, env=environ
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    assert seen["enabled"] is False and seen["opentelemetry_loaded"] == []
+    assert seen["enabled"] is False
+    assert (seen["opentelemetry_loaded"] == []) is blocked
     assert seen["server_interceptors"] == ["RequestContextInterceptor", "AuthInterceptor"]
     assert seen["channel_interceptors"] == ["_Propagate"]
     assert seen["stream_interceptors"] == ["_StreamSide"]  # _Propagate's streaming side
@@ -86,9 +96,10 @@ def test_a_service_without_opentelemetry_installs_no_tracing_hook_and_still_pass
     assert leaf["traceparent"] == TRACEPARENT
 
 
-async def test_with_opentelemetry_the_tracing_hooks_come_first_on_servers_and_channels() -> None:
-    """The same chassis with the extra installed (this test process): tracing is the outermost hook, so a call
-    refused by auth is still a span, and the callee receives the call's own context."""
+async def test_with_a_tracer_the_tracing_hooks_come_first_on_servers_and_channels() -> None:
+    """The same chassis with a tracer provider (this test process has one, tests/fixtures/tracing.py): tracing
+    is the outermost hook, so a call refused by auth is still a span, and the callee receives the call's own
+    context."""
     assert tracing.enabled()
     host = ServiceHost(ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None))
     await host.start()
