@@ -50,7 +50,7 @@ log = logging.getLogger("thermostat.chassis.tracing")
 
 TRACER_NAME = "thermostat"
 TRACE_HEADERS = ("traceparent", "tracestate")
-UNTRACED_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection")
+UNTRACED_SERVICES = ("grpc.health.", "grpc.reflection.")  # probes and tooling, by package
 # gRPC codes that are the server's failure, not the caller's (OpenTelemetry's RPC conventions)
 _SERVER_ERRORS = frozenset(
     {
@@ -138,11 +138,19 @@ def _traced_handler(handler: grpc.RpcMethodHandler, method: str, parent: Any) ->
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            # the status the servicer set on the context (an abort raises, having set it), else what the
+            # handler's ending means: an exception is UNKNOWN to the caller, a cancellation CANCELLED
+            ended = grpc.StatusCode.OK
             try:
                 yield
+            except asyncio.CancelledError:
+                ended = grpc.StatusCode.CANCELLED
+                raise
+            except Exception:
+                ended = grpc.StatusCode.UNKNOWN
+                raise
             finally:
-                # an abort raises; the status is what the servicer set on the context either way
-                code = context.code() or grpc.StatusCode.OK
+                code = context.code() or ended
                 if isinstance(code, int):
                     code = _CODES.get(code, grpc.StatusCode.UNKNOWN)
                 span.set_attribute("rpc.grpc.status_code", code.value[0])

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.fixtures.tracing import Spans
+from tests.fixtures.tracing import Spans, finished
 from thermostat.chassis import tracing
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.server import ServiceHost, ServiceSpec
@@ -38,6 +38,9 @@ class Echo:
         await context.abort(grpc.StatusCode.INTERNAL, "it broke")
         raise AssertionError("abort returned")
 
+    async def crashed(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        raise RuntimeError("a bug")
+
     async def held(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         self.entered.set()
         try:
@@ -53,7 +56,10 @@ class Echo:
             yield part
 
     def handlers(self) -> grpc.GenericRpcHandler:
-        unary = {n: grpc.unary_unary_rpc_method_handler(getattr(self, n)) for n in ("ok", "missing", "broken", "held")}
+        unary = {
+            n: grpc.unary_unary_rpc_method_handler(getattr(self, n))
+            for n in ("ok", "missing", "broken", "crashed", "held")
+        }
         return grpc.method_handlers_generic_handler(
             "test.Echo", {**unary, "stream": grpc.unary_stream_rpc_method_handler(self.stream)}
         )
@@ -83,19 +89,20 @@ async def test_a_server_span_per_rpc_under_the_callers_context_with_its_status(
     async with grpc.aio.insecure_channel(address) as channel:
         metadata = (("traceparent", TRACEPARENT),)
         assert await channel.unary_unary("/test.Echo/ok")(b"x", metadata=metadata) == b"x"
-        for method in ("missing", "broken"):
+        for method in ("missing", "broken", "crashed"):
             with pytest.raises(grpc.aio.AioRpcError):
                 await channel.unary_unary(f"/test.Echo/{method}")(b"x", metadata=metadata)
         await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
-    ok, missing, broken = (spans.one(f"test.Echo/{m}") for m in ("ok", "missing", "broken"))
+    ok, missing, broken, crashed = (spans.one(f"test.Echo/{m}") for m in ("ok", "missing", "broken", "crashed"))
     assert all(
         s.kind is SpanKind.SERVER and format(s.parent.span_id, "016x") == "00f067aa0ba902b7"
         for s in (ok, missing, broken)
     )
-    assert [s.attributes["rpc.grpc.status_code"] for s in (ok, missing, broken)] == [0, 5, 13]
+    assert [s.attributes["rpc.grpc.status_code"] for s in (ok, missing, broken, crashed)] == [0, 5, 13, 2]
     # the caller's mistake is not the server's error; a server failure is
     assert missing.status.status_code is StatusCode.UNSET
     assert broken.status.status_code is StatusCode.ERROR and broken.status.description == "it broke"
+    assert crashed.status.status_code is StatusCode.ERROR  # an exception in the handler: UNKNOWN
     assert not [s for s in spans.all() if "Health" in s.name]  # probes are not traced
 
 
@@ -110,7 +117,7 @@ async def test_a_call_inside_a_trace_is_a_client_span_the_callee_sits_under(
             parts = [p async for p in channel.unary_stream("/test.Echo/stream")(b"")]
     assert parts == [b"a", b"b", b"c"]
     # a stream's client span ends once its call is done, just after its reader finished
-    await spans.wait_for("caller", "test.Echo/stream")
+    stream_client = await finished(spans, "test.Echo/stream", SpanKind.CLIENT)
     caller = spans.one("caller")
     clients = [s for s in spans.all() if s.kind is SpanKind.CLIENT]
     assert {s.name for s in clients} == {"test.Echo/ok", "test.Echo/stream"}
@@ -121,7 +128,6 @@ async def test_a_call_inside_a_trace_is_a_client_span_the_callee_sits_under(
     for client in clients:
         [served] = [s for s in servers if s.parent is not None and s.parent.span_id == client.context.span_id]
         assert served.name == client.name and served.context.trace_id == caller.context.trace_id
-    [stream_client] = [s for s in clients if s.name == "test.Echo/stream"]
     assert stream_client.attributes["rpc.grpc.status_code"] == 0
     # a streaming call carries what a unary one does: the call's context and the internal token
     assert service.stream_metadata["x-thermostat-internal-token"] == "internal"
@@ -142,4 +148,6 @@ async def test_a_cancelled_call_is_cancelled_on_the_wire_and_its_span_says_so(
         await asyncio.wait_for(service.cancelled.wait(), timeout=10)  # the server saw the cancellation
     [client] = [s for s in spans.named("test.Echo/held") if s.kind is SpanKind.CLIENT]
     assert client.status.status_code is StatusCode.ERROR and client.status.description == "cancelled"
+    server = await finished(spans, "test.Echo/held", SpanKind.SERVER)  # it ends as its handler unwinds
+    assert server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]
     assert trace.get_current_span() is trace.INVALID_SPAN  # nothing leaked into this task's context
