@@ -14,7 +14,7 @@ help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 venv: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-tracing.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip

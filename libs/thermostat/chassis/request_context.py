@@ -1,8 +1,8 @@
 """Request id and W3C trace context, carried from incoming metadata into logs and outgoing calls.
 
 A request id that arrives (x-request-id, as Envoy sets it) is kept; one that does not is minted, so every
-log line of an RPC can be tied together. traceparent/tracestate pass through unchanged: Thermostat does not
-sample or open spans itself, it only keeps the caller's trace intact across services.
+log line of an RPC can be tied together. traceparent/tracestate pass through unchanged when OpenTelemetry is not
+installed; with it, the chassis' tracing (chassis/tracing.py) opens spans and sends each call's own context.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import grpc
 from grpc import aio
 
 from thermostat.chassis.internal_auth import InternalTokenInterceptor
+from thermostat.chassis.tracing import client_interceptors
 
 REQUEST_ID = "x-request-id"
 TRACEPARENT = "traceparent"
@@ -98,7 +99,21 @@ def insecure_channel(
             ("grpc.min_reconnect_backoff_ms", first),
             ("grpc.max_reconnect_backoff_ms", cap),
         ]
-    interceptors: list[Any] = [_Propagate()]
+    # tracing first (none without OpenTelemetry): its traceparent, naming this call, is the one the callee gets
+    hooks: list[Any] = [*client_interceptors(), _Propagate()]
     if internal_token:
-        interceptors.append(InternalTokenInterceptor(internal_token))
+        hooks.append(InternalTokenInterceptor(internal_token))
+    # grpc.aio files an interceptor under the first call kind it implements only (an if/elif on its classes),
+    # so a hook for both unary and server-streaming calls is given again, wrapped, for the streaming ones.
+    interceptors = [*hooks, *(_StreamSide(h) for h in hooks if isinstance(h, aio.UnaryStreamClientInterceptor))]
     return aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+class _StreamSide(aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """A hook's server-streaming side, as its own interceptor (see insecure_channel)."""
+
+    def __init__(self, hook: aio.UnaryStreamClientInterceptor) -> None:
+        self.hook = hook
+
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await self.hook.intercept_unary_stream(continuation, client_call_details, request)

@@ -11,6 +11,7 @@ from thermostat.chassis.logs import configure_logging
 from thermostat.chassis.registry import ServiceDef
 from thermostat.chassis.server import ServiceHost, serve_until_signalled
 from thermostat.chassis.settings import ServiceSettings, load_settings
+from thermostat.chassis.tracing import configure_from_environment
 from thermostat.store.db import Store
 
 S = TypeVar("S", bound=ServiceSettings)
@@ -33,11 +34,13 @@ async def run_service(
     name = service.name
     port: int = getattr(settings, service.port_env.lower())
     configure_logging(name, settings.log_level)
+    # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT asks for it and the tracing extra is installed
+    flush_traces = configure_from_environment(name)
     if settings.database_url is None:
         sys.exit("DATABASE_URL is required (`make run` starts an embedded Postgres and sets it)")
     store = await Store.open(settings.database_url.get_secret_value(), application_name=name)
     host = await build(settings, os.environ, store)
-    host.spec.on_stop = [*host.spec.on_stop, store.close]
+    host.spec.on_stop = [*host.spec.on_stop, store.close, *([flush_traces] if flush_traces else [])]
     # every service's internal RPCs are guarded, whether or not its build() passed the token on
     host.spec.internal_token = host.spec.internal_token or settings.internal_token()
     await serve_until_signalled(host, host=settings.grpc_host, port=port, grace=settings.shutdown_grace_seconds)

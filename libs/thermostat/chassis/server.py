@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from thermostat.chassis.auth import AuthInterceptor, AuthRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.request_context import RequestContextInterceptor
+from thermostat.chassis.tracing import server_interceptors
 
 log = logging.getLogger("thermostat.chassis.server")
 
@@ -71,6 +72,7 @@ class ServiceHost:
         self.probe_seconds = probe_seconds
         self.health = health.aio.HealthServicer()
         self.server: aio.Server | None = None
+        self.interceptors: list[aio.ServerInterceptor] = []
         self.port = 0
         self._probe: asyncio.Task[None] | None = None
         self._draining = False
@@ -80,13 +82,13 @@ class ServiceHost:
         spec = self.spec
         # built at start, not in __init__: the runner fills in the internal token after a service's build()
         internal = spec.internal
-        self.server = aio.server(
-            interceptors=[
-                RequestContextInterceptor(),
-                AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
-            ],
-            options=list(spec.grpc_options),
-        )
+        # Tracing first (none without OpenTelemetry): a refused call still shows as a span with its status.
+        self.interceptors = [
+            *server_interceptors(),
+            RequestContextInterceptor(),
+            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+        ]
+        self.server = aio.server(interceptors=self.interceptors, options=list(spec.grpc_options))
         served_internal = sorted(internal & set(spec.service_names))
         if served_internal and not spec.internal_token:
             log.warning(

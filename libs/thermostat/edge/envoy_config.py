@@ -90,6 +90,34 @@ class HealthCheckTiming:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeTracing:
+    """Envoy's own span per request (OpenTelemetry tracer), sent over OTLP/gRPC to a collector at host:port.
+
+    Off unless asked for (EDGE_OTLP_ENDPOINT): without it the edge still passes the caller's traceparent through
+    to the services untouched, on native gRPC and REST alike. With it, the services' spans sit under the edge's.
+    """
+
+    collector_host: str
+    collector_port: int
+    service_name: str = "thermostat-edge"
+    flush_interval_ms: int = 5000  # Envoy's default; a test shortens it
+
+
+COLLECTOR_CLUSTER: Final = "opentelemetry_collector"
+
+
+def edge_tracing_from_env(environ: Mapping[str, str]) -> EdgeTracing | None:
+    """EDGE_OTLP_ENDPOINT (`host:port` of an OTLP/gRPC collector, e.g. `otel-collector:4317`), or None: off."""
+    value = environ.get("EDGE_OTLP_ENDPOINT", "").strip()
+    if not value:
+        return None
+    host, _, port = value.removeprefix("http://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"EDGE_OTLP_ENDPOINT must be host:port of an OTLP/gRPC collector, got {value!r}")
+    return EdgeTracing(collector_host=host.strip("[]"), collector_port=int(port))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgeSpec:
     """Everything the edge's config depends on."""
 
@@ -109,6 +137,7 @@ class EdgeSpec:
     # The transcoder buffers a whole REST body. Unset, its limit is the 1 MiB stream buffer (a 2 MB job
     # payload was a 413); 4 MiB matches a gRPC server's default max receive message size.
     max_body_bytes: int = 4 * 1024 * 1024
+    tracing: EdgeTracing | None = None
 
 
 def listen_port_from_env(environ: Mapping[str, str], default: int = DEFAULT_LISTEN_PORT) -> int:
@@ -465,13 +494,17 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
             {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}},
         ],
     }
+    runtime: dict[str, Any] = {"re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}
+    clusters = [_cluster(spec, u) for u in spec.upstreams]
+    if spec.tracing is not None:
+        hcm["tracing"] = _tracing(spec.tracing)
+        runtime["tracing.opentelemetry.flush_interval_ms"] = spec.tracing.flush_interval_ms
+        clusters.append(_collector_cluster(spec.tracing))
     return {
         "admin": {"address": _address(spec.admin_address, spec.admin_port)},
         # RE2 refuses a program over 100 instructions by default; the path-override routes' regexes (each path
         # that binds a name, the name with any character percent-encoded) pass that with a handful of routes.
-        "layered_runtime": {
-            "layers": [{"name": "static", "static_layer": {"re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}}]
-        },
+        "layered_runtime": {"layers": [{"name": "static", "static_layer": runtime}]},
         "static_resources": {
             "listeners": [
                 {
@@ -480,7 +513,42 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
                     "filter_chains": [{"filters": [{"name": HCM, "typed_config": hcm}]}],
                 }
             ],
-            "clusters": [_cluster(spec, u) for u in spec.upstreams],
+            "clusters": clusters,
+        },
+    }
+
+
+def _tracing(tracing: EdgeTracing) -> dict[str, Any]:
+    """The connection manager's OpenTelemetry tracer: a span per request, under the caller's traceparent when
+    one came (its sampled flag is kept), whose own context is what the service receives."""
+    return {
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+                "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER}, "timeout": "1s"},
+                "service_name": tracing.service_name,
+            },
+        },
+    }
+
+
+def _collector_cluster(tracing: EdgeTracing) -> dict[str, Any]:
+    return {
+        "name": COLLECTOR_CLUSTER,
+        "type": "STATIC" if _is_ip(tracing.collector_host) else "STRICT_DNS",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": COLLECTOR_CLUSTER,
+            "endpoints": [
+                {"lb_endpoints": [{"endpoint": {"address": _address(tracing.collector_host, tracing.collector_port)}}]}
+            ],
         },
     }
 

@@ -18,6 +18,7 @@ from typing import Self
 
 import httpx
 
+from thermostat.chassis.tracing import http_transport
 from thermostat.providers.vllm.scrape import get_metrics
 
 _PER_POD = httpx.Limits(max_connections=2, max_keepalive_connections=1)
@@ -35,7 +36,8 @@ class ScrapeClients:
         """The pod's /metrics text, or None when it could not be read (see `get_metrics`)."""
         client = self._clients.get(pod_id)
         if client is None:
-            client = self._clients[pod_id] = httpx.AsyncClient(verify=self._tls, limits=_PER_POD)
+            transport = http_transport(verify=self._tls, limits=_PER_POD)  # None (httpx's own) without tracing
+            client = self._clients[pod_id] = httpx.AsyncClient(transport=transport, verify=self._tls, limits=_PER_POD)
         return await get_metrics(client, proxy_url, timeout=timeout)
 
     async def retain(self, pod_ids: Collection[str]) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import grpc
 
+from thermostat.chassis import tracing
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
@@ -156,7 +157,12 @@ class PodTicker:
         return TickObservation(volume=lookup, pods=readings), True
 
     async def tick_once(self, now: datetime, may_act: Callable[[], bool] = lambda: True) -> TickDecision | None:
-        """One tick; None when the pod is unconfigured (nothing decided, nothing saved)."""
+        """One tick; None when the pod is unconfigured (nothing decided, nothing saved). Traced as a root span,
+        `monitor.tick`: the controller calls, scrapes and any stop it orders are one trace."""
+        with tracing.span("monitor.tick", {"thermostat.pod": self.pod_name}):
+            return await self._tick(now, may_act)
+
+    async def _tick(self, now: datetime, may_act: Callable[[], bool]) -> TickDecision | None:
         observation, configured = await self.observe()
         if not configured:
             return None

@@ -35,7 +35,6 @@ from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
-from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -89,7 +88,6 @@ def assemble(
     run_scaler: bool = True,
     hooks: Hooks | None = None,
     lease_clock: LeaseClock | None = None,
-    tracing: PoolTracing | None = None,
 ) -> PoolService:
     """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep, hooks and
     a tracer provider)."""
@@ -121,7 +119,6 @@ def assemble(
         run_scaler=run_scaler,
         hooks=hooks,
         lease_clock=lease_clock,
-        tracing=tracing,
     )
     tokens = Tokens(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,

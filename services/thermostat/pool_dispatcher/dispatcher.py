@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from thermostat.chassis import tracing
 from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
@@ -60,7 +61,6 @@ from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
 from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription
-from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -169,7 +169,6 @@ class Dispatcher:
         hooks: Hooks | None = None,
         missing_settings: Mapping[BackendKind, str] | None = None,
         lease_clock: LeaseClock | None = None,
-        tracing: PoolTracing | None = None,
     ) -> None:
         self.repo = repository
         # one per configured kind, keyed by its value (as the machine rows record it); a type picks by `backend`
@@ -179,7 +178,6 @@ class Dispatcher:
         self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
         self.lease_seconds = lease_seconds
         self.call_budget = lease_seconds * CALL_BUDGET_SHARE
-        self.tracing = tracing or PoolTracing()
         self.scaler_seconds = scaler_seconds
         self.health_poll_seconds = health_poll_seconds
         self.max_workers_total = max_workers_total
@@ -480,20 +478,24 @@ class Dispatcher:
                 assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
                 continue
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
-            self.tracing.queued(assignment.trace, assignment.submitted_at, attributes)
-            span = self.tracing.start("pool.execute", assignment.trace, attributes)
-            started = self.clock()
-            reply = await self.client.execute(
-                endpoint,
-                token,
-                assignment.payload,
-                deadline_seconds=assignment.timeout_seconds,
-                trace=self.tracing.forwarded(span, assignment.trace),
+            # pool.queue: from the submit (the database's clock) to now, recorded after the fact
+            tracing.end_span(
+                tracing.start_span("pool.queue", assignment.trace, attributes, start_time=assignment.submitted_at)
             )
+            span = tracing.start_span("pool.execute", assignment.trace, attributes)
+            started = self.clock()
+            with tracing.activated(span):  # the worker hop's span, and the machine's work, sit under it
+                reply = await self.client.execute(
+                    endpoint,
+                    token,
+                    assignment.payload,
+                    deadline_seconds=assignment.timeout_seconds,
+                    trace=tracing.current_headers(assignment.trace),
+                )
             ended = self.clock()  # idle from here: a reap racing the completion below reads the same instant
             duration = max(0.0, ended - started)
             outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=assignment.timeout_seconds)
-            self.tracing.end(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
+            tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.hooks.before_complete is not None:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
@@ -670,18 +672,19 @@ class Dispatcher:
     ) -> None:
         """Start the machine, record where it is, poll its health, then hand it its job (traced as pool.boot
         under that job's caller)."""
-        span = self.tracing.start(
+        span = tracing.start_span(
             "pool.boot", trace, {"pool.machine_id": machine_id, "pool.machine_type": machine_type.name}
         )
         try:
-            handle = await self._start_and_poll(machine_id, tenant_id, machine_type, token)
+            with tracing.activated(span):  # the provider's calls and the health polls sit under the boot
+                handle = await self._start_and_poll(machine_id, tenant_id, machine_type, token)
         except _BootFailed as failed:
-            self.tracing.end(span, failed.reason)
+            tracing.end_span(span, failed.reason)
             return
         except BaseException:  # cancelled mid-boot (shutdown)
-            self.tracing.end(span, "the boot was interrupted")
+            tracing.end_span(span, "the boot was interrupted")
             raise
-        self.tracing.end(span)
+        tracing.end_span(span)
         await self._ready(machine_id, tenant_id, machine_type, token, handle)
 
     async def _start_and_poll(

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import grpc
 from google.api import httpbody_pb2
 
+from thermostat.chassis import tracing
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
@@ -229,7 +230,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             )
             log.warning("submit refused for budget: job %s: %s", job_id, over_budget)
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409)
-        trace = {name: caller.metadata[name] for name in TRACE_HEADERS if caller.metadata.get(name)}
+        # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
+        trace = tracing.current_headers({n: caller.metadata[n] for n in TRACE_HEADERS if caller.metadata.get(n)})
         job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace)
         return job, options
 

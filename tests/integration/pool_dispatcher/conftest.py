@@ -23,7 +23,6 @@ from thermostat.pool_dispatcher.__main__ import assemble
 from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
 from thermostat.pool_dispatcher.orphan_sweep import OrphanSweeper
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
-from thermostat.pool_dispatcher.tracing import PoolTracing
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.store.db import Store
 
@@ -144,7 +143,6 @@ async def start_pool(
     hooks: Hooks | None = None,
     run_scaler: bool = False,
     lease_clock: Any = None,
-    tracing: PoolTracing | None = None,
 ) -> AsyncIterator[RunningPool]:
     with pytest.MonkeyPatch.context() as mp:
         for key in PoolDispatcherSettings.model_fields:
@@ -152,9 +150,7 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(
-        settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock, tracing=tracing
-    )
+    service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock)
     port = await service.host.start("127.0.0.1", 0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(

@@ -1,103 +1,108 @@
-"""With OpenTelemetry installed, pool.queue, pool.boot and pool.execute spans under the caller's span (from
-the job's traceparent / tracestate), read back from the SDK's in-memory exporter; without it, nothing."""
+"""With OpenTelemetry's SDK recording, a job's trace: the SubmitJob server span under the caller's, and under
+it pool.queue, pool.boot (the provider's start and the health polls inside) and pool.execute, whose HTTP span
+is the traceparent the worker receives."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+import aiohttp
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.fixtures.polling import eventually
+from tests.fixtures.tracing import Spans, hex_id, names, parent_of
 from tests.integration.pool_dispatcher.conftest import caller, local_type, pool_env, start_pool
+from thermostat.policy.pool.job_outcome import WorkerReply
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher import tracing
-from thermostat.pool_dispatcher.tracing import PoolTracing
+from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+SUBMIT_SYNC = "thermostat.pool.v1.PoolDispatcher/SubmitJobSync"
+SUBMIT = "thermostat.pool.v1.PoolDispatcher/SubmitJob"
 
 
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exported = InMemorySpanExporter()
-    yield exported
-    exported.clear()
+def in_the_callers_trace(span: ReadableSpan) -> bool:
+    return hex_id(span.context.trace_id, 32) == TRACE_ID
 
 
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    traced = TracerProvider()
-    traced.add_span_processor(SimpleSpanProcessor(exporter))
-    return traced
+def under(span: ReadableSpan, parent: ReadableSpan) -> bool:
+    return span.parent is not None and span.parent.span_id == parent.context.span_id
 
 
-def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
-
-
-def under_the_caller(span: ReadableSpan) -> bool:
-    return (
-        span.parent is not None
-        and format(span.parent.span_id, "016x") == CALLER_SPAN
-        and format(span.context.trace_id, "032x") == TRACE_ID
-    )
-
-
-async def test_queue_boot_and_execute_spans_sit_under_the_callers_span(
-    pool_store: Store, exporter: InMemorySpanExporter
+async def test_queue_boot_and_execute_sit_under_the_submit_and_the_worker_receives_the_hops_context(
+    pool_store: Store, spans: Spans
 ) -> None:
-    async with start_pool(pool_store, pool_env([local_type()]), tracing=PoolTracing(provider(exporter))) as pool:
+    async with start_pool(pool_store, pool_env([local_type()])) as pool:
+        echoed = _worker_echoes(pool.dispatcher.client)
         request = pool_pb2.SubmitJobSyncRequest(machine_type="local", wait_seconds="60")
         request.payload.data = b"traced"
         call = pool.stub.SubmitJobSync(request, metadata=caller(traceparent=TRACEPARENT, tracestate="k=v"))
         assert (await call).data == b"traced"
-
-        async def three() -> bool | None:
-            return True if all(named(exporter, n) for n in ("pool.queue", "pool.boot", "pool.execute")) else None
-
-        await eventually(three, timeout=10)
-        [queue], [boot], [execute] = (named(exporter, n) for n in ("pool.queue", "pool.boot", "pool.execute"))
-        assert all(under_the_caller(s) for s in (queue, boot, execute))
+        submit, queue, boot, execute = await spans.wait_for(SUBMIT_SYNC, "pool.queue", "pool.boot", "pool.execute")
+        everything = spans.all()
+        assert all(in_the_callers_trace(s) for s in everything)
+        assert submit.kind is SpanKind.SERVER and hex_id(submit.parent.span_id) == CALLER_SPAN
+        assert all(under(s, submit) for s in (queue, boot, execute))
         assert boot.status.status_code is StatusCode.UNSET
+        # the worker hop: one POST /execute under pool.execute, and its context is what the machine was sent
+        [hop] = [s for s in everything if s.name == "POST" and under(s, execute)]
+        assert hop.kind is SpanKind.CLIENT and hop.attributes["url.full"].endswith("/execute")
+        assert hop.attributes["http.response.status_code"] == 200
+        assert [names(e) for e in echoed] == [(hop.context.trace_id, hop.context.span_id)]
+        # the boot's health polls are its children, not stray traces
+        polls = [s for s in everything if s.name == "GET" and s.attributes["url.full"].endswith("/health")]
+        assert polls and all(under(p, boot) for p in polls)
         job_id = execute.attributes["pool.job_id"]
-        row = await pool_store.pool.fetchrow(
-            "SELECT submitted_at, started_at, completed_at FROM pool_jobs WHERE id = $1::uuid", job_id
-        )
+        row = await pool_store.pool.fetchrow("SELECT submitted_at FROM pool_jobs WHERE id = $1::uuid", job_id)
         # pool.queue: from the submit (database clock) to the dispatch; pool.execute after it, around the call
         assert queue.start_time == int(row["submitted_at"].timestamp() * 1_000_000_000)
-        assert queue.end_time <= execute.start_time <= execute.end_time
+        assert queue.end_time <= execute.start_time <= hop.start_time <= hop.end_time <= execute.end_time
         assert boot.end_time <= queue.end_time  # the machine answered before the job was sent to it
         assert execute.context.trace_state.get("k") == "v"
+        assert parent_of(submit, everything) is None  # the caller's own span is not this process's
 
 
-async def test_a_failed_boot_is_an_error_span_under_the_job_first_in_line(
-    pool_store: Store, exporter: InMemorySpanExporter
+def _worker_echoes(client: WorkerClient) -> list[str]:
+    """The traceparent each /execute reached the worker with, as the reference worker echoes it back."""
+    echoed: list[str] = []
+    read = client._read
+
+    async def reading(response: aiohttp.ClientResponse) -> WorkerReply:
+        echoed.append(response.headers.get("X-Strata-Received-Traceparent", ""))
+        return await read(response)
+
+    client._read = reading  # type: ignore[method-assign]
+    return echoed
+
+
+async def test_a_failed_boot_is_an_error_span_under_the_submit_of_the_job_first_in_line(
+    pool_store: Store, spans: Spans
 ) -> None:
-    traced = PoolTracing(provider(exporter))
-    async with start_pool(pool_store, pool_env([local_type(image="no-such-worker-binary")]), tracing=traced) as pool:
+    async with start_pool(pool_store, pool_env([local_type(image="no-such-worker-binary")])) as pool:
         request = pool_pb2.SubmitJobRequest(machine_type="local")
         request.payload.data = b"x"
         await pool.stub.SubmitJob(request, metadata=caller(traceparent=TRACEPARENT))
-        [boot] = await eventually(lambda: _some(named(exporter, "pool.boot")), timeout=10)
-        assert under_the_caller(boot)
+        submit, boot = await spans.wait_for(SUBMIT, "pool.boot")
+        assert under(boot, submit) and in_the_callers_trace(boot)
         assert boot.status.status_code is StatusCode.ERROR and "start failed" in (boot.status.description or "")
-        assert named(exporter, "pool.execute") == []
+        assert spans.named("pool.execute") == []
 
 
-async def _some(spans: list[ReadableSpan]) -> list[ReadableSpan] | None:
-    return spans or None
+async def test_without_a_recording_sdk_the_callers_context_is_kept_with_the_job_unchanged(
+    pool_store: Store,
+) -> None:
+    """No `spans` fixture: the API alone (or a trace sampled out) records nothing and keeps the caller's headers."""
+    async with start_pool(pool_store, pool_env([local_type()])) as pool:
+        request = pool_pb2.SubmitJobRequest(machine_type="local")
+        request.payload.data = b"x"
+        job = await pool.stub.SubmitJob(request, metadata=caller(traceparent=TRACEPARENT, tracestate="k=v"))
 
+        async def kept() -> tuple[str, str] | None:
+            row = await pool_store.pool.fetchrow(
+                "SELECT traceparent, tracestate FROM pool_jobs WHERE id = $1::uuid", job.id
+            )
+            return (row["traceparent"], row["tracestate"]) if row else None
 
-def test_without_opentelemetry_every_call_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracing, "otel", None)
-    off = PoolTracing()
-    span = off.start("pool.execute", {"traceparent": TRACEPARENT}, {})
-    assert span is None
-    assert off.forwarded(span, {"traceparent": TRACEPARENT}) == {"traceparent": TRACEPARENT}
-    off.end(span, "ignored")
-    off.queued({}, None, {})  # type: ignore[arg-type]  # returns before reading anything
+        assert await eventually(kept) == (TRACEPARENT, "k=v")

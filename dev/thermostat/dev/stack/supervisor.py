@@ -38,7 +38,7 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
-from thermostat.edge.envoy_config import EdgeSpec, upstreams, write_envoy_config
+from thermostat.edge.envoy_config import EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 from thermostat.store.db import apply_migrations
 
 log = logging.getLogger("thermostat.dev.stack")
@@ -288,6 +288,7 @@ class Stack:
             reflection_cluster=reflection.name if reflection else None,
             listen_port=cfg.edge_port,
             admin_port=cfg.admin_port,
+            tracing=edge_tracing_from_env({**os.environ, **cfg.extra_env}),
         )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
         path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else write_envoy_config(spec)

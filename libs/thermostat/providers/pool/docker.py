@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import httpx
 
+from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
@@ -103,7 +104,7 @@ class DockerBackend:
         self._worker_port = worker_port
         self.socket_path = socket_path
         self._http = httpx.AsyncClient(
-            transport=transport or httpx.AsyncHTTPTransport(uds=socket_path),
+            transport=http_transport(transport or httpx.AsyncHTTPTransport(uds=socket_path)),
             base_url=f"http://docker/{DOCKER_API_VERSION}",
             timeout=httpx.Timeout(timeout_seconds),
             follow_redirects=False,

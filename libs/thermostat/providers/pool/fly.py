@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
+from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
@@ -113,7 +114,7 @@ class FlyBackend:
         self._prefix = name_prefix
         self._machines = f"{base_url.rstrip('/')}/apps/{quote(app, safe='')}/machines"
         self._http = httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(timeout_seconds), follow_redirects=False
+            transport=http_transport(transport), timeout=httpx.Timeout(timeout_seconds), follow_redirects=False
         )
 
     def __repr__(self) -> str:

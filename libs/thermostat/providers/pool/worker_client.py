@@ -10,7 +10,8 @@ Theory of operation:
   per-read timeout would let a worker trickling a byte a minute hold a job forever. It reports a typed
   `WorkerReply` that the job-outcome policy maps; it never raises for what the worker did.
 - The payload goes out verbatim with no Content-Type (worker-pool seed: "the pool forwards it verbatim and sets no
-  content type"); W3C `traceparent` / `tracestate` given with the job are forwarded.
+  content type"); W3C `traceparent` / `tracestate` given with the job are forwarded (inside a recorded trace,
+  the hop's own span replaces them with its context: chassis/tracing.py's aiohttp trace config).
 - The result is read up to `max_result_bytes`; a larger one is `TOO_LARGE` (the worker worked; the pool
   refuses the bytes rather than hold them in memory).
 - The machine's token lives only in the Authorization header. Errors carry an exception's class or the OS
@@ -29,6 +30,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from thermostat.chassis.tracing import aiohttp_trace_configs
 from thermostat.policy.pool.job_outcome import ReplyKind, WorkerReply
 
 DEFAULT_CONNECT_TIMEOUT_SECONDS = 5.0
@@ -71,7 +73,9 @@ class WorkerClient:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, trace_configs=aiohttp_trace_configs()
+            )
         return self._session
 
     async def aclose(self) -> None:

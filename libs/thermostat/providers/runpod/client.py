@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
+from thermostat.chassis.tracing import http_transport
 from thermostat.policy.common.pod_model import (
     CreateResult,
     GpuCatalogEntry,
@@ -117,7 +118,7 @@ class RunPodV2Client:
         self._metrics_timeout_seconds = metrics_timeout_seconds
         self._owns_client = http_client is None
         self._http = http_client or httpx.AsyncClient(
-            transport=transport, follow_redirects=False, verify=_tls_context()
+            transport=http_transport(transport, verify=_tls_context()), follow_redirects=False, verify=_tls_context()
         )
 
     def __repr__(self) -> str:
