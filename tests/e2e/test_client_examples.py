@@ -202,3 +202,40 @@ async def test_the_sync_client_through_the_edge(edge_target: str) -> None:
             return phases[-1], t.pool.run("local", b"sync through the edge")
 
     assert await asyncio.to_thread(script) == (Phase.READY, b"sync through the edge")
+
+
+def _quick_start(heading: str) -> str:
+    """The first python block under the README heading `heading`."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"#### {heading}\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("heading", "expected"),
+    [
+        ("Quick start: a chat bot", ["ready: qwen is ready", "b'hello'"]),
+        ("Quick start: a notebook server", ["cell completed", '{"build_id": "cell-1", "source": "print(1 + 1)"}']),
+    ],
+)
+def test_the_readmes_quick_starts_run_as_written(heading: str, expected: list[str], edge_target: str) -> None:
+    env = {
+        **os.environ,
+        "THERMOSTAT_ADDR": edge_target,
+        "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
+        "STRATA_POOL_TOKEN": POOL_TOKEN,
+        "STRATA_TENANT": "demo",
+    }
+    env.pop("RIG_WAKE_TOKEN", None)  # as after `make run`: the operator token wakes
+    ran = subprocess.run(
+        [sys.executable, "-c", _quick_start(heading)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert all(line in lines for line in expected), ran.stdout
