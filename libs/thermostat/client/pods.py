@@ -155,6 +155,9 @@ class AsyncPods:
                 )
             return remaining
 
+        async def fresh() -> pods_pb2.GetPodResponse:
+            return await self.status(name, timeout=min(self._calls.config.timeout, left()))
+
         yield WakeProgress(Phase.WAKING, f"waking {name}", None, None)
         wakes = 1
         start: asyncio.Task[pods_pb2.StartPodResponse] | None = asyncio.create_task(self.start(name, timeout=left()))
@@ -166,23 +169,27 @@ class AsyncPods:
             while True:
                 if view is None:
                     view = asyncio.create_task(_next(stream))
-                pending = {view} if start is None else {view, start}
-                done, _ = await asyncio.wait(pending, timeout=left(), return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {view} if start is None else {view, start}, timeout=left(), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    continue  # left() raises once the deadline has passed
                 if start is not None and start in done:
                     woke, start = start.result(), None  # a refused wake raises here (WakeFailed, Unauthenticated...)
                     yield _woken(name, woke)
-                if view not in done:
-                    continue
-                message, view = view.result(), None
-                if message is None:  # the controller ended the stream (a restart, a drain): watch again
-                    await stream.aclose()
-                    stream = self.watch(name, timeout=left())
-                    continue
-                step = progress_of(message.pod)
-                if step.phase == Phase.DOWN:
-                    if start is not None:
+                    # the pod as it is now: the watch says nothing until the view changes again
+                    step = progress_of(await fresh())
+                else:
+                    message, view = view.result(), None
+                    if message is None:  # the controller ended the stream (a restart, a drain): watch again
+                        await stream.aclose()
+                        stream = self.watch(name, timeout=left())
+                        continue
+                    step = progress_of(message.pod)
+                    if step.phase == Phase.DOWN and start is not None:
                         continue  # the wake has not taken effect yet
-                    step = progress_of(await self.status(name, timeout=min(self._calls.config.timeout, left())))
+                    if step.phase == Phase.DOWN:
+                        step = progress_of(await fresh())  # the watch may hand over a view older than the wake
                 if step.phase == Phase.DOWN:
                     if woke is None or woke.outcome != WAITING or wakes >= MAX_WAKES:
                         outcome = woke.outcome if woke is not None else "no answer"
@@ -192,10 +199,13 @@ class AsyncPods:
                     continue
                 if step.phase == Phase.READY and start is not None:
                     # ready before the wake answered (it found the pod up): its answer comes first, for order
-                    done, _ = await asyncio.wait({start}, timeout=left())
+                    await asyncio.wait({start}, timeout=left())
+                    if not start.done():
+                        left()
+                        continue
                     woke, start = start.result(), None
                     yield _woken(name, woke)
-                if last is None or step.phase != last.phase:
+                if last is None or _shown(step) != _shown(last):
                     yield step
                 last = step
                 if step.phase == Phase.READY:
@@ -207,6 +217,11 @@ class AsyncPods:
             # the view task may be inside the stream: it must have let go before the stream can be closed
             await asyncio.gather(*running, return_exceptions=True)
             await stream.aclose()
+
+
+def _shown(step: WakeProgress) -> tuple[str, bool]:
+    """What makes a step worth yielding: a new phase, or an ETA where there was none."""
+    return step.phase, step.eta_seconds is None
 
 
 MAX_WAKES = 3  # a Waiting wake asked again at most twice: a pod that never holds is a failed wake

@@ -88,6 +88,23 @@ async def test_a_pod_that_goes_down_while_it_boots_is_wake_failed(client: AsyncT
     assert "not running (EXITED) after the wake (Created)" in failed.value.detail
 
 
+async def test_a_wake_that_answered_waiting_is_asked_again_once_the_pod_is_down(
+    client: AsyncThermostat, stack: Stack
+) -> None:
+    """The seed's 202 Waiting means "poll again": the pod stayed PROVISIONING past the controller's polls; when
+    it is then seen down the client wakes it once more, and follows that wake to ready."""
+    stack.sim.configure(provisioning_seconds=-1)  # the wake's polls run out: Waiting
+    steps: list[WakeProgress] = []
+    async for step in client.pods.ensure_ready("qwen", timeout=30):
+        steps.append(step)
+        if step.outcome == "Waiting":
+            (pod_id,) = [str(p["id"]) for p in stack.sim.pods()]
+            stack.sim.set_pod_status(pod_id, "EXITED")
+            stack.sim.configure(provisioning_seconds=0)
+    assert outcomes(steps) == ["Waiting", "Started"]
+    assert steps[-1].phase == Phase.READY
+
+
 async def test_a_wake_the_controller_refuses_is_wake_failed(client: AsyncThermostat, stack: Stack) -> None:
     await client.pods.set_budget("qwen", daily_usd=0.0)
     with pytest.raises(errors.WakeFailed) as refused:
