@@ -1,0 +1,215 @@
+"""Thermostat: the async client behind a private event loop in a daemon thread, for scripts.
+
+Each method runs its coroutine on that loop and blocks for the answer; an async iterator becomes a plain
+iterator, each `next()` one step on the loop (breaking out of the loop closes the stream). The method surface is
+the async one, typed from it (`blocking` / `blocking_iter` carry each signature over), so the two cannot drift.
+Interrupting a blocked call (Ctrl-C) cancels its coroutine on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
+
+from .async_client import AsyncThermostat
+from .config import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT, ClientConfig
+from .metering import AsyncMetering
+from .pods import AsyncPods
+from .pool import AsyncPool
+from .retry import RetryPolicy
+
+A = TypeVar("A")
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class _Loop:
+    """A private event loop running in its own daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="thermostat-client", daemon=True)
+        self._thread.start()
+
+    def run(self, work: Coroutine[Any, Any, R]) -> R:
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # an interrupted caller must not leave the call running on the loop
+            raise
+
+    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        async def step() -> tuple[bool, T | None]:
+            try:
+                return True, await anext(stream)
+            except StopAsyncIteration:
+                return False, None
+
+        try:
+            while True:
+                more, item = self.run(step())
+                if not more:
+                    return
+                yield item  # type: ignore[misc]  # `more` says item is a T
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None and self.loop.is_running():
+                self.run(close())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class _Part(Generic[A]):
+    """A sync sub-client: the async one and the loop it runs on."""
+
+    def __init__(self, inner: A, loop: _Loop) -> None:
+        self._inner = inner
+        self._loop = loop
+
+
+class blocking(Generic[A, P, R]):
+    """The async method `method` of A, called from the sync side: same parameters, the result instead of a
+    coroutine."""
+
+    def __init__(self, method: Callable[Concatenate[A, P], Coroutine[Any, Any, R]]) -> None:
+        self._method = method
+
+    @overload
+    def __get__(self, part: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, part: _Part[A], owner: type) -> Callable[P, R]: ...
+    def __get__(self, part: _Part[A] | None, owner: type) -> Self | Callable[P, R]:
+        if part is None:
+            return self
+        method = self._method
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            return part._loop.run(method(part._inner, *args, **kwargs))
+
+        call.__doc__ = method.__doc__
+        return call
+
+
+class blocking_iter(Generic[A, P, T]):
+    """The async-iterator method `method` of A, from the sync side: same parameters, a plain iterator."""
+
+    def __init__(self, method: Callable[Concatenate[A, P], AsyncIterator[T]]) -> None:
+        self._method = method
+
+    @overload
+    def __get__(self, part: None, owner: type) -> Self: ...
+    @overload
+    def __get__(self, part: _Part[A], owner: type) -> Callable[P, Iterator[T]]: ...
+    def __get__(self, part: _Part[A] | None, owner: type) -> Self | Callable[P, Iterator[T]]:
+        if part is None:
+            return self
+        method = self._method
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+            return part._loop.iterate(method(part._inner, *args, **kwargs))
+
+        call.__doc__ = method.__doc__
+        return call
+
+
+class Pods(_Part[AsyncPods]):
+    start = blocking(AsyncPods.start)
+    stop = blocking(AsyncPods.stop)
+    status = blocking(AsyncPods.status)
+    watch = blocking_iter(AsyncPods.watch)
+    history = blocking(AsyncPods.history)
+    monitor = blocking(AsyncPods.monitor)
+    spend = blocking(AsyncPods.spend)
+    budget = blocking(AsyncPods.budget)
+    set_budget = blocking(AsyncPods.set_budget)
+    ensure_ready = blocking_iter(AsyncPods.ensure_ready)
+
+
+class Pool(_Part[AsyncPool]):
+    submit = blocking(AsyncPool.submit)
+    run = blocking(AsyncPool.run)
+    get = blocking(AsyncPool.get)
+    result = blocking(AsyncPool.result)
+    cancel = blocking(AsyncPool.cancel)
+    wait = blocking_iter(AsyncPool.wait)
+    hint = blocking(AsyncPool.hint)
+    machine_types = blocking(AsyncPool.machine_types)
+    put_machine_types = blocking(AsyncPool.put_machine_types)
+    workers = blocking(AsyncPool.workers)
+    usage = blocking(AsyncPool.usage)
+
+
+class Metering(_Part[AsyncMetering]):
+    pool_spend = blocking(AsyncMetering.pool_spend)
+    tenant_budget = blocking(AsyncMetering.tenant_budget)
+    set_tenant_budget = blocking(AsyncMetering.set_tenant_budget)
+    ledger = blocking(AsyncMetering.ledger)
+
+
+class Thermostat:
+    """The blocking client. Use it as a context manager (the channel and the loop's thread end on exit), or call
+    close()."""
+
+    def __init__(self, config: ClientConfig | None = None, *, retry: RetryPolicy | None = None) -> None:
+        self._loop = _Loop()
+
+        async def build() -> AsyncThermostat:  # the channel belongs to the loop it is created on
+            return AsyncThermostat(config, retry=retry)
+
+        try:
+            self._async = self._loop.run(build())
+        except BaseException:
+            self._loop.close()
+            raise
+        self.config = self._async.config
+        self.pods = Pods(self._async.pods, self._loop)
+        self.pool = Pool(self._async.pool, self._loop)
+        self.metering = Metering(self._async.metering, self._loop)
+
+    @classmethod
+    def connect(
+        cls,
+        target: str | None = None,
+        operator_token: str | None = None,
+        wake_token: str | None = None,
+        pool_token: str | None = None,
+        pool_admin_token: str | None = None,
+        tenant: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+    ) -> Thermostat:
+        """A client from arguments, each falling back to its environment variable (ClientConfig.from_env)."""
+        return cls(
+            ClientConfig.from_env(
+                target=target,
+                operator_token=operator_token,
+                wake_token=wake_token,
+                pool_token=pool_token,
+                pool_admin_token=pool_admin_token,
+                tenant=tenant,
+                timeout=timeout,
+                wait_timeout=wait_timeout,
+            )
+        )
+
+    def close(self) -> None:
+        try:
+            self._loop.run(self._async.close())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
