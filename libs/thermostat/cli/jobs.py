@@ -70,7 +70,9 @@ def follow(out: Output, job_id: str, updates: Iterable[Any]) -> dict[str, Any]:
             last = plain(update)
             state = last.get("state", "")
             display.show(f"job {job_id}: {state} · {watch.elapsed()}", key=state)
-        display.done(f"job {job_id}: {last.get('state', 'unknown')}" + (f" · {last['error']}" if last.get("error") else ""))
+        display.done(
+            f"job {job_id}: {last.get('state', 'unknown')}" + (f" · {last['error']}" if last.get("error") else "")
+        )
     return last
 
 
@@ -116,7 +118,9 @@ def submit(
     job_timeout: Annotated[
         float | None, typer.Option(min=0.001, help="The job's own timeout on the machine, in seconds.")
     ] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the job, showing its state, and print the result.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for the job, showing its state, and print the result.")
+    ] = False,
     wait_timeout: WaitTimeout = 3600.0,
     output: Output_ = None,
 ) -> None:
@@ -165,16 +169,18 @@ def result(ctx: typer.Context, job_id: JobId, output: Output_ = None) -> None:
     write_result(data, output)
 
 
-@app.command(epilog=example("thermostat --tenant acme jobs cancel 0b6f3c1e9a2d4f51"))
+@app.command(epilog=example("thermostat --tenant acme jobs cancel 0b6f3c1e9a2d4f51 --build-id b-42"))
 def cancel(
     ctx: typer.Context,
     job_id: JobId,
-    build_id: Annotated[str | None, typer.Option(help="The build id the worker runs (Strata manifests).")] = None,
+    build_id: Annotated[
+        str, typer.Option(help="The build id the job runs (letters, digits, - and _), as the pool requires.")
+    ],
 ) -> None:
-    """Cancel the job (queued: never runs; running: the worker is asked to stop)."""
+    """Cancel the job: a queued one never runs, a running one's worker is asked to stop that build."""
     state = State.of(ctx)
     with state.client() as t:
-        job = t.pool.cancel(job_id, build_id=build_id) if build_id else t.pool.cancel(job_id)
+        job = t.pool.cancel(job_id, build_id=build_id)
     show_job(state.out, job)
 
 

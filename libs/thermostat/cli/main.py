@@ -28,11 +28,15 @@ def root(
     ctx: typer.Context,
     addr: Annotated[
         str | None,
-        typer.Option(help="The edge's address (host:port); else THERMOSTAT_ADDR, else 127.0.0.1:8080.", show_default=False),
+        typer.Option(
+            help="The edge's address (host:port); else THERMOSTAT_ADDR, else 127.0.0.1:8080.", show_default=False
+        ),
     ] = None,
     operator_token: Annotated[
         str | None,
-        typer.Option(help="Operator token for pod start/stop and pod budgets; else RIG_OPERATOR_TOKEN.", show_default=False),
+        typer.Option(
+            help="Operator token for pod start/stop and pod budgets; else RIG_OPERATOR_TOKEN.", show_default=False
+        ),
     ] = None,
     wake_token: Annotated[
         str | None, typer.Option(help="Wake token (start only); else RIG_WAKE_TOKEN.", show_default=False)

@@ -27,7 +27,9 @@ When = Annotated[
 
 def spend(
     ctx: typer.Context,
-    tenant_id: Annotated[str | None, typer.Option(help="One tenant's (the admin token); default: the caller's.")] = None,
+    tenant_id: Annotated[
+        str | None, typer.Option(help="One tenant's (the admin token); default: the caller's.")
+    ] = None,
     since: When = None,
     until: When = None,
 ) -> None:
@@ -94,7 +96,9 @@ Usd = Annotated[float | None, typer.Option(min=0, help="USD; left out: no ceilin
 
 @budgets.command(
     "set",
-    epilog=example("thermostat budgets set pod qwen --daily 5 --monthly 100", "thermostat budgets set tenant acme --daily 2"),
+    epilog=example(
+        "thermostat budgets set pod qwen --daily 5 --monthly 100", "thermostat budgets set tenant acme --daily 2"
+    ),
 )
 def set_budget(ctx: typer.Context, kind: KindArg, name: NameArg, daily: Usd = None, monthly: Usd = None) -> None:
     """Set both ceilings; one left out is cleared (no ceiling). A pod's needs the operator token, a tenant's the
@@ -102,7 +106,6 @@ def set_budget(ctx: typer.Context, kind: KindArg, name: NameArg, daily: Usd = No
     state = State.of(ctx)
     with state.client() as t:
         if kind is Kind.pod:
-            budget = t.pods.set_budget(name, daily_usd=daily, monthly_usd=monthly)
+            _show(state, t.pods.set_budget(name, daily_usd=daily, monthly_usd=monthly))
         else:
-            budget = t.metering.set_tenant_budget(name, daily_usd=daily, monthly_usd=monthly)
-    _show(state, budget)
+            _show(state, t.metering.set_tenant_budget(name, daily_usd=daily, monthly_usd=monthly))

@@ -60,7 +60,7 @@ def _message(message: Message) -> Any:
     return result
 
 
-def _scalar(field: FieldDescriptor, value: Any) -> Any:
+def _scalar(field: Any, value: Any) -> Any:  # a FieldDescriptor (the upb one is typed apart)
     if isinstance(value, Message):
         return _message(value)
     if field.type == FieldDescriptor.TYPE_ENUM and field.enum_type is not None:

@@ -76,7 +76,9 @@ machine_types = typer.Typer(
 )
 
 
-@machine_types.command("get", epilog=example("thermostat machine-types get", "thermostat --json machine-types get > types.json"))
+@machine_types.command(
+    "get", epilog=example("thermostat machine-types get", "thermostat --json machine-types get > types.json")
+)
 def get_types(ctx: typer.Context) -> None:
     """The catalogue (env and provider_options read <redacted> without the admin token)."""
     state = State.of(ctx)

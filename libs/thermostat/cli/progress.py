@@ -42,9 +42,7 @@ class Display:
             self._live.__enter__()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         if self._live is not None:
             self._live.__exit__(kind, value, tb)
 

@@ -32,7 +32,14 @@ from tests.fixtures.services import (
     start_pod_controller,
 )
 from tests.integration.idle_monitor.conftest import in_process_monitor
-from tests.integration.pool_dispatcher.conftest import ADMIN_TOKEN, API_TOKEN, local_type, pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.conftest import (
+    ADMIN_TOKEN,
+    API_TOKEN,
+    local_type,
+    pool_env,
+    sleepy_type,
+    start_pool,
+)
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER
@@ -87,7 +94,9 @@ class CliStack:
     sim: RunPodSimulator
     store: Store
 
-    def options(self, *, operator: bool = True, pool: bool = True, admin: bool = False, tenant: str | None = None) -> list[str]:
+    def options(
+        self, *, operator: bool = True, pool: bool = True, admin: bool = False, tenant: str | None = None
+    ) -> list[str]:
         """The global options: the edge and the tokens asked for."""
         given = ["--addr", self.edge]
         if operator:
@@ -161,7 +170,15 @@ async def cli_stack(store: Store, data_dir: Path) -> AsyncIterator[CliStack]:
                     ),
                 ) as pool,
                 start_metering(
-                    metering_env(controller.address, POOL_DISPATCHER_ADDR=pool.address, **pods), store, port=metering_port
+                    metering_env(
+                        controller.address,
+                        POOL_DISPATCHER_ADDR=pool.address,
+                        STRATA_POOL_TOKEN=API_TOKEN,
+                        STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
+                        **pods,
+                    ),
+                    store,
+                    port=metering_port,
                 ) as metering,
             ):
                 ports = {
