@@ -70,9 +70,8 @@ def follow(out: Output, job_id: str, updates: Iterable[Any]) -> dict[str, Any]:
             last = plain(update)
             state = last.get("state", "")
             display.show(f"job {job_id}: {state} · {watch.elapsed()}", key=state)
-        display.done(
-            f"job {job_id}: {last.get('state', 'unknown')}" + (f" · {last['error']}" if last.get("error") else "")
-        )
+        error = f" · {last['error']}" if last.get("error") else ""
+        display.done(f"job {job_id}: {last.get('state', 'unknown')}{error}", key=None if error else last.get("state"))
     return last
 
 

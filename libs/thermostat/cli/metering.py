@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from thermostat.cli.examples import example
-from thermostat.cli.output import plain
+from thermostat.cli.output import hours, plain, usd
 from thermostat.cli.state import State
 
 
@@ -45,8 +45,8 @@ def spend(
         return
     out.table(
         ["tenant", "machine type", "machine h", "machine usd", "job h", "job usd", "priced"],
-        [(s.get("tenant_id"), s.get("machine_type"), float(s.get("machine_seconds", 0)) / 3600, s.get("machine_usd"),
-          float(s.get("job_seconds", 0)) / 3600, s.get("job_usd"), s.get("priced")) for s in reply.get("lines", [])],
+        [(s.get("tenant_id"), s.get("machine_type"), hours(s.get("machine_seconds")), usd(s.get("machine_usd")),
+          hours(s.get("job_seconds")), usd(s.get("job_usd")), s.get("priced")) for s in reply.get("lines", [])],
     )  # fmt: skip
 
 
@@ -74,10 +74,10 @@ def _show(state: State, budget: Any) -> None:
     state.out.fields(
         [
             ("name", b.get("name") or b.get("tenant_id")),
-            ("daily usd", b.get("daily_usd", "none")),
-            ("monthly usd", b.get("monthly_usd", "none")),
-            ("today usd", b.get("today_usd")),
-            ("month usd", b.get("month_usd")),
+            ("daily usd", usd(b["daily_usd"]) if "daily_usd" in b else "no ceiling"),
+            ("monthly usd", usd(b["monthly_usd"]) if "monthly_usd" in b else "no ceiling"),
+            ("today usd", usd(b.get("today_usd"))),
+            ("month usd", usd(b.get("month_usd"))),
         ]
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -73,16 +74,26 @@ def _scalar(field: Any, value: Any) -> Any:  # a FieldDescriptor (the upb one is
 
 
 def cell(value: Any) -> str:
-    """One table cell: empty for none, two decimals for money-like floats, epoch seconds as UTC times."""
+    """One table cell: empty for none, yes/no, a float without trailing zeros (120, 0.5), JSON for structures."""
     if value is None or value == "":
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.2f}" if math.isfinite(value) else str(value)
+        return f"{value:.6g}" if math.isfinite(value) else str(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
+
+
+def usd(value: Any) -> str:
+    """An amount of money in USD, to the cent; empty when absent."""
+    return "" if value is None else f"{float(value):.2f}"
+
+
+def hours(seconds: Any) -> str:
+    """Seconds as hours, to the hundredth."""
+    return f"{float(seconds or 0) / 3600:.2f}"
 
 
 def epoch(seconds: Any) -> str:
@@ -99,12 +110,20 @@ def when(rfc3339: Any) -> str:
     return datetime.fromisoformat(str(rfc3339).replace("Z", "+00:00")).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _width() -> int | None:
+    """The terminal's width on a terminal (rich finds it); elsewhere (a pipe, a log) COLUMNS or wide enough that
+    a table keeps one line per row."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return None
+    return 240
+
+
 class Output:
     """Where a command's results go; `json_mode` picks JSON over tables."""
 
     def __init__(self, *, json_mode: bool, stdout: Console | None = None, stderr: Console | None = None) -> None:
         self.json_mode = json_mode
-        self.stdout = stdout or Console(highlight=False, soft_wrap=False)
+        self.stdout = stdout or Console(highlight=False, soft_wrap=False, width=_width())
         self.stderr = stderr or Console(stderr=True, highlight=False)
 
     def json(self, value: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from thermostat.cli.examples import example
-from thermostat.cli.output import Output, plain, when
+from thermostat.cli.output import Output, hours, plain, usd, when
 from thermostat.cli.progress import Display, eta_text
 from thermostat.cli.state import State
 
@@ -71,9 +71,10 @@ def start(
             for progress in t.pods.ensure_ready(name, timeout=wait_timeout):
                 if progress.pod is not None:
                     last = progress.pod
-                # the detail names the pod and says the ETA ("ready in about 40 s"), from WatchPod's estimate
-                display.show(f"{progress.phase:<12} {progress.detail}", key=(progress.phase, progress.detail))
-            display.done(f"{'ready':<12} {name} is ready")
+                # the detail names the pod and says the ETA ("ready in about 40 s"), from WatchPod's estimate;
+                # off a terminal one line per phase
+                display.show(f"{progress.phase:<12} {progress.detail}", key=progress.phase)
+            display.done(f"{'ready':<12} {name} is ready", key="ready")
         show_pod(out, last if last is not None else t.pods.status(name))
 
 
@@ -147,12 +148,12 @@ def history(
             a = entry["action"]
             outcome = "ok" if a.get("ok") else f"refused ({a.get('http_status')})"
             rows.append((when(entry.get("at")), a.get("action"), a.get("trigger"), a.get("pod_id"),
-                         a.get("gpu_id"), a.get("price_per_hour"), outcome, a.get("detail")))  # fmt: skip
+                         a.get("gpu_id"), usd(a.get("price_per_hour")), outcome, a.get("detail")))  # fmt: skip
         elif "wake" in entry:
             w = entry["wake"]
             rows.append((when(entry.get("at")), "Wake", "", w.get("pod_id"), w.get("gpu_id"),
-                         w.get("price_per_hour"), w.get("outcome"), w.get("reason")))  # fmt: skip
-    out.table(["at (UTC)", "what", "trigger", "pod id", "gpu", "usd/h", "outcome", "detail"], rows)
+                         usd(w.get("price_per_hour")), w.get("outcome"), w.get("reason")))  # fmt: skip
+    out.table(["at", "what", "trigger", "pod id", "gpu", "usd/h", "outcome", "detail"], rows)
     if page.get("next_page_token"):
         out.note(f"more: --page-token {page['next_page_token']}")
 
@@ -195,10 +196,10 @@ def spend(ctx: typer.Context, name: Name) -> None:
         return
     out.table(
         ["day", "gpu", "hours", "usd"],
-        [(line.get("day"), line.get("gpu_type"), float(line.get("seconds", 0)) / 3600, line.get("usd"))
+        [(line.get("day"), line.get("gpu_type"), hours(line.get("seconds")), usd(line.get("usd")))
          for line in reply.get("lines", [])],
     )  # fmt: skip
     out.fields(
-        [("today usd", reply.get("today_usd")), ("month usd", reply.get("month_usd")),
-         ("total usd", reply.get("total_usd")), ("as of", when(reply.get("as_of")))]
+        [("today usd", usd(reply.get("today_usd"))), ("month usd", usd(reply.get("month_usd"))),
+         ("total usd", usd(reply.get("total_usd"))), ("as of", when(reply.get("as_of")))]
     )  # fmt: skip

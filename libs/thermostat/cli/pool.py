@@ -11,7 +11,7 @@ import typer
 
 from thermostat.cli.examples import example
 from thermostat.cli.exit_codes import ExitCode
-from thermostat.cli.output import epoch, plain
+from thermostat.cli.output import epoch, plain, usd
 from thermostat.cli.state import State
 
 TenantId = Annotated[
@@ -116,5 +116,5 @@ def _show_types(state: State, types: list[dict[str, Any]]) -> None:
     state.out.table(
         ["name", "backend", "image", "max workers", "cool-down s", "job timeout s", "usd/h"],
         [(m.get("name"), m.get("backend", "local"), m.get("image"), m.get("max_workers"), m.get("cool_down_seconds"),
-          m.get("job_timeout_seconds"), m.get("price_per_hour")) for m in types],
+          m.get("job_timeout_seconds"), usd(m.get("price_per_hour"))) for m in types],
     )  # fmt: skip

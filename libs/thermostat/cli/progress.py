@@ -28,7 +28,8 @@ def eta_text(eta_seconds: float | None) -> str:
 
 
 class Display:
-    """One status line that changes: live on a terminal, a line per change elsewhere, nothing under --json."""
+    """One status line that changes: live on a terminal, a line per change of `key` elsewhere, nothing
+    under --json."""
 
     def __init__(self, out: Output, *, console: Console | None = None) -> None:
         self._console = console or out.stderr
@@ -58,14 +59,16 @@ class Display:
             self._last_line = marker
             self._console.print(text, markup=False, highlight=False)
 
-    def done(self, text: str) -> None:
-        """The final line: replaces the spinner on a terminal, printed always in line mode."""
+    def done(self, text: str, *, key: Any = None) -> None:
+        """The final line: replaces the spinner on a terminal; in line mode printed unless `key` is the last
+        one shown (the final state was already a line of its own)."""
         if self._quiet:
             return
         if self._live is not None:
             self._live.update(text)
             return
-        self._console.print(text, markup=False, highlight=False)
+        if key is None or str(key) != self._last_line:
+            self._console.print(text, markup=False, highlight=False)
 
 
 class Stopwatch:
