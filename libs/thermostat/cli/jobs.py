@@ -13,7 +13,7 @@ from thermostat.cli.examples import example
 from thermostat.cli.exit_codes import JOB_STATES, ExitCode
 from thermostat.cli.output import Output, epoch, plain
 from thermostat.cli.progress import Display, Stopwatch
-from thermostat.cli.state import State
+from thermostat.cli.state import JsonFlag, State
 
 app = typer.Typer(
     help="Pool jobs: submit (optionally waiting for the result), get, result, cancel, wait.",
@@ -122,11 +122,12 @@ def submit(
     ] = False,
     wait_timeout: WaitTimeout = 3600.0,
     output: Output_ = None,
+    json_mode: JsonFlag = False,
 ) -> None:
     """Submit a job. With --wait, show its state until it ends and write the result bytes to stdout (or --output);
     under --json the final job is printed instead (the result then only with --output). The exit code says
     how the job ended."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     payload = read_payload(state, data, payload_file)
     with state.client() as t:
         job = t.pool.submit(machine_type, payload, priority=priority, session_id=session, timeout_seconds=job_timeout)
@@ -151,18 +152,18 @@ def submit(
 
 
 @app.command(epilog=example("thermostat --tenant acme jobs get 0b6f3c1e9a2d4f51"))
-def get(ctx: typer.Context, job_id: JobId) -> None:
+def get(ctx: typer.Context, job_id: JobId, json_mode: JsonFlag = False) -> None:
     """The job: its state, times, error and whether a result is kept."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         job = t.pool.get(job_id)
     show_job(state.out, job)
 
 
 @app.command(epilog=example("thermostat --tenant acme jobs result 0b6f3c1e9a2d4f51 -o out.bin"))
-def result(ctx: typer.Context, job_id: JobId, output: Output_ = None) -> None:
+def result(ctx: typer.Context, job_id: JobId, output: Output_ = None, json_mode: JsonFlag = False) -> None:
     """The result bytes of a completed job, to stdout (or --output), exactly as the worker answered."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         data = t.pool.result(job_id)
     write_result(data, output)
@@ -175,18 +176,19 @@ def cancel(
     build_id: Annotated[
         str, typer.Option(help="The build id the job runs (letters, digits, - and _), as the pool requires.")
     ],
+    json_mode: JsonFlag = False,
 ) -> None:
     """Cancel the job: a queued one never runs, a running one's worker is asked to stop that build."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         job = t.pool.cancel(job_id, build_id=build_id)
     show_job(state.out, job)
 
 
 @app.command(epilog=example("thermostat --tenant acme jobs wait 0b6f3c1e9a2d4f51"))
-def wait(ctx: typer.Context, job_id: JobId, wait_timeout: WaitTimeout = 3600.0) -> None:
+def wait(ctx: typer.Context, job_id: JobId, wait_timeout: WaitTimeout = 3600.0, json_mode: JsonFlag = False) -> None:
     """Show the job's state until it ends, then the job; the exit code says how it ended."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         final = follow(state.out, job_id, t.pool.wait(job_id, timeout=wait_timeout))
     show_job(state.out, final)

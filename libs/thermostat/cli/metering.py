@@ -10,7 +10,7 @@ import typer
 
 from thermostat.cli.examples import example
 from thermostat.cli.output import hours, plain, usd
-from thermostat.cli.state import State
+from thermostat.cli.state import JsonFlag, State
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -32,11 +32,12 @@ def spend(
     ] = None,
     since: When = None,
     until: When = None,
+    json_mode: JsonFlag = False,
 ) -> None:
     """Pool spend per tenant and machine type, from --since to --until (default: this UTC month so far).
 
     Machine time (boot to stop, idle warm time included) and job time, priced at each type's price_per_hour."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         reply = plain(t.metering.pool_spend(tenant_id=tenant_id or "", since=_epoch(since), until=_epoch(until)))
     out = state.out
@@ -83,9 +84,9 @@ def _show(state: State, budget: Any) -> None:
 
 
 @budgets.command("get", epilog=example("thermostat budgets get pod qwen", "thermostat budgets get tenant acme"))
-def get_budget(ctx: typer.Context, kind: KindArg, name: NameArg) -> None:
+def get_budget(ctx: typer.Context, kind: KindArg, name: NameArg, json_mode: JsonFlag = False) -> None:
     """The ceilings (none when unset) and what was spent today and this month."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         budget = t.pods.budget(name) if kind is Kind.pod else t.metering.tenant_budget(name)
     _show(state, budget)
@@ -100,10 +101,17 @@ Usd = Annotated[float | None, typer.Option(min=0, help="USD; left out: no ceilin
         "thermostat budgets set pod qwen --daily 5 --monthly 100", "thermostat budgets set tenant acme --daily 2"
     ),
 )
-def set_budget(ctx: typer.Context, kind: KindArg, name: NameArg, daily: Usd = None, monthly: Usd = None) -> None:
+def set_budget(
+    ctx: typer.Context,
+    kind: KindArg,
+    name: NameArg,
+    daily: Usd = None,
+    monthly: Usd = None,
+    json_mode: JsonFlag = False,
+) -> None:
     """Set both ceilings; one left out is cleared (no ceiling). A pod's needs the operator token, a tenant's the
     pool admin token."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         if kind is Kind.pod:
             _show(state, t.pods.set_budget(name, daily_usd=daily, monthly_usd=monthly))

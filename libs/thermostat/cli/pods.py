@@ -9,7 +9,7 @@ import typer
 from thermostat.cli.examples import example
 from thermostat.cli.output import Output, hours, plain, usd, when
 from thermostat.cli.progress import Display, eta_text
-from thermostat.cli.state import State
+from thermostat.cli.state import JsonFlag, State
 
 app = typer.Typer(
     help="Model pods: wake, stop, status, watch, history, the idle monitor's view, spend.",
@@ -53,10 +53,11 @@ def start(
     wait_timeout: Annotated[
         float, typer.Option(min=1, help="How long to wait for the pod to be ready, in seconds.")
     ] = 900.0,
+    json_mode: JsonFlag = False,
 ) -> None:
     """Wake the pod (start or create it; operator or wake token) and, unless --no-wait, show its boot until
     ready, with an ETA from measured boots."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     out = state.out
     with state.client() as t:
         if no_wait:
@@ -79,9 +80,9 @@ def start(
 
 
 @app.command(epilog=example("thermostat pods stop qwen"))
-def stop(ctx: typer.Context, name: Name) -> None:
+def stop(ctx: typer.Context, name: Name, json_mode: JsonFlag = False) -> None:
     """Stop every pod on the volume (operator token); each pod's result is shown."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         reply = plain(t.pods.stop(name))
     if state.out.json_mode:
@@ -92,9 +93,9 @@ def stop(ctx: typer.Context, name: Name) -> None:
 
 
 @app.command(epilog=example("thermostat pods status qwen", "thermostat --json pods status qwen"))
-def status(ctx: typer.Context, name: Name) -> None:
+def status(ctx: typer.Context, name: Name, json_mode: JsonFlag = False) -> None:
     """The pod as the controller sees it now (no token needed)."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         pod = t.pods.status(name)
     show_pod(state.out, pod)
@@ -105,9 +106,10 @@ def watch(
     ctx: typer.Context,
     name: Name,
     until_ready: Annotated[bool, typer.Option("--until-ready", help="End once the pod is ready.")] = False,
+    json_mode: JsonFlag = False,
 ) -> None:
     """Follow the pod: a line each time its view changes (JSON lines with --json), until Ctrl-C."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     out = state.out
     with state.client() as t:
         for update in t.pods.watch(name):
@@ -133,9 +135,10 @@ def history(
     name: Name,
     page_size: Annotated[int, typer.Option(min=1, help="Entries per page.")] = 20,
     page_token: Annotated[str, typer.Option(help="The page after a previous answer's next_page_token.")] = "",
+    json_mode: JsonFlag = False,
 ) -> None:
     """Billable actions and wake outcomes, newest first."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         page = plain(t.pods.history(name, page_size=page_size, page_token=page_token))
     out = state.out
@@ -159,9 +162,9 @@ def history(
 
 
 @app.command(epilog=example("thermostat pods monitor qwen"))
-def monitor(ctx: typer.Context, name: Name) -> None:
+def monitor(ctx: typer.Context, name: Name, json_mode: JsonFlag = False) -> None:
     """The idle monitor's view: phase, streaks against their thresholds, projected stop."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         view = plain(t.pods.monitor(name))
     out = state.out
@@ -185,9 +188,9 @@ def monitor(ctx: typer.Context, name: Name) -> None:
 
 
 @app.command(epilog=example("thermostat pods spend qwen"))
-def spend(ctx: typer.Context, name: Name) -> None:
+def spend(ctx: typer.Context, name: Name, json_mode: JsonFlag = False) -> None:
     """What the pod billed: per UTC day and GPU type, today, this month, in total."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         reply = plain(t.pods.spend(name))
     out = state.out

@@ -12,7 +12,7 @@ import typer
 from thermostat.cli.examples import example
 from thermostat.cli.exit_codes import ExitCode
 from thermostat.cli.output import epoch, plain, usd
-from thermostat.cli.state import State
+from thermostat.cli.state import JsonFlag, State
 
 TenantId = Annotated[
     str | None,
@@ -29,9 +29,13 @@ def _items(reply: Any, key: str) -> list[dict[str, Any]]:
     return list(value)
 
 
-def workers(ctx: typer.Context, tenant_id: TenantId = None) -> None:
+def workers(
+    ctx: typer.Context,
+    tenant_id: TenantId = None,
+    json_mode: JsonFlag = False,
+) -> None:
     """The pool's machines: type, backend, state, the job each runs."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         items = _items(t.pool.workers(tenant_id=tenant_id or ""), "workers")
     out = state.out
@@ -50,9 +54,10 @@ def usage(
     tenant_id: TenantId = None,
     after_position: Annotated[int, typer.Option(min=0, help="Resume after this event position.")] = 0,
     page_size: Annotated[int, typer.Option(min=1, help="Events per page.")] = 100,
+    json_mode: JsonFlag = False,
 ) -> None:
     """Usage events (one per finished job) in position order; resume with --after-position."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         reply = plain(t.pool.usage(tenant_id=tenant_id or "", after_position=after_position, page_size=page_size))
     events = reply.get("events", []) if isinstance(reply, dict) else list(reply)
@@ -79,9 +84,9 @@ machine_types = typer.Typer(
 @machine_types.command(
     "get", epilog=example("thermostat machine-types get", "thermostat --json machine-types get > types.json")
 )
-def get_types(ctx: typer.Context) -> None:
+def get_types(ctx: typer.Context, json_mode: JsonFlag = False) -> None:
     """The catalogue (env and provider_options read <redacted> without the admin token)."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     with state.client() as t:
         types = t.pool.machine_types()
     _show_types(state, types)
@@ -91,9 +96,10 @@ def get_types(ctx: typer.Context) -> None:
 def put_types(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="A JSON array of machine types; - reads stdin.", show_default=False)],
+    json_mode: JsonFlag = False,
 ) -> None:
     """Replace the catalogue with the JSON array in FILE (the admin token); the stored catalogue is shown."""
-    state = State.of(ctx)
+    state = State.of(ctx, json_mode)
     try:
         text = sys.stdin.read() if file == "-" else Path(file).read_text()
     except OSError as error:

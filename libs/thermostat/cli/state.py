@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 
 from thermostat.cli.exit_codes import ExitCode, for_error
 from thermostat.cli.output import Output
 from thermostat.client import ClientConfig, Thermostat, errors
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (as the global --json).")]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,11 +38,14 @@ class State:
         self.out = output or Output(json_mode=options.json_mode)
 
     @classmethod
-    def of(cls, ctx: typer.Context) -> State:
+    def of(cls, ctx: typer.Context, json_mode: bool = False) -> State:
+        """The root's state; a command's own --json (after the command's words) switches JSON on as well."""
         state = ctx.find_root().obj
         if not isinstance(state, State):  # a command invoked without the root callback (never from the CLI)
             state = cls(GlobalOptions())
             ctx.find_root().obj = state
+        if json_mode:
+            state.out.json_mode = True
         return state
 
     def config(self) -> ClientConfig:

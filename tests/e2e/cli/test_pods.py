@@ -4,11 +4,16 @@ and the exit codes a refused wake, an unknown pod, a missing token and an unreac
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.cli.stack import CliStack, run_cli
+from tests.e2e.cli.stack import TOKEN_VARIABLES, CliStack, run_cli
 from thermostat.chassis.ports import free_port
 from thermostat.cli.exit_codes import ExitCode
 
@@ -60,6 +65,8 @@ async def test_a_second_wake_shows_an_eta_from_the_boot_the_first_one_measured(s
 async def test_pods_status_json_carries_the_get_pod_fields_and_the_table_renders(stack: CliStack) -> None:
     status = (await stack.cli("--json", "pods", "status", "qwen")).json()
     assert set(status) >= POD_FIELDS and status["name"] == "qwen" and status["configured"] is True
+    after = (await stack.cli("pods", "status", "qwen", "--json")).json()  # --json after the command too
+    assert set(after) == set(status) and after["name"] == "qwen"
     table = await stack.cli("pods", "status", "qwen")
     assert table.exit_code == 0
     assert "datacenter" in table.stdout and "EU-RO-1" in table.stdout
@@ -127,3 +134,31 @@ async def test_an_edge_nobody_listens_on_exits_unavailable() -> None:
     ran = await run_cli(["--json", "--addr", f"127.0.0.1:{free_port()}", "--timeout", "2", "pods", "status", "qwen"])
     assert ran.exit_code == ExitCode.UNAVAILABLE, (ran.stdout, ran.stderr)
     assert ran.error()["code"] in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+async def test_ctrl_c_ends_a_watch_of_the_installed_script_with_exit_130(stack: CliStack) -> None:
+    """.venv/bin/thermostat (what make venv installs) follows a pod until SIGINT, then exits 130."""
+    script = Path(sys.executable).parent / "thermostat"
+    process = await asyncio.create_subprocess_exec(
+        script,
+        "--addr",
+        stack.edge,
+        "--json",
+        "pods",
+        "watch",
+        "qwen",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k not in TOKEN_VARIABLES},
+    )
+    try:
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+        assert json.loads(first)["name"] == "qwen"
+        process.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == ExitCode.INTERRUPTED, stderr
