@@ -67,16 +67,18 @@ class AsyncMetering:
         *,
         timeout: float | None = None,
     ) -> metering_pb2.TenantBudget:
-        """Set both ceilings (one left None clears it); the pool admin token."""
+        """Set both ceilings (one left None clears it); the pool admin token (PermissionDenied with the API
+        token alone)."""
         request = metering_pb2.SetTenantBudgetRequest(tenant_id=tenant_id)
         if daily_usd is not None:
             request.daily_usd = daily_usd
         if monthly_usd is not None:
             request.monthly_usd = monthly_usd
+        config = self._calls.config
         response: metering_pb2.TenantBudget = await self._calls.transport.unary(
             self._stub.SetTenantBudget,
             request,
-            metadata=bearer(self._calls.config.pool_admin_token),
+            metadata=bearer(config.pool_admin_token or config.pool_token),
             timeout=self._calls.deadline(timeout),
         )
         return response

@@ -147,10 +147,14 @@ class AsyncPool:
     async def cancel(
         self, job_id: str, *, build_id: str | None = None, tenant: str | None = None, timeout: float | None = None
     ) -> pool_pb2.Job:
-        """Cancel the job (again when already cancelled: the same job); one finished another way is Conflict."""
+        """Cancel the job (again when already cancelled: the same job); one finished another way is Conflict.
+
+        `build_id` names the execution for the worker to stop (a Strata manifest's `build_id`, carried in the
+        payload); by default the job id. The pool cancels the job either way; a worker whose payload named another
+        build runs it out and its result is dropped."""
         job: pool_pb2.Job = await self._calls.transport.unary(
             self._stub.CancelJob,
-            pool_pb2.CancelJobRequest(id=job_id, build_id=build_id or ""),
+            pool_pb2.CancelJobRequest(id=job_id, build_id=build_id or job_id),
             metadata=self._job_metadata(tenant),
             timeout=self._calls.deadline(timeout),
         )
@@ -196,14 +200,15 @@ class AsyncPool:
     async def put_machine_types(
         self, types: list[dict[str, Any]], *, timeout: float | None = None
     ) -> list[dict[str, Any]]:
-        """Replace the catalogue (the admin token); the catalogue as stored."""
+        """Replace the catalogue (the admin token: with only the API token configured the pool says
+        PermissionDenied); the catalogue as stored."""
         request = pool_pb2.PutMachineTypesRequest()
         request.catalogue.content_type = "application/json"
         request.catalogue.data = json.dumps(types).encode()
         body = await self._calls.transport.unary(
             self._stub.PutMachineTypes,
             request,
-            metadata=bearer(self._calls.config.pool_admin_token),
+            metadata=bearer(self._calls.config.pool_admin_token or self._token()),
             timeout=self._calls.deadline(timeout),
         )
         return list(json.loads(body.data))

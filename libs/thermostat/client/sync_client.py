@@ -59,7 +59,11 @@ class _Loop:
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None and self.loop.is_running():
-                self.run(close())
+                if threading.current_thread() is self._thread:
+                    # collected on the loop's own thread: blocking here would wait on ourselves
+                    self.loop.create_task(close())
+                else:
+                    self.run(close())
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
