@@ -169,13 +169,19 @@ def result(ctx: typer.Context, job_id: JobId, output: Output_ = None, json_mode:
     write_result(data, output)
 
 
-@app.command(epilog=example("thermostat --tenant acme jobs cancel 0b6f3c1e9a2d4f51 --build-id b-42"))
+@app.command(
+    epilog=example(
+        "thermostat --tenant acme jobs cancel 0b6f3c1e9a2d4f51",
+        "thermostat --tenant acme jobs cancel 0b6f3c1e9a2d4f51 --build-id b-42",
+    )
+)
 def cancel(
     ctx: typer.Context,
     job_id: JobId,
     build_id: Annotated[
-        str, typer.Option(help="The build id the job runs (letters, digits, - and _), as the pool requires.")
-    ],
+        str | None,
+        typer.Option(help="The build the worker runs (a Strata manifest's build_id); default: the job's id."),
+    ] = None,
     json_mode: JsonFlag = False,
 ) -> None:
     """Cancel the job: a queued one never runs, a running one's worker is asked to stop that build."""
