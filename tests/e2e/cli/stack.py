@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import re
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +54,7 @@ from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams,
 from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = Path(sys.executable).parent / "thermostat"
 PODS = ("qwen", "llama", "mistral", "gemma", "phi")
 """qwen on the simulator's default volume, each other pod on one of its own."""
 CATALOGUE = [
@@ -115,6 +119,37 @@ class CliStack:
         """`thermostat <options> <args>` (options: self.options(**tokens) unless given)."""
         argv = [*(self.options(**tokens) if options is None else options), *args]
         return await run_cli(argv, stdin=stdin)
+
+    @contextlib.asynccontextmanager
+    async def script(self, *args: str, **tokens: Any) -> AsyncIterator[asyncio.subprocess.Process]:
+        """The installed `.venv/bin/thermostat` (what `make venv` writes) as a child process, its stderr piped so
+        a test reads progress lines as they come; killed if it outlives the block."""
+        process = await asyncio.create_subprocess_exec(
+            SCRIPT,
+            *self.options(**tokens),
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**{k: v for k, v in os.environ.items() if k not in TOKEN_VARIABLES}, "COLUMNS": "200"},
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def line_matching(stream: asyncio.StreamReader | None, pattern: str, seen: list[str]) -> str:
+    """The next line of `stream` matching `pattern` (each line read is appended to `seen`)."""
+    assert stream is not None
+    while True:
+        raw = await asyncio.wait_for(stream.readline(), timeout=60)
+        assert raw, f"no line matching {pattern!r}; read: {seen}"
+        line = raw.decode().rstrip("\n")
+        seen.append(line)
+        if re.search(pattern, line):
+            return line
 
 
 async def run_cli(argv: Sequence[str], *, stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> Ran:
