@@ -124,9 +124,9 @@ def submit(
     output: Output_ = None,
     json_mode: JsonFlag = False,
 ) -> None:
-    """Submit a job. With --wait, show its state until it ends and write the result bytes to stdout (or --output);
-    under --json the final job is printed instead (the result then only with --output). The exit code says
-    how the job ended."""
+    """Submit a job. With --wait, show its state until it ends and write the result bytes to stdout, or to
+    --output and the job to stdout; under --json the job is printed (the result then only with --output). The
+    exit code says how the job ended."""
     state = State.of(ctx, json_mode)
     payload = read_payload(state, data, payload_file)
     with state.client() as t:
@@ -136,19 +136,11 @@ def submit(
             return
         job_id = plain(job)["id"]
         final = follow(state.out, job_id, t.pool.wait(job_id, timeout=wait_timeout))
-        if final.get("state") == "completed":
-            result = t.pool.result(job_id)
-            if state.out.json_mode or output is not None:
-                if output is not None:
-                    write_result(result, output)
-                if state.out.json_mode:
-                    state.out.json(final)
-            else:
-                write_result(result, None)
-    if final.get("state") != "completed":
-        if state.out.json_mode:
-            state.out.json(final)
-        exit_for(state, final)
+        if final.get("state") == "completed" and (output is not None or not state.out.json_mode):
+            write_result(t.pool.result(job_id), output)
+    if output is not None or state.out.json_mode:  # stdout is free for the job
+        show_job(state.out, final)
+    exit_for(state, final)
 
 
 @app.command(epilog=example("thermostat --tenant acme jobs get 0b6f3c1e9a2d4f51"))

@@ -59,9 +59,16 @@ async def test_submit_then_wait_then_result_then_get(stack: CliStack, tmp_path: 
     assert "completed" in table.stdout and "machine type" in table.stdout
 
 
-async def test_a_payload_from_stdin(stack: CliStack) -> None:
+async def test_a_payload_from_stdin_and_a_result_to_a_file_with_the_job_on_stdout(
+    stack: CliStack, tmp_path: Path
+) -> None:
     ran = await stack.cli("jobs", "submit", "local", "-", "--wait", stdin=b"from stdin", tenant=fresh_tenant())
     assert (ran.exit_code, ran.stdout_bytes) == (0, b"from stdin")
+    out = tmp_path / "out.bin"
+    saved = await stack.cli(
+        "jobs", "submit", "local", "--data", "to a file", "--wait", "-o", str(out), tenant=fresh_tenant()
+    )
+    assert saved.exit_code == 0 and "completed" in saved.stdout and out.read_bytes() == b"to a file"
 
 
 async def test_a_failed_job_exits_7_with_the_worker_s_error(stack: CliStack) -> None:
