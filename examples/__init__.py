@@ -1,0 +1,1 @@
+"""Examples of Thermostat's Python client (thermostat.client), each runnable against `make run`."""
