@@ -60,14 +60,17 @@ class ChatBotHandler:
 
     async def _model_ready(self, reply: Reply) -> str | None:
         """Wake the model pod and follow it to ready, telling the user what happens; its proxy URL, or None."""
+        told = False
         try:
             async for step in self.client.pods.ensure_ready(self.model_pod, timeout=self.wake_timeout):
                 if step.phase == Phase.READY:
                     return step.pod.proxy_url if step.pod is not None else None
-                if step.phase == Phase.WAKING and "AlreadyRunning" not in step.detail:
-                    await reply(f"Waking the model ({step.detail}) — one moment.")
-                elif step.phase != Phase.WAKING:
-                    await reply(f"Still booting: {step.detail}.")
+                if step.phase == Phase.WAKING:
+                    continue  # the wake asked, then answered: a running pod needs no word, a booting one gets one
+                if not told:
+                    await reply("Waking the model — one moment.")
+                    told = True
+                await reply(f"Still booting: {step.detail}.")
         except errors.WakeFailed as failed:
             await reply(f"The model cannot be woken right now: {failed.detail}")
         except errors.DeadlineExceeded:

@@ -20,6 +20,7 @@ import pytest
 from examples.chat_bot_handler import ChatBotHandler
 from examples.notebook_server_hook import GpuCellHook
 from tests.e2e.test_make_run import OPERATOR, POOL, DevStack
+from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import embedded_data_dir
 from tests.integration.pool_dispatcher.conftest import local_type, sleepy_type
 from thermostat.client import AsyncThermostat, ClientConfig, Phase, errors
@@ -89,8 +90,14 @@ async def test_the_bot_wakes_the_model_with_progress_messages_and_answers_from_t
 
     if (await client.pods.status("qwen")).is_running:  # a wake from asleep, whatever ran before
         await client.pods.stop("qwen")
+
+        async def monitor_saw_it_down() -> bool | None:  # its next boot is then one the monitor watches
+            return True if (await client.pods.monitor("qwen")).phase == "Down" else None
+
+        await eventually(monitor_saw_it_down, timeout=30, every=0.1)
     await ChatBotHandler(client, ask_model=model).on_message("hello", reply)
-    assert replies[0].startswith("Waking the model (qwen: ")
+    assert replies[0] == "Waking the model — one moment."
+    assert replies[1].startswith("Still booting: qwen is ")
     assert replies[-1] == "the model says hi to 'hello'"
     pod = await client.pods.status("qwen")
     assert pod.is_running and pod.HasField("ready_since")

@@ -1,4 +1,4 @@
-"""AsyncThermostat: one channel to the edge (or any service address) and the three sub-clients over it."""
+"""AsyncThermostat: a channel to the edge (or one per service address given) and the three sub-clients over it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .transport import Sleep, Transport
 
 
 class AsyncThermostat:
-    """The async client. Use it as an async context manager (the channel closes on exit), or call close().
+    """The async client. Use it as an async context manager (the channels close on exit), or call close().
 
     `retry`, `sleep`, `draw` and `clock` shape the retry backoff and deadlines (tests inject them)."""
 

@@ -3,7 +3,8 @@ spend and budget from metering."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -31,13 +32,15 @@ class AsyncPods:
 
     async def start(self, name: str, *, timeout: float | None = None) -> pods_pb2.StartPodResponse:
         """Wake the pod (StartPod): the wake token, else the operator token. It may bill, so it is retried only
-        when it never reached the server; a refused wake (a budget, no GPU under the cap) is errors.WakeFailed."""
+        when it never reached the server; a refused wake (a budget, no GPU under the cap) is errors.WakeFailed.
+        The controller answers once the pod runs (or Waiting when its polls run out), so the default deadline
+        is the config's wait_timeout."""
         try:
             response: pods_pb2.StartPodResponse = await self._calls.transport.unary(
                 self._pods.StartPod,
                 pods_pb2.StartPodRequest(name=name),
                 metadata=bearer(self._waker()),
-                timeout=self._calls.deadline(timeout),
+                timeout=self._calls.wait_deadline(timeout),
                 may_bill=True,
             )
         except errors.Conflict as error:
@@ -60,7 +63,7 @@ class AsyncPods:
         )
         return response
 
-    def watch(self, name: str, *, timeout: float | None = None) -> AsyncIterator[pods_pb2.WatchPodResponse]:
+    def watch(self, name: str, *, timeout: float | None = None) -> AsyncGenerator[pods_pb2.WatchPodResponse, None]:
         """WatchPod: the pod's view each time it changes, until `timeout` (default the config's wait_timeout)."""
         return self._calls.transport.stream(
             self._pods.WatchPod,
@@ -131,41 +134,107 @@ class AsyncPods:
         return response
 
     async def ensure_ready(self, name: str, timeout: float = 900) -> AsyncIterator[WakeProgress]:
-        """Wake the pod and follow it until the model answers, yielding each change of phase or ETA.
+        """Wake the pod and follow it until the model answers, yielding each change of phase.
 
-        Ends after yielding the `ready` step. Raises errors.WakeFailed when the wake is refused or the pod goes
-        down while it boots, errors.DeadlineExceeded past `timeout` seconds. A wake that answered Waiting (it
-        ran out of polls before the pod ran) is asked again once the pod is seen down, as the seed says.
+        The first step is `waking` (no outcome yet), at once. StartPod and WatchPod then run side by side: the
+        wake answers once the pod runs (a step `waking` with the wake's `outcome`), while the watch reports
+        provisioning, starting and loading with the controller's ETA. Ends after yielding `ready`. Raises
+        errors.WakeFailed when the wake is refused or the pod is down after it, errors.DeadlineExceeded past
+        `timeout` seconds. A wake that answered Waiting (its polls ran out before the pod ran) is asked again
+        once the pod is seen down, as the seed says; a down view is confirmed with a fresh GetPod first, since
+        the watch may hand over a view built before the wake answered.
         """
-        loop_clock = self._calls.transport.clock
-        deadline = loop_clock() + self._calls.wait_deadline(timeout)
+        clock = self._calls.transport.clock
+        deadline = clock() + self._calls.wait_deadline(timeout)
 
         def left() -> float:
-            remaining = deadline - loop_clock()
+            remaining = deadline - clock()
             if remaining <= 0:
                 raise errors.DeadlineExceeded(
                     grpc.StatusCode.DEADLINE_EXCEEDED, f"{name} was not ready within {timeout:g} s"
                 )
             return remaining
 
-        woke = await self.start(name, timeout=min(self._calls.config.timeout, left()))
-        yield WakeProgress(Phase.WAKING, f"{name}: {woke.outcome}. {woke.message}".strip(), None, None)
+        async def fresh() -> pods_pb2.GetPodResponse:
+            return await self.status(name, timeout=min(self._calls.config.timeout, left()))
+
+        yield WakeProgress(Phase.WAKING, f"waking {name}", None, None)
+        wakes = 1
+        start: asyncio.Task[pods_pb2.StartPodResponse] | None = asyncio.create_task(self.start(name, timeout=left()))
+        woke: pods_pb2.StartPodResponse | None = None
+        stream = self.watch(name, timeout=left())
+        view: asyncio.Task[pods_pb2.WatchPodResponse | None] | None = None
         last: WakeProgress | None = None
-        while True:
-            async for message in self.watch(name, timeout=left()):
-                step = progress_of(message.pod)
+        try:
+            while True:
+                if view is None:
+                    view = asyncio.create_task(_next(stream))
+                done, _ = await asyncio.wait(
+                    {view} if start is None else {view, start}, timeout=left(), return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    continue  # left() raises once the deadline has passed
+                if start is not None and start in done:
+                    woke, start = start.result(), None  # a refused wake raises here (WakeFailed, Unauthenticated...)
+                    yield _woken(name, woke)
+                    # the pod as it is now: the watch says nothing until the view changes again
+                    step = progress_of(await fresh())
+                else:
+                    message, view = view.result(), None
+                    if message is None:  # the controller ended the stream (a restart, a drain): watch again
+                        await stream.aclose()
+                        stream = self.watch(name, timeout=left())
+                        continue
+                    step = progress_of(message.pod)
+                    if step.phase == Phase.DOWN and start is not None:
+                        continue  # the wake has not taken effect yet
+                    if step.phase == Phase.DOWN:
+                        step = progress_of(await fresh())  # the watch may hand over a view older than the wake
                 if step.phase == Phase.DOWN:
-                    if woke.outcome != WAITING:
-                        detail = f"{step.detail} after the wake ({woke.outcome})"
-                        raise errors.WakeFailed(grpc.StatusCode.ABORTED, detail)
-                    woke = await self.start(name, timeout=min(self._calls.config.timeout, left()))
-                    yield WakeProgress(Phase.WAKING, f"{name}: {woke.outcome}. {woke.message}".strip(), None, None)
-                    break  # watch again: the view before this wake is stale
-                if last is None or (step.phase, step.eta_seconds) != (last.phase, last.eta_seconds):
+                    if woke is None or woke.outcome != WAITING or wakes >= MAX_WAKES:
+                        outcome = woke.outcome if woke is not None else "no answer"
+                        raise errors.WakeFailed(grpc.StatusCode.ABORTED, f"{step.detail} after the wake ({outcome})")
+                    wakes += 1
+                    start = asyncio.create_task(self.start(name, timeout=left()))
+                    continue
+                if step.phase == Phase.READY and start is not None:
+                    # ready before the wake answered (it found the pod up): its answer comes first, for order
+                    await asyncio.wait({start}, timeout=left())
+                    if not start.done():
+                        left()
+                        continue
+                    woke, start = start.result(), None
+                    yield _woken(name, woke)
+                if last is None or _shown(step) != _shown(last):
                     yield step
                 last = step
                 if step.phase == Phase.READY:
                     return
-            else:
-                # the controller ended the stream (it restarted, or drained): watch again
-                left()
+        finally:
+            running = [task for task in (view, start) if task is not None]
+            for task in running:
+                task.cancel()
+            # the view task may be inside the stream: it must have let go before the stream can be closed
+            await asyncio.gather(*running, return_exceptions=True)
+            await stream.aclose()
+
+
+def _shown(step: WakeProgress) -> tuple[str, bool]:
+    """What makes a step worth yielding: a new phase, or an ETA where there was none."""
+    return step.phase, step.eta_seconds is None
+
+
+MAX_WAKES = 3  # a Waiting wake asked again at most twice: a pod that never holds is a failed wake
+
+
+async def _next(stream: AsyncIterator[pods_pb2.WatchPodResponse]) -> pods_pb2.WatchPodResponse | None:
+    """The stream's next message, None at its end (a task cannot carry StopAsyncIteration)."""
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        return None
+
+
+def _woken(name: str, woke: pods_pb2.StartPodResponse) -> WakeProgress:
+    detail = f"{name}: {woke.outcome}" + (f" ({woke.message})" if woke.message else "")
+    return WakeProgress(Phase.WAKING, detail, None, None, outcome=woke.outcome)

@@ -5,7 +5,7 @@ use the admin token when one is configured (it sees every tenant, or the one `te
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import grpc
@@ -162,7 +162,7 @@ class AsyncPool:
 
     def wait(
         self, job_id: str, *, tenant: str | None = None, timeout: float | None = None
-    ) -> AsyncIterator[pool_pb2.Job]:
+    ) -> AsyncGenerator[pool_pb2.Job, None]:
         """WaitJob: the job now, then each change of state, ending when the job does."""
         return self._calls.transport.stream(
             self._stub.WaitJob,

@@ -30,12 +30,16 @@ _BY_STATUS = {"PROVISIONING": Phase.PROVISIONING, "STARTING": Phase.STARTING, "R
 @dataclass(frozen=True, slots=True)
 class WakeProgress:
     """WakeProgress is one step of `pods.ensure_ready`: the phase, a sentence for a person, the estimated
-    seconds until ready (None without boot history), and the controller's view it was read from."""
+    seconds until ready when the step was read (None without boot history; the controller re-sends a view on a
+    change of state, not for the countdown alone, so a display counts down from it), the controller's view it
+    was read from, and on the `waking` step that carries the wake's answer its outcome (AlreadyRunning,
+    Started, Created, Waiting)."""
 
     phase: str
     detail: str
     eta_seconds: float | None
     pod: pods_pb2.GetPodResponse | None
+    outcome: str | None = None
 
 
 def progress_of(pod: pods_pb2.GetPodResponse) -> WakeProgress:

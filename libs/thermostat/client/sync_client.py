@@ -205,6 +205,9 @@ class Thermostat:
         )
 
     def close(self) -> None:
+        """Close the channels and end the loop's thread; closing again does nothing."""
+        if self._loop.loop.is_closed():
+            return
         try:
             self._loop.run(self._async.close())
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -112,7 +112,7 @@ class Transport:
         *,
         metadata: Metadata,
         timeout: float,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """The stream's messages until the server ends it; reopened after UNAVAILABLE (at most the policy's
         attempts in a row without a message between), all within `timeout`."""
         deadline = self.clock() + timeout

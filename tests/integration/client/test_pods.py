@@ -7,13 +7,28 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.integration.client.conftest import Stack
-from thermostat.client import AsyncThermostat, Phase, errors
+from thermostat.client import AsyncThermostat, Phase, WakeProgress, errors
+
+
+async def monitor_saw_it_down(client: AsyncThermostat) -> None:
+    """Wait until the idle monitor has ticked on the stopped pod: its next boot is then a boot of its own."""
+
+    async def down() -> bool | None:
+        return True if (await client.pods.monitor("qwen")).phase == "Down" else None
+
+    await eventually(down, timeout=15, every=0.05)
+
+
+def outcomes(steps: list[WakeProgress]) -> list[str]:
+    return [step.outcome for step in steps if step.outcome is not None]
 
 
 async def test_ensure_ready_wakes_the_pod_and_follows_it_until_the_model_answers(client: AsyncThermostat) -> None:
     steps = [step async for step in client.pods.ensure_ready("qwen", timeout=30)]
-    assert steps[0].phase == Phase.WAKING and "Created" in steps[0].detail
+    assert (steps[0].phase, steps[0].detail, steps[0].outcome) == (Phase.WAKING, "waking qwen", None)
+    assert outcomes(steps) == ["Created"]
     assert steps[-1].phase == Phase.READY
     ready = steps[-1].pod
     assert ready is not None and ready.is_running and ready.HasField("ready_since") and ready.proxy_url
@@ -22,23 +37,71 @@ async def test_ensure_ready_wakes_the_pod_and_follows_it_until_the_model_answers
 
 async def test_ensure_ready_on_a_ready_pod_wakes_nothing_and_ends_ready(client: AsyncThermostat, stack: Stack) -> None:
     _ = [step async for step in client.pods.ensure_ready("qwen", timeout=30)]
-    starts = len([r for r in stack.sim.requests() if r.method == "POST"])
+    writes = len([r for r in stack.sim.requests() if r.method == "POST"])
     steps = [step async for step in client.pods.ensure_ready("qwen", timeout=30)]
-    assert "AlreadyRunning" in steps[0].detail
-    assert [s.phase for s in steps[1:]] == [Phase.READY]
-    assert len([r for r in stack.sim.requests() if r.method == "POST"]) == starts
+    assert [(s.phase, s.outcome) for s in steps] == [
+        (Phase.WAKING, None),
+        (Phase.WAKING, "AlreadyRunning"),
+        (Phase.READY, None),
+    ]
+    assert len([r for r in stack.sim.requests() if r.method == "POST"]) == writes
+
+
+async def test_the_boot_is_reported_while_the_wake_is_still_running(client: AsyncThermostat, stack: Stack) -> None:
+    """StartPod answers once the pod runs; the watch beside it shows the pod being placed before that."""
+    stack.sim.configure(provisioning_seconds=-1)  # held in PROVISIONING until the test lets it go
+    steps: list[WakeProgress] = []
+    async for step in client.pods.ensure_ready("qwen", timeout=30):
+        steps.append(step)
+        if step.phase == Phase.PROVISIONING:
+            assert outcomes(steps) == [], "the wake cannot have answered: the pod does not run yet"
+            stack.sim.configure(provisioning_seconds=0)
+    phases = [s.phase for s in steps]
+    assert Phase.PROVISIONING in phases and phases[-1] == Phase.READY
+    assert len(outcomes(steps)) == 1
 
 
 async def test_ensure_ready_reports_the_eta_while_the_model_loads(client: AsyncThermostat, stack: Stack) -> None:
-    """A first boot is measured; the second shows its duration as the ETA while the model loads."""
+    """A first boot is measured; while the second one loads its model, the ETA comes from it."""
     _ = [step async for step in client.pods.ensure_ready("qwen", timeout=30)]
     await client.pods.stop("qwen")
-    stack.sim.configure(model_ready_seconds=1.5)
-    steps = [step async for step in client.pods.ensure_ready("qwen", timeout=30)]
-    loading = [s for s in steps if s.phase == Phase.LOADING]
-    assert loading, [s.phase for s in steps]
-    assert any(s.eta_seconds is not None for s in loading)
-    assert "ready in about" in loading[-1].detail or "no estimate" in loading[-1].detail
+    await monitor_saw_it_down(client)
+    stack.sim.configure(model_ready_seconds=-1)  # the model does not answer until the test says
+    async for step in client.pods.ensure_ready("qwen", timeout=30):
+        if step.phase == Phase.LOADING:
+            assert step.eta_seconds is not None and step.eta_seconds >= 0
+            assert "ready in about" in step.detail
+            stack.sim.configure(model_ready_seconds=0)
+    assert step.phase == Phase.READY
+
+
+async def test_a_pod_that_goes_down_while_it_boots_is_wake_failed(client: AsyncThermostat, stack: Stack) -> None:
+    stack.sim.configure(model_ready_seconds=-1)
+
+    async def stop_it_while_loading() -> None:
+        async for step in client.pods.ensure_ready("qwen", timeout=30):
+            if step.phase == Phase.LOADING and step.pod is not None:
+                stack.sim.set_pod_status(step.pod.pod_id, "EXITED")
+
+    with pytest.raises(errors.WakeFailed) as failed:
+        await stop_it_while_loading()
+    assert "not running (EXITED) after the wake (Created)" in failed.value.detail
+
+
+async def test_a_wake_that_answered_waiting_is_asked_again_once_the_pod_is_down(
+    client: AsyncThermostat, stack: Stack
+) -> None:
+    """The seed's 202 Waiting means "poll again": the pod stayed PROVISIONING past the controller's polls; when
+    it is then seen down the client wakes it once more, and follows that wake to ready."""
+    stack.sim.configure(provisioning_seconds=-1)  # the wake's polls run out: Waiting
+    steps: list[WakeProgress] = []
+    async for step in client.pods.ensure_ready("qwen", timeout=30):
+        steps.append(step)
+        if step.outcome == "Waiting":
+            (pod_id,) = [str(p["id"]) for p in stack.sim.pods()]
+            stack.sim.set_pod_status(pod_id, "EXITED")
+            stack.sim.configure(provisioning_seconds=0)
+    assert outcomes(steps) == ["Waiting", "Started"]
     assert steps[-1].phase == Phase.READY
 
 

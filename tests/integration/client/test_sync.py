@@ -32,9 +32,12 @@ async def test_a_script_wakes_a_pod_and_runs_jobs(stack: Stack) -> None:
 
 async def test_leaving_an_iterator_early_closes_its_stream_and_the_client_still_works(stack: Stack) -> None:
     def script() -> tuple[str, bool]:
-        with Thermostat(stack.config) as t:
+        t = Thermostat(stack.config)
+        with t:
             first = next(iter(t.pods.watch("qwen", timeout=30)))
-            return first.pod.name, t.pods.status("qwen").configured
+            answer = first.pod.name, t.pods.status("qwen").configured
+        t.close()  # closing again does nothing
+        return answer
 
     assert await asyncio.to_thread(script) == ("qwen", True)
 
