@@ -73,8 +73,12 @@ def start(
                 if progress.pod is not None:
                     last = progress.pod
                 # the detail names the pod and says the ETA ("ready in about 40 s"), from WatchPod's estimate;
-                # off a terminal one line per phase
-                display.show(f"{progress.phase:<12} {progress.detail}", key=progress.phase)
+                # off a terminal one line per phase (and one for the wake's answer)
+                display.show(
+                    f"{progress.phase:<12} {progress.detail}",
+                    key=(progress.phase, progress.outcome),
+                    eta_seconds=progress.eta_seconds,
+                )
             display.done(f"{'ready':<12} {name} is ready", key="ready")
         show_pod(out, last if last is not None else t.pods.status(name))
 

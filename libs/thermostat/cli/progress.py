@@ -35,11 +35,17 @@ class Display:
         self._console = console or out.stderr
         self._quiet = out.json_mode
         self._live: Live | None = None
+        self._spinner = Spinner("dots", "")
+        self._text = ""
+        self._ready_at: float | None = None  # monotonic time the last ETA points at
         self._last_line = ""
+        self._final: str | None = None
 
     def __enter__(self) -> Display:
         if not self._quiet and self._console.is_terminal:
-            self._live = Live(Spinner("dots", ""), console=self._console, transient=False, refresh_per_second=8)
+            self._live = Live(
+                console=self._console, transient=False, refresh_per_second=8, get_renderable=self._renderable
+            )
             self._live.__enter__()
         return self
 
@@ -47,17 +53,29 @@ class Display:
         if self._live is not None:
             self._live.__exit__(kind, value, tb)
 
-    def show(self, text: str, *, key: Any = None) -> None:
-        """Show `text`; in line mode only when `key` (default: the text) differs from the last one shown."""
+    def show(self, text: str, *, key: Any = None, eta_seconds: float | None = None) -> None:
+        """Show `text`; in line mode only when `key` (default: the text) differs from the last one shown. An ETA
+        counts down on a terminal (the service re-sends it on a change of state, not every second)."""
         if self._quiet:
             return
         if self._live is not None:
-            self._live.update(Spinner("dots", text))
+            self._text = text
+            self._ready_at = None if eta_seconds is None else time.monotonic() + eta_seconds
+            self._live.refresh()
             return
         marker = str(key if key is not None else text)
         if marker != self._last_line:
             self._last_line = marker
             self._console.print(text, markup=False, highlight=False)
+
+    def _renderable(self) -> Spinner | str:
+        if self._final is not None:
+            return self._final
+        if self._ready_at is None:
+            self._spinner.update(text=self._text)
+        else:
+            self._spinner.update(text=f"{self._text} · {eta_text(self._ready_at - time.monotonic())}")
+        return self._spinner
 
     def done(self, text: str, *, key: Any = None) -> None:
         """The final line: replaces the spinner on a terminal; in line mode printed unless `key` is the last
@@ -65,7 +83,8 @@ class Display:
         if self._quiet:
             return
         if self._live is not None:
-            self._live.update(text)
+            self._final = text
+            self._live.refresh()
             return
         if key is None or str(key) != self._last_line:
             self._console.print(text, markup=False, highlight=False)

@@ -24,7 +24,8 @@ async def test_pods_start_shows_the_wake_then_ready_and_prints_the_ready_pod(sta
     ran = await stack.cli("pods", "start", "llama")
     assert ran.exit_code == 0, ran.stderr
     lines = ran.stderr.strip().splitlines()
-    assert lines[0].startswith("waking") and "llama: Created" in lines[0]
+    assert lines[0].startswith("waking")
+    assert [line for line in lines if line.startswith("waking") and "llama: Created" in line], lines  # its answer
     assert lines[-1].split() == ["ready", "llama", "is", "ready"]
     assert "RUNNING" in ran.stdout and "ready since" in ran.stdout
 

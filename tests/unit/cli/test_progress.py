@@ -29,10 +29,11 @@ def test_off_a_terminal_each_change_is_one_line_and_a_repeat_is_not_shown_again(
 def test_on_a_terminal_the_line_is_redrawn_and_ends_with_the_final_text() -> None:
     shown, buffer = console(terminal=True)
     with Display(Output(json_mode=False), console=shown) as display:
-        display.show("starting")
+        display.show("loading", eta_seconds=90)
         display.done("ready qwen is ready")
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue())  # cursor moves and line clears
     assert re.split(r"[\r\n]+", drawn.strip())[-1] == "ready qwen is ready"
+    assert re.search(r"loading · ETA ~1m(29|30)s", drawn), drawn  # the ETA counts down from what was sent
 
 
 def test_under_json_nothing_is_drawn() -> None:
