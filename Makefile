@@ -8,12 +8,13 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 GEN_STAMP := build/.proto
+CLI := $(VENV)/bin/thermostat
 PROTOS := tools/protogen.py $(shell find protos tests/protos -name '*.proto' 2>/dev/null)
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-venv: $(STAMP) ## create .venv and install pinned dependencies (idempotent)
+venv: $(STAMP) $(CLI) ## create .venv, install pinned dependencies and the `thermostat` CLI (idempotent)
 $(STAMP): requirements.txt requirements-tracing.txt requirements-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
@@ -23,8 +24,13 @@ $(STAMP): requirements.txt requirements-tracing.txt requirements-dev.txt
 	@$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'thermostat.pth').write_text('$(CURDIR)/libs\n$(CURDIR)/services\n$(CURDIR)/dev\n')"
 	@touch $@
 
+# The operator CLI as a console script: the repository is not a distribution, so no entry point writes one.
+$(CLI): $(STAMP)
+	@printf '#!%s\nimport sys\n\nfrom thermostat.cli.main import main\n\nsys.exit(main())\n' "$(BIN)/python" > $@
+	@chmod 755 $@
+
 proto: $(GEN_STAMP) ## generate Python code, stubs and descriptor sets from protos/
-$(GEN_STAMP): $(STAMP) $(PROTOS)
+$(GEN_STAMP): $(STAMP) $(CLI) $(PROTOS)
 	@$(BIN)/python tools/protogen.py
 	@touch $@
 
