@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from thermostat.chassis.auth import AuthInterceptor, AuthRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.request_context import RequestContextInterceptor
+from thermostat.chassis.text_fields import TextFieldInterceptor
 
 log = logging.getLogger("thermostat.chassis.server")
 
@@ -84,6 +85,7 @@ class ServiceHost:
             interceptors=[
                 RequestContextInterceptor(),
                 AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+                TextFieldInterceptor(),
             ],
             options=list(spec.grpc_options),
         )
