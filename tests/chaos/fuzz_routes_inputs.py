@@ -203,7 +203,9 @@ def messages(desc: descriptor.Descriptor, depth: int = 0) -> st.SearchStrategy[m
 # --- running a search -------------------------------------------------------------------------------------------
 
 
-async def search(strategy: st.SearchStrategy[Any], check: Callable[[Any], Coroutine[Any, Any, None]], examples: int) -> None:
+async def search(
+    strategy: st.SearchStrategy[Any], check: Callable[[Any], Coroutine[Any, Any, None]], examples: int
+) -> None:
     """Run `examples` hypothesis examples of `strategy` through `check` on this event loop; a failing check is
     shrunk and re-raised as hypothesis reports it."""
     loop = asyncio.get_running_loop()
