@@ -132,8 +132,8 @@ async def test_wakes_and_stops_under_a_fifth_of_runpod_calls_failing_never_doubl
 
     assert not [outcome for outcome in seen if outcome.startswith("UNDESIGNED")], seen
     assert sum(v for k, v in seen.items() if not k.startswith("pods reclaimed")) == wakes + stops
-    # a create is a few percent of the calls: at short scale its own kind may not come up
-    assert all(injected[kind] > 0 for kind in MIX_KINDS if chaos_scale.full or kind != "commit-then-5xx"), injected
+    # at short scale a few dozen faults are drawn: most kinds come up, not necessarily every one
+    assert len(+injected) >= chaos_scale.pick(3, len(MIX_KINDS)), injected
     assert doubled == {}
     assert unreadable_creates == 0
     assert all(count <= budget for count in creates_per_wake.values()), creates_per_wake

@@ -168,7 +168,8 @@ MIX_KINDS = ("5xx", "429", "timeout", "bare-404", "malformed-json", "commit-then
 class FaultMix:
     """FaultMix fails `rate` of the requests under `prefix`, each in a kind drawn at random (seeded).
 
-    `commit-then-5xx` is drawn only for a create (POST `create_path`); any other request draws among the rest.
+    `commit-then-5xx` is drawn only for a create (POST `create_path`), for half of the failed creates; any other
+    request draws among the rest.
     `counts` says how many of each kind were injected.
     """
 
@@ -194,11 +195,19 @@ class FaultMix:
         if not path.startswith(self.prefix):
             return None
         is_create = method == "POST" and path == self.create_path
-        kinds = [k for k in self.kinds if is_create or k != "commit-then-5xx"]
+        kinds = [k for k in self.kinds if k != "commit-then-5xx"]
+        committed = is_create and "commit-then-5xx" in self.kinds
         with self._lock:
-            if not kinds or self._random.random() >= self.rate:
+            if self._random.random() >= self.rate:
                 return None
-            kind = self._random.choice(kinds)
+            # a failed create is the committed one half the time: creates are few, and it is the fault that
+            # bills a second pod when a client gets it wrong
+            if committed and (not kinds or self._random.random() < 0.5):
+                kind = "commit-then-5xx"
+            elif kinds:
+                kind = self._random.choice(kinds)
+            else:
+                return None
             self.counts[kind] = self.counts.get(kind, 0) + 1
         return self._fault(kind, method, path)
 
