@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -61,7 +61,6 @@ class RestCase:
     headers: dict[str, str]
     content: bytes | None
     json_keys: tuple[str, ...] = ()
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def segment() -> st.SearchStrategy[str]:

@@ -27,7 +27,6 @@ from tests.fixtures.services import (
     OPERATOR_TOKEN,
     SIM_API_KEY,
     WAKE_TOKEN,
-    RunningService,
     metering_env,
     start_metering,
 )
@@ -105,8 +104,6 @@ class FullStack:
     addresses: dict[str, str]  # service name → its gRPC address
     access_log: Path
     tokens: Tokens
-    pod_controller: RunningService
-    pool_address: str = ""
 
     async def all_serving(self) -> dict[str, str]:
         """Each service's gRPC health, overall ("" service), asked directly."""
@@ -201,8 +198,6 @@ async def full_stack(
                         addresses=addresses,
                         access_log=access_log,
                         tokens=tokens,
-                        pod_controller=controller,
-                        pool_address=pool.address,
                     )
             finally:
                 await envoy.stop()

@@ -38,14 +38,9 @@ from thermostat.store.db import Store
 SCENARIO = "wakes under faults"
 FAULT_RATE = 0.2
 SUCCEEDED = {"AlreadyRunning", "Started", "Created"}
-# what a wake or a stop may answer when RunPod misbehaves: refused, failed, unavailable; never a crash
-DESIGNED_ERRORS = {
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.ABORTED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.NOT_FOUND,
-}
+# what a wake or a stop may answer when RunPod misbehaves: failed (409), lookup unreadable (503), no pod on the
+# volume to stop (404); never a crash, never a wake outliving its bounds
+DESIGNED_ERRORS = {grpc.StatusCode.ABORTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND}
 
 
 async def _run(
