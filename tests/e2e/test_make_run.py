@@ -43,6 +43,7 @@ class DevStack:
             "POD_CONTROLLER_PORT": "0",
             "IDLE_MONITOR_PORT": "0",
             "POOL_DISPATCHER_PORT": "0",
+            "METERING_PORT": "0",
             "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
             "STRATA_POOL_TOKEN": POOL["Authorization"].removeprefix("Bearer "),
         }
@@ -145,8 +146,10 @@ class DevStack:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self._reader is not None and self.proc.stdout is not None:
+        if self._reader is not None:
             self._reader.join(timeout=10)
+        if self.proc.stdout is not None:
+            # also when the stack exited on its own before wait_up finished: the pipe must not outlive the test
             self.proc.stdout.close()
 
 

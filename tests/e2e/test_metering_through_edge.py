@@ -79,3 +79,14 @@ async def test_spend_budget_and_ledger_are_served_as_rest_json(
     (feed,) = (await edge.get("/api/metering/ledger")).json()["feeds"]
     assert feed["source"] == "pod-controller/billable-actions" and feed["position"] == feed["headPosition"]
     assert (await edge.get("/api/pods/llama/spend")).status_code == 404
+
+
+async def test_a_body_that_is_not_utf8_is_a_400_problem_that_is_still_json(edge: httpx.AsyncClient) -> None:
+    """Found by the chaos fuzzing: the transcoder quotes the body's bytes in its error, and the problem it became
+    was not UTF-8 (a client could not decode it). Bytes that are not UTF-8 are replaced by U+FFFD."""
+    for body in (b"\x80", b'{"dailyUsd": "\xff\xfe"}', b"\xed\xa0\x80"):
+        answer = await edge.put("/api/pods/qwen/budget", content=body, headers={"X-Rig-Operator-Token": OPERATOR_TOKEN})
+        assert answer.status_code == 400
+        assert answer.headers["content-type"] == "application/problem+json"
+        problem = answer.content.decode("utf-8")  # strict: raises on a byte that is not UTF-8
+        assert "\ufffd" in answer.json()["detail"], problem

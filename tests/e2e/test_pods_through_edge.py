@@ -229,6 +229,20 @@ async def test_refusals_are_problem_json_with_the_seeds_status(edge, sim, method
     assert all(call == ("GET", "/v2/pods") for call in await _api_calls(sim))
 
 
+@pytest.mark.parametrize(
+    ("path", "detail"),
+    [
+        pytest.param("/api/pods/%ff%fe", "name: is not valid UTF-8", id="not-utf8"),
+        pytest.param("/api/pods/qw%00en", "name: must not contain a NUL character (U+0000)", id="nul"),
+        pytest.param("/api/pods/%c3%28/history", "name: is not valid UTF-8", id="history-not-utf8"),
+    ],
+)
+async def test_a_path_segment_that_is_not_text_is_400_naming_the_field_not_a_500(edge, path, detail) -> None:
+    """Found by the chaos fuzzing: the transcoder copies percent-decoded bytes into the string field unchecked,
+    and the controller failed to parse its own request (UNKNOWN, a 500)."""
+    assert _problem(await edge.get(path), 400)["detail"] == detail
+
+
 async def test_stop_and_history_print_the_seeds_json(edge, sim) -> None:
     """Stop: {name, ok, pods:[{podId, ok}]}; history: newest first, the Stop then the wake's Start."""
     pod = await _seed_pod(sim, "EXITED")

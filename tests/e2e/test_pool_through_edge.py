@@ -556,6 +556,17 @@ async def test_workers_and_usage_are_the_callers_tenants_unless_the_admin_token_
     problem(await edge.get("/v1/workers"), 401)
 
 
+async def test_a_nul_in_a_parameter_is_400_naming_it_not_a_500_from_the_store(edge) -> None:
+    """Found by the chaos fuzzing: an admin's `tenantId=%00` reached Postgres, which cannot hold U+0000."""
+    for path in ("/v1/usage?tenantId=%00", "/v1/workers?tenant_id=a%00b"):
+        detail = problem(await edge.get(path, headers=ADMIN), 400)
+        assert detail == "tenant_id: must not contain a NUL character (U+0000)"
+    session = await edge.post(
+        "/v1/jobs?machine_type=local&session_id=%00", content=b"x", headers=tenant_headers(fresh_tenant())
+    )
+    assert problem(session, 400).startswith("session_id:")
+
+
 async def test_health_shows_the_pools_machine_types_and_machine_counts_without_a_token(edge) -> None:
     tenant = fresh_tenant()
     assert (await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))).json()[

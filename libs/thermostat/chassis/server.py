@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from thermostat.chassis.auth import AuthInterceptor, AuthRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.request_context import RequestContextInterceptor
+from thermostat.chassis.text_fields import TextFieldInterceptor
 from thermostat.chassis.tracing import server_interceptors
 
 log = logging.getLogger("thermostat.chassis.server")
@@ -87,6 +88,7 @@ class ServiceHost:
             *server_interceptors(),
             RequestContextInterceptor(),
             AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+            TextFieldInterceptor(),
         ]
         self.server = aio.server(interceptors=self.interceptors, options=list(spec.grpc_options))
         served_internal = sorted(internal & set(spec.service_names))

@@ -28,6 +28,43 @@ local function json_escape(s)
   end))
 end
 
+-- The byte ranges a well-formed UTF-8 sequence's second byte may take after each lead byte (RFC 3629: no
+-- overlong forms, no surrogates, nothing past U+10FFFF); any other continuation byte is 0x80-0xBF.
+local SECOND = {[0xE0] = {0xA0, 0xBF}, [0xED] = {0x80, 0x9F}, [0xF0] = {0x90, 0xBF}, [0xF4] = {0x80, 0x8F}}
+
+local function sequence_length(s, i)
+  local c = s:byte(i)
+  local len = (c < 0x80 and 1) or (c >= 0xC2 and c <= 0xDF and 2) or (c >= 0xE0 and c <= 0xEF and 3)
+    or (c >= 0xF0 and c <= 0xF4 and 4) or 0
+  if len == 0 or i + len - 1 > #s then return 0 end
+  for k = i + 1, i + len - 1 do
+    local low, high = 0x80, 0xBF
+    if k == i + 1 and SECOND[c] ~= nil then low, high = SECOND[c][1], SECOND[c][2] end
+    local b = s:byte(k)
+    if b < low or b > high then return 0 end
+  end
+  return len
+end
+
+-- A JSON string body with every byte that is not part of well-formed UTF-8 replaced by \ufffd: the
+-- transcoder quotes a client's non-UTF-8 body in its error ("Encountered non UTF-8 code points"), and the
+-- problem must still be JSON a client can decode (the chaos suite's fuzzing found a 400 that was not).
+local function utf8_only(s)
+  if not s:find("[\128-\255]") then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local len = sequence_length(s, i)
+    if len > 0 then
+      out[#out + 1] = s:sub(i, i + len - 1)
+      i = i + len
+    else
+      out[#out + 1] = "\\ufffd"
+      i = i + 1
+    end
+  end
+  return table.concat(out)
+end
+
 local function percent_decode(s)
   return (s:gsub("%%(%x%x)", function(hex) return string.char(tonumber(hex, 16)) end))
 end
@@ -146,7 +183,7 @@ function envoy_on_response(handle)
     detail = json_escape((text:gsub("%s+$", "")))
   end
   local problem = string.format('{"type":"about:blank","status":%d,"title":"%s","detail":"%s"}',
-    status, json_escape(title or REASONS[status] or "Error"), detail)
+    status, utf8_only(json_escape(title or REASONS[status] or "Error")), utf8_only(detail))
   body:setBytes(problem)
   -- body() yields until the whole response is buffered; the header handle taken before is then stale.
   headers = handle:headers()

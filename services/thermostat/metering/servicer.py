@@ -226,14 +226,20 @@ async def _budget_from(
     )
 
 
+# 9999-12-31T23:59:59Z: a datetime cannot hold a later moment
+LAST_EPOCH_SECOND = 253_402_300_799
+
+
 async def _range(
     request: metering_pb2.GetPoolSpendRequest, now: datetime, context: grpc.aio.ServicerContext
 ) -> tuple[datetime, datetime]:
     """The request's [since, until): 0 means the start of the current UTC month / now."""
     for field in ("since", "until"):
         value = getattr(request, field)
-        if not math.isfinite(value) or value < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field} must be epoch seconds (0: the default)")
+        if not math.isfinite(value) or value < 0 or value > LAST_EPOCH_SECOND:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{field} must be epoch seconds up to 9999 (0: the default)"
+            )
     month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     since = datetime.fromtimestamp(request.since, UTC) if request.since else month_start
     until = datetime.fromtimestamp(request.until, UTC) if request.until else now

@@ -314,3 +314,42 @@ def test_every_internal_service_of_the_registry_is_guarded_by_any_host() -> None
     spec = ServiceSpec(name="anything", service_names=[], register=lambda s: None)
     assert {name for s in SERVICES for name in s.internal_services} <= spec.internal
     assert "thermostat.pods.v1.PodControllerInternal" in spec.internal
+
+
+async def test_a_nul_in_a_string_field_is_refused_naming_the_field_before_the_servicer_runs() -> None:
+    """Postgres text cannot hold U+0000: every host refuses it at the door, unary and streaming alike."""
+    host = ServiceHost(ServiceSpec(name="t", service_names=[], register=lambda s: None))
+    port = await host.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as unary:
+                await stub.Check(health_pb2.HealthCheckRequest(service="t\x00"), timeout=2)
+            assert unary.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert unary.value.details() == "service: must not contain a NUL character (U+0000)"
+            with pytest.raises(grpc.aio.AioRpcError) as streamed:
+                async for _ in stub.Watch(health_pb2.HealthCheckRequest(service="\x00"), timeout=2):
+                    pass
+            assert streamed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert (await stub.Check(health_pb2.HealthCheckRequest(), timeout=2)).status == SERVING
+    finally:
+        await host.stop(0.5)
+
+
+async def test_a_string_field_that_is_not_utf8_is_refused_naming_the_field_not_a_crash() -> None:
+    """What Envoy's transcoder sends for `/api/pods/%ff%fe`: INVALID_ARGUMENT naming the field, not UNKNOWN."""
+    host = ServiceHost(ServiceSpec(name="t", service_names=[], register=lambda s: None))
+    port = await host.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await check(b"\x0a\x02\xff\xfe", timeout=2)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert refused.value.details() == "service: is not valid UTF-8"
+            with pytest.raises(grpc.aio.AioRpcError) as garbage:
+                await check(b"\xff\xff\xff", timeout=2)
+            assert garbage.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert garbage.value.details() == "the request is not a valid message of its type"
+    finally:
+        await host.stop(0.5)

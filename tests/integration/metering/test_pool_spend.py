@@ -140,6 +140,12 @@ async def test_a_range_before_the_machines_booted_holds_nothing(spend_rig: meter
         pytest.param(
             ADMIN, metering_pb2.GetPoolSpendRequest(page_token="x"), grpc.StatusCode.INVALID_ARGUMENT, id="bad-token"
         ),
+        pytest.param(  # found by the chaos fuzzing: year 10000 was an unhandled ValueError (UNKNOWN, a 500)
+            ADMIN, metering_pb2.GetPoolSpendRequest(until=1e12), grpc.StatusCode.INVALID_ARGUMENT, id="until-past-9999"
+        ),
+        pytest.param(
+            ADMIN, metering_pb2.GetPoolSpendRequest(since=1e300), grpc.StatusCode.INVALID_ARGUMENT, id="since-huge"
+        ),
     ],
 )  # fmt: skip
 async def test_refusals(
@@ -151,3 +157,8 @@ async def test_refusals(
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await spend_rig.GetPoolSpend(request_, metadata=metadata)
     assert refused.value.code() is code
+    if request_.since > 1e10 or request_.until > 1e10:
+        assert (
+            refused.value.details()
+            == f"{'since' if request_.since else 'until'} must be epoch seconds up to 9999 (0: the default)"
+        )

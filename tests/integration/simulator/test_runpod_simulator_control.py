@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from thermostat.dev.simulators.faults import MIX_KINDS, FaultMix
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
@@ -113,6 +114,58 @@ def test_commit_then_fail_creates_the_pod_but_answers_a_gateway_502(
     assert http.post("/v2/pods", json=CREATE, headers=api_headers).status_code == 502
     (pod,) = http.get("/v2/pods", headers=api_headers).json()["pods"]
     assert (pod["status"], pod["mounts"]["network"][0]["volumeId"]) == ("RUNNING", VOLUME)
+
+
+def test_a_fault_mix_fails_its_share_of_api_calls_each_in_its_kind_and_counts_them(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    """Half the reads fail, each as a 502, a 429 with Retry-After, a bare 404 or a cut-off 200; control calls
+    never do, and a create-only kind is never drawn for a read."""
+    mix = FaultMix(rate=0.5, seed=7, kinds=("5xx", "429", "bare-404", "malformed-json", "commit-then-5xx"))
+    sim.fail_at_random(mix)
+    answers = [http.get("/v2/pods", headers=api_headers) for _ in range(200)]
+    assert all(http.get("/_sim/state").status_code == 200 for _ in range(20))
+
+    served = sim.served_faults()
+    assert 60 < len(served) < 140 and sum(mix.counts.values()) == len(served)
+    assert set(mix.counts) == {"5xx", "429", "bare-404", "malformed-json"}
+    failed = [a for a in answers if a.status_code != 200 or a.content.startswith(b'{"id": "trunc')]
+    assert len(failed) == len(served)
+    by_status = {a.status_code for a in failed}
+    assert by_status == {502, 429, 404, 200}
+    assert all(a.headers["retry-after"] == "1" for a in failed if a.status_code == 429)
+    assert all(a.headers["content-type"].startswith("text/plain") for a in failed if a.status_code == 404)
+    assert {entry.fault.kind for entry in served} == set(mix.counts)
+
+
+def test_a_fault_mix_draws_commit_then_5xx_only_for_a_create_which_then_bills(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    sim.fail_at_random(FaultMix(rate=1.0, kinds=("commit-then-5xx",)))
+    assert http.get("/v2/pods", headers=api_headers).status_code == 200
+    assert http.post("/v2/pods", json=CREATE, headers=api_headers).status_code == 502
+    sim.fail_at_random(None)
+    (pod,) = http.get("/v2/pods", headers=api_headers).json()["pods"]
+    assert pod["status"] == "RUNNING"
+    ((entry, kind),) = [(e.request, e.fault.kind) for e in sim.served_faults()]
+    assert (entry.method, entry.path, kind) == ("POST", "/v2/pods", "commit-then-5xx")
+
+
+def test_a_timeout_drawn_by_the_mix_outlasts_the_client_timeout(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    sim.configure(hang_seconds=1.0)
+    sim.fail_at_random(FaultMix(rate=1.0, kinds=("timeout",)))
+    with pytest.raises(httpx.ReadTimeout):
+        http.get("/v2/pods", headers=api_headers, timeout=0.2)
+
+
+def test_a_fault_mix_refuses_a_rate_outside_zero_to_one_and_unknown_kinds() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        FaultMix(rate=1.5)
+    with pytest.raises(ValueError, match="kinds"):
+        FaultMix(rate=0.2, kinds=("flaky",))
+    assert FaultMix(rate=0.2).kinds == MIX_KINDS
 
 
 # --- request log ----------------------------------------------------------------------------------------------

@@ -251,3 +251,13 @@ def test_the_default_catalogue_replays_the_price_cap_incident(
 
     assert eligible(1.00) == ["NVIDIA RTX PRO 4500 Blackwell"]
     assert eligible(2.00)[:2] == ["NVIDIA RTX PRO 4500 Blackwell", A100]
+
+
+def test_a_billed_stretch_names_the_volume_its_pod_mounted_even_after_the_pod_is_gone(sim: RunPodSimulator) -> None:
+    """Who billed on which volume stays answerable once a terminated pod has left the listing."""
+    pod_id = sim.add_pod(volume_id="bjn7d94ej9", status="RUNNING")
+    sim.set_pod_status(pod_id, "TERMINATED")
+    (stretch,) = sim.billed()
+    assert (stretch.pod_id, stretch.volume_id, stretch.end is not None) == (pod_id, "bjn7d94ej9", True)
+    assert stretch.to_json()["volumeId"] == "bjn7d94ej9"
+    assert sim.pods() == []

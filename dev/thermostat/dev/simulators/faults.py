@@ -4,17 +4,23 @@ Each kind is an answer the seeds say a client must survive: a bare (non-problem)
 base URL missing /v2, a 2xx with a body that is not JSON, a 429 with Retry-After, a request that hangs past
 the client timeout, and a create that RunPod committed but whose answer was a gateway 5xx (the pod exists
 and bills; the caller saw a failure).
+
+A `FaultMix` is the chaos version: a share of every API request fails, each in a kind drawn from a seeded
+random source, and the mix counts what it injected by kind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from http import HTTPStatus
+
+from thermostat.dev.simulators.serving import RecordedRequest
 
 BODY_KINDS = ("problem", "text", "malformed", "json", "empty")
 
@@ -65,6 +71,7 @@ class Fault:
     hang: bool = False
     commit_then_fail: bool = False
     hold: Hold | None = None
+    kind: str = ""  # the FaultMix kind this fault was drawn as ("" for a scripted one)
 
     def __post_init__(self) -> None:
         if self.body not in BODY_KINDS:
@@ -111,6 +118,7 @@ class Fault:
             "hang": self.hang,
             "commitThenFail": self.commit_then_fail,
             "hold": self.hold is not None,
+            "kind": self.kind,
         }
 
 
@@ -140,6 +148,82 @@ def fault_from_json(data: Mapping[str, object]) -> Fault:
         hang=bool(data.get("hang", False)),
         commit_then_fail=bool(data.get("commitThenFail", False)),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServedFault:
+    """A request the simulator answered with a fault instead of (or after) serving it."""
+
+    request: RecordedRequest
+    fault: Fault
+
+
+# The ways a RunPod call fails that a client must survive (issue 14's chaos run): a gateway 5xx, a 429 with
+# Retry-After, a request that hangs past the client timeout, a bare (non-problem) 404, a 2xx whose body is cut
+# off after RunPod acted, and a create RunPod committed whose answer was a gateway 5xx.
+MIX_KINDS = ("5xx", "429", "timeout", "bare-404", "malformed-json", "commit-then-5xx")
+
+
+@dataclass(slots=True, kw_only=True)
+class FaultMix:
+    """FaultMix fails `rate` of the requests under `prefix`, each in a kind drawn at random (seeded).
+
+    `commit-then-5xx` is drawn only for a create (POST `create_path`), for half of the failed creates; any other
+    request draws among the rest.
+    `counts` says how many of each kind were injected.
+    """
+
+    rate: float
+    seed: int = 0
+    kinds: tuple[str, ...] = MIX_KINDS
+    prefix: str = "/v2/"
+    create_path: str = "/v2/pods"
+    retry_after: str = "1"
+    counts: dict[str, int] = field(default_factory=dict)
+    _random: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError("rate must be between 0 and 1")
+        unknown = set(self.kinds) - set(MIX_KINDS)
+        if unknown or not self.kinds:
+            raise ValueError(f"kinds must be a non-empty subset of {MIX_KINDS}")
+        self._random = random.Random(self.seed)  # noqa: S311 -- a repeatable draw, not a secret
+
+    def draw(self, method: str, path: str) -> Fault | None:
+        if not path.startswith(self.prefix):
+            return None
+        is_create = method == "POST" and path == self.create_path
+        kinds = [k for k in self.kinds if k != "commit-then-5xx"]
+        committed = is_create and "commit-then-5xx" in self.kinds
+        with self._lock:
+            if self._random.random() >= self.rate:
+                return None
+            # a failed create is the committed one half the time: creates are few, and it is the fault that
+            # bills a second pod when a client gets it wrong
+            if committed and (not kinds or self._random.random() < 0.5):
+                kind = "commit-then-5xx"
+            elif kinds:
+                kind = self._random.choice(kinds)
+            else:
+                return None
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        return self._fault(kind, method, path)
+
+    def _fault(self, kind: str, method: str, path: str) -> Fault:
+        if kind == "5xx":
+            return Fault(path=path, method=method, status=502, body="text", kind=kind)
+        if kind == "429":
+            return Fault(path=path, method=method, status=429, retry_after=self.retry_after, kind=kind)
+        if kind == "timeout":
+            return Fault(path=path, method=method, hang=True, kind=kind)
+        if kind == "bare-404":
+            return Fault(path=path, method=method, status=404, body="text", kind=kind)
+        if kind == "malformed-json":
+            # the request is served (a start or a create happened) and its answer arrives cut off
+            return Fault(path=path, method=method, status=200, body="malformed", commit_then_fail=True, kind=kind)
+        return Fault(path=path, method=method, commit_then_fail=True, kind=kind)
 
 
 def _phrase(status: int) -> str:

@@ -20,12 +20,13 @@ import copy
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import unquote
 
-from thermostat.dev.simulators.faults import Fault, Hold, fault_from_json
+from thermostat.dev.simulators.faults import Fault, FaultMix, Hold, ServedFault, fault_from_json
 from thermostat.dev.simulators.machines import REFERENCE_WORKER, forward
 from thermostat.dev.simulators.runpod.catalog import (
     DEFAULT_TEMPLATE_ID,
@@ -98,6 +99,7 @@ class _Handler(RecordingHandler):
         simulator._request_log.record(request)
         fault = None if request.path.startswith("/_sim") else simulator._take_fault(self.command, request.path)
         if fault is not None:
+            simulator._note_fault(request, fault)
             if fault.hold is not None and not fault.hold.after_commit:
                 fault.hold.park(simulator._stopping)
             if fault.delay_seconds > 0 and simulator._stopping.wait(fault.delay_seconds):
@@ -159,6 +161,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         )
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
+        self._mix: FaultMix | None = None
+        self._served_faults: deque[ServedFault] = deque(maxlen=request_log_size)
         self._stopping = threading.Event()
 
     # --- server --------------------------------------------------------------------------------------------
@@ -328,6 +332,22 @@ class RunPodSimulator(ServedSimulator[_Server]):
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._mix = None
+
+    def fail_at_random(self, mix: FaultMix | None) -> None:
+        """Fail a share of the API requests a scripted fault does not match, each in a random kind (FaultMix);
+        None stops it. The mix counts what it injected."""
+        with self._lock:
+            self._mix = mix
+
+    def _note_fault(self, request: RecordedRequest, fault: Fault) -> None:
+        with self._lock:
+            self._served_faults.append(ServedFault(request=request, fault=fault))
+
+    def served_faults(self) -> list[ServedFault]:
+        """Every request answered by a fault (scripted or drawn), oldest first, with the fault it got."""
+        with self._lock:
+            return list(self._served_faults)
 
     def faults(self) -> list[Fault]:
         with self._lock:
@@ -342,7 +362,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
                         if fault.remaining == 0:
                             self._faults.remove(fault)
                     return fault
-        return None
+            mix = self._mix
+        return None if mix is None else mix.draw(method, path)
 
     def requests(self, prefix: str | None = None, *, include_control: bool = False) -> list[RecordedRequest]:
         """requests lists received requests oldest first; /_sim control calls only when asked for."""
@@ -362,6 +383,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         )
         with self._lock:
             self._faults.clear()
+            self._mix = None
+            self._served_faults.clear()
         self._request_log.clear()
 
     def state(self) -> dict[str, object]:

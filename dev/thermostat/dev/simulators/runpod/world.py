@@ -161,10 +161,12 @@ class BilledStretch:
     price_per_hour: float
     start: float
     end: float | None = None
+    volume_id: str | None = None  # the network volume the pod mounts (the pod may be gone by the time it is read)
 
     def to_json(self) -> dict[str, object]:
         return {
             "podId": self.pod_id,
+            "volumeId": self.volume_id,
             "pricePerHour": self.price_per_hour,
             "start": _iso(self.start),
             "end": _iso(self.end),
@@ -211,7 +213,10 @@ class PodWorld:
     def _bill(self, pod: SimPod, was: str | None, status: str, at: float) -> None:
         billing, was_billing = status in _BILLING, was in _BILLING
         if billing and not was_billing:
-            self._billed.append(BilledStretch(pod_id=pod.id, price_per_hour=pod.price_per_hour, start=at))
+            volume = next((m.get("volumeId") for m in pod.network_mounts if m.get("volumeId")), None)
+            self._billed.append(
+                BilledStretch(pod_id=pod.id, price_per_hour=pod.price_per_hour, start=at, volume_id=volume)
+            )
         elif was_billing and not billing:
             for stretch in reversed(self._billed):
                 if stretch.pod_id == pod.id and stretch.end is None:
@@ -558,7 +563,9 @@ class PodWorld:
         with self.lock:
             self._tick()
             return [
-                BilledStretch(pod_id=b.pod_id, price_per_hour=b.price_per_hour, start=b.start, end=b.end)
+                BilledStretch(
+                    pod_id=b.pod_id, price_per_hour=b.price_per_hour, start=b.start, end=b.end, volume_id=b.volume_id
+                )
                 for b in self._billed
             ]
 

@@ -1,0 +1,179 @@
+"""Every string field of a request is UTF-8 without a NUL character: else refused at the door, naming the field.
+
+Both reached the services through the edge as unhandled errors (500s), found by issue 14's fuzzing:
+- Envoy's transcoder copies a percent-decoded path segment into a string field without checking it is UTF-8
+  (`GET /api/pods/%ff`); the message then fails to parse in the service, before any servicer code runs.
+- Postgres text cannot hold U+0000, so a NUL in an id, name or tenant fails in the query
+  (`GET /v1/usage?tenantId=%00`). No name, id or tenant Thermostat knows contains one.
+So every service refuses either with INVALID_ARGUMENT (a 400 through the edge) naming the field, before its
+servicer runs, for every RPC present and future.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, message
+from grpc import aio
+
+
+def nul_field(request: object, prefix: str = "") -> str | None:
+    """The dotted name of the first string field (nested and repeated ones included) holding a NUL, else None."""
+    if not isinstance(request, message.Message):
+        return None
+    for field, value in request.ListFields():
+        name = f"{prefix}{field.name}"
+        values = list(value) if field.is_repeated and not _is_map(field) else [value]
+        if _is_map(field):
+            values = [*value.keys(), *value.values()]
+        for item in values:
+            if isinstance(item, str) and "\x00" in item:
+                return name
+            if isinstance(item, message.Message):
+                nested = nul_field(item, f"{name}.")
+                if nested is not None:
+                    return nested
+    return None
+
+
+def bad_utf8_field(raw: bytes, desc: descriptor.Descriptor, prefix: str = "") -> str | None:
+    """The dotted name of the first string field in the wire bytes `raw` (of type `desc`) that is not UTF-8."""
+    try:
+        position = 0
+        while position < len(raw):
+            key, position = _varint(raw, position)
+            number, wire_type = key >> 3, key & 7
+            if wire_type == 0:
+                _, position = _varint(raw, position)
+            elif wire_type in (1, 5):
+                position += 8 if wire_type == 1 else 4
+            elif wire_type == 2:
+                length, position = _varint(raw, position)
+                chunk, position = raw[position : position + length], position + length
+                field = desc.fields_by_number.get(number)
+                found = None if field is None else _bad_chunk(chunk, field, prefix)
+                if found is not None:
+                    return found
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def _bad_chunk(chunk: bytes, field: descriptor.FieldDescriptor, prefix: str) -> str | None:
+    name = f"{prefix}{field.name}"
+    if field.type == descriptor.FieldDescriptor.TYPE_STRING:
+        try:
+            chunk.decode("utf-8")
+        except UnicodeDecodeError:
+            return name
+    elif field.message_type is not None:
+        return bad_utf8_field(chunk, field.message_type, f"{name}.")
+    return None
+
+
+def _varint(raw: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def _is_map(field: descriptor.FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def refusal(field: str) -> str:
+    return f"{field}: must not contain a NUL character (U+0000)"
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A request that did not parse: what the servicer is refused with instead of the message."""
+
+    detail: str
+
+
+def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """The handler's deserializer, answering Undecodable for bytes its message type cannot parse."""
+    if deserializer is None:
+        return None
+    desc = getattr(getattr(deserializer, "__self__", None), "DESCRIPTOR", None)
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except message.DecodeError:
+            field = bad_utf8_field(raw, desc) if isinstance(desc, descriptor.Descriptor) else None
+            if field is not None:
+                return Undecodable(f"{field}: is not valid UTF-8")
+            return Undecodable("the request is not a valid message of its type")
+
+    return parse
+
+
+async def _refused(request: Any, context: aio.ServicerContext[Any, Any]) -> None:
+    """Abort when the request did not parse or holds a NUL in a string field."""
+    if isinstance(request, Undecodable):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.detail)
+    field = nul_field(request)
+    if field is not None:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(field))
+
+
+class TextFieldInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses a unary request (unary or server-streaming answer) whose string fields are not UTF-8 or hold a NUL."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                _checked_unary(handler.unary_unary),
+                _lenient(handler.request_deserializer),
+                handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _checked_stream(handler.unary_stream),
+                _lenient(handler.request_deserializer),
+                handler.response_serializer,
+            )
+        return handler
+
+
+def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def checked(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        await _refused(request, context)
+        result = behavior(request, context)
+        return await result if inspect.isawaitable(result) else result
+
+    return checked
+
+
+def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    async def checked(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        await _refused(request, context)
+        result = behavior(request, context)
+        if hasattr(result, "__aiter__"):
+            async for item in result:
+                yield item
+        else:
+            # a servicer that writes to the context itself returns a coroutine instead of yielding
+            await result
+
+    return checked

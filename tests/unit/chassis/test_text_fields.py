@@ -1,0 +1,53 @@
+"""A NUL in any string field of a request is found and named, however deep or repeated."""
+
+from __future__ import annotations
+
+from thermostat.chassis.text_fields import bad_utf8_field, nul_field, refusal
+from thermostat.metering.v1 import metering_pb2
+from thermostat.pods.v1 import pods_pb2
+from thermostat.pool.v1 import pool_pb2
+
+
+def test_a_request_without_a_nul_names_no_field() -> None:
+    assert nul_field(pool_pb2.ListUsageJsonRequest(tenant_id="acme", page_size=3)) is None
+    assert nul_field(b"raw bytes") is None
+
+
+def test_a_nul_in_a_top_level_string_names_that_field() -> None:
+    assert nul_field(pool_pb2.ListUsageJsonRequest(tenant_id="ac\x00me")) == "tenant_id"
+
+
+def test_a_nul_in_a_nested_or_repeated_string_names_its_path() -> None:
+    response = pods_pb2.StopPodResponse(
+        name="qwen", pods=[pods_pb2.PodResult(pod_id="a"), pods_pb2.PodResult(pod_id="\x00")]
+    )
+    assert nul_field(response) == "pods.pod_id"
+
+
+def test_a_nul_in_bytes_is_data_not_text() -> None:
+    request = pool_pb2.SubmitJobRequest(machine_type="local")
+    request.payload.data = b"\x00\x01"
+    assert nul_field(request) is None
+
+
+def test_the_refusal_names_the_field_and_the_character() -> None:
+    assert refusal("tenant_id") == "tenant_id: must not contain a NUL character (U+0000)"
+    assert nul_field(metering_pb2.SetTenantBudgetRequest(tenant_id="\x00")) == "tenant_id"
+
+
+def test_a_string_field_that_is_not_utf8_is_named_from_the_wire_bytes() -> None:
+    """Envoy copies a percent-decoded path segment (`%ff%fe`) into a string field unchecked."""
+    good = pods_pb2.GetPodRequest(name="qwen").SerializeToString()
+    assert bad_utf8_field(good, pods_pb2.GetPodRequest.DESCRIPTOR) is None
+    assert bad_utf8_field(b"\x0a\x02\xff\xfe", pods_pb2.GetPodRequest.DESCRIPTOR) == "name"
+
+
+def test_a_bad_string_inside_a_nested_message_is_named_by_its_path() -> None:
+    inner = b"\x0a\x01\xff"  # PodResult.pod_id = b"\xff"
+    outer = b"\x0a\x04qwen" + b"\x1a" + bytes([len(inner)]) + inner  # StopPodResponse.pods[0]
+    assert bad_utf8_field(outer, pods_pb2.StopPodResponse.DESCRIPTOR) == "pods.pod_id"
+
+
+def test_truncated_wire_bytes_name_no_field() -> None:
+    assert bad_utf8_field(b"\x0a\x09\xff", pods_pb2.GetPodRequest.DESCRIPTOR) == "name"
+    assert bad_utf8_field(b"\x0a", pods_pb2.GetPodRequest.DESCRIPTOR) is None
