@@ -85,7 +85,7 @@ def test_a_service_without_a_tracer_installs_no_tracing_hook_and_still_passes_th
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["enabled"] is False
     assert (seen["opentelemetry_loaded"] == []) is blocked
-    assert seen["server_interceptors"] == ["RequestContextInterceptor", "AuthInterceptor"]
+    assert seen["server_interceptors"] == ["RequestContextInterceptor", "AuthInterceptor", "TextFieldInterceptor"]
     assert seen["channel_interceptors"] == ["_Propagate"]
     assert seen["stream_interceptors"] == ["_StreamSide"]  # _Propagate's streaming side
     assert seen["runpod_transport"] == "AsyncHTTPTransport"  # httpx's own, unwrapped
@@ -108,6 +108,7 @@ async def test_with_a_tracer_the_tracing_hooks_come_first_on_servers_and_channel
             "_ServerSpans",
             "RequestContextInterceptor",
             "AuthInterceptor",
+            "TextFieldInterceptor",
         ]
     finally:
         await host.stop(0.1)
