@@ -9,9 +9,12 @@ processes; boots run outside it. Decisions are the pool policies' (thermostat.po
 
 Claims hand a job to a machine as `dispatched`; right before the payload goes out one conditional statement
 (mark_sent) makes it `running`, so a cancel, a reclaim or a newer incarnation of this instance that landed
-since the claim wins and nothing is sent or metered. Before any call the lease guards (sending a job,
-starting or stopping a machine) the process checks that its instance lease is trusted for longer than
-`call_budget` (a quarter of the lease): a process that cannot renew stops acting before anyone reclaims.
+since the claim wins and nothing is sent or metered. A completion that hands its machine the next queued job
+is itself that job's conditional send (fenced by owner and term, the lease checked before it): the job is
+`running` from that statement and goes out right after its answer, one statement fewer per queued job.
+Before any call the lease guards (sending a job, starting or stopping a machine) the process checks that its
+instance lease is trusted for longer than `call_budget` (a quarter of the lease): a process that cannot renew
+stops acting before anyone reclaims.
 Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old process of the same instance
 id that is merely stalled is fenced off by term while the new one takes its rows back at once.
 
@@ -99,7 +102,7 @@ class Hooks:
     before_machine_ready: Callable[[str], Awaitable[None]] | None = None
     before_complete: Callable[[str], Awaitable[None]] | None = None
     before_insert_machines: Callable[[], Awaitable[None]] | None = None
-    before_send: Callable[[str], Awaitable[None]] | None = None
+    before_send: Callable[[str], Awaitable[None]] | None = None  # before mark_sent; a completion's hand-off has none
     before_record_started: Callable[[str], Awaitable[None]] | None = None
 
 
@@ -458,27 +461,28 @@ class Dispatcher:
                 endpoint, token = address
             if endpoint is None:
                 return
-            if self.hooks.before_send is not None:
-                await self.hooks.before_send(assignment.job_id)
-            if not self.trusted_for_call():
-                log.warning(
-                    "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
-                    assignment.job_id,
-                )
-                await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
-                return
-            sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
-            if not sent:
-                log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
-                self._waiters.wake(assignment.job_id)
-                if not freed:
+            if not assignment.sent:  # claimed dispatched: the conditional send comes now
+                if self.hooks.before_send is not None:
+                    await self.hooks.before_send(assignment.job_id)
+                if not self.trusted_for_call():
+                    log.warning(
+                        "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
+                        assignment.job_id,
+                    )
+                    await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
                     return
-                self._idle_since[assignment.machine_id] = self.clock()
-                current = self.catalogue.get(machine_type)
-                if current is None or current.image != image:
-                    return
-                assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
-                continue
+                sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
+                if not sent:
+                    log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
+                    self._waiters.wake(assignment.job_id)
+                    if not freed:
+                        return
+                    self._idle_since[assignment.machine_id] = self.clock()
+                    current = self.catalogue.get(machine_type)
+                    if current is None or current.image != image:
+                        return
+                    assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
+                    continue
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             self.tracing.queued(assignment.trace, assignment.submitted_at, attributes)
             span = self.tracing.start("pool.execute", assignment.trace, attributes)
@@ -498,6 +502,9 @@ class Dispatcher:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
+            # the next job goes out right after this statement, which is then its conditional send (no
+            # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
+            send_next = keep_feeding and self.trusted_for_call()
             self._waiters.completing.add(assignment.job_id)
             try:
                 completion = await self.repo.complete(
@@ -510,6 +517,7 @@ class Dispatcher:
                     owner=self.owner,
                     retire=outcome.retire_machine,
                     take_next=keep_feeding,
+                    send_next=send_next,
                     tenant_id=tenant_id,
                     machine_type=machine_type,
                 )

@@ -68,6 +68,7 @@ class Assignment:
     submitted_at: datetime
     endpoint: str | None = None
     token: str | None = None
+    sent: bool = False  # already running: its claim was its conditional send (no mark_sent before the call)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,7 +198,12 @@ def _job(row: asyncpg.Record) -> JobView:
 
 
 def _assignment(
-    row: asyncpg.Record, machine_id: str, *, endpoint: str | None = None, token: str | None = None
+    row: asyncpg.Record,
+    machine_id: str,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    sent: bool = False,
 ) -> Assignment:
     trace = {k: row[k] for k in ("traceparent", "tracestate") if row[k]}
     return Assignment(
@@ -209,6 +215,7 @@ def _assignment(
         submitted_at=row["submitted_at"],
         endpoint=endpoint,
         token=token,
+        sent=sent,
     )
 
 
@@ -330,9 +337,12 @@ class PoolRepository:
         owner: Owner,
         retire: bool,
         take_next: bool,
+        send_next: bool,
         tenant_id: str,
         machine_type: str,
     ) -> Completion:
+        """The terminal state, the usage event and the machine's next job in one statement; with `send_next` the
+        next job is handed over running (this statement is its conditional send), else dispatched."""
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -349,9 +359,10 @@ class PoolRepository:
                     take_next,
                     tenant_id,
                     machine_type,
+                    send_next,
                 )
             )
-        next_job = None if row["id"] is None else _assignment(row, machine_id)
+        next_job = None if row["id"] is None else _assignment(row, machine_id, sent=bool(row["sent"]))
         finished = None
         if row["job_state"] is not None:
             finished = JobView(
