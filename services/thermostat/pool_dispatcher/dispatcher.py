@@ -21,7 +21,8 @@ id that is merely stalled is fenced off by term while the new one takes its rows
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 `LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
 second. A sync wait whose job this process completed takes the job and result from the completion (no
-read); one completed elsewhere reads both once. A submit that queued places only when placement can act
+read); one completed elsewhere takes a small result from the notification (no read either) and reads a
+larger one, or a failure, once. A submit that queued places only when placement can act
 (policy: placement_may_act). The catalogue is cached with its version: `LISTEN pool_catalogue` and every
 scaler pass refresh it. bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 """
@@ -35,7 +36,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
@@ -62,7 +63,7 @@ from thermostat.store.connections import borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
-from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription
+from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription, parse_job_done
 from .tracing import PoolTracing
 
 log = logging.getLogger("thermostat.pool_dispatcher")
@@ -110,6 +111,12 @@ class Hooks:
 class _Waiter:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: Finished | None = None  # set by this process's own completion: nothing to re-read
+    announced: bytes | None = None  # the result another process's completion notified: nothing to re-read
+
+
+NOTIFIED_RESULT_BYTES = 2048
+"""A completion notifies its result with the job id up to this size (base64, within NOTIFY's 8,000 bytes), so
+a sync wait in another process answers without reading the job back; a larger one is read."""
 
 
 RECENT_DONE = 4096
@@ -147,6 +154,10 @@ class _Waiters:
         for waiter in self.waiting.get(job_id, []):
             waiter.finished = finished
             waiter.event.set()
+
+    def announce(self, job_id: str, result: bytes) -> None:
+        for waiter in self.waiting.get(job_id, []):
+            waiter.announced = result
 
 
 class Dispatcher:
@@ -288,10 +299,13 @@ class Dispatcher:
             {"pool_jobs_done": self._on_job_done, "pool_catalogue": self._on_catalogue}
         )
 
-    def _on_job_done(self, job_id: str) -> None:
+    def _on_job_done(self, payload: str) -> None:
+        job_id, result = parse_job_done(payload)
         if job_id in self._waiters.completing:
             self._waiters.recent[job_id] = None  # the completion in flight here wakes its waiters itself
             return
+        if result is not None:
+            self._waiters.announce(job_id, result)
         self._waiters.wake(job_id)
 
     def _on_catalogue(self, _version: str) -> None:
@@ -409,6 +423,9 @@ class Dispatcher:
             while True:
                 if waiter.finished is not None:
                     return waiter.finished
+                if waiter.announced is not None:
+                    completed = replace(job, state=str(JobState.COMPLETED), has_result=True)
+                    return Finished(job=completed, result=waiter.announced)
                 remaining = deadline - self.clock()
                 if stale or remaining <= 0:
                     waiter.event.clear()
@@ -520,6 +537,7 @@ class Dispatcher:
                     send_next=send_next,
                     tenant_id=tenant_id,
                     machine_type=machine_type,
+                    notified_result_bytes=NOTIFIED_RESULT_BYTES,
                 )
                 if completion.job is not None:
                     result = outcome.result if completion.job.has_result else None

@@ -50,8 +50,10 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
 -- its image is current. $13: the next job is sent at once, so this statement is its conditional send (running,
 -- as mark_sent would make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
 -- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
+-- The notification names the job; a completed one whose result is at most $14 bytes carries it too
+-- ("<id> completed <base64>"), so a sync wait in another process answers without reading the job back.
 -- $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic), $7 me, $8 term, $9 retire,
--- $10 take next, $11 tenant, $12 type, $13 send next.
+-- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries.
 WITH job AS (
     UPDATE pool_jobs
     SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
@@ -99,7 +101,9 @@ SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priorit
        (SELECT position FROM usage) AS position,
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
        handed.submitted_at, handed.state = 'running' AS sent,
-       (SELECT pg_notify('pool_jobs_done', id::text) FROM job) AS notified
+       (SELECT pg_notify('pool_jobs_done', id::text || CASE
+            WHEN state = 'completed' AND COALESCE(octet_length($4::bytea), 0) <= $14
+            THEN ' completed ' || COALESCE(encode($4::bytea, 'base64'), '') ELSE '' END) FROM job) AS notified
 FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 
 -- name: take_next

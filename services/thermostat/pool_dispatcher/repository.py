@@ -7,6 +7,7 @@ Payloads and results travel as bytes; the machine token is read only where a wor
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -84,7 +85,9 @@ class Submitted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finished:
-    """A job as a sync wait answers it: the job, and its result bytes when known (None: not read)."""
+    """A job as a sync wait answers it: the job, and its result bytes when known (None: not read). From another
+    process's notification (a completed job with its result) the job is the submitted view in its terminal
+    state: a completed answer names only the job's id and state."""
 
     job: JobView
     result: bytes | None
@@ -195,6 +198,15 @@ def _job(row: asyncpg.Record) -> JobView:
         completed_at=row["completed_at"],
         has_result=row["has_result"],
     )
+
+
+def parse_job_done(payload: str) -> tuple[str, bytes | None]:
+    """A `pool_jobs_done` notification: the job id, and the result when it announces a completion with it."""
+    job_id, _, announced = payload.partition(" ")
+    state, _, encoded = announced.partition(" ")
+    if state != "completed":
+        return job_id, None
+    return job_id, base64.b64decode(encoded)  # PostgreSQL breaks base64 into lines: the decoder skips them
 
 
 def _assignment(
@@ -340,6 +352,7 @@ class PoolRepository:
         send_next: bool,
         tenant_id: str,
         machine_type: str,
+        notified_result_bytes: int,
     ) -> Completion:
         """The terminal state, the usage event and the machine's next job in one statement; with `send_next` the
         next job is handed over running (this statement is its conditional send), else dispatched."""
@@ -360,6 +373,7 @@ class PoolRepository:
                     tenant_id,
                     machine_type,
                     send_next,
+                    notified_result_bytes,
                 )
             )
         next_job = None if row["id"] is None else _assignment(row, machine_id, sent=bool(row["sent"]))
