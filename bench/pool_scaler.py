@@ -33,7 +33,7 @@ from pool_throughput import load_line  # noqa: E402
 
 from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
-from thermostat.policy.pool.machine_type import Catalogue, parse_catalogue  # noqa: E402
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue  # noqa: E402
 from thermostat.pool_dispatcher.dispatcher import Dispatcher  # noqa: E402
 from thermostat.pool_dispatcher.repository import PoolRepository  # noqa: E402
 from thermostat.providers.pool.local import LocalBackend  # noqa: E402
@@ -79,7 +79,7 @@ async def main(dsn: str, machines: int, black_holed_share: float) -> None:
     dispatcher = Dispatcher(
         repository=PoolRepository(store.pool),
         leases=store.leases,
-        backend=LocalBackend(client),
+        backends={BackendKind.LOCAL: LocalBackend(client)},
         client=client,
         catalogue=kind,
         instance_id="scaler-bench",

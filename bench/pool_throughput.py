@@ -15,6 +15,8 @@ callers, in `--rounds` rounds whose order rotates (the median round is printed, 
           same concurrency, against a worker of its own: what this machine does without the service
   +NOTIFY the same loop whose completion also NOTIFYs two listening connections, as the pool's complete
           statement does for waiters in other processes: what that notification costs
+  floor   grpc.health.v1 Health.Check spread over both dispatchers: a unary call with no work, what the gRPC
+          framework alone costs the callers and the dispatchers per call (no job: not in the exactly-once count)
 
 Every job carries its own payload and the result must echo it. After the runs, the job rows and the usage
 feed must show every job completed exactly once: as many usage events as jobs, one per job id, no job in
@@ -23,6 +25,12 @@ another state (a double run would show as a second completion of a job or a fore
 Goal ≥ 1,000 jobs/s on this 2-core machine. Everything (Postgres, both dispatchers, four workers, Envoy and
 the callers) shares the two cores with whatever else runs: the load average is printed, judge the ratio to
 the calibration loop in the same run rather than the absolutes.
+
+Beside the rates, the CPU time each path costs per job, by process (this bench's own process: the callers,
+and for the calibration loop the loop itself; the dispatchers; Postgres; the workers; Envoy), read from the
+kernel's accounting of every process under this one. Other work on the machine slows a path's rate but
+hardly its CPU per job, so "cores ÷ CPU per job" is the rate this machine would reach with nothing else
+running: the figure to compare designs by on a shared machine.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import grpc  # noqa: E402
 import pool_calibration as calibration  # noqa: E402
+import psutil  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
@@ -233,6 +242,29 @@ async def pool_rig(*, processes: int, workers: int, edge: bool) -> AsyncIterator
                     await d.process.wait()
 
 
+ROLES = (
+    ("postgres", "postgres"),
+    ("thermostat.worker", "workers"),
+    ("pool_dispatcher", "dispatchers"),
+    ("envoy", "envoy"),
+)
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process and every process under it, by role."""
+    me = psutil.Process()
+    totals: dict[str, float] = {}
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            role = "bench process"
+            if process.pid != me.pid:
+                command = " ".join(process.cmdline())
+                role = next((name for marker, name in ROLES if marker in command), "other")
+            totals[role] = totals.get(role, 0.0) + times.user + times.system
+    return totals
+
+
 Call = Callable[[int], Awaitable[None]]
 Runner = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jobs per second
 
@@ -252,6 +284,16 @@ async def run_lanes(call: Call, first: int, jobs: int, lanes: int) -> float:
 
 def payload(n: int) -> bytes:
     return f'{{"job": {n}}}'.encode()
+
+
+def health_caller(rig: PoolRig) -> Call:
+    stubs = [health_pb2_grpc.HealthStub(d.channel) for d in rig.dispatchers]
+    request = health_pb2.HealthCheckRequest(service=POOL_DISPATCHER.health_service)
+
+    async def call(n: int) -> None:
+        await stubs[n % len(stubs)].Check(request, timeout=120)
+
+    return call
 
 
 def grpc_caller(rig: PoolRig) -> Call:
@@ -353,6 +395,7 @@ async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[tuple[Runner, 
 
 CALIBRATION = "calibration loop (4 SQL + 1 HTTP)"
 NOTIFYING = "calibration loop + NOTIFY, 2 listening"
+FLOOR = "gRPC Health.Check (no job), 2 processes"
 
 
 async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
@@ -361,6 +404,8 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
         flush=True,
     )
     rates: dict[str, list[float]] = {}
+    cpu: dict[str, dict[str, float]] = {}  # path -> role -> CPU seconds over its measured rounds
+    measured: dict[str, int] = {}
     async with (
         pool_rig(processes=2, workers=4, edge=True) as rig,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
@@ -373,6 +418,7 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
         paths: dict[str, Runner] = {
             "gRPC SubmitJobSync, 2 processes": lanes_of(grpc_caller(rig)),
             "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
+            FLOOR: lanes_of(health_caller(rig)),
         }
         if calibrate:
             paths[CALIBRATION], paths[NOTIFYING] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
@@ -384,10 +430,18 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
         per_round = max(1, jobs // rounds)
         for r in range(rounds):  # rotate which path goes first, so load drifts hit every path alike
             for name, runner in order[r % len(order) :] + order[: r % len(order)]:
+                before = cpu_seconds()
                 rates.setdefault(name, []).append(await runner(numbered, per_round))
+                after = cpu_seconds()
+                spent = cpu.setdefault(name, {})
+                for role, seconds in after.items():
+                    spent[role] = spent.get(role, 0.0) + max(0.0, seconds - before.get(role, 0.0))
+                measured[name] = measured.get(name, 0) + per_round
                 numbered += per_round
         await asyncio.sleep(0.5)  # the warm-up burst's last completions
-        pool_jobs = 4 * 4 + sum(WARMUP + per_round * rounds for name in paths if name not in (CALIBRATION, NOTIFYING))
+        pool_jobs = 4 * 4 + sum(
+            WARMUP + per_round * rounds for name in paths if name not in (CALIBRATION, NOTIFYING, FLOOR)
+        )
         verdict = await check_exactly_once(rig.dsn, pool_jobs)
     results = {name: statistics.median(values) for name, values in rates.items()}
     print(f"\n{'path (median of rounds)':<40}{'jobs/s':>9}{'× goal':>9}{'× calibration':>15}   rounds")
@@ -397,6 +451,22 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
         spread = " ".join(f"{v:.0f}" for v in rates[name])
         print(f"{name:<40}{rate:>9.0f}{rate / 1000:>8.2f}x{versus}   {spread}")
     print(f"goal: ≥ 1,000 jobs/s (× goal ≥ 1.00); {verdict}")
+    cores = os.cpu_count() or 1
+    roles = [
+        role
+        for role in ("bench process", "dispatchers", "postgres", "workers", "envoy", "other")
+        if any(role in spent for spent in cpu.values())
+    ]
+    print(
+        f"\n{'CPU per job, µs (all rounds)':<40}{'total':>7}"
+        + "".join(f"{r:>15}" for r in roles)
+        + f"{f'{cores} cores ÷ total':>18}"
+    )
+    for name, spent in cpu.items():
+        per_job = {role: seconds / measured[name] * 1e6 for role, seconds in spent.items()}
+        total = sum(per_job.values())
+        row = "".join(f"{per_job.get(r, 0.0):>15.0f}" for r in roles)
+        print(f"{name:<40}{total:>7.0f}{row}{cores / total * 1e6:>12.0f} jobs/s")
     print(f"at end: {load_line()}")
 
 

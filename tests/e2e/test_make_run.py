@@ -21,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.postgres import embedded_data_dir
-from thermostat.chassis.registry import public_services
+from thermostat.chassis.registry import SERVICES, public_services
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,10 +40,8 @@ class DevStack:
             "EDGE_PORT": "0",
             "EDGE_ADMIN_PORT": "0",
             "RUNPOD_SIMULATOR_PORT": "0",
-            "POD_CONTROLLER_PORT": "0",
-            "IDLE_MONITOR_PORT": "0",
-            "POOL_DISPATCHER_PORT": "0",
-            "METERING_PORT": "0",
+            # every service on a free port: a fixed default collides with another stack on the same machine
+            **{service.port_env: "0" for service in SERVICES},
             "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
             "STRATA_POOL_TOKEN": POOL["Authorization"].removeprefix("Bearer "),
         }

@@ -9,16 +9,20 @@ processes; boots run outside it. Decisions are the pool policies' (thermostat.po
 
 Claims hand a job to a machine as `dispatched`; right before the payload goes out one conditional statement
 (mark_sent) makes it `running`, so a cancel, a reclaim or a newer incarnation of this instance that landed
-since the claim wins and nothing is sent or metered. Before any call the lease guards (sending a job,
-starting or stopping a machine) the process checks that its instance lease is trusted for longer than
-`call_budget` (a quarter of the lease): a process that cannot renew stops acting before anyone reclaims.
+since the claim wins and nothing is sent or metered. A completion that hands its machine the next queued job
+is itself that job's conditional send (fenced by owner and term, the lease checked before it): the job is
+`running` from that statement and goes out right after its answer, one statement fewer per queued job.
+Before any call the lease guards (sending a job, starting or stopping a machine) the process checks that its
+instance lease is trusted for longer than `call_budget` (a quarter of the lease): a process that cannot renew
+stops acting before anyone reclaims.
 Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old process of the same instance
 id that is merely stalled is fenced off by term while the new one takes its rows back at once.
 
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 `LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
 second. A sync wait whose job this process completed takes the job and result from the completion (no
-read); one completed elsewhere reads both once. A submit that queued places only when placement can act
+read); one completed elsewhere takes a small result from the notification (no read either) and reads a
+larger one, or a failure, once. A submit that queued places only when placement can act
 (policy: placement_may_act). The catalogue is cached with its version: `LISTEN pool_catalogue` and every
 scaler pass refresh it. bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 """
@@ -32,7 +36,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from thermostat.chassis import tracing
 from thermostat.chassis.clock import Clock as LeaseClock
@@ -60,7 +64,7 @@ from thermostat.store.connections import borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
-from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription
+from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription, parse_job_done
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -99,7 +103,7 @@ class Hooks:
     before_machine_ready: Callable[[str], Awaitable[None]] | None = None
     before_complete: Callable[[str], Awaitable[None]] | None = None
     before_insert_machines: Callable[[], Awaitable[None]] | None = None
-    before_send: Callable[[str], Awaitable[None]] | None = None
+    before_send: Callable[[str], Awaitable[None]] | None = None  # before mark_sent; a completion's hand-off has none
     before_record_started: Callable[[str], Awaitable[None]] | None = None
 
 
@@ -107,6 +111,12 @@ class Hooks:
 class _Waiter:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     finished: Finished | None = None  # set by this process's own completion: nothing to re-read
+    announced: bytes | None = None  # the result another process's completion notified: nothing to re-read
+
+
+NOTIFIED_RESULT_BYTES = 2048
+"""A completion notifies its result with the job id up to this size (base64, within NOTIFY's 8,000 bytes), so
+a sync wait in another process answers without reading the job back; a larger one is read."""
 
 
 RECENT_DONE = 4096
@@ -144,6 +154,10 @@ class _Waiters:
         for waiter in self.waiting.get(job_id, []):
             waiter.finished = finished
             waiter.event.set()
+
+    def announce(self, job_id: str, result: bytes) -> None:
+        for waiter in self.waiting.get(job_id, []):
+            waiter.announced = result
 
 
 class Dispatcher:
@@ -283,10 +297,13 @@ class Dispatcher:
             {"pool_jobs_done": self._on_job_done, "pool_catalogue": self._on_catalogue}
         )
 
-    def _on_job_done(self, job_id: str) -> None:
+    def _on_job_done(self, payload: str) -> None:
+        job_id, result = parse_job_done(payload)
         if job_id in self._waiters.completing:
             self._waiters.recent[job_id] = None  # the completion in flight here wakes its waiters itself
             return
+        if result is not None:
+            self._waiters.announce(job_id, result)
         self._waiters.wake(job_id)
 
     def _on_catalogue(self, _version: str) -> None:
@@ -404,6 +421,9 @@ class Dispatcher:
             while True:
                 if waiter.finished is not None:
                     return waiter.finished
+                if waiter.announced is not None:
+                    completed = replace(job, state=str(JobState.COMPLETED), has_result=True)
+                    return Finished(job=completed, result=waiter.announced)
                 remaining = deadline - self.clock()
                 if stale or remaining <= 0:
                     waiter.event.clear()
@@ -456,27 +476,28 @@ class Dispatcher:
                 endpoint, token = address
             if endpoint is None:
                 return
-            if self.hooks.before_send is not None:
-                await self.hooks.before_send(assignment.job_id)
-            if not self.trusted_for_call():
-                log.warning(
-                    "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
-                    assignment.job_id,
-                )
-                await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
-                return
-            sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
-            if not sent:
-                log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
-                self._waiters.wake(assignment.job_id)
-                if not freed:
+            if not assignment.sent:  # claimed dispatched: the conditional send comes now
+                if self.hooks.before_send is not None:
+                    await self.hooks.before_send(assignment.job_id)
+                if not self.trusted_for_call():
+                    log.warning(
+                        "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
+                        assignment.job_id,
+                    )
+                    await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
                     return
-                self._idle_since[assignment.machine_id] = self.clock()
-                current = self.catalogue.get(machine_type)
-                if current is None or current.image != image:
-                    return
-                assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
-                continue
+                sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
+                if not sent:
+                    log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
+                    self._waiters.wake(assignment.job_id)
+                    if not freed:
+                        return
+                    self._idle_since[assignment.machine_id] = self.clock()
+                    current = self.catalogue.get(machine_type)
+                    if current is None or current.image != image:
+                        return
+                    assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
+                    continue
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             # pool.queue: from the submit (the database's clock) to now, recorded after the fact
             tracing.end_span(
@@ -500,6 +521,9 @@ class Dispatcher:
                 await self.hooks.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
+            # the next job goes out right after this statement, which is then its conditional send (no
+            # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
+            send_next = keep_feeding and self.trusted_for_call()
             self._waiters.completing.add(assignment.job_id)
             try:
                 completion = await self.repo.complete(
@@ -512,8 +536,10 @@ class Dispatcher:
                     owner=self.owner,
                     retire=outcome.retire_machine,
                     take_next=keep_feeding,
+                    send_next=send_next,
                     tenant_id=tenant_id,
                     machine_type=machine_type,
+                    notified_result_bytes=NOTIFIED_RESULT_BYTES,
                 )
                 if completion.job is not None:
                     result = outcome.result if completion.job.has_result else None

@@ -46,9 +46,14 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
 -- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
--- or straight on to the next queued job of its tenant and type (priority desc, then FIFO; dispatched, sent
--- after mark_sent) when it is kept and its image is current. $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic),
--- $7 me, $8 term, $9 retire, $10 take next, $11 tenant, $12 type.
+-- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept and
+-- its image is current. $13: the next job is sent at once, so this statement is its conditional send (running,
+-- as mark_sent would make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
+-- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
+-- The notification names the job; a completed one whose result is at most $14 bytes carries it too
+-- ("<id> completed <base64>"), so a sync wait in another process answers without reading the job back.
+-- $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic), $7 me, $8 term, $9 retire,
+-- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries.
 WITH job AS (
     UPDATE pool_jobs
     SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
@@ -74,9 +79,11 @@ WITH job AS (
     FOR UPDATE SKIP LOCKED
 ), handed AS (
     UPDATE pool_jobs j
-    SET state = 'dispatched', worker_id = $2, owner = $7, owner_term = $8
+    SET state = CASE WHEN $13 THEN 'running' ELSE 'dispatched' END,
+        started_at = CASE WHEN $13 THEN now() END,
+        worker_id = $2, owner = $7, owner_term = $8
     FROM next WHERE j.id = next.id
-    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
+    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at, j.state
 ), machine AS (
     UPDATE pool_machines m
     SET state = CASE WHEN $9 THEN 'stopping' WHEN EXISTS (SELECT 1 FROM handed) THEN 'busy' ELSE 'warm' END,
@@ -93,8 +100,10 @@ SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priorit
        (SELECT provider_id FROM machine) AS provider_id,
        (SELECT position FROM usage) AS position,
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
-       handed.submitted_at,
-       (SELECT pg_notify('pool_jobs_done', id::text) FROM job) AS notified
+       handed.submitted_at, handed.state = 'running' AS sent,
+       (SELECT pg_notify('pool_jobs_done', id::text || CASE
+            WHEN state = 'completed' AND COALESCE(octet_length($4::bytea), 0) <= $14
+            THEN ' completed ' || COALESCE(encode($4::bytea, 'base64'), '') ELSE '' END) FROM job) AS notified
 FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 
 -- name: take_next

@@ -7,6 +7,7 @@ Payloads and results travel as bytes; the machine token is read only where a wor
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +69,7 @@ class Assignment:
     submitted_at: datetime
     endpoint: str | None = None
     token: str | None = None
+    sent: bool = False  # already running: its claim was its conditional send (no mark_sent before the call)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +85,9 @@ class Submitted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finished:
-    """A job as a sync wait answers it: the job, and its result bytes when known (None: not read)."""
+    """A job as a sync wait answers it: the job, and its result bytes when known (None: not read). From another
+    process's notification (a completed job with its result) the job is the submitted view in its terminal
+    state: a completed answer names only the job's id and state."""
 
     job: JobView
     result: bytes | None
@@ -196,8 +200,22 @@ def _job(row: asyncpg.Record) -> JobView:
     )
 
 
+def parse_job_done(payload: str) -> tuple[str, bytes | None]:
+    """A `pool_jobs_done` notification: the job id, and the result when it announces a completion with it."""
+    job_id, _, announced = payload.partition(" ")
+    state, _, encoded = announced.partition(" ")
+    if state != "completed":
+        return job_id, None
+    return job_id, base64.b64decode(encoded)  # PostgreSQL breaks base64 into lines: the decoder skips them
+
+
 def _assignment(
-    row: asyncpg.Record, machine_id: str, *, endpoint: str | None = None, token: str | None = None
+    row: asyncpg.Record,
+    machine_id: str,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    sent: bool = False,
 ) -> Assignment:
     trace = {k: row[k] for k in ("traceparent", "tracestate") if row[k]}
     return Assignment(
@@ -209,6 +227,7 @@ def _assignment(
         submitted_at=row["submitted_at"],
         endpoint=endpoint,
         token=token,
+        sent=sent,
     )
 
 
@@ -330,9 +349,13 @@ class PoolRepository:
         owner: Owner,
         retire: bool,
         take_next: bool,
+        send_next: bool,
         tenant_id: str,
         machine_type: str,
+        notified_result_bytes: int,
     ) -> Completion:
+        """The terminal state, the usage event and the machine's next job in one statement; with `send_next` the
+        next job is handed over running (this statement is its conditional send), else dispatched."""
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -349,9 +372,11 @@ class PoolRepository:
                     take_next,
                     tenant_id,
                     machine_type,
+                    send_next,
+                    notified_result_bytes,
                 )
             )
-        next_job = None if row["id"] is None else _assignment(row, machine_id)
+        next_job = None if row["id"] is None else _assignment(row, machine_id, sent=bool(row["sent"]))
         finished = None
         if row["job_state"] is not None:
             finished = JobView(

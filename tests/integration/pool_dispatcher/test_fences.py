@@ -159,3 +159,87 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
 
 async def _true_or_none(value: bool) -> bool | None:
     return True if value else None
+
+
+class HeldCompletion:
+    """A before_complete hook that holds the next completion once armed, until released."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, job_id: str) -> None:
+        if self.armed:
+            self.armed = False
+            self.arrived.set()
+            await self.release.wait()
+
+
+async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_without_a_second_claim(
+    pool_store: Store, tmp_path: Path
+) -> None:
+    """The completion is the queued job's conditional send: the job is running from that statement on, with
+    no dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never
+    sees it."""
+    journal = tmp_path / "journal"
+    held, sends = HeldCompletion(), []
+
+    async def before_send(job_id: str) -> None:
+        sends.append(job_id)
+
+    hooks = Hooks(before_complete=held, before_send=before_send)
+    async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=hooks) as pool:
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        held.armed = True
+        first = await pool.submit(b'{"seconds": 0, "n": "first"}', machine_type="sleepy")
+        await held.arrived.wait()  # the first ran and waits to complete: the machine is busy
+        queued_payload = b'{"seconds": 0, "n": "handed over by the completion"}'
+        queued = await pool.submit(queued_payload, machine_type="sleepy")
+        assert (await pool.job(queued.id)).state == "queued"
+        sends.clear()
+        held.release.set()
+        assert (await pool.finished(queued.id)).state == "completed"
+        assert (await pool.finished(first.id)).state == "completed"
+        assert sends == []  # no mark_sent: the hand-off was the send
+        assert reached_worker(journal, queued_payload) == 1
+        assert [e.job_id for e in await pool.usage()].count(queued.id) == 1
+
+
+async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it_would_send(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The lease is not trusted for a call when the completion runs: the queued job it hands the machine is
+    only dispatched, so the send's own check requeues it, and it never reaches the worker meanwhile; once a
+    renewal lands it runs."""
+    journal = tmp_path / "journal"
+    held = HeldCompletion()
+    lease_clock = FakeClock()
+    async with alpha(
+        database_url, [journalled_type(journal)], hooks=Hooks(before_complete=held), lease_clock=lease_clock
+    ) as (pool, store):
+        await pool.run(b"0", machine_type="sleepy")
+        held.armed = True
+        first = await pool.submit(b'{"seconds": 0, "n": "first"}', machine_type="sleepy")
+        await held.arrived.wait()
+        payload = b'{"seconds": 0, "n": "queued behind an untrusted completion"}'
+        job = await pool.submit(payload, machine_type="sleepy")
+        assert (await pool.job(job.id)).state == "queued"
+        async with store.pool.acquire() as blocker, blocker.transaction():
+            await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
+            lease_clock.advance(20)  # 4 s of trust left, under the 7.5 s call budget
+            assert not pool.dispatcher.trusted_for_call()
+            held.release.set()
+            assert (await pool.finished(first.id)).state == "completed"
+
+            async def requeued() -> bool | None:
+                return True if not [t for t in pool.dispatcher._tasks if "pool-run" in t.get_name()] else None
+
+            await eventually(requeued, timeout=10)
+            assert (await pool.job(job.id)).state == "queued"
+            await machine_idle(pool)
+            assert reached_worker(journal, payload) == 0
+        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
+        await pool.dispatcher.place()
+        assert (await pool.finished(job.id)).state == "completed"
+        assert reached_worker(journal, payload) == 1

@@ -134,7 +134,11 @@ async def test_two_hundred_jobs_alternating_between_two_processes_run_exactly_on
             dispatcher_process(database_url, "beta", types, POOL_MAX_WORKERS_TOTAL="2") as beta,
         ):
             pools = (alpha, beta)
-            payloads = [f"job-{i}-{uuid.uuid4()}".encode() for i in range(200)]
+            # every third result is over the size a completion's notification carries: a sync wait in the other
+            # process reads that one back, and takes the small ones from the notification
+            payloads = [
+                f"job-{i}-{uuid.uuid4()}-".encode() + (b"\xff\x00" * 1500 if i % 3 == 0 else b"") for i in range(200)
+            ]
             gate = asyncio.Semaphore(16)
             most_machines = 0
             done = asyncio.Event()

@@ -1,0 +1,114 @@
+"""Pool throughput A/B: the gRPC path on two revisions of the dispatcher, side by side in one run.
+
+Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--jobs 1500] [--rounds 6] [--clients 32]
+
+How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
+builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
+service code of `--baseline` (default: where this branch left main, `git merge-base main HEAD`; `git archive`
+of its services/ put first on the dispatchers' PYTHONPATH), B the working tree's. Rounds of `--jobs` gRPC
+SubmitJobSync calls alternate A B, B A, ... so load drifts hit both alike; each round prints its rate and
+the CPU each process group spent per job. The verdict is the medians, and how many rounds of B beat every
+round of A. Only services/ differs between the rigs (libraries, workers, schema and callers are the working
+tree's), so a baseline must work with the working tree's libraries and migrations: a merge base does, a main
+that moved on may not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parent)]
+
+import pool_throughput as throughput  # noqa: E402
+
+ROLES = ("dispatchers", "postgres", "bench process", "workers")
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=throughput.ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@contextlib.contextmanager
+def services_of(revision: str) -> Any:
+    """The revision's services/ in a scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="pool-ab-") as tmp:
+        archive = subprocess.run(
+            ["git", "archive", revision, "services"], cwd=throughput.ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield Path(tmp) / "services"
+
+
+@contextlib.asynccontextmanager
+async def rig_on(code: Path | None) -> Any:
+    """bench/pool_throughput.py's rig; with `code`, its dispatchers import the service code from there."""
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_on(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        if code is not None and "pool_dispatcher" in " ".join(map(str, args)):
+            kwargs["env"] = {**kwargs["env"], "PYTHONPATH": str(code)}
+        return await spawn(*args, **kwargs)
+
+    asyncio.create_subprocess_exec = spawn_on  # type: ignore[assignment]
+    try:
+        async with throughput.pool_rig(processes=2, workers=4, edge=False) as rig:
+            asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
+            yield rig
+    finally:
+        asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
+
+
+async def main(baseline: str, jobs: int, rounds: int, lanes: int) -> None:
+    print(f"A = {baseline[:12]}, B = the working tree; {jobs} jobs a round, {rounds} rounds each, {lanes} callers")
+    print(f"at start: {throughput.load_line()}", flush=True)
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    with services_of(baseline) as code:
+        async with rig_on(code) as rig_a, rig_on(None) as rig_b:
+            calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
+            for call in calls.values():
+                await throughput.run_lanes(call, 0, throughput.WARMUP, lanes)
+            numbered = throughput.WARMUP
+            print(f"\n{'round':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in ROLES))
+            for r in range(rounds):
+                for design in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                    before = throughput.cpu_seconds()
+                    rate = await throughput.run_lanes(calls[design], numbered, jobs, lanes)
+                    after = throughput.cpu_seconds()
+                    numbered += jobs
+                    per_job = {role: (after.get(role, 0.0) - before.get(role, 0.0)) / jobs * 1e6 for role in ROLES}
+                    rates[design].append(rate)
+                    spent[design].append(per_job)
+                    print(f"{design} {r + 1:<6}{rate:>8.0f}" + "".join(f"{per_job[role]:>24.0f}" for role in ROLES))
+    print(f"\n{'median':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in ROLES))
+    for design in ("A", "B"):
+        medians = [statistics.median(s[role] for s in spent[design]) for role in ROLES]
+        print(f"{design:<8}{statistics.median(rates[design]):>8.0f}" + "".join(f"{m:>24.0f}" for m in medians))
+    ratio = statistics.median(rates["B"]) / statistics.median(rates["A"])
+    beaten = sum(rate > max(rates["A"]) for rate in rates["B"])
+    print(f"B / A = {ratio:.2f}x; {beaten} of {rounds} B rounds beat every A round; at end: {throughput.load_line()}")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="the git revision A runs (default: git merge-base main HEAD)")
+    parser.add_argument("--jobs", type=int, default=1500, help="jobs per round (default 1500)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
+    args = parser.parse_args()
+    baseline = args.baseline or git("merge-base", "main", "HEAD")
+    asyncio.run(main(baseline, args.jobs, args.rounds, args.clients))
+
+
+if __name__ == "__main__":
+    cli()
