@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,15 @@ from thermostat.dev.envoy import EnvoyError, validate_config
 from tools import k8s_manifests as gen
 
 
-def _mounted(tmp_path: Path, config: str, descriptors: bytes) -> Path:
-    """`config` and `descriptors` as the pod sees them, with the mount moved under `tmp_path`."""
-    mount = tmp_path / "etc-envoy"
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="thermostat-edge-") as path:
+        yield Path(path)
+
+
+def _mounted(scratch: Path, config: str, descriptors: bytes) -> Path:
+    """`config` and `descriptors` as the pod sees them, with the mount moved under `scratch`."""
+    mount = scratch / "etc-envoy"
     mount.mkdir()
     (mount / "thermostat.pb").write_bytes(descriptors)
     path = mount / "envoy.yaml"
@@ -29,18 +37,18 @@ def _config_map() -> dict:
     return yaml.safe_load((gen.K8S / "edge-config.yaml").read_text())
 
 
-def test_envoy_accepts_the_config_map_with_its_descriptor_set(tmp_path: Path) -> None:
+def test_envoy_accepts_the_config_map_with_its_descriptor_set(scratch: Path) -> None:
     config_map = _config_map()
     descriptors = base64.b64decode(config_map["binaryData"]["thermostat.pb"])
-    validate_config(_mounted(tmp_path, config_map["data"]["envoy.yaml"], descriptors))
+    validate_config(_mounted(scratch, config_map["data"]["envoy.yaml"], descriptors))
 
 
-def test_compose_edge_config_is_the_cluster_one_and_envoy_accepts_it_with_the_built_descriptors(tmp_path) -> None:
+def test_compose_edge_config_is_the_cluster_one_and_envoy_accepts_it_with_the_built_descriptors(scratch) -> None:
     """The compose edge image pairs deploy/edge/envoy.yaml with the image build's descriptor set (with source
     info: build/thermostat.pb as `make proto` writes it)."""
     config = (gen.DEPLOY / "edge" / "envoy.yaml").read_text()
     assert config == _config_map()["data"]["envoy.yaml"]
-    validate_config(_mounted(tmp_path, config, gen.DESCRIPTOR_SET.read_bytes()))
+    validate_config(_mounted(scratch, config, gen.DESCRIPTOR_SET.read_bytes()))
 
 
 def test_the_shipped_config_listens_on_every_interface_and_routes_each_service_by_name() -> None:
@@ -55,8 +63,8 @@ def test_the_shipped_config_listens_on_every_interface_and_routes_each_service_b
     }
 
 
-def test_a_descriptor_set_that_lacks_the_routed_services_is_refused_by_envoy(tmp_path: Path) -> None:
+def test_a_descriptor_set_that_lacks_the_routed_services_is_refused_by_envoy(scratch: Path) -> None:
     """The check above can fail: Envoy refuses the config when the descriptors do not hold what it transcodes."""
     config_map = _config_map()
     with pytest.raises(EnvoyError, match="rejected"):
-        validate_config(_mounted(tmp_path, config_map["data"]["envoy.yaml"], b""))
+        validate_config(_mounted(scratch, config_map["data"]["envoy.yaml"], b""))

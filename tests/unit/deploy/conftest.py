@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -32,3 +35,11 @@ def on_disk() -> list[str]:
 @pytest.fixture
 def compose() -> dict:
     return copy.deepcopy(_COMPOSE)
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A directory of the test's own, outside pytest's shared base temp (which concurrent sessions on this machine
+    reset under each other)."""
+    with tempfile.TemporaryDirectory(prefix="thermostat-deploy-") as path:
+        yield Path(path)

@@ -4,6 +4,7 @@ their Secrets, and agree with the service registry; each check catches the mista
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,10 +220,10 @@ def test_the_edge_config_map_holds_the_generated_config_and_the_descriptor_set_e
     assert container(resources, "edge")["command"][:3] == ["envoy", "-c", "/etc/envoy/envoy.yaml"]
 
 
-def test_a_changed_edge_config_changes_the_pod_template_so_the_edge_rolls(tmp_path) -> None:
+def test_a_changed_edge_config_changes_the_pod_template_so_the_edge_rolls(scratch: Path) -> None:
     """The hash annotation follows the config and the descriptors: an apply with a new config restarts Envoy."""
     before = gen.render()[gen.Path("deploy/k8s/edge.yaml")]
-    widened = tmp_path / "thermostat.pb"
+    widened = scratch / "thermostat.pb"
     widened.write_bytes(gen.DESCRIPTOR_SET.read_bytes())
     assert gen.render(descriptor_set=widened)[gen.Path("deploy/k8s/edge.yaml")] == before
     from google.protobuf import descriptor_pb2
