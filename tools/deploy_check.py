@@ -40,6 +40,7 @@ ROOT = gen.ROOT
 Doc = dict[str, Any]
 SECRET_LIKE = re.compile(r"TOKEN|KEY|PASSWORD|SECRET|DATABASE_URL")
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources"}
+ADMITTED = {"key": gen.ROLE, "operator": "In", "values": ["edge", "service"]}
 BUILD_COPIES = {"requirements.txt", "protos", "libs", "services", "tools/protogen.py"}
 
 
@@ -161,14 +162,19 @@ def _service_problems(service: ServiceDef, resources: list[Resource]) -> Iterato
     if not {"cpu", "memory"} <= set(limits.get("requests", {})) or "memory" not in limits.get("limits", {}):
         yield f"Deployment {name}: resources need cpu and memory requests and a memory limit"
     svc = _find(resources, "Service", name)
-    if svc is None or [p.get("port") for p in svc["spec"].get("ports", [])] != [port]:
-        yield f"Service {name}: missing or not on port {port}"
+    if svc is None or [p.get("port") for p in svc["spec"].get("ports", [])][:1] != [port]:
+        yield f"Service {name}: missing or not on port {port} (first)"
     budget = _find(resources, "PodDisruptionBudget", name)
     if budget is None or budget["spec"].get("selector") != {"matchLabels": {"app": name}}:
         yield f"PodDisruptionBudget {name}: missing or not selecting app={name}"
     policy = _find(resources, "NetworkPolicy", name)
-    if policy is None or [p.get("port") for rule in policy["spec"].get("ingress", []) for p in rule["ports"]] != [port]:
+    rules = [
+        r for r in (policy or {}).get("spec", {}).get("ingress", []) if port in [p.get("port") for p in r["ports"]]
+    ]
+    if not rules:
         yield f"NetworkPolicy {name}: missing or not admitting port {port}"
+    elif any(rule.get("from") != [{"podSelector": {"matchExpressions": [ADMITTED]}}] for rule in rules):
+        yield f"NetworkPolicy {name}: port {port} is admitted to more than pods labelled as the edge or a service"
 
 
 def registry_problems(resources: list[Resource], services: Iterable[ServiceDef] = SERVICES) -> list[str]:
@@ -202,9 +208,10 @@ def edge_problems(resources: list[Resource], services: tuple[ServiceDef, ...] = 
         c["name"]: c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
         for c in config.get("static_resources", {}).get("clusters", [])
     }
-    wanted = {s.name: {"address": s.name, "port_value": s.default_port} for s in services}
-    if clusters != wanted:
-        problems.append(f"ConfigMap {gen.EDGE_CONFIG_NAME}: clusters {clusters} are not the registry's {wanted}")
+    for service in services:
+        wanted = {"address": service.name, "port_value": service.default_port}
+        if clusters.get(service.name) != wanted:
+            problems.append(f"ConfigMap {gen.EDGE_CONFIG_NAME}: cluster {service.name} is {clusters.get(service.name)}")
     descriptors = re.findall(r'"proto_descriptor": "([^"]+)"', config_map["data"]["envoy.yaml"])
     mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
     for path in set(descriptors):
@@ -240,7 +247,9 @@ def compose_problems(compose: Doc, services: Iterable[ServiceDef] = SERVICES) ->
         env = spec.get("environment", {})
         if spec.get("command") != ["python", "-m", service.package] or spec.get("image") != gen.IMAGE:
             problems.append(f"compose {service.name}: does not run {service.package} from {gen.IMAGE}")
-        if env.get(service.port_env) != str(service.default_port) or spec.get("expose") != [str(service.default_port)]:
+        if env.get(service.port_env) != str(service.default_port) or spec.get("expose", [])[:1] != [
+            str(service.default_port)
+        ]:
             problems.append(f"compose {service.name}: {service.port_env} and expose must be {service.default_port}")
         if "@postgres:5432/" not in str(env.get("DATABASE_URL")):
             problems.append(f"compose {service.name}: DATABASE_URL does not point at the postgres service")

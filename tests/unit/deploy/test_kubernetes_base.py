@@ -181,6 +181,22 @@ def test_every_registered_service_and_the_edge_agree_with_the_registry(resources
             id="policy-port",
         ),
         pytest.param(
+            lambda r: find(r, "NetworkPolicy", "metering")["spec"]["ingress"][0].update({"from": [{}]}),
+            "port 50064 is admitted to more than pods labelled as the edge or a service",
+            id="policy-open-to-all",
+        ),
+        pytest.param(
+            lambda r: find(r, "ConfigMap", "thermostat-edge")["data"].update(
+                {
+                    "envoy.yaml": find(r, "ConfigMap", "thermostat-edge")["data"]["envoy.yaml"].replace(
+                        '"address": "metering"', '"address": "metering.other"'
+                    )
+                }
+            ),
+            "cluster metering is {'address': 'metering.other', 'port_value': 50064}",
+            id="edge-cluster-elsewhere",
+        ),
+        pytest.param(
             lambda r: find(r, "ConfigMap", "thermostat-config")["data"].pop("METERING_ADDR"),
             "METERING_ADDR is not metering:50064",
             id="address",
