@@ -39,7 +39,7 @@ node_modules/.bin/buf: package.json
 	@npm install --silent --no-audit --no-fund
 	@touch $@
 
-k8s: $(STAMP) ## write deploy/k8s/thermostat.yaml from the service registry (commit the result)
+k8s: proto ## write deploy/k8s/ (kustomize base), deploy/edge/envoy.yaml and deploy/compose.yaml from the registry
 	@$(BIN)/python tools/k8s_manifests.py
 
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
@@ -53,6 +53,7 @@ lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and 
 	@$(BIN)/ruff format --check .
 	@$(BIN)/mypy
 	@$(BIN)/lint-imports
+	@$(BIN)/python -m tools.deploy_check
 	@node_modules/.bin/buf lint
 	@if git rev-parse -q --verify HEAD~1 >/dev/null && git ls-tree -r --name-only HEAD~1 -- protos | grep -q '\.proto$$'; then \
 	  node_modules/.bin/buf breaking --against '.git#ref=HEAD~1' && echo "buf breaking: no breaking change against HEAD~1"; \

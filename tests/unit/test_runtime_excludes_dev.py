@@ -35,10 +35,14 @@ def test_the_production_requirements_hold_no_dev_wheel() -> None:
     assert set(DEV_ONLY) <= _requirement_names(ROOT / "requirements-dev.txt")
 
 
-@pytest.mark.parametrize("service", SERVICES, ids=[s.name for s in SERVICES])
-def test_a_service_entry_point_imports_nothing_from_the_dev_tooling(service) -> None:  # type: ignore[no-untyped-def]
-    """Imported with dev/ off the path (as in the image), `python -m <service>`'s module loads and pulls no dev code."""
-    probe = _PROBE.format(dev=str(ROOT / "dev"), module=f"{service.package}.__main__")
+# Every entry point the image runs: each service, and the deployment's migration step.
+ENTRY_POINTS = [*(f"{s.package}.__main__" for s in SERVICES), "thermostat.store.migrate"]
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_an_entry_point_of_the_image_imports_nothing_from_the_dev_tooling(module: str) -> None:
+    """Imported with dev/ off the path (as in the image), `python -m <module>` loads and pulls no dev code."""
+    probe = _PROBE.format(dev=str(ROOT / "dev"), module=module)
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
     )

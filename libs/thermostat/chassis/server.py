@@ -3,8 +3,10 @@ graceful stop.
 
 Health follows the dependencies: every `probe_seconds` the service's dependency check runs (for the
 services, a store ping), and the overall status and each service's status are SERVING only while it passes.
-On SIGTERM/SIGINT the service turns NOT_SERVING first (load balancers stop sending), stops accepting new
-RPCs, and gives in-flight ones `grace` seconds to finish.
+The health name `liveness` is SERVING from start to stop whatever the dependencies say: a liveness probe asks
+for it, so a store outage takes replicas out of rotation (readiness) without restarting them all, while a
+process whose event loop no longer answers still fails it. On SIGTERM/SIGINT the service turns NOT_SERVING
+first (load balancers stop sending), stops accepting new RPCs, and gives in-flight ones `grace` seconds to finish.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ log = logging.getLogger("thermostat.chassis.server")
 
 STOP_MARGIN_SECONDS = 5.0
 """How long past its grace a server's stop may take before the host stops waiting for it."""
+
+LIVENESS = "liveness"
+"""The health name a liveness probe asks for: SERVING while the process answers, independent of its store."""
 
 DependencyCheck = Callable[[], Awaitable[bool]]
 Hook = Callable[[], Awaitable[None]]
@@ -111,6 +116,7 @@ class ServiceHost:
             raise RuntimeError(f"{spec.name}: could not bind {host}:{port}")
         for hook in spec.on_start:
             await hook()
+        await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_all(await self._dependencies_ok())
         await self.server.start()
         self._probe = asyncio.create_task(self._probe_loop(), name=f"{spec.name}-health-probe")

@@ -22,7 +22,7 @@ from typing import Any, Final
 from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.ports import port_from_env
-from thermostat.chassis.registry import SERVICES, ServiceDef
+from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.edge.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
@@ -122,7 +122,9 @@ class EdgeSpec:
     """Everything the edge's config depends on."""
 
     upstreams: tuple[Upstream, ...]
-    descriptor_set: Path
+    descriptor_set: Path  # read here, to find the routes' path bindings and check the long calls
+    # where Envoy reads the descriptor set, when not at `descriptor_set` (a container's mount); None: the same path
+    envoy_descriptor_path: Path | None = None
     reflection_cluster: str | None = None
     listen_address: str = DEFAULT_LISTEN_ADDRESS
     listen_port: int = DEFAULT_LISTEN_PORT
@@ -169,6 +171,19 @@ def upstreams(
     )
 
 
+def deployment_spec(descriptor_set: Path, *, envoy_descriptor_path: Path) -> EdgeSpec:
+    """The edge of a deployment (Kubernetes, compose): every registered service reached by its name on its
+    registry port, the listener on every interface; the config `make k8s` ships (tools/k8s_manifests.py)."""
+    reflection = reflecting()
+    return EdgeSpec(
+        upstreams=upstreams(),
+        descriptor_set=descriptor_set,
+        envoy_descriptor_path=envoy_descriptor_path,
+        reflection_cluster=reflection.name if reflection else None,
+        listen_address="0.0.0.0",
+    )
+
+
 def body_limit(spec: EdgeSpec) -> int:
     """The transcoder's request and response body limit: the spec's, raised to every upstream's gRPC message
     limit, so a body the service would take (or refuse with its own 413 and detail) is never cut by the edge."""
@@ -186,7 +201,7 @@ def _address(host: str, port: int) -> dict[str, Any]:
 def _transcoder(spec: EdgeSpec, services: list[str], *, proto_field_names: bool) -> dict[str, Any]:
     return {
         "@type": f"{_TYPES}.filters.http.grpc_json_transcoder.v3.GrpcJsonTranscoder",
-        "proto_descriptor": str(spec.descriptor_set),
+        "proto_descriptor": str(spec.envoy_descriptor_path or spec.descriptor_set),
         "services": services,
         "print_options": {
             "preserve_proto_field_names": proto_field_names,
@@ -448,8 +463,9 @@ def _check_calls(spec: EdgeSpec) -> None:
 
 
 def _check(spec: EdgeSpec) -> None:
-    if not spec.descriptor_set.is_absolute():
-        raise ValueError(f"descriptor set path must be absolute (Envoy's cwd is not ours): {spec.descriptor_set}")
+    for path in (spec.descriptor_set, spec.envoy_descriptor_path or spec.descriptor_set):
+        if not path.is_absolute():
+            raise ValueError(f"descriptor set path must be absolute (Envoy's cwd is not ours): {path}")
     clusters = [u.cluster for u in spec.upstreams]
     if not clusters:
         raise ValueError("the edge needs at least one upstream")

@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from thermostat.chassis.auth import TokenRule
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.request_context import insecure_channel, outgoing_metadata, request_id_var
-from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.chassis.server import LIVENESS, ServiceHost, ServiceSpec
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -70,6 +70,28 @@ async def test_health_is_serving_only_while_the_dependency_answers() -> None:
         await _wait_for_status(port, NOT_SERVING, "test.Echo")
         reachable["ok"] = True
         await _wait_for_status(port, SERVING)
+    finally:
+        await host.stop(0.1)
+
+
+async def test_liveness_stays_serving_while_the_dependency_is_down_so_a_store_outage_restarts_nothing() -> None:
+    """Kubernetes' liveness probe asks for `liveness`: readiness (the service's name) follows the store, liveness
+    only says the process answers, so an outage takes replicas out of rotation without a restart loop."""
+    reachable = {"ok": True}
+
+    async def check() -> bool:
+        return reachable["ok"]
+
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
+        probe_seconds=0.05,
+    )
+    port = await host.start()
+    try:
+        assert await _health(port, LIVENESS) == SERVING
+        reachable["ok"] = False
+        await _wait_for_status(port, NOT_SERVING, "test.Echo")
+        assert await _health(port, LIVENESS) == SERVING
     finally:
         await host.stop(0.1)
 
