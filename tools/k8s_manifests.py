@@ -25,6 +25,7 @@ ENV_FROM = "thermostat-database"  # the required Secret every service reads DATA
 RUNPOD_SECRET = "thermostat-runpod"  # noqa: S105 -- a Secret's name; optional: the RunPod key and tokens
 INTERNAL_SECRET = "thermostat-internal"  # noqa: S105 -- a Secret's name; required: the services' internal token
 ROLE = "thermostat/role"  # the label NetworkPolicies select on: `service` for every service, `edge` for Envoy
+PROMETHEUS_ROLE = "prometheus"  # ROLE's value on the Prometheus pods admitted to each service's metrics port
 
 HEADER = """\
 # Thermostat on Kubernetes: two replicas of each service over one Postgres (DATABASE_URL), gRPC health probes,
@@ -42,7 +43,8 @@ HEADER = """\
 #   `kubectl create secret generic thermostat-internal --from-literal=internal-token=$(openssl rand -base64 32)`
 # NetworkPolicies admit to each service's port only pods labelled thermostat/role: service (every service here)
 # or thermostat/role: edge (label the Envoy edge's pods so). Kubelet probes come from the node and are not
-# subject to them on the common CNIs.
+# subject to them on the common CNIs. Each service serves Prometheus's /metrics on its metrics port (annotated
+# prometheus.io/*), admitted from pods labelled thermostat/role: prometheus in any namespace.
 # Written by `make k8s` (tools/k8s_manifests.py) from the service registry (thermostat.chassis.registry):
 # change those, not this file.
 """
@@ -117,7 +119,7 @@ def _note(text: str, width: int) -> str:
 
 
 def _deployment(service: ServiceDef, rollout: Rollout) -> str:
-    name, port = service.name, service.default_port
+    name, port, metrics = service.name, service.default_port, service.default_metrics_port
     lines = [
         "apiVersion: apps/v1",
         "kind: Deployment",
@@ -126,7 +128,9 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"  replicas: {rollout.replicas}{_note(rollout.replicas_note, 3)}",
         f"  selector: {{matchLabels: {{app: {name}}}}}",
         "  template:",
-        f"    metadata: {{labels: {{app: {name}, {ROLE}: service}}}}",
+        "    metadata:",
+        f"      labels: {{app: {name}, {ROLE}: service}}",
+        f"      annotations: {_scrape(service)}",
         "    spec:",
     ]
     if rollout.termination_grace_seconds is not None:
@@ -148,7 +152,7 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         lines.append(f"        # {rollout.env_from_note}")
     lines += [
         f"        envFrom: [{{configMapRef: {{name: thermostat-config}}}}, {{secretRef: {{name: {ENV_FROM}}}}}]",
-        f"        ports: [{{containerPort: {port}, name: grpc}}]",
+        f"        ports: [{{containerPort: {port}, name: grpc}}, {{containerPort: {metrics}, name: metrics}}]",
         f"        readinessProbe: {{grpc: {{port: {port}, service: {service.health_service}}}, periodSeconds: 5}}",
         f"        livenessProbe: {{grpc: {{port: {port}}}, periodSeconds: 10, failureThreshold: 6}}",
     ]
@@ -160,8 +164,16 @@ INTERNAL_TOKEN = (
 )
 
 
+def _scrape(service: ServiceDef) -> str:
+    """The pod annotations Prometheus's kubernetes-pods scrape config reads: where /metrics is."""
+    return (
+        f'{{prometheus.io/scrape: "true", prometheus.io/port: "{service.default_metrics_port}", '
+        "prometheus.io/path: /metrics}"
+    )
+
+
 def _network_policy(service: ServiceDef) -> str:
-    """Only the edge and the services reach a service's port."""
+    """Only the edge and the services reach a service's port; Prometheus (any namespace) its metrics port."""
     name = service.name
     return (
         "apiVersion: networking.k8s.io/v1\n"
@@ -173,6 +185,8 @@ def _network_policy(service: ServiceDef) -> str:
         "  ingress:\n"
         f"  - from: [{{podSelector: {{matchExpressions: [{{key: {ROLE}, operator: In, values: [edge, service]}}]}}}}]\n"
         f"    ports: [{{port: {service.default_port}, protocol: TCP}}]\n"
+        f"  - from: [{{namespaceSelector: {{}}, podSelector: {{matchLabels: {{{ROLE}: {PROMETHEUS_ROLE}}}}}}}]\n"
+        f"    ports: [{{port: {service.default_metrics_port}, protocol: TCP}}]\n"
     )
 
 

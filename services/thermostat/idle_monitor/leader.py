@@ -71,6 +71,7 @@ class PodLeader:
                 await self.clock.sleep(min(self.lease_seconds / 3, self.check_seconds))
             finally:
                 self.keeper = None
+                self.ticker.metrics.forget(name)  # the next holder reports the pod from here
                 with contextlib.suppress(Exception):
                     await keeper.release()
             log.warning(

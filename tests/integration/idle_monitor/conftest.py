@@ -313,7 +313,7 @@ async def in_process_monitor(env: Mapping[str, str], store: Store) -> AsyncItera
             mp.setenv(key, value)
         settings = IdleMonitorSettings()
     monitor = await build_monitor(settings, env, store)
-    port = await monitor.host.start("127.0.0.1", 0)
+    port = await monitor.host.start("127.0.0.1", 0, metrics_port=0)
     try:
         yield InProcessMonitor(monitor=monitor, address=f"127.0.0.1:{port}")
     finally:

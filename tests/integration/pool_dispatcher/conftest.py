@@ -155,7 +155,7 @@ async def start_pool(
     service = assemble(
         settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock, tracing=tracing
     )
-    port = await service.host.start("127.0.0.1", 0)
+    port = await service.host.start("127.0.0.1", 0, metrics_port=0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(
         address,

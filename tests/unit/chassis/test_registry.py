@@ -126,3 +126,27 @@ def test_every_service_reads_the_internal_token_from_its_secret_and_admits_only_
     assert f"podSelector: {{matchLabels: {{app: {service.name}}}}}" in policy
     assert "{key: thermostat/role, operator: In, values: [edge, service]}" in policy
     assert f"ports: [{{port: {service.default_port}, protocol: TCP}}]" in policy
+
+
+def test_every_port_of_the_house_is_distinct_metrics_ports_included() -> None:
+    ports = [p for s in SERVICES for p in (s.default_port, s.default_metrics_port)]
+    assert len(set(ports)) == len(ports)
+    assert len({s.metrics_port_env for s in SERVICES}) == len(SERVICES)
+
+
+@BY_NAME
+def test_every_deployment_exposes_its_metrics_port_to_prometheus_and_admits_only_prometheus_to_it(
+    service: ServiceDef,
+) -> None:
+    documents = k8s_manifests.render().split("\n---\n")
+    deployment = next(d for d in documents if "kind: Deployment" in d and f"{{name: {service.name}}}" in d)
+    assert f"{{containerPort: {service.default_metrics_port}, name: metrics}}" in deployment
+    assert (
+        f'annotations: {{prometheus.io/scrape: "true", prometheus.io/port: "{service.default_metrics_port}", '
+        "prometheus.io/path: /metrics}"
+    ) in deployment
+    (policy,) = [d for d in documents if "kind: NetworkPolicy" in d and f"{{name: {service.name}}}" in d]
+    assert (
+        "- from: [{namespaceSelector: {}, podSelector: {matchLabels: {thermostat/role: prometheus}}}]\n"
+        f"    ports: [{{port: {service.default_metrics_port}, protocol: TCP}}]"
+    ) in policy
