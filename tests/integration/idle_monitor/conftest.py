@@ -246,6 +246,7 @@ def monitor_env(database_url: str, controller_address: str, **overrides: str) ->
             "DATABASE_URL": database_url,
             "POD_CONTROLLER_ADDR": controller_address,
             "IDLE_MONITOR_PORT": "0",
+            "IDLE_MONITOR_METRICS_PORT": "0",
             "HEALTH_PROBE_SECONDS": "0.5",
             "LOG_LEVEL": "INFO",
             INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,

@@ -76,6 +76,7 @@ class RunningPool:
     channel: grpc.aio.Channel
     stub: pool_pb2_grpc.PoolDispatcherStub
     orphans: OrphanSweeper
+    metrics_port: int | None = None
 
     async def submit(
         self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local", **options: str
@@ -172,6 +173,7 @@ async def start_pool(
             channel=channel,
             stub=pool_pb2_grpc.PoolDispatcherStub(channel),
             orphans=service.orphans,
+            metrics_port=service.host.metrics_port,
         )
     finally:
         await channel.close()
