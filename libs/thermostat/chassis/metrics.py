@@ -34,7 +34,7 @@ log = logging.getLogger("thermostat.chassis.metrics")
 
 # No `_created` sample beside each counter and histogram: Prometheus's text format has no use for it, and it
 # doubles the series a scrape reads.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
 
 Refresh = Callable[[], Awaitable[None]]
 
