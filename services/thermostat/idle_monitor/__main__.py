@@ -123,6 +123,7 @@ async def build(
                 lease_seconds=settings.monitor_lease_seconds,
                 check_seconds=options.check_seconds,
                 clock=clock,
+                metrics=metrics,
             )
             leaders.append(leader)
             tasks.append(asyncio.create_task(leader.run(), name=f"monitor:{pod.name}"))

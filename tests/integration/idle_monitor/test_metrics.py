@@ -52,7 +52,7 @@ async def test_the_monitor_serves_its_metrics_over_http_and_counts_a_monitor_lea
     runpod_sim: RunPodSimulator, db_store: Store
 ) -> None:
     """monitor:qwen held by a replica that died (expired, never released): the monitor takes it over (counted
-    once) and ticks; its /metrics shows the pod's phase and the scrapes."""
+    once) and ticks; its /metrics shows the pod's phase and the scrapes, until it stops ticking the pod."""
     await db_store.pool.execute(
         "INSERT INTO leases (name, holder, term, acquired_at, renewed_at, expires_at) VALUES ($1, 'dead-replica', 1, "
         "now() - interval '2 minutes', now() - interval '2 minutes', now() - interval '1 minute')",
@@ -65,6 +65,10 @@ async def test_the_monitor_serves_its_metrics_over_http_and_counts_a_monitor_lea
     ):
         await eventually(lambda: watching(monitor), timeout=20)
         families = await scrape(monitor.monitor.host.metrics_port)
+        registry = monitor.monitor.host.spec.metrics
+    # stopped, the monitor no longer ticks the pod: its leader dropped the pod's series as it let the lease go
+    after = parse((await registry.exposition())[0].decode())
+    assert after["thermostat_monitor_phase"].samples == ()
     assert sum(s.value for s in families["thermostat_monitor_phase"].samples if s.labels["pod"] == POD) == 1
     assert families["thermostat_monitor_scrape_seconds"].value(result="answered") >= 1
     assert families["thermostat_lease_takeovers_total"].value(lease="monitor") == 1
