@@ -5,11 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.metrics import assert_documented, scrape
-from tests.fixtures.services import OPERATOR, VOLUME, RunningService, pod_controller_env, start_pod_controller
+from tests.fixtures.metrics import assert_documented, parse, scrape
+from tests.fixtures.services import (
+    OPERATOR,
+    SIM_API_KEY,
+    VOLUME,
+    RunningService,
+    pod_controller_env,
+    start_pod_controller,
+)
 from tests.integration.pod_controller.harness import start
+from tests.integration.pod_controller.test_pod_orphans import seed_pods
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.pod_controller.metrics import PodMetrics
+from thermostat.pod_controller.orphan_sweep import PodOrphanSweeper
+from thermostat.pod_controller.repository import PodRepository
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.common.orphan_sweep import OrphanSweep
+from thermostat.policy.common.pod_options import PodOptions
+from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.db import Store
 
 
@@ -64,3 +78,30 @@ async def test_a_wake_lease_left_by_a_dead_replica_is_a_takeover_and_a_released_
             assert (await start(pods_pb2_grpc.PodControllerStub(channel))).reply.outcome == "Started"  # type: ignore[union-attr]
         takeovers = (await scrape(controller.host.metrics_port))["thermostat_lease_takeovers_total"]
     assert takeovers.value(lease="wake") == (0 if released else 1)
+
+
+async def test_an_orphan_terminated_by_the_sweep_counts_as_a_billable_terminate_with_trigger_orphan(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    """The sweep's terminate is a billable call like the wake's: counted once, on the second sighting."""
+    pods = seed_pods(runpod_sim)
+    metrics = PodMetrics()
+    async with RunPodV2Client(SIM_API_KEY, base_url=runpod_sim.base_url, timeout_seconds=2) as client:
+        sweep = PodOrphanSweeper(
+            client,
+            PodRepository(db_store.pool),
+            db_store.leases,
+            [PodOptions(name="qwen", volume_id=VOLUME)],
+            mode=OrphanSweep.TERMINATE,
+            every_seconds=60,
+            replica="r1",
+            metrics=metrics,
+        )
+        await sweep.sweep()  # the first sighting only reports
+        first = parse((await metrics.metrics.exposition())[0].decode())["thermostat_billable_actions_total"]
+        assert first.samples == ()
+        swept = await sweep.sweep()
+    assert swept is not None and [(s.orphan.pod_id, s.terminated) for s in swept] == [(pods["orphan"], True)]
+    actions = parse((await metrics.metrics.exposition())[0].decode())["thermostat_billable_actions_total"]
+    assert actions.value(action="Terminate", trigger="orphan", ok="true") == 1
+    assert sum(s.value for s in actions.samples) == 1
