@@ -137,6 +137,7 @@ async def metering_process(dsn: str, controller: str, port: int) -> AsyncIterato
         **metering_env(controller, LEDGER_POLL_SECONDS="300"),
         "DATABASE_URL": dsn,
         "METERING_PORT": str(port),
+        "METERING_METRICS_PORT": "0",
         "LOG_LEVEL": "WARNING",
     }
     process = await asyncio.create_subprocess_exec(

@@ -155,6 +155,7 @@ async def _spawn_dispatcher(dsn: str, name: str, max_workers: int) -> Dispatcher
         **os.environ,
         "DATABASE_URL": dsn,
         "POOL_DISPATCHER_PORT": str(port),
+        "POOL_DISPATCHER_METRICS_PORT": "0",  # two dispatchers on one host: each its own /metrics port
         "POOL_INSTANCE_ID": name,
         "STRATA_POOL_TOKEN": API_TOKEN,
         "POOL_MACHINE_TYPES": json.dumps(catalogue(max_workers)),

@@ -57,6 +57,7 @@ ROLE = "thermostat/role"  # the label NetworkPolicies select on: `service` for e
 CONFIG_NAME = "thermostat-config"
 EDGE_CONFIG_NAME = "thermostat-edge"
 EDGE_CONFIG_HASH = "thermostat/edge-config-sha256"  # a changed config rolls the edge's pods
+PROMETHEUS_ROLE = "prometheus"  # ROLE's value on the Prometheus pods admitted to each service's metrics port
 
 HEADER = """\
 # Thermostat on Kubernetes, a kustomize base: `kubectl apply -k deploy/k8s`. Two replicas of each service over
@@ -77,8 +78,9 @@ HEADER = """\
 # - `thermostat-pool` (keys pool-token, pool-admin-token, runpod-api-key, fly-api-token), optional: without it
 #   every pool call but health is 401 and no provider backend is configured.
 # NetworkPolicies admit to each service's port only pods labelled thermostat/role: service (every service here)
-# or thermostat/role: edge (the Envoy edge's pods). Kubelet probes come from the node and are not subject to them
-# on the common CNIs.
+# or thermostat/role: edge (label the Envoy edge's pods so). Kubelet probes come from the node and are not
+# subject to them on the common CNIs. Each service serves Prometheus's /metrics on its metrics port (annotated
+# prometheus.io/*), admitted from pods labelled thermostat/role: prometheus in any namespace.
 # Written by `make k8s` (tools/k8s_manifests.py) from the service registry (thermostat.chassis.registry):
 # change those, not these files.
 """
@@ -236,7 +238,7 @@ _CONTAINER_SECURITY = "{allowPrivilegeEscalation: false, capabilities: {drop: [A
 
 
 def _deployment(service: ServiceDef, rollout: Rollout) -> str:
-    name, port = service.name, service.default_port
+    name, port, metrics = service.name, service.default_port, service.default_metrics_port
     lines = [
         "apiVersion: apps/v1",
         "kind: Deployment",
@@ -245,7 +247,9 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         f"  replicas: {rollout.replicas}{_note(rollout.replicas_note, 3)}",
         f"  selector: {{matchLabels: {{app: {name}}}}}",
         "  template:",
-        f"    metadata: {{labels: {{app: {name}, {ROLE}: service}}}}",
+        "    metadata:",
+        f"      labels: {{app: {name}, {ROLE}: service}}",
+        f"      annotations: {_scrape(service)}",
         "    spec:",
         f"      securityContext: {{runAsNonRoot: true, runAsUser: {UID}}}",
     ]
@@ -268,7 +272,7 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         lines.append(f"        # {rollout.secrets_note}")
     lines += [
         f"        envFrom: [{{configMapRef: {{name: {CONFIG_NAME}}}}}, {{secretRef: {{name: {ENV_FROM}}}}}]",
-        f"        ports: [{{containerPort: {port}, name: grpc}}]",
+        f"        ports: [{{containerPort: {port}, name: grpc}}, {{containerPort: {metrics}, name: metrics}}]",
         # startup: the store opened and migrations applied; liveness: the process answers, whatever its store
         # says (chassis.server.LIVENESS), so a store outage restarts nothing; readiness: the health service,
         # NOT_SERVING while the store does not answer or while draining.
@@ -281,8 +285,16 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _scrape(service: ServiceDef) -> str:
+    """The pod annotations Prometheus's kubernetes-pods scrape config reads: where /metrics is."""
+    return (
+        f'{{prometheus.io/scrape: "true", prometheus.io/port: "{service.default_metrics_port}", '
+        "prometheus.io/path: /metrics}"
+    )
+
+
 def _network_policy(service: ServiceDef) -> str:
-    """Only the edge and the services reach a service's port."""
+    """Only the edge and the services reach a service's port; Prometheus (any namespace) its metrics port."""
     name = service.name
     return (
         "apiVersion: networking.k8s.io/v1\n"
@@ -294,6 +306,8 @@ def _network_policy(service: ServiceDef) -> str:
         "  ingress:\n"
         f"  - from: [{{podSelector: {{matchExpressions: [{{key: {ROLE}, operator: In, values: [edge, service]}}]}}}}]\n"
         f"    ports: [{{port: {service.default_port}, protocol: TCP}}]\n"
+        f"  - from: [{{namespaceSelector: {{}}, podSelector: {{matchLabels: {{{ROLE}: {PROMETHEUS_ROLE}}}}}}}]\n"
+        f"    ports: [{{port: {service.default_metrics_port}, protocol: TCP}}]\n"
     )
 
 

@@ -17,6 +17,7 @@ from google.protobuf import descriptor_pool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
+from thermostat.chassis.ports import free_port
 from thermostat.dev.envoy import EnvoyError, EnvoyProcess, start_envoy, validate_config
 from thermostat.edge.envoy_config import (
     DEFAULT_LISTEN_PORT,
@@ -583,3 +584,44 @@ async def test_top_level_json_array_maps_to_a_repeated_field_both_ways(http: htt
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json() == catalogue
+
+
+@pytest.mark.e2e
+async def test_the_edge_s_prometheus_stats_answer_on_their_own_listener_and_never_on_the_public_one(
+    upstream: RunningServer, tmp_path: Path
+) -> None:
+    """The stats listener proxies the admin's /stats/prometheus (and /metrics) and nothing else of the admin; the
+    public listener routes none of it."""
+    admin_port = free_port()
+    spec = _spec(
+        _upstream("edgetest", upstream.port, SERVICE),
+        listen_port=0,
+        admin_port=admin_port,
+        stats_port=0,
+        health=FAST_CHECKS,
+    )
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            stats = f"http://127.0.0.1:{envoy.listeners['stats']}"
+            public = f"http://127.0.0.1:{envoy.listeners['edge']}"
+            await http.get(f"{public}/health")  # some traffic for the counters
+            prometheus = await http.get(f"{stats}/stats/prometheus")
+            default_path = await http.get(f"{stats}/metrics")
+            other_admin = await http.get(f"{stats}/config_dump")
+            quit_ = await http.post(f"{stats}/quitquitquit")
+            on_public = await http.get(f"{public}/stats/prometheus")
+    finally:
+        assert await envoy.stop() == 0, "nothing through the stats listener stopped Envoy"
+    assert prometheus.status_code == 200
+    assert "# TYPE envoy_cluster_upstream_cx_total counter" in prometheus.text
+    assert 'envoy_cluster_name="edgetest"' in prometheus.text
+    assert default_path.status_code == 200 and "envoy_server_live" in default_path.text
+    assert other_admin.status_code == 404 and "configs" not in other_admin.text
+    assert quit_.status_code == 404
+    assert on_public.status_code == 404 and "envoy_" not in on_public.text
+
+
+def test_a_stats_listener_needs_a_known_admin_port() -> None:
+    with pytest.raises(ValueError, match="fixed admin port"):
+        build_envoy_config(_spec(_upstream("edgetest", 1, SERVICE), admin_port=0, stats_port=9902))

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.fixtures.metrics import assert_documented, parse
 from tests.fixtures.postgres import embedded_data_dir
 from thermostat.chassis.registry import SERVICES, public_services
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
@@ -39,6 +40,7 @@ class DevStack:
             "THERMOSTAT_DATA_DIR": str(data_dir),
             "EDGE_PORT": "0",
             "EDGE_ADMIN_PORT": "0",
+            "EDGE_STATS_PORT": "0",
             "RUNPOD_SIMULATOR_PORT": "0",
             # every service on a free port: a fixed default collides with another stack on the same machine
             **{service.port_env: "0" for service in SERVICES},
@@ -67,6 +69,8 @@ class DevStack:
         )
         self.output: list[str] = []
         self.ports: dict[str, int] = {}
+        self.metrics: dict[str, str] = {}  # each service's /metrics URL, as the summary prints it
+        self.edge_stats = ""
         self.edge = ""
         self._reader: threading.Thread | None = None
         self._lines: queue.Queue[str] = queue.Queue()
@@ -80,6 +84,12 @@ class DevStack:
             service = re.match(r"\s+(pod-controller|idle-monitor|pool-dispatcher)\s+127\.0\.0\.1:(\d+)", line)
             if service:
                 self.ports[service.group(1)] = int(service.group(2))
+            metrics = re.match(r"\s+([a-z-]+)\s+127\.0\.0\.1:\d+ .*metrics (http://127\.0\.0\.1:\d+/metrics)", line)
+            if metrics:
+                self.metrics[metrics.group(1)] = metrics.group(2)
+            stats = re.search(r"edge stats\s+(http://127\.0\.0\.1:\d+/stats/prometheus)", line)
+            if stats:
+                self.edge_stats = stats.group(1)
             match = re.search(r"edge \(REST \+ gRPC\)\s+(http://127\.0\.0\.1:\d+)", line)
             if match:
                 self.edge = match.group(1)
@@ -169,6 +179,15 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
             assert any("thermostat.worker" in n for n in names)
             assert any("thermostat.dev.simulators.runpod" in n for n in names)
             assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
+            # make run prints where each service's /metrics is and the edge's stats; each answers
+            assert sorted(stack.metrics) == sorted(s.name for s in SERVICES), "".join(stack.output[-40:])
+            for name, url in stack.metrics.items():
+                families = parse(httpx.get(url, timeout=10).text)
+                assert "thermostat_lease_takeovers_total" in families, name
+                assert_documented(families)
+            pool = parse(httpx.get(stack.metrics["pool-dispatcher"], timeout=10).text)
+            assert pool["thermostat_pool_jobs_finished_total"].value(machine_type="local", state="completed") == 1
+            assert "envoy_cluster_upstream_rq" in httpx.get(stack.edge_stats, timeout=10).text
             pod = httpx.get(f"{edge}/api/pods/qwen", timeout=10).json()
             assert pod["configured"] is True
             assert pod["datacenter"] == "EU-RO-1"

@@ -90,3 +90,24 @@ async def test_a_body_that_is_not_utf8_is_a_400_problem_that_is_still_json(edge:
         assert answer.headers["content-type"] == "application/problem+json"
         problem = answer.content.decode("utf-8")  # strict: raises on a byte that is not UTF-8
         assert "\ufffd" in answer.json()["detail"], problem
+
+
+async def test_the_edge_health_shows_the_ledger_lag_under_metering(
+    pod_controller: RunningService, edge: httpx.AsyncClient
+) -> None:
+    """GET /health: metering's entry carries its detail, each feed's lag, caught up once the wake's actions land."""
+    async with pod_controller.channel() as channel:
+        assert (await start(pods_pb2_grpc.PodControllerStub(channel))).reply.outcome == "Created"
+
+    async def caught_up() -> dict[str, object] | None:
+        response = await edge.get("/health")
+        entry = next(u for u in response.json()["upstreams"] if u["name"] == METERING.name)
+        feeds = (entry.get("detail") or {}).get("ledger") or []
+        return entry if feeds and feeds[0]["position"] > 0 and feeds[0]["lag_events"] == 0 else None
+
+    entry = await eventually(caught_up, timeout=15, every=0.05)
+    assert entry["serving"] is True
+    (feed,) = entry["detail"]["ledger"]  # type: ignore[index]
+    assert feed["feed"] == "pod-controller/billable-actions"
+    assert feed["position"] == feed["head_position"] and feed["error"] == ""
+    assert 0 <= feed["lag_seconds"] < 15

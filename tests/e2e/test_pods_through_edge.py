@@ -272,7 +272,8 @@ async def _second_controller(stack: Stack) -> AsyncIterator[str]:
         "-m",
         "thermostat.pod_controller",
         cwd=ROOT,
-        env={**os.environ, **stack.env, "POD_CONTROLLER_PORT": str(port)},
+        # a second replica on this host: a port of its own for gRPC and for /metrics
+        env={**os.environ, **stack.env, "POD_CONTROLLER_PORT": str(port), POD_CONTROLLER.metrics_port_env: "0"},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

@@ -3,6 +3,7 @@
 Each entry names a service's process, port, package and gRPC surface. From it come the dev stack's
 processes and ports (thermostat.dev.stack), the edge's upstreams and routes (thermostat.edge.envoy_config),
 each service's default port (its settings) and the addresses services reach each other on, the
+Prometheus metrics ports (`metrics_port_env`, `default_metrics_port`), the
 Kubernetes manifests (`make k8s`, tools/k8s_manifests.py) and the import-linter contracts' module lists
 (tests/unit/chassis/test_registry.py fails when pyproject.toml lists other packages). Adding a service is
 one entry here plus its package (README, "Adding a service").
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
 
 MIB = 1024 * 1024
+METRICS_PORT_OFFSET = 1000
+"""A service's Prometheus /metrics port is its gRPC port plus this (50061 → 51061), unless its
+`<NAME>_METRICS_PORT` says otherwise: a new entry gets one with no field of its own."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +56,16 @@ class ServiceDef:
     def address_env(self) -> str:
         """The variable other services read this one's address from (POD_CONTROLLER_ADDR)."""
         return self.name.upper().replace("-", "_") + "_ADDR"
+
+    @property
+    def metrics_port_env(self) -> str:
+        """The variable its /metrics port is read from (POD_CONTROLLER_METRICS_PORT)."""
+        return self.name.upper().replace("-", "_") + "_METRICS_PORT"
+
+    @property
+    def default_metrics_port(self) -> int:
+        """Where it serves Prometheus's `GET /metrics` unless `metrics_port_env` is set."""
+        return self.default_port + METRICS_PORT_OFFSET
 
     def address(self, host: str = "127.0.0.1", port: int | None = None) -> str:
         return f"{host}:{self.default_port if port is None else port}"
@@ -102,6 +116,7 @@ METERING = ServiceDef(
     internal_services=("thermostat.metering.v1.MeteringInternal",),
     health_service="thermostat.metering.v1.Metering",
     rest_prefixes=("/api/pods/", "/api/metering/", "/v1/spend", "/v1/budgets/"),
+    health_detail="thermostat.metering.v1.Metering/GetMeteringHealthJson",
 )
 SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING)
 

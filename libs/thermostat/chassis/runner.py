@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from thermostat.chassis.logs import configure_logging
+from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import ServiceDef
 from thermostat.chassis.server import ServiceHost, serve_until_signalled
 from thermostat.chassis.settings import ServiceSettings, load_settings
@@ -28,11 +29,17 @@ async def run_service(
     A service never exits for want of configuration (an orchestrator would restart it in a loop): it comes up,
     serves what it can and says what is missing, like the idle monitor before the RunPod secret exists.
     The port is the settings field named for the registry's port variable (POD_CONTROLLER_PORT is the field
-    pod_controller_port).
+    pod_controller_port); Prometheus's /metrics is served on the registry's metrics port (its variable, else
+    its default), for every service alike.
     """
     settings = load_settings(settings_class)
     name = service.name
     port: int = getattr(settings, service.port_env.lower())
+    try:
+        metrics_port = port_from_env(os.environ, service.metrics_port_env, service.default_metrics_port)
+    except ValueError as error:
+        print(f"invalid configuration:\n  {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     configure_logging(name, settings.log_level)
     # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT asks for it and the tracing extra is installed
     flush_traces = configure_from_environment(name)
@@ -43,5 +50,7 @@ async def run_service(
     host.spec.on_stop = [*host.spec.on_stop, store.close, *([flush_traces] if flush_traces else [])]
     # every service's internal RPCs are guarded, whether or not its build() passed the token on
     host.spec.internal_token = host.spec.internal_token or settings.internal_token()
-    await serve_until_signalled(host, host=settings.grpc_host, port=port, grace=settings.shutdown_grace_seconds)
+    await serve_until_signalled(
+        host, host=settings.grpc_host, port=port, grace=settings.shutdown_grace_seconds, metrics_port=metrics_port
+    )
     return 0

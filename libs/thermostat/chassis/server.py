@@ -1,5 +1,5 @@
-"""One call runs a service: a grpc.aio server with health, reflection, auth, request context and a
-graceful stop.
+"""One call runs a service: a grpc.aio server with health, reflection, auth, request context, Prometheus
+`/metrics` (chassis/metrics.py) and a graceful stop.
 
 Health follows the dependencies: every `probe_seconds` the service's dependency check runs (for the
 services, a store ping), and the overall status and each service's status are SERVING only while it passes.
@@ -28,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 
 from thermostat.chassis.auth import AuthInterceptor, AuthRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
+from thermostat.chassis.metrics import Metrics, MetricsServer
 from thermostat.chassis.request_context import RequestContextInterceptor
 from thermostat.chassis.text_fields import TextFieldInterceptor
 from thermostat.chassis.tracing import server_interceptors
@@ -68,6 +69,8 @@ class ServiceSpec:
 
     # grpc server options (e.g. the pool's raised message sizes for payloads over grpcio's 4 MiB default)
     grpc_options: Sequence[tuple[str, Any]] = ()
+    # the service's metric families (its own registry); served at /metrics when the host is given a metrics port
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 class ServiceHost:
@@ -83,8 +86,11 @@ class ServiceHost:
         self._probe: asyncio.Task[None] | None = None
         self._draining = False
         self.serving = False
+        self.metrics_server: MetricsServer | None = None
+        self.metrics_port: int | None = None
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, metrics_port: int | None = None) -> int:
+        """Serve gRPC on `port` (0: a free one) and, unless `metrics_port` is None, `GET /metrics` on it."""
         spec = self.spec
         # built at start, not in __init__: the runner fills in the internal token after a service's build()
         internal = spec.internal
@@ -121,6 +127,10 @@ class ServiceHost:
         await self.server.start()
         self._probe = asyncio.create_task(self._probe_loop(), name=f"{spec.name}-health-probe")
         log.info("%s listening on %s:%d", spec.name, host, self.port)
+        if metrics_port is not None:
+            self.metrics_server = MetricsServer(spec.metrics)
+            self.metrics_port = await self.metrics_server.start(host, metrics_port)
+            log.info("%s metrics on http://%s:%d/metrics", spec.name, host, self.metrics_port)
         return self.port
 
     async def _dependencies_ok(self) -> bool:
@@ -178,6 +188,8 @@ class ServiceHost:
                 await hook()
             except Exception:
                 log.exception("%s stop hook failed", self.spec.name)
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         log.info("%s stopped", self.spec.name)
 
 
@@ -197,12 +209,14 @@ def _load_descriptors(names: Sequence[str]) -> None:
                 importlib.import_module(f"{package.__name__}.{module.name}")
 
 
-async def serve_until_signalled(host_: ServiceHost, *, host: str, port: int, grace: float) -> None:
+async def serve_until_signalled(
+    host_: ServiceHost, *, host: str, port: int, grace: float, metrics_port: int | None = None
+) -> None:
     """Start the service and run it until SIGTERM or SIGINT, then stop it gracefully."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await host_.start(host, port)
+    await host_.start(host, port, metrics_port=metrics_port)
     await stop.wait()
     await host_.stop(grace)

@@ -28,6 +28,10 @@ from thermostat.edge.path_bindings import PathBinding, path_bindings
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
 DEFAULT_LISTEN_PORT: Final = 8080
 DEFAULT_ADMIN_PORT: Final = 9901
+DEFAULT_STATS_PORT: Final = 9902
+STATS_PATH: Final = "/stats/prometheus"
+ADMIN_CLUSTER: Final = "envoy-admin"
+_GET_ONLY: Final = [{"name": ":method", "string_match": {"exact": "GET"}}]
 DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[3] / "deploy" / "envoy" / "envoy.yaml"
 REFLECTION_SERVICES: Final = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 
@@ -130,6 +134,12 @@ class EdgeSpec:
     listen_port: int = DEFAULT_LISTEN_PORT
     admin_address: str = "127.0.0.1"
     admin_port: int = DEFAULT_ADMIN_PORT
+    # A listener of its own answering only Envoy's Prometheus stats (GET /stats/prometheus, and /metrics for
+    # Prometheus's default path) from the admin interface, which stays on loopback: the admin also answers
+    # /quitquitquit and /config_dump, so it is never exposed, and the public listener never routes to it. None:
+    # no stats listener (the admin's own /stats/prometheus still answers on the admin address).
+    stats_address: str = "127.0.0.1"
+    stats_port: int | None = None
     families: tuple[JsonFamily, ...] = SEED_FAMILIES
     health: HealthCheckTiming = field(default_factory=HealthCheckTiming)
     health_path: str = "/health"
@@ -482,12 +492,55 @@ def _check(spec: EdgeSpec) -> None:
         raise ValueError(f"cluster and service names must be plain (letters, digits, _ . -): {odd}")
     if len(set(services)) != len(services):
         raise ValueError(f"a service is owned by exactly one upstream: {services}")
+    if ADMIN_CLUSTER in clusters:
+        raise ValueError(f"{ADMIN_CLUSTER!r} names the edge's own admin cluster; an upstream may not take it")
+    if spec.stats_port is not None and spec.admin_port == 0:
+        raise ValueError("a stats listener needs a fixed admin port (admin_port 0 is picked by Envoy at start)")
     if spec.reflection_cluster is not None and spec.reflection_cluster not in clusters:
         raise ValueError(f"reflection cluster {spec.reflection_cluster!r} is not one of {clusters}")
     prefixes = [f.prefix for f in spec.families]
     if any(not p.startswith("/") or not p.endswith("/") for p in prefixes) or len(set(prefixes)) != len(prefixes):
         raise ValueError(f"family prefixes must be distinct and look like /name/: {prefixes}")
     _check_calls(spec)
+
+
+def _stats_listener(spec: EdgeSpec, port: int) -> dict[str, Any]:
+    """GET /stats/prometheus (or /metrics) → the admin's /stats/prometheus; anything else 404."""
+    to_admin = {"cluster": ADMIN_CLUSTER, "timeout": "5s"}
+    routes = [
+        {"match": {"path": STATS_PATH, "headers": _GET_ONLY}, "route": to_admin},
+        {"match": {"path": "/metrics", "headers": _GET_ONLY}, "route": {**to_admin, "prefix_rewrite": STATS_PATH}},
+        {
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 404, "body": {"inline_string": f"only GET {STATS_PATH} here"}},
+        },
+    ]
+    hcm = {
+        "@type": f"{_TYPES}.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "stats",
+        "codec_type": "AUTO",
+        "route_config": {"name": "stats", "virtual_hosts": [{"name": "stats", "domains": ["*"], "routes": routes}]},
+        "http_filters": [
+            {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}}
+        ],
+    }
+    return {
+        "name": "stats",
+        "address": _address(spec.stats_address, port),
+        "filter_chains": [{"filters": [{"name": HCM, "typed_config": hcm}]}],
+    }
+
+
+def _admin_cluster(spec: EdgeSpec) -> dict[str, Any]:
+    return {
+        "name": ADMIN_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": ADMIN_CLUSTER,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(spec.admin_address, spec.admin_port)}}]}],
+        },
+    }
 
 
 def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
@@ -511,7 +564,17 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
         ],
     }
     runtime: dict[str, Any] = {"re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}
+    listeners = [
+        {
+            "name": "edge",
+            "address": _address(spec.listen_address, spec.listen_port),
+            "filter_chains": [{"filters": [{"name": HCM, "typed_config": hcm}]}],
+        }
+    ]
     clusters = [_cluster(spec, u) for u in spec.upstreams]
+    if spec.stats_port is not None:
+        listeners.append(_stats_listener(spec, spec.stats_port))
+        clusters.append(_admin_cluster(spec))
     if spec.tracing is not None:
         hcm["tracing"] = _tracing(spec.tracing)
         runtime["tracing.opentelemetry.flush_interval_ms"] = spec.tracing.flush_interval_ms
@@ -521,16 +584,7 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
         # RE2 refuses a program over 100 instructions by default; the path-override routes' regexes (each path
         # that binds a name, the name with any character percent-encoded) pass that with a handful of routes.
         "layered_runtime": {"layers": [{"name": "static", "static_layer": runtime}]},
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "edge",
-                    "address": _address(spec.listen_address, spec.listen_port),
-                    "filter_chains": [{"filters": [{"name": HCM, "typed_config": hcm}]}],
-                }
-            ],
-            "clusters": clusters,
-        },
+        "static_resources": {"listeners": listeners, "clusters": clusters},
     }
 
 

@@ -30,6 +30,7 @@ exhausted by ordinary queries must not stall renewals until leadership is lost (
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +86,8 @@ class LeaseStore:
     """Acquire, renew, release and inspect leases over a pool (give it its own small pool).
 
     `clock` stamps when each acquire or renew was asked, so `Lease.trusted_until` is on its monotonic reading.
+    `on_takeover(name)` is called for each lease this store's holders take from another holder whose lease
+    expired unreleased (a takeover: that holder died or stalled); services count them (`observed`).
     """
 
     def __init__(
@@ -93,18 +96,24 @@ class LeaseStore:
         *,
         safety_fraction: float = DEFAULT_SAFETY_FRACTION,
         clock: Clock = SYSTEM_CLOCK,
+        on_takeover: Callable[[str], None] | None = None,
     ) -> None:
         if not 0 <= safety_fraction < 1:
             raise ValueError(f"safety_fraction must be in [0, 1), not {safety_fraction}")
         self._pool = pool
         self._safety_fraction = safety_fraction
         self.clock = clock
+        self._on_takeover = on_takeover
 
     def using(self, clock: Clock) -> LeaseStore:
         """The same leases over the same pool, with trust stamped on `clock`."""
         if clock is self.clock:
             return self
-        return LeaseStore(self._pool, safety_fraction=self._safety_fraction, clock=clock)
+        return LeaseStore(self._pool, safety_fraction=self._safety_fraction, clock=clock, on_takeover=self._on_takeover)
+
+    def observed(self, on_takeover: Callable[[str], None]) -> LeaseStore:
+        """The same leases over the same pool, calling `on_takeover(name)` for each lease taken over."""
+        return LeaseStore(self._pool, safety_fraction=self._safety_fraction, clock=self.clock, on_takeover=on_takeover)
 
     async def acquire(self, name: str, holder: str, ttl: float, *, new_term: bool = False) -> Lease | None:
         """Take the lease for `ttl` seconds; None while another holder's lease is live. `new_term`: the term
@@ -114,6 +123,8 @@ class LeaseStore:
         row = await self._fetchrow(_SQL["acquire_new_term" if new_term else "acquire"], name, holder, float(ttl))
         if row is None:
             return None
+        if row["taken_over"] and self._on_takeover is not None:
+            self._on_takeover(name)
         return self._lease(name, holder, ttl, row, asked_at)
 
     async def renew(self, lease: Lease, *, ttl: float | None = None) -> Lease | None:

@@ -5,6 +5,8 @@
 -- Take the lease when it is free, expired, or already ours. Two racers on a missing row: one inserts,
 -- the other falls into DO UPDATE, sees the winner's live row and returns nothing. The term grows only
 -- when the lease changes hands; its holder taking it again (a restart under the same id) keeps the term.
+-- taken_over: the row named another holder that had not released it (its lease expired: a takeover).
+WITH prior AS (SELECT holder FROM leases WHERE name = $1)
 INSERT INTO leases AS l (name, holder, term, acquired_at, renewed_at, expires_at)
 VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3))
 ON CONFLICT (name) DO UPDATE
@@ -16,12 +18,13 @@ ON CONFLICT (name) DO UPDATE
     WHERE l.holder IS NULL
        OR l.holder = excluded.holder
        OR l.expires_at <= now()
-RETURNING l.term, l.expires_at;
+RETURNING l.term, l.expires_at, COALESCE((SELECT holder IS NOT NULL AND holder <> $2 FROM prior), false) AS taken_over;
 
 -- name: acquire_new_term
 -- As acquire, but the term grows even when the holder already named takes it again: a new incarnation of
 -- a holder (a process restarted under its old name) takes the name at once and fences the old one off,
 -- whose renewals and term-matched writes then fail.
+WITH prior AS (SELECT holder FROM leases WHERE name = $1)
 INSERT INTO leases AS l (name, holder, term, acquired_at, renewed_at, expires_at)
 VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3))
 ON CONFLICT (name) DO UPDATE
@@ -33,7 +36,7 @@ ON CONFLICT (name) DO UPDATE
     WHERE l.holder IS NULL
        OR l.holder = excluded.holder
        OR l.expires_at <= now()
-RETURNING l.term, l.expires_at;
+RETURNING l.term, l.expires_at, COALESCE((SELECT holder IS NOT NULL AND holder <> $2 FROM prior), false) AS taken_over;
 
 -- name: renew
 -- Extend our own term. Holder AND term must match: a holder whose lease changed hands, even if it came

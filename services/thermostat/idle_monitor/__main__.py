@@ -13,6 +13,7 @@ import grpc
 from grpc import aio
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel, outgoing_metadata
@@ -27,6 +28,7 @@ from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
 
 from .leader import PodLeader
+from .metrics import MonitorMetrics
 from .repository import MonitorRepository
 from .scrape_clients import ScrapeClients
 from .servicer import IdleMonitorServicer
@@ -90,6 +92,8 @@ async def build(
             metering_pb2_grpc.MeteringInternalStub(metering_channel), settings.controller_timeout_seconds
         )
     replica = replica_id()
+    metrics = MonitorMetrics(Metrics())
+    leases = store.leases.observed(metrics.takeover)
     states = MonitorRepository(store.pool)  # the one part of the monitor that queries the pool
     leaders: list[PodLeader] = []
     tasks: list[asyncio.Task[None]] = []
@@ -111,13 +115,15 @@ async def build(
                     controller_timeout=settings.controller_timeout_seconds,
                     heard=watches[pod.name].heard,
                     budget=budget,
+                    metrics=metrics,
                 ),
-                store.leases,
+                leases,
                 states,
                 replica=replica,
                 lease_seconds=settings.monitor_lease_seconds,
                 check_seconds=options.check_seconds,
                 clock=clock,
+                metrics=metrics,
             )
             leaders.append(leader)
             tasks.append(asyncio.create_task(leader.run(), name=f"monitor:{pod.name}"))
@@ -178,6 +184,7 @@ async def build(
             on_start=[start_watching],
             on_stop=[stop_watching],
             internal_token=token,
+            metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )

@@ -18,6 +18,7 @@ from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
+from .metrics import MonitorMetrics
 from .repository import MonitorRepository
 from .ticker import PodTicker
 
@@ -35,7 +36,9 @@ class PodLeader:
         lease_seconds: float,
         check_seconds: float,
         clock: Clock = SYSTEM_CLOCK,
+        metrics: MonitorMetrics | None = None,
     ) -> None:
+        self.metrics = metrics  # the pod's series, dropped when this replica stops ticking it
         self.ticker = ticker
         self.leases = leases
         self.states = states
@@ -71,6 +74,8 @@ class PodLeader:
                 await self.clock.sleep(min(self.lease_seconds / 3, self.check_seconds))
             finally:
                 self.keeper = None
+                if self.metrics is not None:
+                    self.metrics.forget(name)  # the next holder reports the pod from here
                 with contextlib.suppress(Exception):
                     await keeper.release()
             log.warning(

@@ -41,6 +41,7 @@ from thermostat.policy.idle.monitor_watch import ControllerAnswer
 from thermostat.policy.idle.pod_signal import PodReading
 from thermostat.policy.idle.vllm_metrics import PodActivity, parse_vllm_metrics
 
+from .metrics import MonitorMetrics
 from .repository import MonitorRepository, SavedState
 from .scrape_clients import ScrapeClients
 from .watch import answer_of_error
@@ -101,7 +102,9 @@ class PodTicker:
         controller_timeout: float,
         heard: Callable[[ControllerAnswer, str], None] | None = None,
         budget: BudgetCheck | None = None,
+        metrics: MonitorMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or MonitorMetrics()
         self.pod_name = pod_name
         self.controller = controller
         self.scrapes = scrapes
@@ -141,7 +144,10 @@ class PodTicker:
             return TickObservation(volume=VolumeLookup(lookup=Lookup.UNREADABLE)), False
         self.heard(ControllerAnswer.CONFIGURED, "")
         scrapes = await asyncio.gather(
-            *(self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout) for p in volume.pods)
+            *(
+                self.metrics.timed_scrape(self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout))
+                for p in volume.pods
+            )
         )
         if _lookup(volume.lookup_result) is not Lookup.UNREADABLE:
             await self.scrapes.retain({p.pod_id for p in volume.pods})
@@ -226,6 +232,7 @@ class PodTicker:
         )
 
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
+        self.metrics.ticked(self.pod_name, state)
         await self.states.save(
             self.pod_name,
             SavedState(

@@ -12,6 +12,7 @@ from grpc import aio
 
 from thermostat.chassis.auth import TokenRule, method_name
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import METERING
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
@@ -24,6 +25,7 @@ from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.store.db import Store
 
 from .ledger import AfterRead, Feed, Ledger, LedgerLeader, PodActionFeed, PoolMachineFeed, PoolUsageFeed, _nothing
+from .metrics import MAX_TENANTS, MeteringMetrics
 from .pool_access import PoolTokens
 from .repository import MeteringRepository
 from .servicer import MeteringCore, MeteringInternalServicer, MeteringServicer
@@ -67,10 +69,13 @@ async def build(
         pool_stub = pool_pb2_grpc.PoolDispatcherInternalStub(pool_channel)
         feeds.append(PoolUsageFeed(pool_stub, timeout=settings.feed_timeout_seconds))
         feeds.append(PoolMachineFeed(pool_stub, timeout=settings.feed_timeout_seconds))
-    ledger = Ledger(repository, feeds, page_size=settings.ledger_page_size, clock=clock, after_read=after_read)
+    metrics = MeteringMetrics(Metrics())
+    ledger = Ledger(
+        repository, feeds, page_size=settings.ledger_page_size, clock=clock, after_read=after_read, metrics=metrics
+    )
     leader = LedgerLeader(
         ledger,
-        store.leases,
+        store.leases.observed(metrics.takeover),
         replica=replica_id(),
         lease_seconds=settings.ledger_lease_seconds,
         poll_seconds=settings.ledger_poll_seconds,
@@ -81,6 +86,22 @@ async def build(
         admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
     )
     core = MeteringCore(pods, repository, clock=clock, pool_tokens=pool_tokens)
+
+    async def lag() -> None:
+        metrics.feeds(await repository.feeds())
+
+    async def spend() -> None:
+        now = clock.now()
+        pod_spend = [(pod.name, *await core.budget_and_spend(pod, now)) for pod in pods]
+        tenants = await core.tenants_spend(now, limit=MAX_TENANTS)
+        metrics.clear_spend()  # a budget cleared since the last scrape leaves no stale series
+        for name, budget, today, month in pod_spend:
+            metrics.spent("pod", name, budget, today, month)
+        for tenant, (budget, today, month) in tenants.items():
+            metrics.spent("tenant", tenant, budget, today, month)
+
+    metrics.metrics.on_scrape("ledger-lag", lag)
+    metrics.metrics.on_scrape("spend", spend)
     tasks: list[asyncio.Task[None]] = []
 
     def register(server: aio.Server) -> None:
@@ -108,6 +129,7 @@ async def build(
             on_start=[start],
             on_stop=[shutdown],
             internal_token=settings.internal_token(),
+            metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )

@@ -8,8 +8,9 @@ land in their own table, read by the same loop from
 their own position.
 
 Lag is bounded and visible: a feed read until it returns less than a page, then every `poll_seconds`; each
-read records the feed's head beside the stored position (GetLedgerStatus and the health probe's log show
-the difference) and a read that fails records why.
+read records the feed's head beside the stored position and a read that fails records why (keeping the last
+successful read's time). GetLedgerStatus, metering's part of the edge's GET /health and the
+`thermostat_ledger_lag_*` gauges show the entries behind and the seconds since the last successful read.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
+from .metrics import MeteringMetrics
 from .repository import LedgerAction, LedgerMachineEvent, LedgerUsage, MeteringRepository
 
 log = logging.getLogger("thermostat.metering.ledger")
@@ -188,7 +190,9 @@ class Ledger:
         page_size: int = 1000,
         clock: Clock = SYSTEM_CLOCK,
         after_read: AfterRead = _nothing,
+        metrics: MeteringMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or MeteringMetrics()
         self.repository = repository
         self.feeds = tuple(feeds)
         self.page_size = page_size
@@ -202,6 +206,7 @@ class Ledger:
         page = await feed.read(after, self.page_size)
         await self.after_read(feed, page)
         landed = await feed.land(self.repository, page)
+        self.metrics.landed.labels(feed=feed.source).inc(landed)
         if page.entries:
             log.debug(
                 "%s: %d entries read, %d new, through %d (head %d)",

@@ -39,10 +39,14 @@ UPDATE ledger_feeds SET position = GREATEST(position, $2), head_position = GREAT
 WHERE source = $1;
 
 -- name: feed_error
-UPDATE ledger_feeds SET last_read_at = now(), error = $2 WHERE source = $1;
+-- last_read_at stays the last successful read: the lag in seconds grows while a feed cannot be read.
+UPDATE ledger_feeds SET error = $2 WHERE source = $1;
 
 -- name: feeds
-SELECT source, position, head_position, last_read_at, error FROM ledger_feeds ORDER BY source;
+-- lag_seconds: since the last successful read, by the database clock (NULL: never read).
+SELECT source, position, head_position, last_read_at, error,
+    EXTRACT(EPOCH FROM now() - last_read_at)::float8 AS lag_seconds
+FROM ledger_feeds ORDER BY source;
 
 -- name: pod_events
 -- A pod name's billable actions from the ledger, in feed order (spend is folded from them).
@@ -101,6 +105,11 @@ WHERE ($1::text IS NULL OR u.tenant_id = $1) AND u.ended_at >= $2 AND u.ended_at
 
 -- name: tenant_budget
 SELECT daily_usd, monthly_usd FROM tenant_budgets WHERE tenant_id = $1;
+
+-- name: tenant_budgets
+-- /metrics: the tenants with a ceiling, at most $1 of them.
+SELECT tenant_id, daily_usd, monthly_usd FROM tenant_budgets
+WHERE daily_usd IS NOT NULL OR monthly_usd IS NOT NULL ORDER BY tenant_id LIMIT $1;
 
 -- name: set_tenant_budget
 INSERT INTO tenant_budgets (tenant_id, daily_usd, monthly_usd, updated_at) VALUES ($1, $2, $3, now())

@@ -75,8 +75,9 @@ class FeedState:
     source: str
     position: int
     head_position: int
-    last_read_at: datetime | None
-    error: str
+    last_read_at: datetime | None  # the last successful read
+    error: str  # the last read's failure; empty when it succeeded
+    lag_seconds: float | None = None  # since the last successful read (database clock); None: never read
 
     @property
     def lag_events(self) -> int:
@@ -185,6 +186,7 @@ class MeteringRepository:
                 head_position=r["head_position"],
                 last_read_at=r["last_read_at"],
                 error=r["error"],
+                lag_seconds=r["lag_seconds"],
             )
             for r in rows
         ]
@@ -193,6 +195,12 @@ class MeteringRepository:
         async with borrow(self._pool) as c:
             rows = await c.fetch(Q["pod_events"], pod_name)
         return [_event(r) for r in rows]
+
+    async def tenant_budgets(self, limit: int) -> dict[str, PodBudget]:
+        """The tenants with a ceiling (at most `limit`), each with its budget."""
+        async with borrow(self._pool) as c:
+            rows = await c.fetch(Q["tenant_budgets"], limit)
+        return {r["tenant_id"]: PodBudget(daily_usd=r["daily_usd"], monthly_usd=r["monthly_usd"]) for r in rows}
 
     async def pod_budget(self, pod_name: str) -> PodBudget:
         async with borrow(self._pool) as c:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import grpc
+from google.api import httpbody_pb2
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
@@ -18,7 +20,7 @@ from thermostat.policy.metering.pod_spend import PodSpend, SpendSummary, fold_sp
 from thermostat.policy.metering.pool_spend import pool_spend
 
 from .pool_access import PoolTokens, require_admin, tenant_scope
-from .repository import MeteringRepository
+from .repository import FeedState, MeteringRepository
 
 DEFAULT_SPEND_PAGE = 100
 MAX_SPEND_PAGE = 1000
@@ -69,6 +71,21 @@ class MeteringCore:
         month = pool_spend(machines, jobs, since=month_start, until=now, now=now)
         today = pool_spend(machines, jobs, since=day_start, until=now, now=now) if day_start < now else ()
         return sum(line.machine_usd for line in today), sum(line.machine_usd for line in month)
+
+    async def tenants_spend(self, now: datetime, *, limit: int) -> dict[str, tuple[PodBudget, float, float]]:
+        """Every tenant with machine time this UTC month or a ceiling (at most `limit` of those): its budget and
+        its machine spend (USD) today and this month, from one read of the month's pool time."""
+        month_start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        machines, jobs = await self.repository.pool_time(None, month_start, now)
+        budgets = await self.repository.tenant_budgets(limit)
+        month = pool_spend(machines, jobs, since=month_start, until=now, now=now)
+        today = pool_spend(machines, jobs, since=day_start, until=now, now=now) if day_start < now else ()
+        spent: dict[str, list[float]] = {tenant: [0.0, 0.0] for tenant in budgets}
+        for index, lines in ((0, today), (1, month)):
+            for line in lines:
+                spent.setdefault(line.tenant_id, [0.0, 0.0])[index] += line.machine_usd
+        return {tenant: (budgets.get(tenant, PodBudget()), day, mon) for tenant, (day, mon) in spent.items()}
 
     async def tenant_budget_message(self, tenant_id: str, budget: PodBudget) -> metering_pb2.TenantBudget:
         today, month = await self.tenant_spend(tenant_id, self.clock.now())
@@ -175,6 +192,12 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
             response.feeds.append(status)
         return response
 
+    async def GetMeteringHealthJson(
+        self, request: metering_pb2.GetMeteringHealthJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        body = json.dumps({"ledger": [feed_health(feed) for feed in await self.c.repository.feeds()]})
+        return httpbody_pb2.HttpBody(content_type="application/json", data=body.encode())
+
     async def GetPoolSpend(
         self, request: metering_pb2.GetPoolSpendRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.GetPoolSpendResponse:
@@ -206,6 +229,18 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
                 priced=line.priced,
             )
         return response
+
+
+def feed_health(feed: FeedState) -> dict[str, object]:
+    """One feed as the edge's GET /health shows it under metering's entry."""
+    return {
+        "feed": feed.source,
+        "position": feed.position,
+        "head_position": feed.head_position,
+        "lag_events": feed.lag_events,
+        "lag_seconds": None if feed.lag_seconds is None else round(feed.lag_seconds, 3),
+        "error": feed.error,
+    }
 
 
 async def _budget_from(

@@ -11,6 +11,7 @@ from grpc import aio
 
 from thermostat.chassis.auth import TokenRule, method_name
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
@@ -24,6 +25,7 @@ from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.db import Store
 
 from .budget_guard import BudgetGuard
+from .metrics import PodMetrics
 from .orphan_sweep import PodOrphanSweeper
 from .repository import PodRepository
 from .servicer import PodControl, PodControllerInternalServicer, PodControllerServicer
@@ -81,9 +83,10 @@ async def build(
     records = PodRepository(
         store.pool, timeout=settings.record_timeout_seconds, read_timeout=settings.store_read_timeout_seconds
     )
+    metrics = PodMetrics(Metrics())
     gate = WakeGate(
         records,
-        store.leases,
+        store.leases.observed(metrics.takeover),
         replica=replica_id(),
         lease_seconds=settings.wake_lease_seconds,
         call_budget=settings.runpod_timeout_seconds,
@@ -107,19 +110,21 @@ async def build(
         client,
         records,
         gate,
-        WakeService(client, records, budget=budget),
+        WakeService(client, records, budget=budget, metrics=metrics),
         watch_poll_seconds=settings.watch_poll_seconds,
         clock=clock,
+        metrics=metrics,
     )
 
     orphans = PodOrphanSweeper(
         client,
         records,
-        store.leases.using(clock),
+        store.leases.observed(metrics.takeover).using(clock),
         options.pods,
         mode=settings.orphan_sweep,
         every_seconds=settings.orphan_sweep_seconds,
         replica=replica_id(),
+        metrics=metrics,
     )
 
     def register(server: aio.Server) -> None:
@@ -146,6 +151,7 @@ async def build(
             on_stop=[shutdown],
             reflection_names=public_services(),
             internal_token=settings.internal_token(),
+            metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )

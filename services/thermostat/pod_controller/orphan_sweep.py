@@ -22,6 +22,7 @@ from thermostat.policy.wake.pod_orphans import PodOrphan, find_pod_orphans, to_t
 from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.lease import LeaseStore
 
+from .metrics import PodMetrics
 from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.orphans")
@@ -50,7 +51,9 @@ class PodOrphanSweeper:
         mode: OrphanSweep,
         every_seconds: float,
         replica: str,
+        metrics: PodMetrics | None = None,
     ) -> None:
+        self._metrics = metrics or PodMetrics()
         self._client = client
         self._records = records
         self._leases = leases
@@ -104,17 +107,17 @@ class PodOrphanSweeper:
 
     async def _terminate(self, orphan: PodOrphan) -> bool:
         answer = await self._client.terminate(orphan.pod_id)
-        await self._records.record_action(
-            ActionEntry(
-                pod_name=orphan.owner,
-                action="Terminate",
-                pod_id=orphan.pod_id,
-                ok=answer.ok,
-                trigger="orphan",
-                http_status=answer.http_status,
-                detail=answer.detail or orphan.reason,
-            )
+        entry = ActionEntry(
+            pod_name=orphan.owner,
+            action="Terminate",
+            pod_id=orphan.pod_id,
+            ok=answer.ok,
+            trigger="orphan",
+            http_status=answer.http_status,
+            detail=answer.detail or orphan.reason,
         )
+        self._metrics.action(entry)
+        await self._records.record_action(entry)
         if not answer.ok:
             log.warning(
                 "orphan pod %s: terminate refused (HTTP %d); the next pass retries", orphan.pod_id, answer.http_status

@@ -29,6 +29,7 @@ from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, Wak
 from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.connections import STORE_ERRORS
 
+from .metrics import PodMetrics
 from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
 from .pod_view import build_view, observe_volume, wake_record
 from .repository import ActionEntry, ActionRow, PodRepository, WakeCompletion
@@ -64,7 +65,9 @@ class PodControl:
         *,
         watch_poll_seconds: float = 2.0,
         clock: Clock = SYSTEM_CLOCK,
+        metrics: PodMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or PodMetrics()
         self.pods = tuple(pods)
         self.client = client
         self.records = records
@@ -85,17 +88,17 @@ class PodControl:
 
         async def one(pod_id: str, stop_id: uuid.UUID | None) -> pods_pb2.PodResult:
             result = await self.client.stop(pod_id)
-            await self.records.record_action(
-                ActionEntry(
-                    pod_name=pod.name,
-                    action="Stop",
-                    pod_id=pod_id,
-                    ok=result.ok,
-                    http_status=result.http_status,
-                    trigger=trigger,
-                    stop_id=stop_id,
-                )
+            entry = ActionEntry(
+                pod_name=pod.name,
+                action="Stop",
+                pod_id=pod_id,
+                ok=result.ok,
+                http_status=result.http_status,
+                trigger=trigger,
+                stop_id=stop_id,
             )
+            self.metrics.action(entry)
+            await self.records.record_action(entry)
             if result.ok:
                 # a stop RunPod accepted ends the boot: readiness of that pod is stale from now on
                 try:
@@ -132,6 +135,7 @@ class PodControl:
             else:
                 last = last_wake_of(result)
             log.info("pod %s: wake %s (%s) %s", pod.name, result.outcome, last.outcome, result.message)
+            self.metrics.wake(str(last.outcome), last.wake_outcome)
             completion = WakeCompletion(
                 outcome=str(last.outcome),
                 wake_outcome=last.wake_outcome,

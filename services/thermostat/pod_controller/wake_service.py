@@ -39,6 +39,7 @@ from thermostat.policy.wake.wake_round import (
 from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
 
 from .budget_guard import BudgetGuard, Headroom
+from .metrics import PodMetrics
 from .repository import ActionEntry, PodRepository
 
 log = logging.getLogger("thermostat.pod_controller.wake")
@@ -105,11 +106,13 @@ class WakeService:
         *,
         sleep: Sleep = asyncio.sleep,
         budget: BudgetGuard | None = None,
+        metrics: PodMetrics | None = None,
     ) -> None:
         self.client = client
         self.records = records
         self.sleep = sleep
         self.budget = budget
+        self.metrics = metrics or PodMetrics()
 
     async def wake(self, pod: PodOptions, fence: Fence = _no_fence) -> WakeResult:
         """Run one wake; `fence` is asked before every billable call (start, create, terminate)."""
@@ -142,6 +145,7 @@ class WakeService:
 
     async def _record(self, entry: ActionEntry) -> None:
         _run.get().billed = True
+        self.metrics.action(entry)
         await self.records.record_action(entry)
 
     async def _wake(self, pod: PodOptions) -> WakeResult:

@@ -13,6 +13,7 @@ from pathlib import Path
 from grpc import aio
 
 from thermostat.chassis.clock import Clock as LeaseClock
+from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import run_service
@@ -31,6 +32,7 @@ from .budget_reaper import BudgetReaper
 from .dispatcher import Clock, Dispatcher, Hooks, Sleep
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
+from .metrics import PoolMetrics
 from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
 from .servicer import PoolDispatcherServicer, Tokens
@@ -101,9 +103,12 @@ def assemble(
     backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
     unconfigured = missing_settings(settings)
     log.info("pool backends configured: %s", ", ".join(sorted(kind.value for kind in backends)))
+    metrics = PoolMetrics(Metrics())
+    repository = PoolRepository(store.pool)
+    metrics.count_on_scrape(repository, (kind.value for kind in backends))
     dispatcher = Dispatcher(
-        repository=PoolRepository(store.pool),
-        leases=store.leases,
+        repository=repository,
+        leases=store.leases.observed(metrics.takeover),
         backends=backends,
         missing_settings=unconfigured,
         client=client,
@@ -119,6 +124,7 @@ def assemble(
         run_scaler=run_scaler,
         hooks=hooks,
         lease_clock=lease_clock,
+        metrics=metrics,
     )
     tokens = Tokens(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
@@ -172,6 +178,7 @@ def assemble(
             on_stop=[shutdown],
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),
+            metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )

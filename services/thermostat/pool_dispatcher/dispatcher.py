@@ -64,6 +64,7 @@ from thermostat.store.connections import borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
+from .metrics import PoolMetrics
 from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription, parse_job_done
 
 log = logging.getLogger("thermostat.pool_dispatcher")
@@ -183,8 +184,10 @@ class Dispatcher:
         hooks: Hooks | None = None,
         missing_settings: Mapping[BackendKind, str] | None = None,
         lease_clock: LeaseClock | None = None,
+        metrics: PoolMetrics | None = None,
     ) -> None:
         self.repo = repository
+        self.metrics = metrics or PoolMetrics()
         # one per configured kind, keyed by its value (as the machine rows record it); a type picks by `backend`
         self.backends: dict[str, Backend] = {str(kind): backend for kind, backend in backends.items()}
         self.missing_settings = dict(missing_settings or {})
@@ -500,6 +503,7 @@ class Dispatcher:
                     continue
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             # pool.queue: from the submit (the database's clock) to now, recorded after the fact
+            self.metrics.sent(machine_type, assignment.submitted_at)
             tracing.end_span(
                 tracing.start_span("pool.queue", assignment.trace, attributes, start_time=assignment.submitted_at)
             )
@@ -547,6 +551,8 @@ class Dispatcher:
             finally:
                 self._waiters.completing.discard(assignment.job_id)
                 self._waiters.wake(assignment.job_id)
+            if completion.job_state is not None:
+                self.metrics.finished(machine_type, str(completion.job_state), self.clock() - started)
             if completion.job_state is None:
                 log.warning(
                     "job %s finished on machine %s after this process lost it", assignment.job_id, assignment.machine_id
@@ -889,6 +895,7 @@ class Dispatcher:
     async def reclaim(self) -> None:
         for lapsed in await self.repo.lapsed_owners(self.owner):
             jobs, machines = await self.repo.reclaim(lapsed, self.owner)
+            self.metrics.takeover(lease_name(lapsed.instance))
             log.warning(
                 "reclaimed instance %s (term %d): %d in-flight job(s) failed, %d machine(s) to stop",
                 lapsed.instance,

@@ -336,6 +336,17 @@ LIMIT $3;
 -- name: machine_counts
 SELECT state, count(*) AS machines FROM pool_machines GROUP BY state;
 
+-- name: machine_counts_by_backend
+-- /metrics: machines by state and backend (the fleet's rows; small by the fleet cap).
+SELECT state, backend, count(*) AS machines FROM pool_machines GROUP BY state, backend;
+
+-- name: live_job_counts
+-- /metrics: jobs not yet ended, by state; each branch reads a partial index (pool_jobs_queue, pool_jobs_owned),
+-- so the count grows with the live jobs, never with the history.
+SELECT 'queued' AS state, count(*) AS jobs FROM pool_jobs WHERE state = 'queued'
+UNION ALL
+SELECT state, count(*) AS jobs FROM pool_jobs WHERE state IN ('dispatched', 'running') GROUP BY state;
+
 -- name: read_catalogue
 SELECT version, types::text AS types FROM pool_catalogue WHERE id = 1;
 

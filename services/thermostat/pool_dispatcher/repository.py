@@ -644,6 +644,18 @@ class PoolRepository:
             rows = await c.fetch(Q["machine_counts"])
         return {r["state"]: r["machines"] for r in rows}
 
+    async def machine_counts_by_backend(self) -> dict[tuple[str, str], int]:
+        """Machines by (state, backend)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["machine_counts_by_backend"])
+        return {(r["state"], r["backend"]): r["machines"] for r in rows}
+
+    async def live_job_counts(self) -> dict[str, int]:
+        """Jobs queued, dispatched and running (states absent have none)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["live_job_counts"])
+        return {r["state"]: r["jobs"] for r in rows}
+
     async def read_catalogue(self) -> tuple[int, Any] | None:
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["read_catalogue"])

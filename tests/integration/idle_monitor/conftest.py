@@ -246,6 +246,7 @@ def monitor_env(database_url: str, controller_address: str, **overrides: str) ->
             "DATABASE_URL": database_url,
             "POD_CONTROLLER_ADDR": controller_address,
             "IDLE_MONITOR_PORT": "0",
+            "IDLE_MONITOR_METRICS_PORT": "0",
             "HEALTH_PROBE_SECONDS": "0.5",
             "LOG_LEVEL": "INFO",
             INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
@@ -313,7 +314,7 @@ async def in_process_monitor(env: Mapping[str, str], store: Store) -> AsyncItera
             mp.setenv(key, value)
         settings = IdleMonitorSettings()
     monitor = await build_monitor(settings, env, store)
-    port = await monitor.host.start("127.0.0.1", 0)
+    port = await monitor.host.start("127.0.0.1", 0, metrics_port=0)
     try:
         yield InProcessMonitor(monitor=monitor, address=f"127.0.0.1:{port}")
     finally:

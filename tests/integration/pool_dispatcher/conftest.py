@@ -75,6 +75,7 @@ class RunningPool:
     channel: grpc.aio.Channel
     stub: pool_pb2_grpc.PoolDispatcherStub
     orphans: OrphanSweeper
+    metrics_port: int | None = None
 
     async def submit(
         self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local", **options: str
@@ -151,7 +152,7 @@ async def start_pool(
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
     service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock)
-    port = await service.host.start("127.0.0.1", 0)
+    port = await service.host.start("127.0.0.1", 0, metrics_port=0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(
         address,
@@ -168,6 +169,7 @@ async def start_pool(
             channel=channel,
             stub=pool_pb2_grpc.PoolDispatcherStub(channel),
             orphans=service.orphans,
+            metrics_port=service.host.metrics_port,
         )
     finally:
         await channel.close()

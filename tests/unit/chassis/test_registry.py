@@ -140,5 +140,32 @@ def test_every_service_reads_the_internal_token_from_its_secret_and_admits_only_
                 }
             ],
             "ports": [{"port": service.default_port, "protocol": "TCP"}],
-        }
+        },
+        {
+            "from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"thermostat/role": "prometheus"}}}],
+            "ports": [{"port": service.default_metrics_port, "protocol": "TCP"}],
+        },
     ]
+
+
+def test_every_port_of_the_house_is_distinct_metrics_ports_included() -> None:
+    ports = [p for s in SERVICES for p in (s.default_port, s.default_metrics_port)]
+    assert len(set(ports)) == len(ports)
+    assert len({s.metrics_port_env for s in SERVICES}) == len(SERVICES)
+
+
+@BY_NAME
+def test_every_deployment_exposes_its_metrics_port_to_prometheus(service: ServiceDef) -> None:
+    documents = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in yaml.safe_load_all(k8s_manifests.render()[Path("deploy/k8s") / f"{service.name}.yaml"])
+        if d
+    }
+    pod = documents["Deployment", service.name]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert {"containerPort": service.default_metrics_port, "name": "metrics"} in container["ports"]
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(service.default_metrics_port),
+        "prometheus.io/path": "/metrics",
+    }

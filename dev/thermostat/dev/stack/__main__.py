@@ -14,7 +14,7 @@ from pathlib import Path
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from
-from thermostat.edge.envoy_config import listen_port_from_env
+from thermostat.edge.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 DEMO_CATALOGUE = [
     {
@@ -79,9 +79,11 @@ async def main() -> int:
         runpod_base_url=os.environ.get("RUNPOD_V2_BASE_URL") or None,
         runpod_api_key=os.environ.get("RUNPOD_API_KEY") or None,
         edge_port=edge_port,
-        admin_port=_port("EDGE_ADMIN_PORT", 9901),
+        admin_port=_port("EDGE_ADMIN_PORT", DEFAULT_ADMIN_PORT),
+        stats_port=_port("EDGE_STATS_PORT", DEFAULT_STATS_PORT),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
         service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
+        metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
         demo_backends=demo_backends,
     )
     stop = asyncio.Event()

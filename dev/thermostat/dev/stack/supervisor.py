@@ -38,7 +38,7 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
-from thermostat.edge.envoy_config import EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
+from thermostat.edge.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 from thermostat.store.db import apply_migrations
 
 log = logging.getLogger("thermostat.dev.stack")
@@ -106,9 +106,11 @@ class StackConfig:
     runpod_base_url: str | None = None  # None and no API key: the simulator
     runpod_api_key: str | None = None
     edge_port: int = 8080
-    admin_port: int = 9901
+    admin_port: int = 9901  # 0: a free one (the stats listener needs it known when the config is written)
+    stats_port: int = 9902  # the edge's Prometheus stats listener; 0: a free one
     simulator_port: int = 9100
     service_ports: Mapping[str, int] = field(default_factory=dict)
+    metrics_ports: Mapping[str, int] = field(default_factory=dict)  # each service's /metrics; absent or 0: free
     services: Sequence[ServiceDef] = SERVICES
     extra_env: Mapping[str, str] = field(default_factory=dict)
     simulator_args: Sequence[str] = ()
@@ -126,6 +128,9 @@ class Stack:
         self.database_url = ""
         self.env: dict[str, str] = {}
         self.ports: dict[str, int] = {}
+        self.metrics_ports: dict[str, int] = {}
+        self.edge_stats_url = ""
+        self.edge_admin_url = ""
         self.simulator_url: str | None = None
         self.demo_urls: dict[str, str] = {}
         self.edge_url = ""
@@ -171,6 +176,9 @@ class Stack:
             port = cfg.service_ports.get(service.name) or free_port()
             self.ports[service.name] = port
             env[service.port_env] = str(port)
+            metrics_port = cfg.metrics_ports.get(service.name) or free_port()
+            self.metrics_ports[service.name] = metrics_port
+            env[service.metrics_port_env] = str(metrics_port)
         # where services reach each other (POD_CONTROLLER_ADDR), unless configured; a service this stack does not
         # run gets no address (METERING_ADDR set would make every wake wait for a metering that never comes)
         for service in cfg.services:
@@ -287,14 +295,17 @@ class Stack:
             descriptor_set=ROOT / "build" / "thermostat.pb",
             reflection_cluster=reflection.name if reflection else None,
             listen_port=cfg.edge_port,
-            admin_port=cfg.admin_port,
+            admin_port=cfg.admin_port or free_port(),
+            stats_port=cfg.stats_port or free_port(),
             tracing=edge_tracing_from_env({**os.environ, **cfg.extra_env}),
         )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
         path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else write_envoy_config(spec)
         self.envoy = await start_envoy(path, log_path=cfg.data_dir / "envoy.log")
-        port = next(iter(self.envoy.listeners.values()), cfg.edge_port)
+        port = self.envoy.listeners.get("edge", cfg.edge_port)
         self.edge_url = f"http://127.0.0.1:{port}"
+        self.edge_stats_url = f"http://127.0.0.1:{self.envoy.listeners.get('stats', spec.stats_port)}{STATS_PATH}"
+        self.edge_admin_url = self.envoy.admin_url
         await self._wait_http(f"{self.edge_url}/health", timeout=20)
 
     async def _spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> Child:
@@ -427,8 +438,11 @@ class Stack:
 
     def summary(self) -> str:
         lines = ["", "Thermostat is up:", f"  edge (REST + gRPC)   {self.edge_url}   GET {self.edge_url}/health"]
+        lines.append(f"  edge stats           {self.edge_stats_url}   (Envoy admin {self.edge_admin_url}, loopback)")
         for name, port in self.ports.items():
-            lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection)")
+            metrics = self.metrics_ports.get(name)
+            where = f"   metrics http://127.0.0.1:{metrics}/metrics" if metrics else ""
+            lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection){where}")
         if self.simulator_url:
             lines.append(f"  runpod simulator     {self.simulator_url}/v2   (control: {self.simulator_url}/_sim)")
         for kind, where in self.demo_urls.items():

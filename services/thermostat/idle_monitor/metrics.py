@@ -1,0 +1,66 @@
+"""The idle monitor's metric families (README, Metrics): each ticked pod's phase and counters, set by the tick
+that decided them (no read of their own), the vLLM scrape latency, and the per-pod leases it took over."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable
+
+from prometheus_client import Gauge
+
+from thermostat.chassis.metrics import Metrics, takeover_counter
+from thermostat.policy.idle.idle_phase import Phase
+from thermostat.policy.idle.monitor_state import MonitorState
+
+
+class MonitorMetrics:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.phase = self.metrics.gauge(
+            "thermostat_monitor_phase",
+            "1 for the phase (DOWN, BOOTING, READY) of each pod this replica ticks, 0 for the others.",
+            ["pod", "phase"],
+        )
+        self.idle_streak = self.metrics.gauge(
+            "thermostat_monitor_idle_streak_ticks",
+            "Consecutive idle ticks of each pod this replica ticks (stopped at the idle threshold).",
+            ["pod"],
+        )
+        self.booting_ticks = self.metrics.gauge(
+            "thermostat_monitor_booting_ticks",
+            "Ticks each pod this replica ticks has spent booting (stopped at the boot-grace threshold).",
+            ["pod"],
+        )
+        self.scrape_seconds = self.metrics.histogram(
+            "thermostat_monitor_scrape_seconds",
+            "vLLM /metrics scrapes through the pod proxy, by result (answered: a page came back; unreadable).",
+            ["result"],
+        )
+        self.takeover = takeover_counter(self.metrics)
+
+    def ticked(self, pod: str, state: MonitorState) -> None:
+        for phase in Phase:
+            self.phase.labels(pod=pod, phase=phase.value).set(1 if state.phase is phase else 0)
+        self.idle_streak.labels(pod=pod).set(state.counters.idle_streak)
+        self.booting_ticks.labels(pod=pod).set(state.counters.booting_ticks)
+
+    def forget(self, pod: str) -> None:
+        """This replica no longer ticks `pod` (its lease moved on): its series go, the new holder's stay."""
+        for phase in Phase:
+            self._remove(self.phase, pod, phase.value)
+        self._remove(self.idle_streak, pod)
+        self._remove(self.booting_ticks, pod)
+
+    @staticmethod
+    def _remove(gauge: Gauge, *labels: str) -> None:
+        with contextlib.suppress(KeyError):  # never set on this replica
+            gauge.remove(*labels)
+
+    async def timed_scrape(self, scrape: Awaitable[str | None]) -> str | None:
+        started = time.perf_counter()
+        text = await scrape
+        self.scrape_seconds.labels(result="unreadable" if text is None else "answered").observe(
+            time.perf_counter() - started
+        )
+        return text

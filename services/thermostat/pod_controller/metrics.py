@@ -1,0 +1,32 @@
+"""The pod controller's metric families (README, Metrics): wakes by outcome, billable calls by action, and the
+wake leases it took over. Counted where the events happen: a wake as it ends, a billable call as it is recorded."""
+
+from __future__ import annotations
+
+from thermostat.chassis.metrics import Metrics, takeover_counter
+
+from .repository import ActionEntry
+
+
+class PodMetrics:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.wakes = self.metrics.counter(
+            "thermostat_wakes_total",
+            "Wakes this replica ran, by the history's outcome (Succeeded, Refused, TimedOut, Failed) and the start "
+            "route's result (AlreadyRunning, Started, Created, Waiting, Failed).",
+            ["outcome", "result"],
+        )
+        self.billable_actions = self.metrics.counter(
+            "thermostat_billable_actions_total",
+            "Billable RunPod calls issued (Start, Create, Terminate, Stop), by action, trigger and whether RunPod "
+            "accepted them.",
+            ["action", "trigger", "ok"],
+        )
+        self.takeover = takeover_counter(self.metrics)
+
+    def wake(self, outcome: str, result: str) -> None:
+        self.wakes.labels(outcome=outcome, result=result).inc()
+
+    def action(self, entry: ActionEntry) -> None:
+        self.billable_actions.labels(action=entry.action, trigger=entry.trigger, ok=str(entry.ok).lower()).inc()

@@ -1,0 +1,76 @@
+"""The pool dispatcher's metric families (README, Metrics). The hot path (submit → result) only increments and
+observes in memory: queue and dispatch latency from times the job's run already holds, the end state from its
+completion. Jobs and machines by state are counted on scrape, from partial indexes and the fleet's rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from thermostat.chassis.metrics import WAIT_BUCKETS, Metrics, takeover_counter
+
+from .repository import PoolRepository
+
+LIVE_JOB_STATES = ("queued", "dispatched", "running")
+MACHINE_STATES = ("starting", "warm", "busy", "stopping")
+
+
+class PoolMetrics:
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.jobs = self.metrics.gauge(
+            "thermostat_pool_jobs", "Jobs not yet ended, by state (queued, dispatched, running), pool-wide.", ["state"]
+        )
+        self.jobs_finished = self.metrics.counter(
+            "thermostat_pool_jobs_finished_total",
+            "Jobs this process ran on a machine to an end, by machine type and end state (completed, failed, "
+            "timed_out, cancelled).",
+            ["machine_type", "state"],
+        )
+        self.queue_seconds = self.metrics.histogram(
+            "thermostat_pool_queue_seconds",
+            "From a job's submit to its payload going out to a machine (0 when a warm machine took it at once).",
+            ["machine_type"],
+            buckets=WAIT_BUCKETS,
+        )
+        self.dispatch_seconds = self.metrics.histogram(
+            "thermostat_pool_dispatch_seconds",
+            "From a job's payload going out to its end being recorded: the worker hop, the job's run, the "
+            "completion statement.",
+            ["machine_type", "state"],
+            buckets=WAIT_BUCKETS,
+        )
+        self.machines = self.metrics.gauge(
+            "thermostat_pool_machines",
+            "Machines by state (starting, warm, busy, stopping) and backend (local, docker, runpod, fly), pool-wide.",
+            ["state", "backend"],
+        )
+        self.takeover = takeover_counter(self.metrics)
+
+    def sent(self, machine_type: str, submitted_at: datetime) -> None:
+        waited = (datetime.now(UTC) - submitted_at).total_seconds()
+        self.queue_seconds.labels(machine_type=machine_type).observe(max(0.0, waited))
+
+    def finished(self, machine_type: str, state: str, seconds: float) -> None:
+        self.jobs_finished.labels(machine_type=machine_type, state=state).inc()
+        self.dispatch_seconds.labels(machine_type=machine_type, state=state).observe(max(0.0, seconds))
+
+    def count_on_scrape(self, repository: PoolRepository, backends: Iterable[str]) -> None:
+        """Refresh jobs and machines by state before each scrape (two small reads, bounded by the scrape); every
+        configured backend shows its states, zeros included."""
+        configured = tuple(backends)
+
+        async def jobs() -> None:
+            counts = await repository.live_job_counts()
+            for state in LIVE_JOB_STATES:
+                self.jobs.labels(state=state).set(counts.get(state, 0))
+
+        async def machines() -> None:
+            counts = await repository.machine_counts_by_backend()
+            self.machines.clear()  # a backend with no machine left shows none rather than its last count
+            for backend in sorted({*configured, *(backend for _, backend in counts)}):
+                for state in MACHINE_STATES:
+                    self.machines.labels(state=state, backend=backend).set(counts.get((state, backend), 0))
+
+        self.metrics.on_scrape("pool-jobs", jobs)
+        self.metrics.on_scrape("pool-machines", machines)
