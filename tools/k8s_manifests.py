@@ -78,7 +78,7 @@ HEADER = """\
 # - `thermostat-pool` (keys pool-token, pool-admin-token, runpod-api-key, fly-api-token), optional: without it
 #   every pool call but health is 401 and no provider backend is configured.
 # NetworkPolicies admit to each service's port only pods labelled thermostat/role: service (every service here)
-# or thermostat/role: edge (label the Envoy edge's pods so). Kubelet probes come from the node and are not
+# or thermostat/role: edge (the Envoy edge's pods). Kubelet probes come from the node and are not
 # subject to them on the common CNIs. Each service serves Prometheus's /metrics on its metrics port (annotated
 # prometheus.io/*), admitted from pods labelled thermostat/role: prometheus in any namespace.
 # Written by `make k8s` (tools/k8s_manifests.py) from the service registry (thermostat.chassis.registry):
