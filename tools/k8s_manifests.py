@@ -31,7 +31,7 @@ from google.protobuf import descriptor_pb2
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.registry import SERVICES, ServiceDef
 from thermostat.chassis.server import LIVENESS
-from thermostat.edge.envoy_config import DEFAULT_LISTEN_PORT, deployment_spec, render_envoy_config
+from thermostat.edge.envoy_config import DEFAULT_LISTEN_PORT, DEFAULT_STATS_PORT, deployment_spec, render_envoy_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -415,14 +415,16 @@ def _edge(config_hash: str) -> str:
         "  template:\n"
         "    metadata:\n"
         f"      labels: {{app: edge, {ROLE}: edge}}\n"
-        f"      annotations: {{{EDGE_CONFIG_HASH}: {_q(config_hash)}}}\n"
+        f"      annotations: {{{EDGE_CONFIG_HASH}: {_q(config_hash)}, prometheus.io/scrape: {_q('true')}, "
+        f"prometheus.io/port: {_q(str(DEFAULT_STATS_PORT))}, prometheus.io/path: /stats/prometheus}}\n"
         "    spec:\n"
         f"      securityContext: {{runAsNonRoot: true, runAsUser: {ENVOY_UID}}}\n"
         "      containers:\n"
         "      - name: envoy\n"
         f"        image: {ENVOY_IMAGE}\n"
         f"        command: [envoy, -c, {EDGE_MOUNT / 'envoy.yaml'}, --disable-hot-restart, --log-level, info]\n"
-        f"        ports: [{{containerPort: {EDGE_PORT}, name: http}}]\n"
+        f"        ports: [{{containerPort: {EDGE_PORT}, name: http}}, "
+        f"{{containerPort: {DEFAULT_STATS_PORT}, name: metrics}}]\n"
         # Envoy listening is the edge being up; GET /health would take every edge out while one service is down.
         "        readinessProbe: {tcpSocket: {port: http}, periodSeconds: 5}\n"
         "        livenessProbe: {tcpSocket: {port: http}, periodSeconds: 10, failureThreshold: 6}\n"

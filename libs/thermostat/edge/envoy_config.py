@@ -191,6 +191,10 @@ def deployment_spec(descriptor_set: Path, *, envoy_descriptor_path: Path) -> Edg
         envoy_descriptor_path=envoy_descriptor_path,
         reflection_cluster=reflection.name if reflection else None,
         listen_address="0.0.0.0",
+        # Prometheus scrapes the edge from another pod: the stats listener (only /stats/prometheus and /metrics)
+        # on every interface; the admin interface stays on loopback
+        stats_address="0.0.0.0",
+        stats_port=DEFAULT_STATS_PORT,
     )
 
 

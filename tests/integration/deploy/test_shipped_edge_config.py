@@ -53,8 +53,12 @@ def test_compose_edge_config_is_the_cluster_one_and_envoy_accepts_it_with_the_bu
 
 def test_the_shipped_config_listens_on_every_interface_and_routes_each_service_by_name() -> None:
     config = json.loads(_config_map()["data"]["envoy.yaml"])
-    (listener,) = config["static_resources"]["listeners"]
-    assert listener["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": gen.EDGE_PORT}
+    listeners = {listener["name"]: listener for listener in config["static_resources"]["listeners"]}
+    assert listeners["edge"]["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": gen.EDGE_PORT}
+    # Prometheus scrapes the edge's stats from another pod; the admin interface itself stays on loopback
+    (stats,) = [listener for name, listener in listeners.items() if name != "edge"]
+    assert stats["address"]["socket_address"] == {"address": "0.0.0.0", "port_value": 9902}
+    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     clusters = {c["name"]: c["type"] for c in config["static_resources"]["clusters"]}
     assert {name: clusters.get(name) for name in ("pod-controller", "idle-monitor", "pool-dispatcher", "metering")} == {
         "pod-controller": "STRICT_DNS",
