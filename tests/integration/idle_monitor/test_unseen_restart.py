@@ -89,7 +89,9 @@ async def test_a_stop_alone_between_two_ticks_goes_down_and_publishes_nothing(ri
     assert await rig.ready_since() is None
 
 
-async def test_a_stop_between_two_ticks_then_a_wake_after_one_boots_as_before(rig: MonitorRig) -> None:
+async def test_a_stop_between_two_ticks_then_a_wake_after_one_boots_as_before(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
     """The monitor saw the pod down: the old Down → Booting → Ready path, unchanged."""
     await ready_pod(rig)
     await stop(rig)
@@ -98,6 +100,7 @@ async def test_a_stop_between_two_ticks_then_a_wake_after_one_boots_as_before(ri
     ready_tick = rig.now
     assert (await rig.tick()).state.phase is Phase.READY
     assert await rig.ready_since() == ready_tick
+    assert not messages(monitor_log, "between two ticks"), "a wake the monitor saw coming is no unseen restart"
 
 
 async def test_a_wake_that_replaces_the_stopped_pod_boots_the_replacement_instead_of_billing_its_load_as_idle(

@@ -14,6 +14,7 @@ create, stop or terminate) changes whenever that happens, so the monitor compare
     taken under incarnation n            listed, incarnation unknown      kept (the controller could not say)
     taken without an incarnation         listed, any incarnation          kept (a state written before them)
     taken under incarnation n            listed, incarnation m ≠ n        ended: baseline and readiness dropped
+    only an incarnation, the phase Down  listed, incarnation m ≠ n        kept (seen down: an ordinary wake)
     any                                  not listed                       not checked (the tick prunes it)
 
 When a pod ended and no remembered pod that did not end still holds readiness, the phase it rested on is
@@ -72,7 +73,7 @@ def check_incarnations(
     ended = tuple(
         pod_id
         for pod_id, memory in state.pods.items()
-        if pod_id in on_list and _changed(memory, incarnations.get(pod_id))
+        if pod_id in on_list and _changed(memory, incarnations.get(pod_id)) and _held(state, memory)
     )
     if not ended:
         return IncarnationCheck(state=state)
@@ -95,6 +96,11 @@ def ready_pods_gone(state: MonitorState, verdicts: Sequence[PodVerdict], signal:
 def stepped_down(state: MonitorState) -> MonitorState:
     """The Down edge of a process that ended unseen: counters and boot start cleared, cap and pods kept."""
     return MonitorState(counters=after_accepted_stop(), cap_started_at=state.cap_started_at, pods=state.pods)
+
+
+def _held(state: MonitorState, memory: PodMemory) -> bool:
+    # a pod seen down remembers only its incarnation: its wake is the ordinary Down → Booting path, not news
+    return state.phase is not Phase.DOWN or memory.baseline is not None or memory.ready_since is not None
 
 
 def _changed(memory: PodMemory, observed: int | None) -> bool:

@@ -69,6 +69,13 @@ def test_a_restarted_booting_pod_gets_a_fresh_boot_budget() -> None:
     assert check.cleared(booting) == ()
 
 
+def test_a_pod_the_monitor_saw_down_wakes_the_ordinary_way() -> None:
+    """Down, remembering only the stop's incarnation: the start that follows is no unseen restart."""
+    down = MonitorState(pods={"a": PodMemory(incarnation=7)})
+    check = check_incarnations(down, ("a",), {"a": 8})
+    assert (check.state, check.ended, check.went_down) == (down, (), False)
+
+
 def test_a_sibling_that_still_holds_readiness_keeps_the_phase() -> None:
     """Only the restarted pod is forgotten; the one still serving is the phase's reason and did not change."""
     state = replace(READY_IDLE, pods={"a": READY_A, "b": PodMemory(baseline=3.0, ready_since=T0, incarnation=2)})
