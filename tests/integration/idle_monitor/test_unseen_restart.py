@@ -96,11 +96,12 @@ async def test_a_stop_between_two_ticks_then_a_wake_after_one_boots_as_before(
     await ready_pod(rig)
     await stop(rig)
     assert (await rig.tick()).state.phase is Phase.DOWN
+    seen_stop = messages(monitor_log, "between two ticks")
     await wake(rig)
     ready_tick = rig.now
     assert (await rig.tick()).state.phase is Phase.READY
     assert await rig.ready_since() == ready_tick
-    assert not messages(monitor_log, "between two ticks"), "a wake the monitor saw coming is no unseen restart"
+    assert messages(monitor_log, "between two ticks") == seen_stop, "a wake after a seen stop is no unseen restart"
 
 
 async def test_a_wake_that_replaces_the_stopped_pod_boots_the_replacement_instead_of_billing_its_load_as_idle(
