@@ -156,6 +156,7 @@ class PodTicker:
                 pod_id=p.pod_id,
                 observation=_observation(p),
                 scrape=None if text is None else _answered(parse_vllm_metrics(text)),
+                incarnation=p.incarnation if p.HasField("incarnation") else None,
             )
             for p, text in zip(volume.pods, scrapes, strict=True)
         )

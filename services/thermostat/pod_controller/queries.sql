@@ -92,6 +92,11 @@ DELETE FROM pod_readiness WHERE pod_name = $1 AND ($2::text IS NULL OR pod_id = 
 -- name: readiness
 SELECT ready_since FROM pod_readiness WHERE pod_name = $1 AND pod_id = $2;
 
+-- name: incarnations
+-- Per pod id, the position of the newest accepted action that began or ended its process (every action is one).
+SELECT pod_id, max(position) AS incarnation FROM pod_actions
+WHERE pod_name = $1 AND pod_id = ANY($2::text[]) AND ok GROUP BY pod_id;
+
 -- name: latest_wake_before
 -- The newest wake requested before a pod became ready: its start is where the boot is measured from.
 SELECT attempt_id, requested_at, gpu_id FROM pod_wakes

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -354,6 +354,12 @@ class PodRepository:
         """When the monitor first saw this pod's vLLM answer since it came up; None while not ready."""
         ready: datetime | None = await self._read(lambda c: c.fetchval(Q["readiness"], pod_name, pod_id))
         return ready
+
+    async def incarnations(self, pod_name: str, pod_ids: Sequence[str]) -> dict[str, int]:
+        """Per pod id, the position of its newest accepted start, create, stop or terminate; 0 for none."""
+        rows = await self._read(lambda c: c.fetch(Q["incarnations"], pod_name, list(pod_ids)))
+        found = {str(r["pod_id"]): int(r["incarnation"]) for r in rows}
+        return {pod_id: found.get(pod_id, 0) for pod_id in pod_ids}
 
     async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
         """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""

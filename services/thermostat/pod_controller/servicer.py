@@ -340,6 +340,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
             response.lookup, response.lookup_result = "UNCONFIGURED", pods_pb2.LOOKUP_RESULT_UNCONFIGURED
             return response
         volume, observations = await observe_volume(self.c.client, pod)
+        incarnations = await self._incarnations(pod, [o.pod_id for o in observations])
         # each enum beside its string, which stays filled for readers that predate the enum fields
         response.lookup, response.lookup_result = str(volume.lookup), _lookup_result(volume.lookup)
         for o in observations:
@@ -353,9 +354,20 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
                     gpu_id=o.gpu_id or "",
                     lookup_result=_lookup_result(o.lookup),
                     pod_status=getattr(pods_pb2, f"POD_STATUS_{o.status}"),
+                    incarnation=incarnations.get(o.pod_id),
                 )
             )
         return response
+
+    async def _incarnations(self, pod: PodOptions, pod_ids: list[str]) -> dict[str, int]:
+        """Each pod's incarnation, or none at all when the store cannot say (the monitor then compares nothing)."""
+        if not pod_ids:
+            return {}
+        try:
+            return await self.c.records.incarnations(pod.name, pod_ids)
+        except STORE_ERRORS as error:
+            log.warning("pod %s: incarnations unreadable (%s); observing without them", pod.name, type(error).__name__)
+            return {}
 
     async def StopPods(
         self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext

@@ -2,7 +2,8 @@
 
 The service persists it after every tick (and after every stop) so that a restarted or failed-over replica
 continues exactly where the last one stopped: the phase and its two counters, the runtime-cap start, the
-boot start used for "ready after …", and per pod its work-counter baseline and its published readiness.
+boot start used for "ready after …", and per pod its work-counter baseline, its published readiness and the
+incarnation they belong to.
 The pod-control seed kept all of this in process, so a conductor restart re-armed the cap and forgot readiness; here
 nothing is lost.
 
@@ -31,11 +32,13 @@ class PodMemory:
 
     `baseline` is the work counter of its last successful scrape (None before the first, or when the
     exposition carried no counter). `ready_since` is its published readiness: when vLLM first answered
-    since the pod came up.
+    since the pod came up. `incarnation` is the controller's incarnation of the pod when they were taken
+    (None: not known), so a process that changed unseen between two ticks is told apart (`incarnation`).
     """
 
     baseline: float | None = None
     ready_since: datetime | None = None
+    incarnation: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +72,11 @@ class MonitorState:
             "cap_started_at": _iso(self.cap_started_at),
             "boot_started_at": _iso(self.boot_started_at),
             "pods": {
-                pod_id: {"baseline": memory.baseline, "ready_since": _iso(memory.ready_since)}
+                pod_id: {
+                    "baseline": memory.baseline,
+                    "ready_since": _iso(memory.ready_since),
+                    "incarnation": memory.incarnation,
+                }
                 for pod_id, memory in self.pods.items()
             },
         }
@@ -131,7 +138,12 @@ def _pod(memory: Any, pod_id: str) -> PodMemory:
         isinstance(baseline, bool) or not isinstance(baseline, int | float) or not math.isfinite(baseline)
     ):
         raise ValueError(f"pod {pod_id} baseline must be a finite number, got {baseline!r}")
+    # absent in states written before incarnations were remembered: unknown, never a reason to forget
+    incarnation = memory.get("incarnation")
+    if incarnation is not None and (isinstance(incarnation, bool) or not isinstance(incarnation, int)):
+        raise ValueError(f"pod {pod_id} incarnation must be an integer, got {incarnation!r}")
     return PodMemory(
         baseline=float(baseline) if baseline is not None else None,
         ready_since=_time(memory.get("ready_since"), f"pods.{pod_id}.ready_since"),
+        incarnation=incarnation,
     )

@@ -9,13 +9,17 @@ a stop it calls `after_stop` with what RunPod answered and persists the result.
 Order of one tick:
 1. Volume lookup Unreadable → Unknown: nothing at all changes (not even pruning — an unreadable list says
    nothing about which pods left), and no stop can be named.
-2. Each listed pod is classified (`pod_signal`); the aggregate decides the phase step (`idle_phase`) and the
+2. Pods whose process ended unseen since the last tick (the controller's incarnation changed) are forgotten,
+   and when the phase rested on them the volume takes the Down edge first (`incarnation`): a stop and a wake
+   between two ticks start a new boot and a new readySince. So does a Ready whose ready pods all left while
+   a replacement carries the aggregate.
+3. Each listed pod is classified (`pod_signal`); the aggregate decides the phase step (`idle_phase`) and the
    runtime cap (`runtime_cap`).
-3. Per-pod memory: a pod vLLM answered for keeps the scrape's counter as its baseline and publishes
+4. Per-pod memory: a pod vLLM answered for keeps the scrape's counter as its baseline and publishes
    readiness the first time; a pod confirmed down or starting loses baseline and readiness, even when a
    busy sibling wins the aggregate (the process behind the id ended; RunPod reuses ids); an unreachable or
    unknown pod keeps both. Pods that left a readable volume list are pruned and their readiness cleared.
-4. Stops, widest first: the runtime cap (every pod on the volume not confirmed down — including a busy
+5. Stops, widest first: the runtime cap (every pod on the volume not confirmed down — including a busy
    one, which is the phantom-busy backstop, and Unknown ones, since a run of Unknown ticks is the other
    thing it backs up); then StopIdle (every pod observed up; the aggregate being Idle means none is busy);
    then StopBootGrace (the booting and running-without-metrics pods, retained as stop targets).
@@ -29,7 +33,7 @@ accepted still lose their baseline and readiness.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -43,6 +47,7 @@ from thermostat.policy.idle.idle_phase import (
     after_refused_stop,
     phase_stop_due,
 )
+from thermostat.policy.idle.incarnation import IncarnationCheck, check_incarnations, ready_pods_gone, stepped_down
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_state import MonitorState, PodMemory
 from thermostat.policy.idle.pod_signal import (
@@ -112,6 +117,8 @@ class EventKind(StrEnum):
 
     READY = "READY"
     BOOT_RESTARTED = "BOOT_RESTARTED"
+    RESTARTED_UNSEEN = "RESTARTED_UNSEEN"
+    READY_PODS_GONE = "READY_PODS_GONE"
     SEVERAL_PODS = "SEVERAL_PODS"
     STOP_REFUSED = "STOP_REFUSED"
 
@@ -190,13 +197,21 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
         return TickDecision(state=state, signal=signal)
     listed = tuple(dict.fromkeys(volume.pod_ids)) if volume.lookup is Lookup.FOUND else ()
     readings = {reading.pod_id: reading for reading in observation.pods}
+    incarnations = {pod_id: readings[pod_id].incarnation for pod_id in listed if pod_id in readings}
+    checked = check_incarnations(state, listed, incarnations)
+    cleared = tuple(ReadinessChange(pod_id=pod_id, ready_since=None) for pod_id in checked.cleared(state))
+    restarted = _restarted_events(checked)
+    state = checked.state
     verdicts = tuple(
         classify_pod(readings.get(pod_id) or PodReading(pod_id=pod_id), _memory(state, pod_id).baseline)
         for pod_id in listed
     )
     aggregate = aggregate_signal(volume, verdicts)
+    if ready_pods_gone(state, verdicts, aggregate.signal):
+        restarted += (_ready_gone_event(aggregate),)
+        state = stepped_down(state)
     step = advance_phase(state.counters, aggregate.signal)
-    pods, readiness = _remember(state, verdicts, now)
+    pods, readiness = _remember(state, verdicts, incarnations, now)
     new_state = MonitorState(
         counters=step.counters,
         cap_started_at=advance_cap(state.cap_started_at, aggregate.signal, now),
@@ -208,8 +223,9 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
         signal=aggregate,
         verdicts=verdicts,
         stop=_stop_order(new_state, step, verdicts, now, options),
-        readiness=readiness,
-        events=_events(state, step, aggregate, listed, now, options),
+        # a clear of an ended pod comes first: its publish this tick (a fresh answer) is the last word
+        readiness=cleared + readiness,
+        events=restarted + _events(state, step, aggregate, listed, now, options),
     )
 
 
@@ -224,7 +240,11 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
     ]
     survivors = {pod_id: memory for pod_id, memory in state.pods.items() if pod_id not in stopped}
     if result.accepted:
-        kept = {pod_id: PodMemory(baseline=m.baseline) for pod_id, m in survivors.items() if m.baseline is not None}
+        kept = {
+            pod_id: PodMemory(baseline=m.baseline, incarnation=m.incarnation)
+            for pod_id, m in survivors.items()
+            if m.baseline is not None
+        }
         down = MonitorState(counters=after_accepted_stop(), pods=kept)
         return StopAftermath(state=down, accepted=True, readiness=tuple(readiness))
     refused = [outcome.pod_id for outcome in result.outcomes if not outcome.ok]
@@ -257,22 +277,25 @@ def _memory(state: MonitorState, pod_id: str) -> PodMemory:
 
 
 def _remember(
-    state: MonitorState, verdicts: tuple[PodVerdict, ...], now: datetime
+    state: MonitorState, verdicts: tuple[PodVerdict, ...], incarnations: dict[str, int | None], now: datetime
 ) -> tuple[dict[str, PodMemory], tuple[ReadinessChange, ...]]:
     pods: dict[str, PodMemory] = {}
     readiness: list[ReadinessChange] = []
     for verdict in verdicts:
         before = _memory(state, verdict.pod_id)
+        # what is remembered belongs to the incarnation observed now, so the next tick can tell a new process
+        incarnation = incarnations.get(verdict.pod_id)
+        incarnation = before.incarnation if incarnation is None else incarnation
         if verdict.answered:
-            after = PodMemory(baseline=verdict.baseline, ready_since=before.ready_since or now)
+            after = PodMemory(baseline=verdict.baseline, ready_since=before.ready_since or now, incarnation=incarnation)
             if before.ready_since is None:
                 readiness.append(ReadinessChange(pod_id=verdict.pod_id, ready_since=now))
         elif verdict.process_ended:
-            after = PodMemory()
+            after = PodMemory(incarnation=incarnation)
             if before.ready_since is not None:
                 readiness.append(ReadinessChange(pod_id=verdict.pod_id, ready_since=None))
         else:
-            after = before
+            after = replace(before, incarnation=incarnation)
         if after != PodMemory():
             pods[verdict.pod_id] = after
     listed = {verdict.pod_id for verdict in verdicts}
@@ -282,6 +305,34 @@ def _remember(
         if pod_id not in listed and memory.ready_since is not None
     )
     return pods, tuple(readiness)
+
+
+def _restarted_events(checked: IncarnationCheck) -> tuple[MonitorEvent, ...]:
+    if not checked.ended:
+        return ()
+    outcome = (
+        "stale readiness cleared, fresh boot budget and idle window"
+        if checked.went_down
+        else "its memory is dropped; a sibling still holds readiness"
+    )
+    return tuple(
+        MonitorEvent(
+            kind=EventKind.RESTARTED_UNSEEN,
+            level=EventLevel.INFO,
+            message=f"pod {pod_id} was stopped or restarted between two ticks; {outcome}",
+            pod_id=pod_id,
+        )
+        for pod_id in checked.ended
+    )
+
+
+def _ready_gone_event(aggregate: AggregateSignal) -> MonitorEvent:
+    return MonitorEvent(
+        kind=EventKind.READY_PODS_GONE,
+        level=EventLevel.INFO,
+        message=f"every pod that was ready is gone; {aggregate.pod_id} starts a fresh boot budget and idle window",
+        pod_id=aggregate.pod_id,
+    )
 
 
 def _boot_start(before: datetime | None, edge: PhaseEdge, now: datetime) -> datetime | None:

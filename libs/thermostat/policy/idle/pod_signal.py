@@ -75,12 +75,14 @@ class PodReading:
 
     `scrape` is the parsed /metrics, or None when it was unreachable (non-2xx, transport failure).
     `observation` is the control plane's answer, or None when the pod was not observed (the service may
-    skip observing a pod whose /metrics answered).
+    skip observing a pod whose /metrics answered). `incarnation` is the controller's count of the processes
+    behind the id (see `incarnation`), or None when it could not say.
     """
 
     pod_id: str
     observation: PodObservation | None = None
     scrape: PodActivity | None = None
+    incarnation: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

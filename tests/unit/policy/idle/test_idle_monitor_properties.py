@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from thermostat.policy.common.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
@@ -15,6 +15,7 @@ from thermostat.policy.idle.idle_phase import Phase, PhaseCounters, StopTrigger
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_state import MonitorState, PodMemory
 from thermostat.policy.idle.monitor_tick import (
+    EventKind,
     PodStopOutcome,
     ReadinessChange,
     StopResult,
@@ -192,6 +193,10 @@ def stopping_ticks(draw: st.DrawFn) -> tuple[MonitorState, TickObservation, date
         ready = st.just(PhaseCounters(phase=Phase.READY, idle_streak=short))
         signal = draw(st.sampled_from([PodSignal.IDLE, PodSignal.UNREACHABLE_BUT_RUNNING]))
         before, observation = draw(ticks(signal, states_with(ready)))
+        # the streak must belong to a pod still listed: when every pod that was ready is gone, the tick starts a
+        # fresh idle window for the pod that replaced it (incarnation.ready_pods_gone) and stops nothing
+        kinds = {event.kind for event in tick(before, observation, now, opts).events}
+        assume(EventKind.READY_PODS_GONE not in kinds)
         return before, observation, now, opts
     opts = replace(opts, boot_grace_minutes=draw(st.integers(min_value=1, max_value=5)))
     short = opts.boot_grace_threshold - 1 + draw(st.integers(min_value=0, max_value=3))

@@ -19,7 +19,7 @@ FULL = MonitorState(
     boot_started_at=T0 + timedelta(seconds=1),
     pods={
         "stale": PodMemory(baseline=None, ready_since=None),
-        "p2": PodMemory(baseline=18422.0 + 27453.0, ready_since=T0 + timedelta(minutes=6)),
+        "p2": PodMemory(baseline=18422.0 + 27453.0, ready_since=T0 + timedelta(minutes=6), incarnation=41),
     },
 )
 
@@ -36,8 +36,26 @@ def test_the_dict_is_plain_json_with_iso_timestamps() -> None:
     data = FULL.to_dict()
     assert data["phase"] == "READY"
     assert data["cap_started_at"] == "2026-09-09T09:40:41.123456+00:00"
-    assert data["pods"]["p2"] == {"baseline": 45875.0, "ready_since": "2026-09-09T09:46:41.123456+00:00"}
+    assert data["pods"]["p2"] == {
+        "baseline": 45875.0,
+        "ready_since": "2026-09-09T09:46:41.123456+00:00",
+        "incarnation": 41,
+    }
     assert data["version"] == 1
+
+
+def test_a_state_written_before_incarnations_reads_them_as_unknown() -> None:
+    """A row persisted by an older monitor has no incarnation per pod: unknown, never a reason to forget."""
+    data = FULL.to_dict()
+    del data["pods"]["p2"]["incarnation"]
+    assert MonitorState.from_dict(data).pods["p2"].incarnation is None
+
+
+def test_an_incarnation_that_is_not_an_integer_is_refused_naming_the_pod() -> None:
+    data = FULL.to_dict()
+    data["pods"]["p2"]["incarnation"] = "41"
+    with pytest.raises(ValueError, match="pod p2 incarnation must be an integer"):
+        MonitorState.from_dict(data)
 
 
 def test_an_empty_state_is_down_with_nothing_remembered() -> None:
