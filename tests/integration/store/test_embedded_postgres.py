@@ -84,6 +84,20 @@ async def test_a_restarted_server_keeps_its_data(data_dir):
         assert await fetch_one(server.dsn, "SELECT v FROM kept") == "still here"
 
 
+async def test_restart_comes_back_on_the_same_port_with_its_data(data_dir):
+    """A restarted server answers at the address its clients already know (a server picked its port freely)."""
+    server = EmbeddedPostgres(data_dir, durable=False)
+    try:
+        dsn = await asyncio.to_thread(server.start)
+        await fetch_one(dsn, "CREATE TABLE kept AS SELECT 7 AS n")
+        old_pid = server.pid
+        assert await asyncio.to_thread(server.restart) == dsn
+        assert server.pid != old_pid
+        assert await fetch_one(dsn, "SELECT n FROM kept") == 7
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
 async def test_a_server_left_running_on_the_data_dir_is_stopped_and_replaced(data_dir):
     """A second start over a live server's directory stops that server and serves itself."""
     first = EmbeddedPostgres(data_dir, durable=False)
