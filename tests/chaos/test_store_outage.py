@@ -144,14 +144,14 @@ async def outage_scenario(
     children = [c for c in chaos.stack.children if c.port is not None]
     await until_all(children, "SERVING", 30)
     began = time.time()
-    outage_seconds = scale.pick(3.0, 10.0)
+    outage_seconds = scale.pick(2.0, 10.0)
     async with under_load(chaos) as load:
-        await asyncio.sleep(1)  # load before the outage
+        await asyncio.sleep(0.5)  # load before the outage
         async with outage(postgres):
             noticed = await until_all(children, "NOT_SERVING", outage_seconds + 10)
             await asyncio.sleep(max(0.0, outage_seconds - noticed))
         recovered = await until_all(children, "SERVING", RECOVERY_GOAL * 3)
-        await asyncio.sleep(1)  # load after it
+        await asyncio.sleep(0.5)  # load after it
     db = await asyncpg.connect(chaos.database_url)
     try:
         wakes = await db.fetchval(
