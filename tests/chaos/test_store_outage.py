@@ -164,7 +164,16 @@ async def outage_scenario(
             rows = await db.fetch("SELECT id, state FROM pool_jobs WHERE id = ANY($1::uuid[])", load.jobs)
             return rows if all(r["state"] in TERMINAL for r in rows) else None
 
-        rows = await eventually(jobs_terminal, timeout=60, every=0.1)
+        try:
+            rows = await eventually(jobs_terminal, timeout=60, every=0.1)
+        except AssertionError:
+            stuck = await db.fetch(
+                "SELECT state, owner, error, count(*) FROM pool_jobs WHERE id = ANY($1::uuid[]) "
+                "AND state NOT IN ('completed', 'failed', 'timed_out', 'cancelled') GROUP BY 1, 2, 3",
+                load.jobs,
+            )
+            leases = await db.fetch("SELECT name, holder, expires_at > now() AS live FROM leases")
+            raise AssertionError(f"jobs not terminal: {[dict(r) for r in stuck]}; leases {leases}") from None
         completed = {str(r["id"]) for r in rows if r["state"] == "completed"}
 
         async def usage_ledgered() -> tuple[int, int] | None:
