@@ -202,7 +202,8 @@ async def outage_scenario(
     assert wakes >= load.wakes_ok and open_wakes == 0
     assert on_record == len(rows) == len(load.jobs)
     assert sum(calls.values()) == sum(actions.values()) == 0, "a running pod's wakes bill nothing"
-    assert load.wakes_refused > 0 and load.jobs_refused > 0, "the outage was felt: some calls failed closed"
+    # a wake fails closed (503) while the store is away; a submit may instead wait out a short freeze
+    assert load.wakes_refused > 0, "the outage was felt: wakes failed closed"
 
 
 async def test_a_frozen_store_turns_every_service_not_serving_and_they_recover_with_nothing_lost(
