@@ -140,7 +140,16 @@ async def outage_scenario(
     postgres = chaos.stack.postgres
     assert postgres is not None, "the stack runs its own Postgres"
     chaos.sim.reset()
-    chaos.sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    pod = chaos.sim.add_pod(volume_id=VOLUME, status="RUNNING")
+    db = await asyncpg.connect(chaos.database_url)
+    try:  # a pod a wake of ours created: its create is on record (a hand-made one would be adopted: adoption.py)
+        await db.execute(
+            "INSERT INTO pod_actions (id, pod_name, action, pod_id, ok, trigger, at) "
+            "VALUES (gen_random_uuid(), 'qwen', 'Create', $1, true, 'wake', now() - interval '1 minute')",
+            pod,
+        )
+    finally:
+        await db.close()
     children = [c for c in chaos.stack.children if c.port is not None]
     await until_all(children, "SERVING", 30)
     began = time.time()

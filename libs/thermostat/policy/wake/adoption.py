@@ -10,7 +10,9 @@ naming the pod:
     Create/Start    the record already says it bills                             → nothing
 
 Only after an abandoned wake: a pod running with no call on record otherwise (made by hand, or before
-Thermostat) was never billed by a call of ours, and the record lists only calls that were issued.
+Thermostat) stays off the record, which lists the calls issued. A wake abandoned without a call in flight (its
+store stopped answering, so it never completed) cannot be told apart: a hand-made pod it answered with is then
+adopted too, and bills on the record from then on, which is what RunPod charges; the detail says it was adopted.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 ADOPTED_DETAIL = (
-    "adopted: RunPod bills this pod and no call on record started it; issued by a wake whose replica stopped "
-    "before recording it"
+    "adopted: RunPod bills this pod and no call on record started it; the wake before this one was abandoned "
+    "(its replica or its store stopped) and may have issued it"
 )
 
 
