@@ -162,15 +162,24 @@ class EmbeddedPostgres:
             _log.info("embedded postgres ready on 127.0.0.1:%d (pid %s)", port, self.pid)
             return self.dsn
 
-    def stop(self) -> None:
-        """Stop the server and reap every process of it; a no-op when not running."""
+    def stop(self, *, keep_port: bool = False) -> None:
+        """Stop the server and reap every process of it; a no-op when not running. `keep_port`: the next
+        `start()` binds the port this run had (a restart clients find at the address they know)."""
         process = self._process
         if process is None:
             return
+        if keep_port and self._port is not None:
+            self._requested_port = self._port
         try:
             _terminate(process.pid, self._stop_timeout, child=process)
         finally:
             self._reap()
+
+    def restart(self) -> str:
+        """Stop the server and start it again on the same port and data directory, as a database host that
+        restarts does: clients keep the address they know and reconnect to it."""
+        self.stop(keep_port=True)
+        return self.start()
 
     def __enter__(self) -> Self:
         self.start()

@@ -109,6 +109,11 @@ SELECT gpu_id FROM pod_actions
 WHERE pod_name = $1 AND pod_id = $2 AND action = 'Create' AND gpu_id IS NOT NULL
 ORDER BY at DESC LIMIT 1;
 
+-- name: last_accepted_action
+-- The last call RunPod accepted that names a pod: what the record says the pod is doing (adoption.py).
+SELECT action FROM pod_actions WHERE pod_name = $1 AND pod_id = $2 AND ok
+ORDER BY at DESC, position DESC NULLS LAST LIMIT 1;
+
 -- name: insert_boot
 INSERT INTO pod_boots (pod_name, pod_id, gpu_id, attempt_id, ready_at, duration_seconds)
 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING;

@@ -268,6 +268,13 @@ class PodRepository:
         now: datetime = await self._read(lambda c: c.fetchval(Q["db_now"]))
         return now
 
+    async def last_accepted_action(self, pod_name: str, pod_id: str) -> str | None:
+        """The last billable call RunPod accepted naming `pod_id` (None: none on record)."""
+        action: str | None = await self._run(
+            lambda c: c.fetchval(Q["last_accepted_action"], pod_name, pod_id), self.timeout
+        )
+        return action
+
     async def abandon_wakes(self, pod_name: str) -> list[uuid.UUID]:
         """Close the pod's wakes left open by a replica that stopped; their attempt ids."""
         rows = await self._run(lambda c: c.fetch(Q["abandon_wakes"], pod_name), self.timeout)

@@ -123,9 +123,11 @@ class PodControl:
         return await asyncio.shield(all_of_them())
 
     async def run_wake(self, pod: PodOptions) -> WakeResult:
-        async def attempt(_attempt_id: object, fence: Fence) -> tuple[WakeResult, WakeCompletion]:
+        async def attempt(
+            _attempt_id: object, fence: Fence, after_abandoned: bool
+        ) -> tuple[WakeResult, WakeCompletion]:
             try:
-                result = await self.wake_service.wake(pod, fence)
+                result = await self.wake_service.wake(pod, fence, adopt=after_abandoned)
             except Exception as error:
                 log.exception("pod %s: wake raised", pod.name)
                 last = last_wake_of_exception(f"{type(error).__name__}: {error}")

@@ -50,7 +50,9 @@ from .wake_service import Fence, Halt
 
 log = logging.getLogger("thermostat.pod_controller.wake_gate")
 
-RunWake = Callable[[uuid.UUID, Fence], Awaitable[tuple[WakeResult, WakeCompletion]]]
+RunWake = Callable[[uuid.UUID, Fence, bool], Awaitable[tuple[WakeResult, WakeCompletion]]]
+"""One wake: its attempt id, its fence, and whether it closed a wake a stopped replica abandoned (which may have
+issued a billable call it never recorded: policy/wake/adoption.py)."""
 """Runs one wake for an attempt id, asking the fence before every billable call; returns (the callers'
 result, what the history keeps of it)."""
 
@@ -163,9 +165,11 @@ class WakeGate:
         repository = self.repository
         attempt = uuid.uuid4()
         requested_at: datetime | None = None
+        abandoned: list[uuid.UUID] = []
         try:
-            for abandoned in await repository.abandon_wakes(pod_name):
-                log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name, abandoned)
+            abandoned = await repository.abandon_wakes(pod_name)
+            for stopped in abandoned:
+                log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name, stopped)
             requested_at = await repository.insert_wake(attempt, pod_name, keeper.holder)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
@@ -177,7 +181,7 @@ class WakeGate:
             # a stop issued before this wake is let land first: the wake then sees the stopped pod and starts it
             # (a stop issued since halts it, as it halts any billable call below)
             halted = await self._stops(pod_name, requested_at)
-            result, completion = await wake(attempt, _closed(halted) if halted is not None else fence)
+            result, completion = await wake(attempt, _closed(halted) if halted is not None else fence, bool(abandoned))
         except asyncio.CancelledError:
             # shutdown past its grace: the outcome is still recorded (#2541), then the cancellation goes on
             await self._complete(pod_name, attempt, INTERRUPTED, None)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from thermostat.policy.common.pod_model import CreateResult, PodObservation, PodStatus
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.wake import create_walk as walk
+from thermostat.policy.wake.adoption import ADOPTED_DETAIL, unrecorded_call
 from thermostat.policy.wake.gpu_selection import GpuCandidate, GpuSelection, select_gpus
 from thermostat.policy.wake.termination_guard import check_termination
 from thermostat.policy.wake.volume_pods import rank
@@ -70,6 +71,7 @@ async def _no_fence() -> Halt | None:
 @dataclass(slots=True)
 class _Run:
     fence: Fence
+    adopt: bool = False  # the wake closed an abandoned one: a pod it answers with may be billing off the record
     billed: bool = False
     headroom: Headroom | None = None  # a budget not reached: the projection is judged before the first write
 
@@ -114,9 +116,11 @@ class WakeService:
         self.budget = budget
         self.metrics = metrics or PodMetrics()
 
-    async def wake(self, pod: PodOptions, fence: Fence = _no_fence) -> WakeResult:
-        """Run one wake; `fence` is asked before every billable call (start, create, terminate)."""
-        run = _Run(fence=fence)
+    async def wake(self, pod: PodOptions, fence: Fence = _no_fence, *, adopt: bool = False) -> WakeResult:
+        """Run one wake; `fence` is asked before every billable call (start, create, terminate). `adopt`: the wake
+        closed one a stopped replica abandoned, so the pod it answers with is put on record if nothing there says
+        it bills (policy/wake/adoption.py)."""
+        run = _Run(fence=fence, adopt=adopt)
         _run.set(run)
         try:
             result = await self._wake(pod)
@@ -187,6 +191,8 @@ class WakeService:
                 case RoundVerdict.DONE:
                     assert decision.pod_id is not None
                     assert decision.outcome is not None
+                    if _run.get().adopt:
+                        await self._adopt(pod, decision.pod_id, observations)
                     await self._terminate_stale(pod, observations, decision.stale_pod_ids, decision.pod_id)
                     return WakeResult(
                         outcome=decision.outcome,
@@ -233,6 +239,32 @@ class WakeService:
             pod_id=waiting_on,
             proxy_url=pod.proxy_url(waiting_on) if waiting_on else None,
             message=f"not RUNNING within {pod.max_polls} polls; poll again",
+        )
+
+    async def _adopt(self, pod: PodOptions, pod_id: str, observations: Sequence[PodObservation]) -> None:
+        """Record the call an abandoned wake issued and never recorded, when the record misses one for `pod_id`."""
+        try:
+            call = unrecorded_call(await self.records.last_accepted_action(pod.name, pod_id))
+        except Exception as error:  # best effort: the wake answers either way
+            log.error("pod %s: whether %s is on record is unknown (%s)", pod.name, pod_id, type(error).__name__)
+            return
+        if call is None:
+            return
+        seen = next((o for o in observations if o.pod_id == pod_id), None)
+        log.warning(
+            "pod %s: %s bills with no call on record: recording the %s an abandoned wake issued", pod.name, pod_id, call
+        )
+        await self._record(
+            ActionEntry(
+                pod_name=pod.name,
+                action=str(call),
+                pod_id=pod_id,
+                ok=True,
+                trigger="wake",
+                price_per_hour=seen.cost_per_hour if seen and seen.cost_per_hour else None,
+                gpu_id=seen.gpu_id if seen else None,
+                detail=ADOPTED_DETAIL,
+            )
         )
 
     async def _replace(self, pod: PodOptions, *, stale: Sequence[PodObservation]) -> WakeResult:

@@ -29,7 +29,7 @@ async def test_two_replicas_at_the_same_moment_run_one_wake_even_when_it_is_fast
             runs: list[str] = []
 
             def wake_as(who: str, runs: list[str] = runs):
-                async def wake(attempt, fence):
+                async def wake(attempt, fence, after_abandoned):
                     runs.append(who)
                     # shorter than the joiner's poll (0.1 s): the other replica must still join, not rerun
                     await asyncio.sleep(0.03)
@@ -63,13 +63,13 @@ async def test_a_joiner_polls_the_leaders_row_per_interval_of_its_clock_and_retu
     gate_b = WakeGate(PodRepository(db_store.pool), db_store.leases, replica="b", clock=clock)
     running, release, runs = asyncio.Event(), asyncio.Event(), []
 
-    async def lead(attempt, fence):
+    async def lead(attempt, fence, after_abandoned):
         runs.append("a")
         running.set()
         await release.wait()
         return WakeResult(outcome=WakeOutcome.STARTED, pod_id="p1", message="by a"), _completion()
 
-    async def rerun(attempt, fence):
+    async def rerun(attempt, fence, after_abandoned):
         runs.append("b")
         return WakeResult(outcome=WakeOutcome.STARTED, message="by b"), _completion()
 
@@ -98,7 +98,7 @@ async def test_a_joiner_whose_leader_died_leads_a_new_wake_at_its_next_lease_che
     await repository.insert_wake(uuid.uuid4(), "qwen", "a:crashed")
     runs = []
 
-    async def wake(attempt, fence):
+    async def wake(attempt, fence, after_abandoned):
         runs.append("b")
         return WakeResult(outcome=WakeOutcome.STARTED, message="by b"), _completion()
 

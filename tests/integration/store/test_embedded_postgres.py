@@ -6,7 +6,9 @@ import signal
 from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import embedded_data_dir
@@ -82,6 +84,49 @@ async def test_a_restarted_server_keeps_its_data(data_dir):
         await connection.close()
     with EmbeddedPostgres(data_dir) as server:
         assert await fetch_one(server.dsn, "SELECT v FROM kept") == "still here"
+
+
+async def test_restart_comes_back_on_the_same_port_with_its_data(data_dir):
+    """A restarted server answers at the address its clients already know (a server picked its port freely)."""
+    server = EmbeddedPostgres(data_dir, durable=False)
+    try:
+        dsn = await asyncio.to_thread(server.start)
+        await fetch_one(dsn, "CREATE TABLE kept AS SELECT 7 AS n")
+        old_pid = server.pid
+        assert await asyncio.to_thread(server.restart) == dsn
+        assert server.pid != old_pid
+        assert await fetch_one(dsn, "SELECT n FROM kept") == 7
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def test_restarts_while_grpc_calls_run_in_this_process_all_come_up(data_dir):
+    """Started as another user, the server is forked rather than vforked, and gRPC's fork handlers (disabled in
+    tests/conftest.py) crashed about one such child in four while calls were in flight."""
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    calling = True
+
+    async def keep_calling() -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while calling:
+                await stub.Check(health_pb2.HealthCheckRequest())
+
+    callers = [asyncio.create_task(keep_calling()) for _ in range(4)]
+    postgres = EmbeddedPostgres(data_dir, durable=False)
+    try:
+        dsn = await asyncio.to_thread(postgres.start)
+        for _ in range(8):
+            assert await asyncio.to_thread(postgres.restart) == dsn
+        assert await fetch_one(dsn, "SELECT 1") == 1
+    finally:
+        calling = False
+        await asyncio.gather(*callers)
+        await server.stop(0)
+        await asyncio.to_thread(postgres.stop)
 
 
 async def test_a_server_left_running_on_the_data_dir_is_stopped_and_replaced(data_dir):

@@ -14,6 +14,10 @@ child's name in front.
 Once the stack is up, a child that exits (a crash, a kill -9) is reported and started again after a backoff
 that doubles from 1 s to 30 s and starts over once a child has stayed up for a minute, as a compose restart
 policy would: the stack never runs on silently without a service.
+
+`replicas` runs each service as that many processes on one database (the chaos suite kills one of two); the
+other services reach all of them through one gRPC target listing every replica (`ipv4:host:a,host:b`), whose
+pick-first policy moves to the next address when one stops answering, as a cluster Service would.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class Child:
     argv: list[str] = field(default_factory=list)
     env: Mapping[str, str] = field(default_factory=dict)
     relay: asyncio.Task[None] | None = None
+    port: int | None = None  # a service's gRPC port; None for the simulators
     started: float = field(default_factory=time.monotonic)
     restarts: int = 0  # in a row, since it last stayed up RESTART_STEADY_SECONDS
 
@@ -117,6 +122,9 @@ class StackConfig:
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     relay_logs: bool = True
     durable_db: bool = True
+    replicas: int = 1  # processes per service (module doc)
+    restart_children: bool = True  # False: a child that exits stays down (a test kills one and watches the rest)
+    edge: bool = True
 
 
 class Stack:
@@ -127,7 +135,8 @@ class Stack:
         self.envoy: EnvoyProcess | None = None
         self.database_url = ""
         self.env: dict[str, str] = {}
-        self.ports: dict[str, int] = {}
+        self.ports: dict[str, int] = {}  # each service's first replica
+        self.replica_ports: dict[str, list[int]] = {}
         self.metrics_ports: dict[str, int] = {}
         self.edge_stats_url = ""
         self.edge_admin_url = ""
@@ -173,25 +182,38 @@ class Stack:
         await self._start_demo_backends(env)
 
         for service in cfg.services:
-            port = cfg.service_ports.get(service.name) or free_port()
-            self.ports[service.name] = port
-            env[service.port_env] = str(port)
+            first = cfg.service_ports.get(service.name) or free_port()
+            ports = [first, *(free_port() for _ in range(cfg.replicas - 1))]
+            self.ports[service.name], self.replica_ports[service.name] = first, ports
+            env[service.port_env] = str(first)
             metrics_port = cfg.metrics_ports.get(service.name) or free_port()
             self.metrics_ports[service.name] = metrics_port
             env[service.metrics_port_env] = str(metrics_port)
         # where services reach each other (POD_CONTROLLER_ADDR), unless configured; a service this stack does not
         # run gets no address (METERING_ADDR set would make every wake wait for a metering that never comes)
         for service in cfg.services:
-            env.setdefault(service.address_env, service.address(port=self.ports.get(service.name)))
+            ports = self.replica_ports[service.name]
+            every = "ipv4:" + ",".join(service.address(port=p) for p in ports) if len(ports) > 1 else None
+            env.setdefault(service.address_env, every or service.address(port=ports[0]))
         self.env = env
+        services = []
         for service in cfg.services:
-            await self._spawn(service.name, [sys.executable, "-m", service.package], env)
-        await asyncio.gather(*(self._wait_serving(s) for s in cfg.services))
+            for index, port in enumerate(self.replica_ports[service.name]):
+                name = service.name if index == 0 else f"{service.name}#{index + 1}"
+                argv = [sys.executable, "-m", service.package]
+                own = {service.port_env: str(port)}
+                if index:  # the first replica serves /metrics where the summary says; the others on free ports
+                    own[service.metrics_port_env] = str(free_port())
+                child = await self._spawn(name, argv, {**env, **own}, port=port)
+                services.append((service, child))
+        await asyncio.gather(*(self.wait_serving(c, s) for s, c in services))
 
-        await self._start_edge()
-        self._watchers = [
-            asyncio.create_task(self._keep_running(child), name=f"keep {child.name} running") for child in self.children
-        ]
+        if cfg.edge:
+            await self._start_edge()
+        if cfg.restart_children:
+            self._watchers = [
+                asyncio.create_task(self._keep_running(c), name=f"keep {c.name} running") for c in self.children
+            ]
         log.info("stack up in %.1fs", time.monotonic() - started)
 
     def _start_postgres(self) -> str:
@@ -308,8 +330,15 @@ class Stack:
         self.edge_admin_url = self.envoy.admin_url
         await self._wait_http(f"{self.edge_url}/health", timeout=20)
 
-    async def _spawn(self, name: str, argv: list[str], env: Mapping[str, str]) -> Child:
-        process = await asyncio.create_subprocess_exec(
+    async def _spawn(self, name: str, argv: list[str], env: Mapping[str, str], *, port: int | None = None) -> Child:
+        child = Child(name=name, process=await self._exec(argv, env), argv=argv, env=dict(env), port=port)
+        child.relay = asyncio.create_task(self._relay(child, child.process))
+        self.children.append(child)
+        return child
+
+    @staticmethod
+    async def _exec(argv: Sequence[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             *argv,
             env=dict(env),
             cwd=ROOT,
@@ -318,10 +347,19 @@ class Stack:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
-        child = Child(name=name, process=process, argv=argv, env=dict(env))
-        child.relay = asyncio.create_task(self._relay(child, process))
-        self.children.append(child)
-        return child
+
+    def replicas(self, service: ServiceDef) -> list[Child]:
+        """The processes of `service`, its first replica first."""
+        ports = self.replica_ports.get(service.name, [])
+        return sorted((c for c in self.children if c.port in ports), key=lambda c: ports.index(c.port or 0))
+
+    async def respawn(self, child: Child) -> None:
+        """Start an exited child again: same command, environment and port."""
+        if child.relay is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(child.relay, 2)
+        child.process, child.started = await self._exec(child.argv, child.env), time.monotonic()
+        child.relay = asyncio.create_task(self._relay(child, child.process))
 
     async def _keep_running(self, child: Child) -> None:
         """Report a child that exits while the stack runs and start it again after a backoff."""
@@ -344,21 +382,8 @@ class Stack:
                 await asyncio.wait_for(self._stopping.wait(), delay)
             if self._stopping.is_set():
                 return
-            if child.relay is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(child.relay, 2)
-            process = await asyncio.create_subprocess_exec(
-                *child.argv,
-                env=dict(child.env),
-                cwd=ROOT,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-            child.process, child.started = process, time.monotonic()
-            child.relay = asyncio.create_task(self._relay(child, process))
-            log.warning("%s restarted (pid %d)", child.name, process.pid)
+            await self.respawn(child)
+            log.warning("%s restarted (pid %d)", child.name, child.process.pid)
             if self._stopping.is_set():  # stop() may have passed this child while it was down: stop it here
                 await self._stop(child, signal.SIGTERM, 15)
                 return
@@ -370,8 +395,9 @@ class Stack:
             if self.config.relay_logs:
                 print(f"{child.name:<{max(width, 14)}} | {raw.decode(errors='replace').rstrip()}", flush=True)
 
-    async def _wait_serving(self, service: ServiceDef, timeout: float = 30) -> None:
-        target = f"127.0.0.1:{self.ports[service.name]}"
+    async def wait_serving(self, child: Child, service: ServiceDef, timeout: float = 30) -> None:
+        """Until `child`, a process of `service`, reports SERVING (it or another child exiting first raises)."""
+        target = f"127.0.0.1:{child.port}"
         deadline = time.monotonic() + timeout
         async with grpc.aio.insecure_channel(target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
