@@ -11,7 +11,7 @@ import os
 # with SIGSEGV before exec). The tests fork only to exec, so they need no fork support; their children inherit it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from thermostat.chassis.registry import SERVICES  # noqa: E402
+from thermostat.chassis.registry import SERVICES
 
 pytest_plugins = [
     "tests.fixtures.postgres",
