@@ -9,6 +9,7 @@ Interrupting a blocked call (Ctrl-C) cancels its coroutine on the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
@@ -36,11 +37,25 @@ class _Loop:
         self._thread.start()
 
     def run(self, work: Coroutine[Any, Any, R]) -> R:
-        future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        running: list[asyncio.Task[Any]] = []
+
+        async def tracked() -> R:
+            task = asyncio.current_task()
+            if task is not None:
+                running.append(task)
+            return await work
+
+        future = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
         try:
             return future.result()
         except BaseException:
             future.cancel()  # an interrupted caller must not leave the call running on the loop
+            # ... and must not run on while it unwinds: closing a stream whose step is still being cancelled would
+            # meet a generator that is still running (Ctrl-C during `pods watch`)
+            if running and self.loop.is_running():
+                settled = asyncio.run_coroutine_threadsafe(asyncio.wait(running), self.loop)
+                with contextlib.suppress(BaseException):
+                    settled.result(timeout=5)
             raise
 
     def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:

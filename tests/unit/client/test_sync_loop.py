@@ -1,0 +1,42 @@
+"""The blocking wrapper's private loop: Ctrl-C during a blocked stream step ends in KeyboardInterrupt, with the
+stream closed once its step has unwound (never an aclose() racing a step still running: `pods watch` exit 130)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+
+from thermostat.client.sync_client import _Loop
+
+
+def test_ctrl_c_during_a_blocked_step_closes_the_stream_and_raises_keyboard_interrupt() -> None:
+    loop = _Loop()
+    entered = threading.Event()
+    closed: list[str] = []
+
+    async def stream() -> AsyncIterator[int]:
+        try:
+            entered.set()
+            await asyncio.sleep(3600)
+            yield 1
+        except asyncio.CancelledError:
+            closed.append("cancelled")
+            await asyncio.sleep(0.05)  # unwinding takes loop turns: a close arriving now would meet it running
+            raise
+        finally:
+            closed.append("closed")
+
+    timer = threading.Thread(target=lambda: (entered.wait(10), os.kill(os.getpid(), signal.SIGINT)))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(loop.iterate(stream()))
+    finally:
+        timer.join()
+        loop.close()
+    assert closed == ["cancelled", "closed"]
