@@ -31,7 +31,11 @@ def test_ctrl_c_during_a_blocked_step_closes_the_stream_and_raises_keyboard_inte
         finally:
             closed.append("closed")
 
-    timer = threading.Thread(target=lambda: (entered.wait(10), os.kill(os.getpid(), signal.SIGINT)))
+    def ctrl_c_once_the_step_waits() -> None:
+        entered.wait(10)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=ctrl_c_once_the_step_waits)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
