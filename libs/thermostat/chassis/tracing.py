@@ -226,16 +226,20 @@ class _ClientSpans(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterce
             _fail(span, str(await call.details() or code.name))
         span.end()
 
-    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        if not _in_a_trace():
-            return await continuation(client_call_details, request)
+    async def _open(self, continuation: Any, client_call_details: Any, request: Any) -> tuple[Span, Any]:
+        """The call started under its own span; a call that cannot even start ends the span failed."""
         span, details = self._start(client_call_details)
         try:
-            call = await continuation(details, request)
+            return span, await continuation(details, request)
         except BaseException as error:
             _fail(span, type(error).__name__)
             span.end()
             raise
+
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        if not _in_a_trace():
+            return await continuation(client_call_details, request)
+        span, call = await self._open(continuation, client_call_details, request)
         try:
             await self._finish(span, call)  # the call's end: it is over before its caller reads the answer
         except asyncio.CancelledError:
@@ -249,13 +253,7 @@ class _ClientSpans(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterce
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         if not _in_a_trace():
             return await continuation(client_call_details, request)
-        span, details = self._start(client_call_details)
-        try:
-            call = await continuation(details, request)
-        except BaseException as error:
-            _fail(span, type(error).__name__)
-            span.end()
-            raise
+        span, call = await self._open(continuation, client_call_details, request)
         # the stream ends when its reader is done with it; the span with it
         call.add_done_callback(lambda done: _spawn(self._finish(span, done)))
         return call

@@ -7,10 +7,10 @@ import random
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import Self, Unpack
 
 from ._calls import Calls
-from .config import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT, ClientConfig
+from .config import ClientConfig, ConnectArgs
 from .metering import AsyncMetering
 from .pods import AsyncPods
 from .pool import AsyncPool
@@ -40,30 +40,9 @@ class AsyncThermostat:
         self.metering = AsyncMetering(calls)
 
     @classmethod
-    def connect(
-        cls,
-        target: str | None = None,
-        operator_token: str | None = None,
-        wake_token: str | None = None,
-        pool_token: str | None = None,
-        pool_admin_token: str | None = None,
-        tenant: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
-    ) -> AsyncThermostat:
+    def connect(cls, **arguments: Unpack[ConnectArgs]) -> AsyncThermostat:
         """A client from arguments, each falling back to its environment variable (ClientConfig.from_env)."""
-        return cls(
-            ClientConfig.from_env(
-                target=target,
-                operator_token=operator_token,
-                wake_token=wake_token,
-                pool_token=pool_token,
-                pool_admin_token=pool_admin_token,
-                tenant=tenant,
-                timeout=timeout,
-                wait_timeout=wait_timeout,
-            )
-        )
+        return cls(ClientConfig.from_env(**arguments))
 
     async def close(self) -> None:
         await self._transport.close()

@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 DEFAULT_TARGET = "127.0.0.1:8080"  # the edge: its gRPC passthrough routes every public service
 DEFAULT_TIMEOUT = 30.0
@@ -21,6 +22,19 @@ ENV_WAKE_TOKEN = "RIG_WAKE_TOKEN"  # noqa: S105
 ENV_POOL_TOKEN = "STRATA_POOL_TOKEN"  # noqa: S105
 ENV_POOL_ADMIN_TOKEN = "STRATA_POOL_ADMIN_TOKEN"  # noqa: S105
 ENV_TENANT = "STRATA_TENANT"
+
+
+class ConnectArgs(TypedDict, total=False):
+    """What `AsyncThermostat.connect` / `Thermostat.connect` take: ClientConfig.from_env's arguments."""
+
+    target: str | None
+    operator_token: str | None
+    wake_token: str | None
+    pool_token: str | None
+    pool_admin_token: str | None
+    tenant: str | None
+    timeout: float
+    wait_timeout: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,10 +13,10 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, Unpack, overload
 
 from .async_client import AsyncThermostat
-from .config import DEFAULT_TIMEOUT, DEFAULT_WAIT_TIMEOUT, ClientConfig
+from .config import ClientConfig, ConnectArgs
 from .metering import AsyncMetering
 from .pods import AsyncPods
 from .pool import AsyncPool
@@ -194,30 +194,9 @@ class Thermostat:
         self.metering = Metering(self._async.metering, self._loop)
 
     @classmethod
-    def connect(
-        cls,
-        target: str | None = None,
-        operator_token: str | None = None,
-        wake_token: str | None = None,
-        pool_token: str | None = None,
-        pool_admin_token: str | None = None,
-        tenant: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
-    ) -> Thermostat:
+    def connect(cls, **arguments: Unpack[ConnectArgs]) -> Thermostat:
         """A client from arguments, each falling back to its environment variable (ClientConfig.from_env)."""
-        return cls(
-            ClientConfig.from_env(
-                target=target,
-                operator_token=operator_token,
-                wake_token=wake_token,
-                pool_token=pool_token,
-                pool_admin_token=pool_admin_token,
-                tenant=tenant,
-                timeout=timeout,
-                wait_timeout=wait_timeout,
-            )
-        )
+        return cls(ClientConfig.from_env(**arguments))
 
     def close(self) -> None:
         """Close the channels and end the loop's thread; closing again does nothing."""
