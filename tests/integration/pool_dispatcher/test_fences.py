@@ -20,8 +20,9 @@ from thermostat.pool_dispatcher.dispatcher import Hooks, lease_name
 from thermostat.store.db import Store
 
 
-class HeldSend:
-    """A before_send hook that holds the next job sent once armed, until released."""
+class HeldStep:
+    """A dispatcher hook (before_send, before_complete) that holds the next job reaching it once armed, until
+    released."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -56,7 +57,7 @@ async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_
     pool_store: Store, tmp_path: Path
 ) -> None:
     journal = tmp_path / "journal"
-    held = HeldSend()
+    held = HeldStep()
     async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=held)) as pool:
         await pool.run(b"0", machine_type="sleepy")  # a warm machine
         held.armed = True
@@ -95,7 +96,7 @@ async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_s
     term, fails the job as restarted and takes the machine; old alpha, resuming, still trusts its own lease
     but its conditional send is refused by term, so the payload never goes out."""
     journal = tmp_path / "journal"
-    held = HeldSend()
+    held = HeldStep()
     async with alpha(database_url, [journalled_type(journal)], hooks=Hooks(before_send=held)) as (old, store):
         await old.run(b"0", machine_type="sleepy")
         held.armed = True
@@ -128,7 +129,7 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
     """Renewals hang (the lease row is locked) and the lease clock moves on: trust left is below the call
     budget, so the held job is not sent but returned to the queue; once a renewal lands it runs."""
     journal = tmp_path / "journal"
-    held = HeldSend()
+    held = HeldStep()
     lease_clock = FakeClock()
     async with alpha(
         database_url, [journalled_type(journal)], hooks=Hooks(before_send=held), lease_clock=lease_clock
@@ -161,21 +162,6 @@ async def _true_or_none(value: bool) -> bool | None:
     return True if value else None
 
 
-class HeldCompletion:
-    """A before_complete hook that holds the next completion once armed, until released."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.arrived = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, job_id: str) -> None:
-        if self.armed:
-            self.armed = False
-            self.arrived.set()
-            await self.release.wait()
-
-
 async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_without_a_second_claim(
     pool_store: Store, tmp_path: Path
 ) -> None:
@@ -183,7 +169,7 @@ async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_
     no dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never
     sees it."""
     journal = tmp_path / "journal"
-    held, sends = HeldCompletion(), []
+    held, sends = HeldStep(), []
 
     async def before_send(job_id: str) -> None:
         sends.append(job_id)
@@ -213,7 +199,7 @@ async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it
     only dispatched, so the send's own check requeues it, and it never reaches the worker meanwhile; once a
     renewal lands it runs."""
     journal = tmp_path / "journal"
-    held = HeldCompletion()
+    held = HeldStep()
     lease_clock = FakeClock()
     async with alpha(
         database_url, [journalled_type(journal)], hooks=Hooks(before_complete=held), lease_clock=lease_clock
