@@ -111,3 +111,13 @@ async def test_the_edge_health_shows_the_ledger_lag_under_metering(
     assert feed["feed"] == "pod-controller/billable-actions"
     assert feed["position"] == feed["head_position"] and feed["error"] == ""
     assert 0 <= feed["lag_seconds"] < 15
+
+
+async def test_a_body_that_is_not_a_json_object_is_a_400_naming_the_body(edge: httpx.AsyncClient) -> None:
+    """Found by the chaos fuzzing: the transcoder's error at the body's root has an empty field path (": Root
+    element must be a message."); the edge names the body as the field at fault."""
+    for body in (b"[1, 2]", b'"five"', b"7"):
+        answer = await edge.put("/api/pods/qwen/budget", content=body, headers={"X-Rig-Operator-Token": OPERATOR_TOKEN})
+        assert answer.status_code == 400, answer.text
+        detail = answer.json()["detail"]
+        assert detail.startswith("body: "), detail

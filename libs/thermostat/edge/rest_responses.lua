@@ -182,6 +182,11 @@ function envoy_on_response(handle)
   if detail == nil then
     detail = json_escape((text:gsub("%s+$", "")))
   end
+  if status == 400 and detail:sub(1, 2) == ": " then
+    -- the transcoder's error at the request body's root (a list or a scalar where the message's object belongs)
+    -- comes with an empty field path: the field at fault is the body itself
+    detail = "body" .. detail
+  end
   local problem = string.format('{"type":"about:blank","status":%d,"title":"%s","detail":"%s"}',
     status, utf8_only(json_escape(title or REASONS[status] or "Error")), utf8_only(detail))
   body:setBytes(problem)
