@@ -178,10 +178,9 @@ async def test_a_killed_process_has_its_jobs_failed_and_its_machines_stopped_by_
     types = [sleepy_type(env={"STRATA_WORKER_JOURNAL": str(journal)})]
     db = await asyncpg.connect(database_url)
     try:
-        async with (
-            dispatcher_process(database_url, "alpha", types, POOL_LEASE_SECONDS="2") as alpha,
-            dispatcher_process(database_url, "beta", types, POOL_LEASE_SECONDS="2") as beta,
-        ):
+        # beta starts once alpha runs both jobs: with both up, beta's scaler pass may place a job alpha queued,
+        # and the jobs to reclaim must be alpha's
+        async with dispatcher_process(database_url, "alpha", types, POOL_LEASE_SECONDS="2") as alpha:
             payloads = [json.dumps({"seconds": 120, "n": n}).encode() for n in range(2)]
             tenants = ("acme", "globex")  # one machine each
             jobs = [await alpha.submit(p, "sleepy", t) for p, t in zip(payloads, tenants, strict=True)]
@@ -197,30 +196,31 @@ async def test_a_killed_process_has_its_jobs_failed_and_its_machines_stopped_by_
                 return [worker_pid(r["provider_id"]) for r in rows]
 
             pids = await eventually(in_flight, timeout=60, every=0.05)
-            alpha.kill()
-            await alpha.process.wait()
-            expiry = await db.fetchval("SELECT expires_at FROM leases WHERE name = $1", lease_name("alpha"))
+            async with dispatcher_process(database_url, "beta", types, POOL_LEASE_SECONDS="2") as beta:
+                alpha.kill()
+                await alpha.process.wait()
+                expiry = await db.fetchval("SELECT expires_at FROM leases WHERE name = $1", lease_name("alpha"))
 
-            async def reclaimed() -> bool | None:
-                states = await db.fetch("SELECT state FROM pool_jobs WHERE id = ANY($1::uuid[])", jobs)
-                machines = await db.fetchval("SELECT count(*) FROM pool_machines")
-                return True if machines == 0 and all(r["state"] == "failed" for r in states) else None
+                async def reclaimed() -> bool | None:
+                    states = await db.fetch("SELECT state FROM pool_jobs WHERE id = ANY($1::uuid[])", jobs)
+                    machines = await db.fetchval("SELECT count(*) FROM pool_machines")
+                    return True if machines == 0 and all(r["state"] == "failed" for r in states) else None
 
-            await eventually(reclaimed, timeout=30, every=0.05)
-            rows = await db.fetch("SELECT error, completed_at FROM pool_jobs WHERE id = ANY($1::uuid[])", jobs)
-            for row in rows:
-                assert "alpha" in row["error"] and "lease" in row["error"]
-                assert row["completed_at"] >= expiry  # not before alpha's lease ran out (database clock)
-            assert await db.fetchval("SELECT count(*) FROM pool_usage") == 0
-            assert all(not_running(pid) for pid in pids)
-            # the survivor still serves: a new job runs on a machine of its own
-            job = await beta.submit(b"0", "sleepy")
+                await eventually(reclaimed, timeout=30, every=0.05)
+                rows = await db.fetch("SELECT error, completed_at FROM pool_jobs WHERE id = ANY($1::uuid[])", jobs)
+                for row in rows:
+                    assert "alpha" in row["error"] and "lease" in row["error"]
+                    assert row["completed_at"] >= expiry  # not before alpha's lease ran out (database clock)
+                assert await db.fetchval("SELECT count(*) FROM pool_usage") == 0
+                assert all(not_running(pid) for pid in pids)
+                # the survivor still serves: a new job runs on a machine of its own
+                job = await beta.submit(b"0", "sleepy")
 
-            async def finished() -> str | None:
-                state = await db.fetchval("SELECT state FROM pool_jobs WHERE id = $1::uuid", job)
-                return state if state in TERMINAL else None
+                async def finished() -> str | None:
+                    state = await db.fetchval("SELECT state FROM pool_jobs WHERE id = $1::uuid", job)
+                    return state if state in TERMINAL else None
 
-            assert await eventually(finished, timeout=60, every=0.05) == "completed"
+                assert await eventually(finished, timeout=60, every=0.05) == "completed"
     finally:
         await db.close()
 
