@@ -1063,6 +1063,7 @@ class Dispatcher:
         await self._keep_lease()
         await self._listen()
         await self.reclaim()
+        await self.reconcile()
         await self.refresh_catalogue()
         await self.place()
         await self.reap()
@@ -1094,6 +1095,19 @@ class Dispatcher:
                 jobs,
                 machines,
             )
+
+    async def reconcile(self) -> None:
+        """Requeue the dispatched jobs on this process's busy machines that no task of it drives: a claim whose
+        answer was lost (a submit's, when the store went away as it landed) would otherwise hold the machine
+        under this live owner, which no reclaim touches. Dispatched means never sent, so the queue is safe."""
+        own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
+        await asyncio.gather(*(event.wait() for event in list(self._submitting)))  # claims the read may have seen
+        for row in own:
+            if row.job_id is None or row.machine.id in self._driving:
+                continue
+            if await self.repo.requeue_unsent(row.job_id, row.machine.id, self.owner):
+                log.warning("job %s: its claim of machine %s had no sender; requeued", row.job_id, row.machine.id)
+                self._poke_placement()
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""

@@ -129,6 +129,7 @@ class OwnMachine:
     endpoint: str | None
     region: str | None
     backend: str = "local"
+    job_id: str | None = None  # the job it holds (busy)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,7 +267,10 @@ class Subscription:
         self._handlers = dict(handlers)
 
     def is_closed(self) -> bool:
-        return self._connection.is_closed()
+        try:
+            return self._connection.is_closed()
+        except asyncpg.InterfaceError:  # the pool took the connection back when it was lost (a store outage)
+            return True
 
     async def close(self) -> None:
         try:
@@ -590,6 +594,7 @@ class PoolRepository:
                 endpoint=r["endpoint"],
                 region=r["region"],
                 backend=r["backend"],
+                job_id=_text(r["job_id"]),
             )
             for r in rows
         ]

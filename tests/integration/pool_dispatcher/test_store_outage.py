@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import grpc
 import pytest
 
 from tests.fixtures.tcp_proxy import FreezableProxy
@@ -181,4 +182,32 @@ async def test_a_boot_whose_row_writes_are_cut_off_runs_its_job_once(
         assert reached_worker(journal, payload) == 1
         assert await usage_of(pool, job.id) == 1
         assert outage.proxy.answers_lost == int(lose_answer)
+        await machine_idle(pool)
+
+
+async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_runs_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A submit's claim of a warm machine lands but its answer is lost: the caller is answered with an error and
+    no task sends the job. The scaler pass finds the busy machine nothing drives and requeues the job, which
+    then runs once."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_send") as (
+        pool,
+        outage,
+        journal,
+    ):
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        payload = b'{"seconds": 0, "n": "claim answer lost"}'
+        outage.proxy.cut(lose_next_answer=True)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await pool.submit(payload, machine_type="sleepy")
+        outage.proxy.restore()
+        assert outage.proxy.answers_lost == 1
+        (machine,) = await pool.workers()
+        assert (machine.state, bool(machine.job_id)) == ("busy", True)  # claimed, and nothing sends it
+        await pool.dispatcher.scaler_pass()
+        (done,) = [await pool.finished(machine.job_id)]
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, machine.job_id) == 1
         await machine_idle(pool)
