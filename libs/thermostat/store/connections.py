@@ -16,10 +16,19 @@ from collections.abc import AsyncIterator
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["STORE_ERRORS", "borrow"]
+__all__ = ["STORE_ERRORS", "TRANSIENT_STORE_ERRORS", "borrow"]
 
 STORE_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 """What a statement raises when the store is unreachable, too slow or refuses it."""
+
+TRANSIENT_STORE_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,  # shutting down, restarting, not accepting connections yet
+)
+"""What a statement raises while the store is unreachable or restarting: the same write may land later."""
 
 # Interrupted or broken: the session's state is unknown, so it is not worth a round trip to reset.
 _UNUSABLE = (asyncio.CancelledError, TimeoutError, OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from thermostat.chassis import tracing
 from thermostat.chassis.clock import Clock as LeaseClock
@@ -57,10 +59,11 @@ from thermostat.policy.pool.machine_type import (
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
 from thermostat.policy.pool.placement import Demand, placement_may_act, plan_placement
 from thermostat.policy.pool.reaping import plan_reaping
+from thermostat.policy.pool.store_retry import HeldAction, resume_held, retry_delay
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
 from thermostat.providers.pool.worker_client import WorkerClient
-from thermostat.store.connections import borrow
+from thermostat.store.connections import TRANSIENT_STORE_ERRORS, borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
@@ -77,6 +80,7 @@ REPOLL_SECONDS = 1.0
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 
 
 def lease_name(instance_id: str) -> str:
@@ -106,6 +110,7 @@ class Hooks:
     before_insert_machines: Callable[[], Awaitable[None]] | None = None
     before_send: Callable[[str], Awaitable[None]] | None = None  # before mark_sent; a completion's hand-off has none
     before_record_started: Callable[[str], Awaitable[None]] | None = None
+    before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
 
 
 @dataclass(eq=False)
@@ -222,6 +227,11 @@ class Dispatcher:
         self._placing = asyncio.Lock()
         self._place_again = False
         self._closing = False
+        # machines a task of this process drives (a run or a boot), by that task's token: a step resuming a
+        # machine after a lost answer never takes over one another task drives
+        self._driving: dict[str, object] = {}
+        # submits whose claim statement is out: a machine they claimed is driven only once they answer
+        self._submitting: set[asyncio.Event] = set()
 
     # lifecycle
 
@@ -386,24 +396,31 @@ class Dispatcher:
 
     async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str]) -> JobView:
         machine_type = options.machine_type
-        submitted = await self.repo.submit(
-            job_id=str(uuid.uuid4()),
-            tenant_id=tenant_id,
-            machine_type=machine_type.name,
-            image=machine_type.image,
-            priority=options.priority,
-            session_id=options.session_id,
-            timeout_seconds=options.timeout_seconds,
-            payload=payload,
-            owner=self.owner,
-            trace=trace,
-        )
-        assignment = submitted.assignment
-        if assignment is not None:
-            self._spawn(
-                self._run(assignment, tenant_id, machine_type.name, machine_type.image), f"pool-run-{assignment.job_id}"
+        answered = asyncio.Event()
+        self._submitting.add(answered)
+        try:
+            submitted = await self.repo.submit(
+                job_id=str(uuid.uuid4()),
+                tenant_id=tenant_id,
+                machine_type=machine_type.name,
+                image=machine_type.image,
+                priority=options.priority,
+                session_id=options.session_id,
+                timeout_seconds=options.timeout_seconds,
+                payload=payload,
+                owner=self.owner,
+                trace=trace,
             )
-        elif placement_may_act(
+            assignment = submitted.assignment
+            if assignment is not None:
+                self._spawn(
+                    self._drive(assignment, tenant_id, machine_type.name, machine_type.image),
+                    f"pool-run-{assignment.job_id}",
+                )
+        finally:
+            self._submitting.discard(answered)
+            answered.set()
+        if assignment is None and placement_may_act(
             live_machines=submitted.live_machines,
             idle_machines=submitted.idle_machines,
             max_workers=machine_type.max_workers,
@@ -468,10 +485,100 @@ class Dispatcher:
 
     # execute and complete
 
-    async def _run(self, assignment: Assignment | None, tenant_id: str, machine_type: str, image: str) -> None:
-        """Send jobs to one machine until it has no next job: each completion hands it the next in line."""
+    async def _durably(self, what: str, write: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
+        """The write's answer once the store takes it, and whether an attempt failed first (its answer may have
+        been lost after it landed). Writes are fenced by owner and term, so writing again is safe: a lost
+        lease answers as "no longer ours". Only transient store errors are retried."""
+        attempt = 0
+        while True:
+            try:
+                return await write(), attempt > 0
+            except TRANSIENT_STORE_ERRORS as error:
+                attempt += 1
+                delay = retry_delay(attempt)
+                if attempt == 1 or delay >= retry_delay(attempt + 1):  # the first, then one line per capped wait
+                    log.warning("%s: the store did not answer (%s); writing again in %.2f s", what, error, delay)
+                await self.sleep(delay)
+
+    def _drive(
+        self, assignment: Assignment, tenant_id: str, machine_type: str, image: str
+    ) -> Coroutine[Any, Any, None]:
+        """The run of a machine this process just claimed, registered as its driver before the run starts."""
+        driver = object()
+        self._driving[assignment.machine_id] = driver
+        return self._run(assignment, tenant_id, machine_type, image, driver=driver)
+
+    def _release(self, machine_id: str, driver: object) -> None:
+        if self._driving.get(machine_id) is driver:
+            del self._driving[machine_id]
+
+    async def _held(self, machine_id: str, driver: object) -> tuple[str | None, Assignment | None, str | None]:
+        """After a write whose answer was lost: the machine's state, the job to resume on it and its provider id,
+        read back. (None, None, None): the machine is no longer this process's. A job another task of this
+        process drives (a submit claiming the machine meanwhile, awaited here) is not resumed."""
+        hold, _ = await self._durably(
+            f"machine {machine_id}: read back", lambda: self.repo.machine_hold(machine_id, self.owner)
+        )
+        in_flight = list(self._submitting)  # a claim the read saw is one of these, or already registered
+        await asyncio.gather(*(event.wait() for event in in_flight))
+        if hold is None:
+            return None, None, None
+        if self._driving.get(machine_id, driver) is not driver:
+            return hold.machine_state, None, hold.provider_id
+        action = resume_held(JobState(hold.job_state) if hold.job_state else None)
+        if action is HeldAction.NOTHING or hold.job is None:
+            return hold.machine_state, None, hold.provider_id
+        log.warning("machine %s: resuming job %s after a lost store answer (%s)", machine_id, hold.job.job_id, action)
+        return hold.machine_state, replace(hold.job, sent=action is HeldAction.SEND), hold.provider_id
+
+    async def _take_next(self, machine_id: str, image: str, driver: object) -> Assignment | None:
+        """take_next, written until the store answers; a lost answer is read back from the machine."""
+        self._driving.setdefault(machine_id, driver)
+        if self.hooks.before_take_next is not None:
+            await self.hooks.before_take_next(machine_id)
+        assignment, retried = await self._durably(
+            f"machine {machine_id}: take_next", lambda: self.repo.take_next(machine_id, image, self.owner)
+        )
+        if assignment is None and retried:
+            assignment = (await self._held(machine_id, driver))[1]
+        if assignment is None:
+            self._release(machine_id, driver)
+        return assignment
+
+    async def _run(
+        self,
+        assignment: Assignment | None,
+        tenant_id: str,
+        machine_type: str,
+        image: str,
+        *,
+        driver: object | None = None,
+    ) -> None:
+        """Send jobs to one machine until it has no next job: each completion hands it the next in line. Its
+        store writes are written until they land (a task ending on a store error would leave its rows under a
+        live owner that no reclaim touches)."""
+        if assignment is None:
+            return
+        driver = driver if driver is not None else object()
+        machine_id = assignment.machine_id
+        self._driving[machine_id] = driver
+        try:
+            await self._run_jobs(assignment, tenant_id, machine_type, image, driver)
+        finally:
+            self._release(machine_id, driver)
+
+    async def _run_jobs(
+        self, assignment: Assignment | None, tenant_id: str, machine_type: str, image: str, driver: object
+    ) -> None:
         endpoint, token = (assignment.endpoint, assignment.token) if assignment else (None, None)
+        resumed = assignment is not None and assignment.sent  # a boot resuming a job marked before a lost answer
         while assignment is not None:
+            if resumed and assignment.sent and not self.trusted_for_call():
+                # marked running by a write that waited out a store outage, never sent: the lease may have lapsed
+                log.warning("job %s not sent: the lease lapsed while the store was away; requeued", assignment.job_id)
+                await self._requeue(assignment, marked=True)
+                return
+            resumed = False
             if endpoint is None or token is None:
                 address = await self.repo.machine_address(assignment.machine_id)
                 if address is None:
@@ -487,9 +594,16 @@ class Dispatcher:
                         "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
                         assignment.job_id,
                     )
-                    await self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner)
+                    await self._requeue(assignment, marked=False)
                     return
-                sent, freed = await self.repo.mark_sent(assignment.job_id, assignment.machine_id, self.owner)
+                job_id, machine_id = assignment.job_id, assignment.machine_id
+                (sent, freed), retried = await self._durably(
+                    f"job {job_id}: mark_sent", functools.partial(self.repo.mark_sent, job_id, machine_id, self.owner)
+                )
+                if sent and retried and not self.trusted_for_call():  # the outage outlasted the lease's trust
+                    log.warning("job %s not sent: the lease lapsed while the store was away; requeued", job_id)
+                    await self._requeue(assignment, marked=True)
+                    return
                 if not sent:
                     log.info("job %s was cancelled or taken over before it was sent: not sent", assignment.job_id)
                     self._waiters.wake(assignment.job_id)
@@ -499,7 +613,8 @@ class Dispatcher:
                     current = self.catalogue.get(machine_type)
                     if current is None or current.image != image:
                         return
-                    assignment = await self.repo.take_next(assignment.machine_id, image, self.owner)
+                    assignment = await self._take_next(assignment.machine_id, image, driver)
+                    resumed = True
                     continue
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             # pool.queue: from the submit (the database's clock) to now, recorded after the fact
@@ -530,20 +645,24 @@ class Dispatcher:
             send_next = keep_feeding and self.trusted_for_call()
             self._waiters.completing.add(assignment.job_id)
             try:
-                completion = await self.repo.complete(
-                    job_id=assignment.job_id,
-                    machine_id=assignment.machine_id,
-                    state=str(outcome.state),
-                    result=outcome.result,
-                    error=outcome.error,
-                    duration_seconds=duration,
-                    owner=self.owner,
-                    retire=outcome.retire_machine,
-                    take_next=keep_feeding,
-                    send_next=send_next,
-                    tenant_id=tenant_id,
-                    machine_type=machine_type,
-                    notified_result_bytes=NOTIFIED_RESULT_BYTES,
+                completion, retried = await self._durably(
+                    f"job {assignment.job_id}: completion",
+                    functools.partial(
+                        self.repo.complete,
+                        job_id=assignment.job_id,
+                        machine_id=assignment.machine_id,
+                        state=str(outcome.state),
+                        result=outcome.result,
+                        error=outcome.error,
+                        duration_seconds=duration,
+                        owner=self.owner,
+                        retire=outcome.retire_machine,
+                        take_next=keep_feeding,
+                        send_next=send_next,
+                        tenant_id=tenant_id,
+                        machine_type=machine_type,
+                        notified_result_bytes=NOTIFIED_RESULT_BYTES,
+                    ),
                 )
                 if completion.job is not None:
                     result = outcome.result if completion.job.has_result else None
@@ -553,6 +672,16 @@ class Dispatcher:
                 self._waiters.wake(assignment.job_id)
             if completion.job_state is not None:
                 self.metrics.finished(machine_type, str(completion.job_state), self.clock() - started)
+            if completion.job_state is None and retried:
+                # an earlier attempt may have landed (result, usage and hand-off written) with its answer lost
+                machine_state, held, provider_id = await self._held(assignment.machine_id, driver)
+                if machine_state == MachineState.STOPPING:
+                    await self._finish_stop(assignment.machine_id, provider_id)
+                    return
+                if machine_state is not None:
+                    log.info("job %s: its completion had landed before the store went away", assignment.job_id)
+                    assignment, resumed = held, True
+                    continue
             if completion.job_state is None:
                 log.warning(
                     "job %s finished on machine %s after this process lost it", assignment.job_id, assignment.machine_id
@@ -564,7 +693,13 @@ class Dispatcher:
                 return
             if completion.machine_state == MachineState.WARM:
                 self._idle_since[assignment.machine_id] = ended
-            assignment = completion.next_job
+            assignment, resumed = completion.next_job, retried
+
+    async def _requeue(self, assignment: Assignment, *, marked: bool) -> None:
+        await self._durably(
+            f"job {assignment.job_id}: requeue",
+            lambda: self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner, marked=marked),
+        )
 
     # placement and boot
 
@@ -590,7 +725,7 @@ class Dispatcher:
                 starts, capped = await self._plan_and_insert()
                 held = capped if capped is not None else held
                 for start in starts:
-                    self._spawn(self._boot(*start), f"pool-boot-{start[0]}")
+                    self._spawn(self._booting(*start), f"pool-boot-{start[0]}")
         if held is not None:
             log.warning(
                 "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
@@ -606,12 +741,13 @@ class Dispatcher:
             machine = fleet_machine.machine
             if machine.state is not MachineState.WARM or (machine.tenant_id, machine.machine_type) not in wanted:
                 continue
-            if is_stale(machine, self.catalogue):
+            if is_stale(machine, self.catalogue) or machine.id in self._driving:
                 continue
-            assignment = await self.repo.take_next(machine.id, machine.image, self.owner)
+            driver = object()
+            assignment = await self._take_next(machine.id, machine.image, driver)
             if assignment is not None:
                 self._spawn(
-                    self._run(assignment, machine.tenant_id, machine.machine_type, machine.image),
+                    self._run(assignment, machine.tenant_id, machine.machine_type, machine.image, driver=driver),
                     f"pool-run-{assignment.job_id}",
                 )
 
@@ -690,8 +826,22 @@ class Dispatcher:
                 cool_down_seconds=kind.cool_down_seconds,
                 assign_job=False,
             )
-        self._spawn(self._boot(machine_id, tenant_id, kind, token, None, {}), f"pool-boot-{machine_id}")
+        self._spawn(self._booting(machine_id, tenant_id, kind, token, None, {}), f"pool-boot-{machine_id}")
         return decision
+
+    def _booting(
+        self,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: MachineType,
+        token: str,
+        job_id: str | None,
+        trace: Mapping[str, str],
+    ) -> Coroutine[Any, Any, None]:
+        """The boot of a machine placement just inserted, registered as its driver before the boot starts."""
+        driver = object()
+        self._driving[machine_id] = driver
+        return self._boot(machine_id, tenant_id, machine_type, token, job_id, trace, driver)
 
     async def _boot(
         self,
@@ -701,9 +851,25 @@ class Dispatcher:
         token: str,
         job_id: str | None,
         trace: Mapping[str, str],
+        driver: object,
     ) -> None:
         """Start the machine, record where it is, poll its health, then hand it its job (traced as pool.boot
         under that job's caller)."""
+        try:
+            await self._boot_driven(machine_id, tenant_id, machine_type, token, job_id, trace, driver)
+        finally:
+            self._release(machine_id, driver)
+
+    async def _boot_driven(
+        self,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: MachineType,
+        token: str,
+        job_id: str | None,
+        trace: Mapping[str, str],
+        driver: object,
+    ) -> None:
         span = tracing.start_span(
             "pool.boot", trace, {"pool.machine_id": machine_id, "pool.machine_type": machine_type.name}
         )
@@ -717,7 +883,7 @@ class Dispatcher:
             tracing.end_span(span, "the boot was interrupted")
             raise
         tracing.end_span(span)
-        await self._ready(machine_id, tenant_id, machine_type, token, handle)
+        await self._ready(machine_id, tenant_id, machine_type, token, handle, job_id, driver)
 
     async def _start_and_poll(
         self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str
@@ -737,9 +903,17 @@ class Dispatcher:
             raise _BootFailed(f"start failed: {error}") from None
         if self.hooks.before_record_started is not None:
             await self.hooks.before_record_started(machine_id)
-        if not await self.repo.record_started(
-            machine_id, provider_id=handle.provider_id, endpoint=handle.endpoint, region=handle.region, owner=self.owner
-        ):
+        recorded, _ = await self._durably(  # idempotent: the same values again while the machine is starting
+            f"machine {machine_id}: record_started",
+            lambda: self.repo.record_started(
+                machine_id,
+                provider_id=handle.provider_id,
+                endpoint=handle.endpoint,
+                region=handle.region,
+                owner=self.owner,
+            ),
+        )
+        if not recorded:
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
             await self._stop_quietly(handle.provider_id, kind)
             raise _BootFailed("the machine's row could not be recorded")
@@ -753,12 +927,25 @@ class Dispatcher:
         return handle
 
     async def _ready(
-        self, machine_id: str, tenant_id: str, machine_type: MachineType, token: str, handle: MachineHandle
+        self,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: MachineType,
+        token: str,
+        handle: MachineHandle,
+        job_id: str | None,
+        driver: object,
     ) -> None:
         """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
         if self.hooks.before_machine_ready is not None:
             await self.hooks.before_machine_ready(machine_id)
-        state, assignment = await self.repo.machine_ready(machine_id, self.owner)
+        (state, assignment), retried = await self._durably(
+            f"machine {machine_id}: ready", lambda: self.repo.machine_ready(machine_id, self.owner)
+        )
+        if state is None and retried:  # an earlier attempt may have landed: read the machine back
+            state, assignment, _ = await self._held(machine_id, driver)
+            if assignment is not None and assignment.job_id != job_id:
+                assignment = None  # not the job placement gave this boot
         if state is None:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
             await self._stop_quietly(handle.provider_id, str(machine_type.backend))
@@ -776,10 +963,12 @@ class Dispatcher:
                     submitted_at=assignment.submitted_at,
                     endpoint=handle.endpoint,
                     token=token,
+                    sent=assignment.sent,
                 ),
                 tenant_id,
                 machine_type.name,
                 machine_type.image,
+                driver=driver,
             )
         else:
             self._poke_placement()  # queued work of the tenant may be waiting for exactly this machine
@@ -788,9 +977,11 @@ class Dispatcher:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
         if provider_id is not None:
             await self._stop_quietly(provider_id, kind)
-        for job_id, state in (
-            await self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}")
-        ).items():
+        failed, _ = await self._durably(
+            f"machine {machine_id}: boot_failed",
+            lambda: self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}"),
+        )
+        for job_id, state in failed.items():
             if state == JobState.FAILED:
                 self._waiters.wake(job_id)
                 log.info("job %s failed: its machine type was removed while the machine booted", job_id)
@@ -872,6 +1063,7 @@ class Dispatcher:
         await self._keep_lease()
         await self._listen()
         await self.reclaim()
+        await self.reconcile()
         await self.refresh_catalogue()
         await self.place()
         await self.reap()
@@ -903,6 +1095,19 @@ class Dispatcher:
                 jobs,
                 machines,
             )
+
+    async def reconcile(self) -> None:
+        """Requeue the dispatched jobs on this process's busy machines that no task of it drives: a claim whose
+        answer was lost (a submit's, when the store went away as it landed) would otherwise hold the machine
+        under this live owner, which no reclaim touches. Dispatched means never sent, so the queue is safe."""
+        own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
+        await asyncio.gather(*(event.wait() for event in list(self._submitting)))  # claims the read may have seen
+        for row in own:
+            if row.job_id is None or row.machine.id in self._driving:
+                continue
+            if await self.repo.requeue_unsent(row.job_id, row.machine.id, self.owner):
+                log.warning("job %s: its claim of machine %s had no sender; requeued", row.job_id, row.machine.id)
+                self._poke_placement()
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""

@@ -137,10 +137,13 @@ SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
 -- Right before the payload goes to the machine: the job is running only if it is still dispatched to this
 -- machine under this process's owner and term. A cancel (or a reclaim, or a newer incarnation of this
 -- instance) that landed since the claim wins: nothing is sent, nothing metered, and the machine is idle
--- again in the same statement. $1 job, $2 machine, $3 me, $4 term.
+-- again in the same statement. Idempotent per owner: a job already running on this machine under this owner
+-- and term was marked by this caller's earlier attempt whose answer was lost (only the step driving the
+-- machine marks it, and it sends only after the answer), so it answers sent again, keeping its start.
+-- $1 job, $2 machine, $3 me, $4 term.
 WITH sent AS (
-    UPDATE pool_jobs SET state = 'running', started_at = now()
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'dispatched'
+    UPDATE pool_jobs SET state = 'running', started_at = CASE WHEN state = 'running' THEN started_at ELSE now() END
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state IN ('dispatched', 'running')
     RETURNING id
 ), freed AS (
     UPDATE pool_machines SET state = 'warm', job_id = NULL, last_active_at = now()
@@ -152,15 +155,28 @@ SELECT EXISTS (SELECT 1 FROM sent) AS sent, EXISTS (SELECT 1 FROM freed) AS free
 
 -- name: requeue_unsent
 -- This process may not send (its instance lease is not trusted for the call): the dispatched job goes back
--- to the queue in its old place, and the machine is idle. $1 job, $2 machine, $3 me, $4 term.
+-- to the queue in its old place, and the machine is idle. $5: the caller's own mark_sent landed (running)
+-- but nothing was sent, so a running job is requeued too. $1 job, $2 machine, $3 me, $4 term.
 WITH job AS (
-    UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'dispatched'
+    UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4
+      AND (state = 'dispatched' OR ($5 AND state = 'running'))
     RETURNING id
 )
 UPDATE pool_machines SET state = 'warm', job_id = NULL
 WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
 RETURNING (SELECT count(*) FROM job) AS requeued;
+
+-- name: machine_hold
+-- A machine of this process after a write whose answer was lost: its state and the live job it holds under
+-- this owner and term (with the payload, to resume it); no row when the machine is no longer this process's.
+-- $1 machine, $2 me, $3 term.
+SELECT m.state AS machine_state, m.endpoint, m.token, m.provider_id, j.state AS job_state,
+       j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.submitted_at
+FROM pool_machines m
+LEFT JOIN pool_jobs j ON j.id = m.job_id AND j.worker_id = m.id AND j.owner = $2 AND j.owner_term = $3
+    AND j.state IN ('dispatched', 'running')
+WHERE m.id = $1 AND m.owner = $2 AND m.owner_term = $3;
 
 -- name: lock_placement
 -- "Count the queue and insert the machine rows" runs under one lock across every process.

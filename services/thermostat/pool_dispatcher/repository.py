@@ -104,6 +104,17 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MachineHold:
+    """A machine of this process as a write whose answer was lost left it: its state, and the live job it
+    holds under this owner (`job_state` running or dispatched; None with `job`)."""
+
+    machine_state: str
+    provider_id: str | None
+    job_state: str | None
+    job: Assignment | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FleetMachine:
     """A machine row as the policies see it, plus its assigned job."""
 
@@ -118,6 +129,7 @@ class OwnMachine:
     endpoint: str | None
     region: str | None
     backend: str = "local"
+    job_id: str | None = None  # the job it holds (busy)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,7 +267,10 @@ class Subscription:
         self._handlers = dict(handlers)
 
     def is_closed(self) -> bool:
-        return self._connection.is_closed()
+        try:
+            return self._connection.is_closed()
+        except asyncpg.InterfaceError:  # the pool took the connection back when it was lost (a store outage)
+            return True
 
     async def close(self) -> None:
         try:
@@ -501,13 +516,29 @@ class PoolRepository:
             )
         return bool(row["sent"]), bool(row["freed"])
 
-    async def requeue_unsent(self, job_id: str, machine_id: str, owner: Owner) -> bool:
-        """The dispatched job back in the queue in its place, the machine idle; False when it was no longer ours."""
+    async def requeue_unsent(self, job_id: str, machine_id: str, owner: Owner, *, marked: bool = False) -> bool:
+        """The dispatched job back in the queue in its place, the machine idle; False when it was no longer ours.
+        `marked`: the caller's own mark_sent made it running and nothing was sent, so running is requeued too."""
         async with borrow(self.pool) as c:
             row = await c.fetchrow(
-                Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term
+                Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, marked
             )
         return row is not None and row["requeued"] > 0
+
+    async def machine_hold(self, machine_id: str, owner: Owner) -> MachineHold | None:
+        """The machine and its live job under this owner (None: the machine is no longer ours)."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_hold"], uuid.UUID(machine_id), owner.instance, owner.term)
+        if row is None:
+            return None
+        job = None
+        if row["id"] is not None:
+            job = _assignment(
+                row, machine_id, endpoint=row["endpoint"], token=row["token"], sent=row["job_state"] == "running"
+            )
+        return MachineHold(
+            machine_state=row["machine_state"], provider_id=row["provider_id"], job_state=row["job_state"], job=job
+        )
 
     async def known_machines(self) -> tuple[list[str], list[str]]:
         """(machine ids, provider ids) of every machine row, whichever process owns it."""
@@ -563,6 +594,7 @@ class PoolRepository:
                 endpoint=r["endpoint"],
                 region=r["region"],
                 backend=r["backend"],
+                job_id=_text(r["job_id"]),
             )
             for r in rows
         ]

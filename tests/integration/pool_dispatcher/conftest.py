@@ -144,6 +144,7 @@ async def start_pool(
     hooks: Hooks | None = None,
     run_scaler: bool = False,
     lease_clock: Any = None,
+    sleep: Any = None,
 ) -> AsyncIterator[RunningPool]:
     with pytest.MonkeyPatch.context() as mp:
         for key in PoolDispatcherSettings.model_fields:
@@ -151,7 +152,9 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(settings, store, clock=clock, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock)
+    service = assemble(
+        settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock
+    )
     port = await service.host.start("127.0.0.1", 0, metrics_port=0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(

@@ -58,10 +58,17 @@ class DispatcherProcess:
 
 @contextlib.asynccontextmanager
 async def dispatcher_process(
-    database_url: str, instance_id: str, types: list[dict[str, Any]], **overrides: str
+    database_url: str,
+    instance_id: str,
+    types: list[dict[str, Any]],
+    *,
+    unset: tuple[str, ...] = (),
+    **overrides: str,
 ) -> AsyncIterator[DispatcherProcess]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k.lower() not in PoolDispatcherSettings.model_fields}
+    env = {
+        k: v for k, v in os.environ.items() if k.lower() not in PoolDispatcherSettings.model_fields and k not in unset
+    }
     env.update(
         pool_env(
             types,
@@ -266,3 +273,22 @@ async def test_a_killed_process_restarted_under_its_id_takes_its_rows_back_at_on
             assert (await again.run(b"after the restart", "sleepy")) == b"slept 0"
     finally:
         await db.close()
+
+
+async def test_a_process_with_grpc_fork_support_on_starts_local_workers_while_grpc_calls_are_in_flight(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Production does not set GRPC_ENABLE_FORK_SUPPORT=0 (the tests do, conftest.py): the local backend forks
+    only through the C fork path to exec its launcher (no preexec_fn, no Python between fork and exec), so
+    starting machines while gRPC calls run stays safe with gRPC's fork handlers installed."""
+    journal = tmp_path / "journal"
+    types = [local_type(max_workers=8, boot_timeout_seconds=20, env={"STRATA_WORKER_JOURNAL": str(journal)})]
+    async with dispatcher_process(database_url, "forks", types, unset=("GRPC_ENABLE_FORK_SUPPORT",)) as pool:
+        payloads = [f"fork-{i}-{uuid.uuid4()}".encode() for i in range(40)]
+        async with asyncio.timeout(90):  # eight machines start while forty sync calls are in flight
+            bodies = await asyncio.gather(*(pool.run(p) for p in payloads))
+        assert bodies == payloads
+        assert journalled(journal) == collections.Counter(digest(p) for p in payloads)
+        assert pool.process.returncode is None
+        workers = await pool.stub.ListWorkers(pool_pb2.ListWorkersRequest(), metadata=ADMIN)
+        assert workers.workers and {w.state for w in workers.workers} <= {"warm", "busy"}

@@ -1,0 +1,213 @@
+"""The store goes away at the exact step of a job's life (a hook cuts the dispatcher's tcp path to Postgres),
+either before the write reaches it or after it landed with its answer lost. Each step writes again until the
+store takes it, or resumes from what the machine holds: the job runs exactly once (the worker's journal),
+its result and its one usage event are kept, and nothing is left dispatched or running under this process.
+The dispatcher's injected sleep (a retry's wait) is what brings the store back, so no test waits on a timer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import grpc
+import pytest
+
+from tests.fixtures.tcp_proxy import FreezableProxy
+from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, start_pool
+from tests.integration.pool_dispatcher.test_fences import HeldSend, journalled_type, machine_idle, reached_worker
+from tests.integration.store.test_store import through
+from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.dispatcher import Hooks
+from thermostat.store.db import Store
+
+
+class Outage:
+    """Cuts the store once armed, at the hook it is called from; the dispatcher's next retry wait restores it."""
+
+    def __init__(self, proxy: FreezableProxy, *, lose_answer: bool) -> None:
+        self.proxy = proxy
+        self.lose_answer = lose_answer
+        self.armed = False
+        self.cuts = 0
+        self.restored = asyncio.Event()
+
+    async def __call__(self, _key: str) -> None:
+        if self.armed:
+            self.armed = False
+            self.cuts += 1
+            self.proxy.cut(lose_next_answer=self.lose_answer)
+
+    async def sleep(self, seconds: float) -> None:
+        if self.proxy.is_cut and self.cuts:
+            self.proxy.restore()
+            self.restored.set()
+        await asyncio.sleep(min(seconds, 0.05))
+
+
+@contextlib.asynccontextmanager
+async def proxied(database_url: str) -> AsyncIterator[tuple[Store, FreezableProxy]]:
+    target = urlsplit(database_url)
+    async with FreezableProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
+        store = await Store.open(through(proxy, database_url), run_migrations=False, max_size=12, connect_timeout=2)
+        try:
+            yield store, proxy
+        finally:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
+async def pool_through_outage(
+    database_url: str, tmp_path: Path, *, lose_answer: bool, hook: str, max_workers: int = 1
+) -> AsyncIterator[tuple[RunningPool, Outage, Path]]:
+    journal = tmp_path / "journal"
+    async with proxied(database_url) as (store, proxy):
+        outage = Outage(proxy, lose_answer=lose_answer)
+        hooks = Hooks(**{hook: outage})
+        types = [journalled_type(journal) | {"max_workers": max_workers}]
+        async with start_pool(store, pool_env(types), hooks=hooks, sleep=outage.sleep) as pool:
+            yield pool, outage, journal
+
+
+async def settled(pool: RunningPool, outage: Outage, *job_ids: str) -> list[pool_pb2.Job]:
+    await asyncio.wait_for(outage.restored.wait(), 30)
+    return [await pool.finished(job_id) for job_id in job_ids]
+
+
+async def usage_of(pool: RunningPool, job_id: str) -> int:
+    return [e.job_id for e in await pool.usage()].count(job_id)
+
+
+def cut_before_or_after(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    return pytest.mark.parametrize(
+        "lose_answer", [pytest.param(False, id="store-gone-before-the-write"), pytest.param(True, id="answer-lost")]
+    )(test)
+
+
+@cut_before_or_after
+async def test_a_send_whose_mark_is_cut_off_runs_the_job_exactly_once(
+    database_url: str, tmp_path: Path, lose_answer: bool
+) -> None:
+    async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook="before_send") as (
+        pool,
+        outage,
+        journal,
+    ):
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        outage.armed = True
+        payload = b'{"seconds": 0, "n": "mark_sent cut"}'
+        job = await pool.submit(payload, machine_type="sleepy")  # claimed at once; mark_sent meets the cut
+        (done,) = await settled(pool, outage, job.id)
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, job.id) == 1
+        assert outage.proxy.answers_lost == int(lose_answer)
+        await machine_idle(pool)
+
+
+@cut_before_or_after
+async def test_a_completion_cut_off_keeps_its_result_and_usage_and_feeds_the_next_job_once(
+    database_url: str, tmp_path: Path, lose_answer: bool
+) -> None:
+    async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook="before_complete") as (
+        pool,
+        outage,
+        journal,
+    ):
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine, the only one (max_workers 1)
+        held = HeldSend()
+        pool.dispatcher.hooks.before_send = held
+        held.armed = True
+        first_payload, next_payload = b'{"seconds": 0, "n": "first"}', b'{"seconds": 0, "n": "next"}'
+        first = await pool.submit(first_payload, machine_type="sleepy")
+        await held.arrived.wait()  # first holds the machine; next queues behind it
+        queued = await pool.submit(next_payload, machine_type="sleepy")
+        assert (await pool.job(queued.id)).state == "queued"
+        outage.armed = True  # first's completion (which hands the machine next) meets the cut
+        held.release.set()
+        done = await settled(pool, outage, first.id, queued.id)
+        assert [job.state for job in done] == ["completed", "completed"]
+        assert (await pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=first.id), metadata=caller())).data
+        assert [reached_worker(journal, p) for p in (first_payload, next_payload)] == [1, 1]
+        assert [await usage_of(pool, job_id) for job_id in (first.id, queued.id)] == [1, 1]
+        assert outage.proxy.answers_lost == int(lose_answer)
+        await machine_idle(pool)
+
+
+@cut_before_or_after
+async def test_a_take_next_cut_off_after_a_cancelled_send_runs_the_next_job_once(
+    database_url: str, tmp_path: Path, lose_answer: bool
+) -> None:
+    async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook="before_take_next") as (
+        pool,
+        outage,
+        journal,
+    ):
+        await pool.run(b"0", machine_type="sleepy")
+        held = HeldSend()
+        pool.dispatcher.hooks.before_send = held
+        held.armed = True
+        cancelled_payload, next_payload = b'{"seconds": 0, "n": "cancelled"}', b'{"seconds": 0, "n": "next"}'
+        cancelled = await pool.submit(cancelled_payload, machine_type="sleepy")
+        await held.arrived.wait()
+        queued = await pool.submit(next_payload, machine_type="sleepy")
+        await pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=cancelled.id, build_id="b1"), metadata=caller())
+        outage.armed = True  # the unsent job frees the machine, whose take_next meets the cut
+        held.release.set()
+        (done,) = await settled(pool, outage, queued.id)
+        assert done.state == "completed"
+        assert [reached_worker(journal, p) for p in (cancelled_payload, next_payload)] == [0, 1]
+        assert await usage_of(pool, queued.id) == 1
+        assert outage.proxy.answers_lost == int(lose_answer)
+        await machine_idle(pool)
+
+
+@pytest.mark.parametrize("hook", ["before_record_started", "before_machine_ready"])
+@cut_before_or_after
+async def test_a_boot_whose_row_writes_are_cut_off_runs_its_job_once(
+    database_url: str, tmp_path: Path, lose_answer: bool, hook: str
+) -> None:
+    async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook=hook) as (
+        pool,
+        outage,
+        journal,
+    ):
+        outage.armed = True
+        payload = b'{"seconds": 0, "n": "cold start"}'
+        job = await pool.submit(payload, machine_type="sleepy")  # no machine: placement boots one for it
+        (done,) = await settled(pool, outage, job.id)
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, job.id) == 1
+        assert outage.proxy.answers_lost == int(lose_answer)
+        await machine_idle(pool)
+
+
+async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_runs_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A submit's claim of a warm machine lands but its answer is lost: the caller is answered with an error and
+    no task sends the job. The scaler pass finds the busy machine nothing drives and requeues the job, which
+    then runs once."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_send") as (
+        pool,
+        outage,
+        journal,
+    ):
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        payload = b'{"seconds": 0, "n": "claim answer lost"}'
+        outage.proxy.cut(lose_next_answer=True)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await pool.submit(payload, machine_type="sleepy")
+        outage.proxy.restore()
+        assert outage.proxy.answers_lost == 1
+        (machine,) = await pool.workers()
+        assert (machine.state, bool(machine.job_id)) == ("busy", True)  # claimed, and nothing sends it
+        await pool.dispatcher.scaler_pass()
+        (done,) = [await pool.finished(machine.job_id)]
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, machine.job_id) == 1
+        await machine_idle(pool)
