@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.tcp_proxy import FreezableProxy
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, start_pool
-from tests.integration.pool_dispatcher.test_fences import HeldSend, journalled_type, machine_idle, reached_worker
+from tests.integration.pool_dispatcher.test_fences import HeldStep, journalled_type, machine_idle, reached_worker
 from tests.integration.store.test_store import through
 from thermostat.pool.v1 import pool_pb2
 from thermostat.pool_dispatcher.dispatcher import Hooks
@@ -117,7 +117,7 @@ async def test_a_completion_cut_off_keeps_its_result_and_usage_and_feeds_the_nex
         journal,
     ):
         await pool.run(b"0", machine_type="sleepy")  # a warm machine, the only one (max_workers 1)
-        held = HeldSend()
+        held = HeldStep()
         pool.dispatcher.hooks.before_send = held
         held.armed = True
         first_payload, next_payload = b'{"seconds": 0, "n": "first"}', b'{"seconds": 0, "n": "next"}'
@@ -146,7 +146,7 @@ async def test_a_take_next_cut_off_after_a_cancelled_send_runs_the_next_job_once
         journal,
     ):
         await pool.run(b"0", machine_type="sleepy")
-        held = HeldSend()
+        held = HeldStep()
         pool.dispatcher.hooks.before_send = held
         held.armed = True
         cancelled_payload, next_payload = b'{"seconds": 0, "n": "cancelled"}', b'{"seconds": 0, "n": "next"}'
