@@ -59,11 +59,29 @@ class _Loop:
             raise
 
     def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+        steps: list[asyncio.Task[Any]] = []
+
         async def step() -> tuple[bool, T | None]:
+            task = asyncio.current_task()
+            if task is not None:
+                steps.append(task)
             try:
                 return True, await anext(stream)
             except StopAsyncIteration:
                 return False, None
+            finally:
+                if task is not None:
+                    steps.remove(task)
+
+        async def close_after_steps(close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+            # An interrupt (Ctrl-C) can leave a step running however it landed: end it before closing the
+            # stream, or aclose() meets a generator that is still running.
+            running = list(steps)
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
+            await close()
 
         try:
             while True:
@@ -76,9 +94,9 @@ class _Loop:
             if close is not None and self.loop.is_running():
                 if threading.current_thread() is self._thread:
                     # collected on the loop's own thread: blocking here would wait on ourselves
-                    self.loop.create_task(close())
+                    self.loop.create_task(close_after_steps(close))
                 else:
-                    self.run(close())
+                    self.run(close_after_steps(close))
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
