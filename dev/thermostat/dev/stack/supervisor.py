@@ -399,7 +399,10 @@ class Stack:
         """Until `child`, a process of `service`, reports SERVING (it or another child exiting first raises)."""
         target = f"127.0.0.1:{child.port}"
         deadline = time.monotonic() + timeout
-        async with grpc.aio.insecure_channel(target) as channel:
+        # Reconnect quickly: a channel that tried before the child listened would otherwise back off
+        # exponentially (1 s, 1.6 s, … ) and could miss a child that comes up within the timeout.
+        options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 self._check_alive()
