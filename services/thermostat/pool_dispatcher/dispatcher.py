@@ -7,11 +7,14 @@ a completion writes the terminal state, the usage event and hands the machine it
 together. Placement ("count the queue, insert the machine rows") runs under one advisory lock across
 processes; boots run outside it. Decisions are the pool policies' (thermostat.policy.pool).
 
-Claims hand a job to a machine as `dispatched`; right before the payload goes out one conditional statement
-(mark_sent) makes it `running`, so a cancel, a reclaim or a newer incarnation of this instance that landed
-since the claim wins and nothing is sent or metered. A completion that hands its machine the next queued job
-is itself that job's conditional send (fenced by owner and term, the lease checked before it): the job is
-`running` from that statement and goes out right after its answer, one statement fewer per queued job.
+Placement's claims (an idle warm machine's next job, a booted machine's first) hand a job over as
+`dispatched`; right before the payload goes out one conditional statement (mark_sent) makes it `running`, so
+a cancel, a reclaim or a newer incarnation of this instance that landed since the claim wins and nothing is
+sent or metered. The two hot-path claims are themselves the job's conditional send when the lease is trusted
+for the call before their statement: a completion that hands its machine the next queued job (fenced by
+owner and term), and a submit that a warm machine takes (the job's id is new with that statement, so no
+cancel can name it before the send). The job is `running` from that statement and goes out right after its
+answer: a job taken at submit costs two statements, submit and complete.
 Before any call the lease guards (sending a job, starting or stopping a machine) the process checks that its
 instance lease is trusted for longer than `call_budget` (a quarter of the lease): a process that cannot renew
 stops acting before anyone reclaims.
@@ -108,7 +111,8 @@ class Hooks:
     before_machine_ready: Callable[[str], Awaitable[None]] | None = None
     before_complete: Callable[[str], Awaitable[None]] | None = None
     before_insert_machines: Callable[[], Awaitable[None]] | None = None
-    before_send: Callable[[str], Awaitable[None]] | None = None  # before mark_sent; a completion's hand-off has none
+    before_send: Callable[[str], Awaitable[None]] | None = None  # before mark_sent: dispatched claims only
+    before_execute: Callable[[str], Awaitable[None]] | None = None  # before the worker call, every job
     before_record_started: Callable[[str], Awaitable[None]] | None = None
     before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
 
@@ -127,6 +131,9 @@ a sync wait in another process answers without reading the job back; a larger on
 
 RECENT_DONE = 4096
 """Job ids whose notification arrived lately, so a wait that registers after its job's NOTIFY reads at once."""
+
+UNANSWERED_CLAIMS = 4096
+"""Submits whose statement did not answer that the scaler pass still looks for (their claim may land late)."""
 
 
 @dataclass
@@ -232,6 +239,9 @@ class Dispatcher:
         self._driving: dict[str, object] = {}
         # submits whose claim statement is out: a machine they claimed is driven only once they answer
         self._submitting: set[asyncio.Event] = set()
+        # ids of jobs whose submit statement raised (store error, cancelled call): a claim of theirs that landed
+        # anyway is on a machine nothing drives and was never sent (its sender never started), even if running
+        self._unanswered: dict[str, None] = {}  # insertion-ordered, bounded
 
     # lifecycle
 
@@ -396,21 +406,31 @@ class Dispatcher:
 
     async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str]) -> JobView:
         machine_type = options.machine_type
+        job_id = str(uuid.uuid4())
         answered = asyncio.Event()
         self._submitting.add(answered)
         try:
-            submitted = await self.repo.submit(
-                job_id=str(uuid.uuid4()),
-                tenant_id=tenant_id,
-                machine_type=machine_type.name,
-                image=machine_type.image,
-                priority=options.priority,
-                session_id=options.session_id,
-                timeout_seconds=options.timeout_seconds,
-                payload=payload,
-                owner=self.owner,
-                trace=trace,
-            )
+            # a warm machine's claim is the job's send when the lease is trusted for the call now, as before mark_sent
+            send_now = self.trusted_for_call()
+            try:
+                submitted = await self.repo.submit(
+                    job_id=job_id,
+                    tenant_id=tenant_id,
+                    machine_type=machine_type.name,
+                    image=machine_type.image,
+                    priority=options.priority,
+                    session_id=options.session_id,
+                    timeout_seconds=options.timeout_seconds,
+                    payload=payload,
+                    owner=self.owner,
+                    trace=trace,
+                    send_now=send_now,
+                )
+            except BaseException:
+                self._unanswered[job_id] = None
+                if len(self._unanswered) > UNANSWERED_CLAIMS:
+                    del self._unanswered[next(iter(self._unanswered))]
+                raise
             assignment = submitted.assignment
             if assignment is not None:
                 self._spawn(
@@ -571,11 +591,13 @@ class Dispatcher:
         self, assignment: Assignment | None, tenant_id: str, machine_type: str, image: str, driver: object
     ) -> None:
         endpoint, token = (assignment.endpoint, assignment.token) if assignment else (None, None)
-        resumed = assignment is not None and assignment.sent  # a boot resuming a job marked before a lost answer
+        # marked running before this task (a submit's claim, or a boot resuming a job a lost answer marked): the
+        # lease was checked before that statement, and is again now that it answered, before anything goes out
+        resumed = assignment is not None and assignment.sent
         while assignment is not None:
             if resumed and assignment.sent and not self.trusted_for_call():
-                # marked running by a write that waited out a store outage, never sent: the lease may have lapsed
-                log.warning("job %s not sent: the lease lapsed while the store was away; requeued", assignment.job_id)
+                # marked running by a statement that outlasted the lease's trust (a slow store), never sent
+                log.warning("job %s not sent: the lease is no longer trusted for the call; requeued", assignment.job_id)
                 await self._requeue(assignment, marked=True)
                 return
             resumed = False
@@ -616,6 +638,8 @@ class Dispatcher:
                     assignment = await self._take_next(assignment.machine_id, image, driver)
                     resumed = True
                     continue
+            if self.hooks.before_execute is not None:
+                await self.hooks.before_execute(assignment.job_id)
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             # pool.queue: from the submit (the database's clock) to now, recorded after the fact
             self.metrics.sent(machine_type, assignment.submitted_at)
@@ -1097,15 +1121,24 @@ class Dispatcher:
             )
 
     async def reconcile(self) -> None:
-        """Requeue the dispatched jobs on this process's busy machines that no task of it drives: a claim whose
+        """Requeue the unsent jobs on this process's busy machines that no task of it drives: a claim whose
         answer was lost (a submit's, when the store went away as it landed) would otherwise hold the machine
-        under this live owner, which no reclaim touches. Dispatched means never sent, so the queue is safe."""
+        under this live owner, which no reclaim touches. Dispatched means never sent; running means never sent
+        only for a submit that did not answer (its sender never started), so only those are requeued running."""
         own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
         await asyncio.gather(*(event.wait() for event in list(self._submitting)))  # claims the read may have seen
         for row in own:
             if row.job_id is None or row.machine.id in self._driving:
                 continue
-            if await self.repo.requeue_unsent(row.job_id, row.machine.id, self.owner):
+            unanswered = row.job_id in self._unanswered
+            driver = object()  # held while requeueing, so no step resumes the job on the machine meanwhile
+            self._driving[row.machine.id] = driver
+            try:
+                requeued = await self.repo.requeue_unsent(row.job_id, row.machine.id, self.owner, marked=unanswered)
+            finally:
+                self._release(row.machine.id, driver)
+            self._unanswered.pop(row.job_id, None)
+            if requeued:
                 log.warning("job %s: its claim of machine %s had no sender; requeued", row.job_id, row.machine.id)
                 self._poke_placement()
 

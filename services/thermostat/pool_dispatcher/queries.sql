@@ -4,9 +4,13 @@
 -- name: submit
 -- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
 -- current image (session affinity first, then most recently active) unless a queued job of that tenant and
--- type with at least this priority is ahead of it. Claimed: the job is dispatched to that machine, owned
--- by this process, which sends it at once (mark_sent). Otherwise it is queued, and `live` / `idle` (the
--- tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
+-- type with at least this priority is ahead of it. Claimed, the job is this process's on that machine and
+-- goes out right after the answer. $13 (send now: the lease was trusted for the call before the statement):
+-- this statement is the job's conditional send, `running` from here with no mark_sent. As safe as mark_sent:
+-- the id is new with this statement, so no cancel can name the job between claim and send, and a lapsing
+-- lease is caught by the trust check before the statement, as for a completion's hand-off. Without $13 it is
+-- `dispatched`, and mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle`
+-- (the tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
 -- (thermostat.policy.pool.placement).
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
@@ -28,8 +32,8 @@ WITH ahead AS (
 )
 INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
                             started_at, worker_id, owner, owner_term, traceparent, tracestate)
-SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' ELSE 'dispatched' END, $5, $6, $7, $8,
-       NULL, taken.id,
+SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' WHEN $13 THEN 'running' ELSE 'dispatched' END,
+       $5, $6, $7, $8, CASE WHEN taken.id IS NOT NULL AND $13 THEN now() END, taken.id,
        CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
        $11, $12
 FROM (SELECT 1) AS one LEFT JOIN taken ON true

@@ -318,7 +318,10 @@ class PoolRepository:
         payload: bytes,
         owner: Owner,
         trace: dict[str, str],
+        send_now: bool,
     ) -> Submitted:
+        """Insert the job and claim a warm machine for it; with `send_now` a claimed job is running (this
+        statement is its conditional send), else dispatched (sent after mark_sent)."""
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -335,11 +338,12 @@ class PoolRepository:
                     owner.term,
                     trace.get("traceparent"),
                     trace.get("tracestate"),
+                    send_now,
                 )
             )
         job = _job(row)
         assignment = None
-        if job.state == "dispatched" and job.worker_id is not None:
+        if job.state in ("dispatched", "running") and job.worker_id is not None:
             assignment = Assignment(
                 job_id=job.id,
                 machine_id=job.worker_id,
@@ -349,6 +353,7 @@ class PoolRepository:
                 submitted_at=job.submitted_at,
                 endpoint=row["endpoint"],
                 token=row["token"],
+                sent=job.state == "running",
             )
         return Submitted(job=job, assignment=assignment, live_machines=row["live"] or 0, idle_machines=row["idle"] or 0)
 

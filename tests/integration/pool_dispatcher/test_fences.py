@@ -1,6 +1,8 @@
 """What stands between a claim and the send: a cancel in the narrow window, a newer incarnation of the same
 instance id, and a lease this process no longer trusts. In each, the payload never reaches the worker (its
-journal says so) and nothing is metered. A hook holds the job between its claim and its send."""
+journal says so) and nothing is metered. A hook holds the job between its claim and its send: the window a
+dispatched claim has (here a booted machine's first job, cold-started by the submit). A warm machine's claim at
+submit, and a completion's hand-off, are the job's conditional send themselves: they have no such window."""
 
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ from thermostat.store.db import Store
 
 
 class HeldStep:
-    """A dispatcher hook (before_send, before_complete) that holds the next job reaching it once armed, until
-    released."""
+    """A dispatcher hook (before_send, before_execute, before_complete) that holds the next job reaching it once
+    armed, until released."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -59,10 +61,9 @@ async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_
     journal = tmp_path / "journal"
     held = HeldStep()
     async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=held)) as pool:
-        await pool.run(b"0", machine_type="sleepy")  # a warm machine
         held.armed = True
         payload = b'{"seconds": 0, "n": "cancelled in the window"}'
-        job = await pool.submit(payload, machine_type="sleepy")  # claimed by the warm machine at once
+        job = await pool.submit(payload, machine_type="sleepy")  # no machine: the one it boots is handed the job
         await held.arrived.wait()
         assert (await pool.job(job.id)).state == "dispatched"
         cancelled = await pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=job.id, build_id="b1"), metadata=caller())
@@ -92,16 +93,15 @@ async def alpha(
 async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_started(
     database_url: str, tmp_path: Path
 ) -> None:
-    """Old alpha claims a job and stalls before sending; a new alpha starts under the same id: it takes a new
-    term, fails the job as restarted and takes the machine; old alpha, resuming, still trusts its own lease
-    but its conditional send is refused by term, so the payload never goes out."""
+    """Old alpha hands a job to the machine it booted and stalls before sending; a new alpha starts under the
+    same id: it takes a new term, fails the job as restarted and takes the machine; old alpha, resuming, still
+    trusts its own lease but its conditional send is refused by term, so the payload never goes out."""
     journal = tmp_path / "journal"
     held = HeldStep()
     async with alpha(database_url, [journalled_type(journal)], hooks=Hooks(before_send=held)) as (old, store):
-        await old.run(b"0", machine_type="sleepy")
         held.armed = True
         payload = b'{"seconds": 0, "n": "held by the old incarnation"}'
-        job = await old.submit(payload, machine_type="sleepy")
+        job = await old.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
         await held.arrived.wait()
         old_term = old.dispatcher.owner.term
         async with alpha(database_url, [journalled_type(journal)]) as (new, _):
@@ -127,17 +127,17 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
     database_url: str, tmp_path: Path
 ) -> None:
     """Renewals hang (the lease row is locked) and the lease clock moves on: trust left is below the call
-    budget, so the held job is not sent but returned to the queue; once a renewal lands it runs."""
+    budget, so the held job (a booted machine's first) is not sent but returned to the queue; once a renewal
+    lands it runs."""
     journal = tmp_path / "journal"
     held = HeldStep()
     lease_clock = FakeClock()
     async with alpha(
         database_url, [journalled_type(journal)], hooks=Hooks(before_send=held), lease_clock=lease_clock
     ) as (pool, store):
-        await pool.run(b"0", machine_type="sleepy")
         held.armed = True
         payload = b'{"seconds": 0, "n": "not trusted"}'
-        job = await pool.submit(payload, machine_type="sleepy")
+        job = await pool.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
         await held.arrived.wait()
         async with store.pool.acquire() as blocker, blocker.transaction():
             await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
@@ -160,6 +160,70 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
 
 async def _true_or_none(value: bool) -> bool | None:
     return True if value else None
+
+
+async def test_a_job_a_warm_machine_takes_at_submit_is_running_from_the_answer_and_never_passes_mark_sent(
+    pool_store: Store, tmp_path: Path
+) -> None:
+    """The submit's claim is the job's conditional send: the answer already says running (started), there is no
+    dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never sees it."""
+    journal = tmp_path / "journal"
+    sends: list[str] = []
+
+    async def before_send(job_id: str) -> None:
+        sends.append(job_id)
+
+    async with start_pool(
+        pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=before_send)
+    ) as pool:
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine (its first job, cold, went through mark_sent)
+        assert len(sends) == 1
+        payload = b'{"seconds": 0, "n": "taken at submit"}'
+        job = await pool.submit(payload, machine_type="sleepy")
+        assert job.state == "running" and job.worker_id and job.HasField("started_at")
+        assert (await pool.finished(job.id)).state == "completed"
+        assert len(sends) == 1 and job.id not in sends
+        assert reached_worker(journal, payload) == 1
+        assert [e.job_id for e in await pool.usage()].count(job.id) == 1
+
+
+async def test_a_submit_while_the_lease_is_not_trusted_claims_the_warm_machine_dispatched_and_requeues(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Renewals hang and the lease clock moves on before the submit: its claim of the warm machine is only
+    dispatched (not sent), so mark_sent's own check requeues it and it never reaches the worker meanwhile; once
+    a renewal lands it runs, once."""
+    journal = tmp_path / "journal"
+    lease_clock = FakeClock()
+    sends: list[str] = []
+
+    async def before_send(job_id: str) -> None:
+        sends.append(job_id)
+
+    async with alpha(
+        database_url, [journalled_type(journal)], hooks=Hooks(before_send=before_send), lease_clock=lease_clock
+    ) as (pool, store):
+        await pool.run(b"0", machine_type="sleepy")  # a warm machine
+        payload = b'{"seconds": 0, "n": "submitted untrusted"}'
+        async with store.pool.acquire() as blocker, blocker.transaction():
+            await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
+            lease_clock.advance(20)  # 4 s of trust left, under the 7.5 s call budget
+            assert not pool.dispatcher.trusted_for_call()
+            job = await pool.submit(payload, machine_type="sleepy")
+            assert job.state == "dispatched" and job.worker_id and not job.HasField("started_at")
+
+            async def requeued() -> bool | None:
+                return True if (await pool.job(job.id)).state == "queued" else None
+
+            await eventually(requeued, timeout=10)
+            assert job.id in sends  # it went the way of a dispatched claim: mark_sent's check refused it
+            await machine_idle(pool)
+            assert reached_worker(journal, payload) == 0
+        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
+        await pool.dispatcher.place()
+        assert (await pool.finished(job.id)).state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert [e.job_id for e in await pool.usage()].count(job.id) == 1
 
 
 async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_without_a_second_claim(

@@ -95,10 +95,10 @@ async def test_a_send_whose_mark_is_cut_off_runs_the_job_exactly_once(
         outage,
         journal,
     ):
-        await pool.run(b"0", machine_type="sleepy")  # a warm machine
         outage.armed = True
         payload = b'{"seconds": 0, "n": "mark_sent cut"}'
-        job = await pool.submit(payload, machine_type="sleepy")  # claimed at once; mark_sent meets the cut
+        # no machine: the one placement boots is handed the job dispatched, and its mark_sent meets the cut
+        job = await pool.submit(payload, machine_type="sleepy")
         (done,) = await settled(pool, outage, job.id)
         assert done.state == "completed"
         assert reached_worker(journal, payload) == 1
@@ -118,11 +118,11 @@ async def test_a_completion_cut_off_keeps_its_result_and_usage_and_feeds_the_nex
     ):
         await pool.run(b"0", machine_type="sleepy")  # a warm machine, the only one (max_workers 1)
         held = HeldStep()
-        pool.dispatcher.hooks.before_send = held
+        pool.dispatcher.hooks.before_execute = held
         held.armed = True
         first_payload, next_payload = b'{"seconds": 0, "n": "first"}', b'{"seconds": 0, "n": "next"}'
         first = await pool.submit(first_payload, machine_type="sleepy")
-        await held.arrived.wait()  # first holds the machine; next queues behind it
+        await held.arrived.wait()  # first holds the machine, about to go out; next queues behind it
         queued = await pool.submit(next_payload, machine_type="sleepy")
         assert (await pool.job(queued.id)).state == "queued"
         outage.armed = True  # first's completion (which hands the machine next) meets the cut
@@ -145,14 +145,15 @@ async def test_a_take_next_cut_off_after_a_cancelled_send_runs_the_next_job_once
         outage,
         journal,
     ):
-        await pool.run(b"0", machine_type="sleepy")
         held = HeldStep()
         pool.dispatcher.hooks.before_send = held
         held.armed = True
         cancelled_payload, next_payload = b'{"seconds": 0, "n": "cancelled"}', b'{"seconds": 0, "n": "next"}'
+        # no machine: the one placement boots is handed it dispatched, and it is held before its mark_sent
         cancelled = await pool.submit(cancelled_payload, machine_type="sleepy")
         await held.arrived.wait()
-        queued = await pool.submit(next_payload, machine_type="sleepy")
+        queued = await pool.submit(next_payload, machine_type="sleepy")  # the only machine is busy: it queues
+        assert (await pool.job(queued.id)).state == "queued"
         await pool.stub.CancelJob(pool_pb2.CancelJobRequest(id=cancelled.id, build_id="b1"), metadata=caller())
         outage.armed = True  # the unsent job frees the machine, whose take_next meets the cut
         held.release.set()
@@ -188,9 +189,10 @@ async def test_a_boot_whose_row_writes_are_cut_off_runs_its_job_once(
 async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_runs_once(
     database_url: str, tmp_path: Path
 ) -> None:
-    """A submit's claim of a warm machine lands but its answer is lost: the caller is answered with an error and
-    no task sends the job. The scaler pass finds the busy machine nothing drives and requeues the job, which
-    then runs once."""
+    """A submit's claim of a warm machine lands (the job running: the claim was its send) but its answer is lost:
+    the caller is answered with an error and no task sends the job. The scaler pass finds the busy machine
+    nothing drives, holding the job of a submit that did not answer, and requeues it, running as it is (it never
+    went out); it then runs once."""
     async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_send") as (
         pool,
         outage,
@@ -205,6 +207,8 @@ async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_ru
         assert outage.proxy.answers_lost == 1
         (machine,) = await pool.workers()
         assert (machine.state, bool(machine.job_id)) == ("busy", True)  # claimed, and nothing sends it
+        assert (await pool.job(machine.job_id)).state == "running"
+        assert reached_worker(journal, payload) == 0
         await pool.dispatcher.scaler_pass()
         (done,) = [await pool.finished(machine.job_id)]
         assert done.state == "completed"
