@@ -130,8 +130,18 @@ async def _refused(request: Any, context: aio.ServicerContext[Any, Any]) -> None
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refusal(field))
 
 
+_CHECKED_HANDLERS = 1024
+"""Checked handlers kept for reuse: one per method, plus the few per-call ones a refusal builds (auth's denials)."""
+
+
 class TextFieldInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses a unary request (unary or server-streaming answer) whose string fields are not UTF-8 or hold a NUL."""
+    """Refuses a unary request (unary or server-streaming answer) whose string fields are not UTF-8 or hold a NUL.
+
+    The checked handler is built once per handler the services registered and reused, not rebuilt per call:
+    grpc runs the interceptors on every call, on the hot path of a pool job."""
+
+    def __init__(self) -> None:
+        self._checked: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -141,19 +151,30 @@ class TextFieldInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _checked_unary(handler.unary_unary),
-                _lenient(handler.request_deserializer),
-                handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _checked_stream(handler.unary_stream),
-                _lenient(handler.request_deserializer),
-                handler.response_serializer,
-            )
-        return handler
+        known = self._checked.get(id(handler))
+        if known is not None and known[0] is handler:  # the id of a handler still alive (kept in the entry)
+            return known[1]
+        checked = _checked_handler(handler)
+        if len(self._checked) >= _CHECKED_HANDLERS:
+            self._checked.clear()
+        self._checked[id(handler)] = (handler, checked)
+        return checked
+
+
+def _checked_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            _checked_unary(handler.unary_unary),
+            _lenient(handler.request_deserializer),
+            handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            _checked_stream(handler.unary_stream),
+            _lenient(handler.request_deserializer),
+            handler.response_serializer,
+        )
+    return handler
 
 
 def _checked_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:

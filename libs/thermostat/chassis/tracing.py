@@ -382,8 +382,9 @@ def start_span(
     name: str, parent: Mapping[str, str], attributes: Mapping[str, str], *, start_time: datetime | None = None
 ) -> Span:
     """A span named `name` under the context the W3C headers in `parent` name (a root one when they name none),
-    for work that outlives the request that asked for it (a pool job, kept with its trace headers)."""
-    if otel is None:
+    for work that outlives the request that asked for it (a pool job, kept with its trace headers). None
+    without a tracer provider: the API's no-op span would cost a pool job its header parsing for nothing."""
+    if not enabled():
         return None
     started = None if start_time is None else int(start_time.timestamp() * 1_000_000_000)
     return _tracer().start_span(

@@ -85,7 +85,8 @@ class Transport:
         timeout: float,
         may_bill: bool = False,
     ) -> tuple[Any, dict[str, str]]:
-        """The response and the server's initial metadata. `timeout` bounds the call and its retries together."""
+        """The response and the server's metadata, initial and trailing together. `timeout` bounds the call and
+        its retries together."""
         deadline = self.clock() + timeout
         retry = 0
         while True:
@@ -95,7 +96,7 @@ class Transport:
             call = method(request, metadata=tuple(metadata), timeout=remaining)
             try:
                 response = await call
-                initial = await call.initial_metadata()
+                answered = (*(await call.initial_metadata() or ()), *(await call.trailing_metadata() or ()))
             except aio.AioRpcError as error:
                 code, detail = error.code(), error.details() or ""
                 if retry + 1 >= self.policy.attempts or not should_retry(code, detail, may_bill=may_bill):
@@ -103,7 +104,7 @@ class Transport:
                 await self._pause(retry)
                 retry += 1
                 continue
-            return response, {k: v for k, v in (initial or ()) if isinstance(v, str)}
+            return response, {k: v for k, v in answered if isinstance(v, str)}
 
     async def stream(
         self,

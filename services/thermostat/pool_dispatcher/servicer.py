@@ -263,24 +263,26 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _answer(
         self, context: grpc.aio.ServicerContext, job: JobView, *, await_result: bool, result: bytes | None = None
     ) -> httpbody_pb2.HttpBody:
-        """The job's result (read unless given), its failure body, or 202 with the job while it runs."""
+        """The job's result (read unless given), its failure body, or 202 with the job while it runs. The job's id
+        and state go in the trailing metadata: they ride with the answer's final batch, where initial metadata
+        of their own would cost every completed job a batch more (bench/pool_dispatch_overhead.py: ~0.2 ms and
+        ~8 % of a dispatcher's CPU per job). Only a non-200 answer sends initial metadata: the edge's HTTP code."""
         state = JobState(job.state)
-        extra = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
+        context.set_trailing_metadata((("x-pool-job-id", job.id), ("x-pool-job-state", job.state)))
         if state is JobState.COMPLETED:
             if result is None:
                 stored = await self.d.repo.get_result(job.id, job.tenant_id)
                 result = stored.result if stored is not None else None
-            await _status(context, None, extra=extra)
             return _body(result if result is not None else b"")
         if state in _FAILED_STATUS:
             body: dict[str, Any] = {"state": job.state}
             if state is not JobState.CANCELLED:
                 body["error"] = job.error
-            await _status(context, _FAILED_STATUS[state], extra=extra)
+            await _status(context, _FAILED_STATUS[state])
             return _json_body(body)
         if not await_result:
             await _abort(context, grpc.StatusCode.ABORTED, f"job {job.id} is {job.state}, not finished", 409)
-        await _status(context, 202, extra=extra)
+        await _status(context, 202)
         return _json_body(job_json(job))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
@@ -514,9 +516,8 @@ async def _status(
     code: int | None,
     *,
     nulls: tuple[str, ...] = (),
-    extra: tuple[tuple[str, str], ...] = (),
 ) -> None:
-    metadata = list(extra)
+    metadata: list[tuple[str, str]] = []
     if code is not None:
         metadata.append(("x-http-code", str(code)))
     if nulls:

@@ -250,8 +250,10 @@ async def test_a_missing_request_id_is_minted_and_a_malformed_traceparent_droppe
     """Every RPC gets a request id; a traceparent that is not W3C-shaped is not propagated."""
     port, seen = guarded_host
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        await channel.unary_unary("/test.Echo/Open")(b"x", metadata=(("traceparent", "garbage"),), timeout=5)
-    assert len(seen[-1]["request_id"]) == 32
+        for _ in range(2):
+            await channel.unary_unary("/test.Echo/Open")(b"x", metadata=(("traceparent", "garbage"),), timeout=5)
+    minted = [call["request_id"] for call in seen[-2:]]
+    assert [len(rid) for rid in minted] == [32, 32] and minted[0] != minted[1]
     assert "traceparent" not in seen[-1]
 
 

@@ -99,7 +99,7 @@ class RunningPool:
         request.payload.data = payload
         call = self.stub.SubmitJobSync(request, metadata=caller(tenant))
         body = await call
-        metadata = {k: v for k, v in (await call.initial_metadata())}
+        metadata = {k: v for k, v in (*(await call.initial_metadata()), *(await call.trailing_metadata()))}
         return body.data, metadata
 
     async def job(self, job_id: str, tenant: str = "acme") -> pool_pb2.Job:

@@ -100,8 +100,8 @@ async def test_a_sync_wait_returns_at_once_when_its_job_is_cancelled(pool: Runni
     job_id = await eventually(running_job, timeout=30)
     await cancel(pool, job_id)
     body = await asyncio.wait_for(call, timeout=10)  # the job itself would sleep for 30 s
-    metadata = dict(await call.initial_metadata())
-    assert metadata["x-http-code"] == "409" and body.data == b'{"state": "cancelled"}'
+    assert dict(await call.initial_metadata())["x-http-code"] == "409" and body.data == b'{"state": "cancelled"}'
+    assert dict(await call.trailing_metadata())["x-pool-job-state"] == "cancelled"
 
 
 async def test_cancelling_a_cancelled_job_answers_again_and_a_finished_one_is_409(pool: RunningPool) -> None:

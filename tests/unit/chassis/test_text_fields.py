@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from thermostat.chassis.text_fields import bad_utf8_field, nul_field, refusal
+from types import SimpleNamespace
+
+import grpc
+
+from thermostat.chassis.text_fields import TextFieldInterceptor, bad_utf8_field, nul_field, refusal
 from thermostat.metering.v1 import metering_pb2
 from thermostat.pods.v1 import pods_pb2
 from thermostat.pool.v1 import pool_pb2
@@ -51,3 +55,28 @@ def test_a_bad_string_inside_a_nested_message_is_named_by_its_path() -> None:
 def test_truncated_wire_bytes_name_no_field() -> None:
     assert bad_utf8_field(b"\x0a\x09\xff", pods_pb2.GetPodRequest.DESCRIPTOR) == "name"
     assert bad_utf8_field(b"\x0a", pods_pb2.GetPodRequest.DESCRIPTOR) is None
+
+
+async def test_the_checked_handler_is_built_once_per_registered_handler_and_reused() -> None:
+    """grpc runs interceptors on every call: a registered method's checked handler is the same object each time,
+    and a different handler (another method, or a per-call one) gets its own."""
+
+    async def echo(request: object, context: object) -> object:
+        return request
+
+    registered = grpc.unary_unary_rpc_method_handler(echo, pool_pb2.GetJobRequest.FromString)
+    other = grpc.unary_unary_rpc_method_handler(echo, pool_pb2.GetJobRequest.FromString)
+    interceptor = TextFieldInterceptor()
+    details = SimpleNamespace(method="/thermostat.pool.v1.PoolDispatcher/GetJob", invocation_metadata=())
+
+    async def continuation_to(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        async def continuation(_details: object) -> grpc.RpcMethodHandler:
+            return handler
+
+        return await interceptor.intercept_service(continuation, details)
+
+    first, again, another = [await continuation_to(h) for h in (registered, registered, other)]
+    assert first is again and another is not first
+    assert first.unary_unary is not echo  # wrapped: the check runs before the servicer
+    request = pool_pb2.GetJobRequest(id="job-1")
+    assert await first.unary_unary(request, SimpleNamespace()) is request
