@@ -108,6 +108,14 @@ async def test_a_dependency_check_that_raises_reads_as_not_serving() -> None:
         assert await _health(port) == NOT_SERVING
 
 
+async def _grpcurl(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """grpcurl (installed beside this Python) against the host on `port`, in plaintext."""
+    grpcurl = str(Path(sys.executable).parent / "grpcurl")
+    return await asyncio.to_thread(
+        subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", *args], capture_output=True, text=True, timeout=30
+    )
+
+
 async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
     """grpcurl (the dev dependency) lists what the edge would route, never an internal service nor health, and
     still calls health through server reflection."""
@@ -121,25 +129,12 @@ async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
         )
     )
     port = await host.start()
-    grpcurl = str(Path(sys.executable).parent / "grpcurl")
     try:
-        listed = await asyncio.to_thread(
-            subprocess.run,
-            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "list"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        listed = await _grpcurl(port, "list")
         assert listed.returncode == 0, listed.stderr
         names = listed.stdout.split()
         assert sorted(names) == ["grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
-        called = await asyncio.to_thread(
-            subprocess.run,
-            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        called = await _grpcurl(port, "grpc.health.v1.Health/Check")
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == {"status": "SERVING"}
     finally:
