@@ -9,16 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.edge import house_edge, port_of
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import OPERATOR_TOKEN, RunningService, metering_env, start_metering
 from tests.integration.pod_controller.harness import start
-from thermostat.chassis.registry import METERING, POD_CONTROLLER, SERVICES
-from thermostat.dev.envoy import start_envoy
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
+from thermostat.chassis.registry import METERING, POD_CONTROLLER
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.store.db import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
@@ -32,23 +30,12 @@ async def metering(pod_controller: RunningService, db_store: Store) -> AsyncIter
 async def edge(
     pod_controller: RunningService, metering: RunningService, tmp_path: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
-    ports = {
-        POD_CONTROLLER.name: int(pod_controller.address.rpartition(":")[2]),
-        METERING.name: int(metering.address.rpartition(":")[2]),
-    }
-    spec = EdgeSpec(
-        upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
-        descriptor_set=ROOT / "build" / "thermostat.pb",
-        listen_port=0,
-        admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
-    )
-    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
-            yield http
-    finally:
-        await envoy.stop()
+    ports = {POD_CONTROLLER.name: port_of(pod_controller.address), METERING.name: port_of(metering.address)}
+    async with (
+        house_edge(ports, tmp_path / "envoy.yaml") as envoy,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http,
+    ):
+        yield http
 
 
 async def test_spend_budget_and_ledger_are_served_as_rest_json(

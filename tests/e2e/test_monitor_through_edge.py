@@ -10,12 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.edge import house_edge, port_of
 from tests.fixtures.services import VOLUME, RunningService, pod_controller_env
 from thermostat.chassis.registry import IDLE_MONITOR, POD_CONTROLLER
 from thermostat.chassis.server import ServiceHost, ServiceSpec
-from thermostat.dev.envoy import start_envoy
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
 from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
@@ -27,7 +26,6 @@ from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 POD_ID = "edgepod0000001"
 pytestmark = pytest.mark.e2e
 
@@ -64,22 +62,12 @@ async def monitor_port(
 
 @pytest.fixture
 async def edge(pod_controller: RunningService, monitor_port: int, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    controller_port = int(pod_controller.address.rpartition(":")[2])
-    spec = EdgeSpec(
-        upstreams=upstreams(
-            ports={POD_CONTROLLER.name: controller_port, IDLE_MONITOR.name: monitor_port}, host="127.0.0.1"
-        ),
-        descriptor_set=ROOT / "build" / "thermostat.pb",
-        listen_port=0,
-        admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
-    )
-    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http:
-            yield http
-    finally:
-        await envoy.stop()
+    ports = {POD_CONTROLLER.name: port_of(pod_controller.address), IDLE_MONITOR.name: monitor_port}
+    async with (
+        house_edge(ports, tmp_path / "envoy.yaml") as envoy,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=10) as http,
+    ):
+        yield http
 
 
 async def test_the_monitor_state_and_ready_since_are_served_as_rest_json(

@@ -8,19 +8,16 @@ import asyncio
 import contextlib
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import database_dsn
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import POD_CONTROLLER
 from thermostat.dev.stack.supervisor import Stack, StackConfig
@@ -48,19 +45,6 @@ FAST = {
     "SHUTDOWN_GRACE_SECONDS": "2",
     "LOG_LEVEL": "WARNING",
 }
-
-
-@pytest.fixture(scope="module")
-async def module_database_url(
-    postgres_admin: asyncpg.Connection, template_database: str, postgres_dsn: str
-) -> AsyncIterator[str]:
-    """A migrated database of this module's own: the stack outlives one test (tests/fixtures/postgres.py)."""
-    name = f"test_{uuid.uuid4().hex}"
-    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield database_dsn(postgres_dsn, name)
-    finally:
-        await postgres_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

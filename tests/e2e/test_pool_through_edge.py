@@ -18,13 +18,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import grpc
 import httpx
 import pytest
 
+from tests.fixtures.edge import DESCRIPTORS, house_edge, port_of
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import database_dsn
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN_TOKEN,
     API_TOKEN,
@@ -34,8 +33,7 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from thermostat.chassis.registry import POOL_DISPATCHER
-from thermostat.dev.envoy import start_envoy
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, build_envoy_config, upstreams, write_envoy_config
+from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams
 from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
@@ -43,8 +41,6 @@ from thermostat.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-DESCRIPTORS = ROOT / "build" / "thermostat.pb"
 JOB_FIELDS = {
     "id",
     "tenant_id",
@@ -120,39 +116,16 @@ def problem(response: httpx.Response, status: int) -> str:
 @contextlib.asynccontextmanager
 async def edge_for(pool_address: str, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     """The real Envoy, configured from the registry exactly as `make run` does, in front of one pool."""
-    spec = EdgeSpec(
-        upstreams=upstreams(
-            (POOL_DISPATCHER,), ports={POOL_DISPATCHER.name: int(pool_address.rpartition(":")[2])}, host="127.0.0.1"
-        ),
-        descriptor_set=DESCRIPTORS,
-        listen_port=0,
-        admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
-    )
-    envoy = await start_envoy(write_envoy_config(spec, data_dir / "envoy.yaml"), concurrency=1)
-    try:
-        base = f"http://127.0.0.1:{envoy.listeners['edge']}"
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            await eventually(lambda: _serving(client), timeout=20, every=0.1)
-            yield client
-    finally:
-        await envoy.stop()
+    async with (
+        house_edge({POOL_DISPATCHER.name: port_of(pool_address)}, data_dir / "envoy.yaml") as envoy,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=60) as client,
+    ):
+        await eventually(lambda: _serving(client), timeout=20, every=0.1)
+        yield client
 
 
 async def _serving(client: httpx.AsyncClient) -> bool | None:
     return True if (await client.get("/health")).status_code == 200 else None
-
-
-@pytest.fixture(scope="module")
-async def module_database_url(
-    postgres_admin: asyncpg.Connection, template_database: str, postgres_dsn: str
-) -> AsyncIterator[str]:
-    name = f"test_{uuid.uuid4().hex}"
-    await postgres_admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield database_dsn(postgres_dsn, name)
-    finally:
-        await postgres_admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
+from tests.fixtures.edge import house_edge, port_of
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import (
     OPERATOR,
@@ -31,14 +32,13 @@ from tests.fixtures.services import (
 )
 from tests.fixtures.tracing import Spans, hex_id, names, parent_of
 from thermostat.chassis.ports import free_port
-from thermostat.chassis.registry import METERING, POD_CONTROLLER, SERVICES
-from thermostat.dev.envoy import EnvoyProcess, start_envoy
+from thermostat.chassis.registry import METERING, POD_CONTROLLER
+from thermostat.dev.envoy import EnvoyProcess
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.edge.envoy_config import EdgeSpec, EdgeTracing, HealthCheckTiming, upstreams, write_envoy_config
+from thermostat.edge.envoy_config import EdgeTracing
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -64,20 +64,9 @@ async def services(runpod_sim: RunPodSimulator, db_store: Store) -> AsyncIterato
 async def _envoy(
     services: dict[str, RunningService], path: Path, tracing: EdgeTracing | None = None
 ) -> AsyncIterator[EnvoyProcess]:
-    ports = {name: int(s.address.rpartition(":")[2]) for name, s in services.items()}
-    spec = EdgeSpec(
-        upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
-        descriptor_set=ROOT / "build" / "thermostat.pb",
-        listen_port=0,
-        admin_port=0,
-        health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
-        tracing=tracing,
-    )
-    running = await start_envoy(write_envoy_config(spec, path), concurrency=1)
-    try:
+    ports = {name: port_of(s.address) for name, s in services.items()}
+    async with house_edge(ports, path, tracing=tracing) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture

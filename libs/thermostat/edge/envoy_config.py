@@ -417,19 +417,7 @@ def _rest_filter() -> dict[str, Any]:
 def _cluster(spec: EdgeSpec, upstream: Upstream) -> dict[str, Any]:
     timing = spec.health
     return {
-        "name": upstream.cluster,
-        "type": "STATIC" if _is_ip(upstream.host) else "STRICT_DNS",
-        "connect_timeout": "1s",
-        "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
-            }
-        },
-        "load_assignment": {
-            "cluster_name": upstream.cluster,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(upstream.host, upstream.port)}}]}],
-        },
+        **_http2_cluster(upstream.cluster, upstream.host, upstream.port),
         "health_checks": [
             {
                 "timeout": _duration(timing.timeout_s),
@@ -440,6 +428,25 @@ def _cluster(spec: EdgeSpec, upstream: Upstream) -> dict[str, Any]:
                 "grpc_health_check": {"service_name": upstream.health_service},
             }
         ],
+    }
+
+
+def _http2_cluster(name: str, host: str, port: int) -> dict[str, Any]:
+    """A cluster of one gRPC (HTTP/2) endpoint: an IP as given, a name resolved by DNS."""
+    return {
+        "name": name,
+        "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}],
+        },
     }
 
 
@@ -608,23 +615,7 @@ def _tracing(tracing: EdgeTracing) -> dict[str, Any]:
 
 
 def _collector_cluster(tracing: EdgeTracing) -> dict[str, Any]:
-    return {
-        "name": COLLECTOR_CLUSTER,
-        "type": "STATIC" if _is_ip(tracing.collector_host) else "STRICT_DNS",
-        "connect_timeout": "1s",
-        "typed_extension_protocol_options": {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": f"{_TYPES}.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
-            }
-        },
-        "load_assignment": {
-            "cluster_name": COLLECTOR_CLUSTER,
-            "endpoints": [
-                {"lb_endpoints": [{"endpoint": {"address": _address(tracing.collector_host, tracing.collector_port)}}]}
-            ],
-        },
-    }
+    return _http2_cluster(COLLECTOR_CLUSTER, tracing.collector_host, tracing.collector_port)
 
 
 def render_envoy_config(spec: EdgeSpec) -> str:

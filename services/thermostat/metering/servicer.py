@@ -15,7 +15,7 @@ from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import stamp
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, find_pod
-from thermostat.policy.metering.budget import PodBudget, judge_budget
+from thermostat.policy.metering.budget import BudgetVerdict, PodBudget, judge_budget
 from thermostat.policy.metering.pod_spend import PodSpend, SpendSummary, fold_spend, spend, summary_spend
 from thermostat.policy.metering.pool_spend import pool_spend
 
@@ -300,22 +300,7 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
         verdict = judge_budget(
             budget, today_usd=today, month_usd=month, projected_usd=request.projected_usd, pod_name=pod.name
         )
-        response = metering_pb2.CheckPodBudgetResponse(
-            allowed=verdict.allowed,
-            exhausted=verdict.exhausted,
-            budget=str(verdict.period or ""),
-            reason=verdict.reason,
-            limit_usd=verdict.limit_usd,
-            spent_usd=verdict.spent_usd,
-            projected_usd=verdict.projected_usd,
-            today_usd=today,
-            month_usd=month,
-        )
-        if budget.daily_usd is not None:
-            response.daily_limit_usd = budget.daily_usd
-        if budget.monthly_usd is not None:
-            response.monthly_limit_usd = budget.monthly_usd
-        return response
+        return _verdict_message(budget, verdict, today_usd=today, month_usd=month)
 
     async def CheckTenantBudget(
         self, request: metering_pb2.CheckTenantBudgetRequest, context: grpc.aio.ServicerContext
@@ -328,18 +313,27 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
             return metering_pb2.CheckPodBudgetResponse(allowed=True)
         today, month = await self.c.tenant_spend(tenant, self.c.clock.now())
         verdict = judge_budget(budget, today_usd=today, month_usd=month, projected_usd=0.0, subject=f"tenant {tenant}")
-        response = metering_pb2.CheckPodBudgetResponse(
-            allowed=verdict.allowed,
-            exhausted=verdict.exhausted,
-            budget=str(verdict.period or ""),
-            reason=verdict.reason,
-            limit_usd=verdict.limit_usd,
-            spent_usd=verdict.spent_usd,
-            today_usd=today,
-            month_usd=month,
-        )
-        if budget.daily_usd is not None:
-            response.daily_limit_usd = budget.daily_usd
-        if budget.monthly_usd is not None:
-            response.monthly_limit_usd = budget.monthly_usd
-        return response
+        return _verdict_message(budget, verdict, today_usd=today, month_usd=month)
+
+
+def _verdict_message(
+    budget: PodBudget, verdict: BudgetVerdict, *, today_usd: float, month_usd: float
+) -> metering_pb2.CheckPodBudgetResponse:
+    """A pod's or a tenant's budget verdict as answered, with the spend it was judged on and the ceilings set
+    (a tenant's verdict projects nothing: its projected_usd is 0)."""
+    response = metering_pb2.CheckPodBudgetResponse(
+        allowed=verdict.allowed,
+        exhausted=verdict.exhausted,
+        budget=str(verdict.period or ""),
+        reason=verdict.reason,
+        limit_usd=verdict.limit_usd,
+        spent_usd=verdict.spent_usd,
+        projected_usd=verdict.projected_usd,
+        today_usd=today_usd,
+        month_usd=month_usd,
+    )
+    if budget.daily_usd is not None:
+        response.daily_limit_usd = budget.daily_usd
+    if budget.monthly_usd is not None:
+        response.monthly_limit_usd = budget.monthly_usd
+    return response

@@ -10,12 +10,11 @@ judges nothing: it is never "no orphans".
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from thermostat.chassis.periodic import Periodic
 from thermostat.policy.common.orphan_sweep import OrphanSweep
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.wake.pod_orphans import PodOrphan, find_pod_orphans, to_terminate
@@ -62,7 +61,8 @@ class PodOrphanSweeper:
         self.every_seconds = every_seconds
         self._replica = replica
         self._previous: tuple[PodOrphan, ...] = ()
-        self._task: asyncio.Task[None] | None = None
+        # on the event loop's clock, like the pool's sweep: minutes apart, no test steps through them
+        self._loop = Periodic("pod-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep")
 
     async def scan(self) -> tuple[PodOrphan, ...]:
         """The orphans as of now, judged without acting; ListingUnreadable when RunPod cannot be listed."""
@@ -125,19 +125,7 @@ class PodOrphanSweeper:
         return answer.ok
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="pod-orphan-sweep")
+        await self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            # on the event loop's clock, like the pool's sweep: minutes apart, no test steps through them
-            await asyncio.sleep(self.every_seconds)
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("orphan sweep failed; retrying on the next pass")
+        await self._loop.stop()

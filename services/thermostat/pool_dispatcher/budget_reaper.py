@@ -9,10 +9,9 @@ stopped here, and it is reaped on a later pass once it is warm again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
+from thermostat.chassis.periodic import Periodic
 from thermostat.policy.pool.machines import MachineState
 
 from .budget_gate import BudgetGate
@@ -26,7 +25,9 @@ class BudgetReaper:
         self.dispatcher = dispatcher
         self.gate = gate
         self.every_seconds = every_seconds
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            "pool-budget-reaper", every_seconds, self.reap_over_budget, log=log, what="budget reaping"
+        )
 
     async def reap_over_budget(self) -> list[str]:
         """Retire this process's warm machines of tenants over budget; the ids retired."""
@@ -44,19 +45,8 @@ class BudgetReaper:
         return retired
 
     async def start(self) -> None:
-        if self.gate.stub is not None:
-            self._task = asyncio.create_task(self._run(), name="pool-budget-reaper")
+        if self.gate.stub is not None:  # no METERING_ADDR: every tenant may, nothing to reap
+            await self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every_seconds)
-            try:
-                await self.reap_over_budget()
-            except Exception:
-                log.exception("budget reaping failed; retrying on the next pass")
+        await self._loop.stop()

@@ -13,11 +13,10 @@ a process that may have lost its lease makes no provider calls). The default onl
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
+from thermostat.chassis.periodic import Periodic
 from thermostat.policy.pool.orphans import ListedMachine, Orphan, OrphanSweep, find_orphans, to_terminate
 from thermostat.providers.pool.backend import BackendError
 
@@ -41,7 +40,7 @@ class OrphanSweeper:
         self.every_seconds = every_seconds
         self.last: tuple[FoundOrphan, ...] = ()
         self.found_total = 0
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("pool-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep")
 
     async def sweep(self) -> tuple[FoundOrphan, ...]:
         """One pass over every listing backend: the orphans found (and, in terminate mode, which were ended)."""
@@ -105,18 +104,7 @@ class OrphanSweeper:
         return True
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="pool-orphan-sweep")
+        await self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.every_seconds)
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("orphan sweep failed; retrying on the next pass")
+        await self._loop.stop()

@@ -23,6 +23,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
+from tests.fixtures.edge import house_edge, port_of
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import (
     INTERNAL_TOKEN,
@@ -47,13 +48,10 @@ from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER
 from thermostat.cli.main import app
-from thermostat.dev.envoy import start_envoy
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.dev.simulators.runpod.world import SimSettings
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, upstreams, write_envoy_config
 from thermostat.store.db import Store
 
-ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = Path(sys.executable).parent / "thermostat"
 PODS = ("qwen", "llama", "mistral", "gemma", "phi")
 """qwen on the simulator's default volume, each other pod on one of its own."""
@@ -217,29 +215,15 @@ async def cli_stack(store: Store, data_dir: Path) -> AsyncIterator[CliStack]:
                 ) as metering,
             ):
                 ports = {
-                    POD_CONTROLLER.name: _port(controller.address),
-                    IDLE_MONITOR.name: _port(monitor.address),
-                    POOL_DISPATCHER.name: _port(pool.address),
-                    METERING.name: _port(metering.address),
+                    POD_CONTROLLER.name: port_of(controller.address),
+                    IDLE_MONITOR.name: port_of(monitor.address),
+                    POOL_DISPATCHER.name: port_of(pool.address),
+                    METERING.name: port_of(metering.address),
                 }
-                spec = EdgeSpec(
-                    upstreams=upstreams(ports=ports, host="127.0.0.1"),
-                    descriptor_set=ROOT / "build" / "thermostat.pb",
-                    listen_port=0,
-                    admin_port=0,
-                    health=HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2),
-                )
-                envoy = await start_envoy(write_envoy_config(spec, data_dir / "envoy.yaml"), concurrency=1)
-                try:
+                async with house_edge(ports, data_dir / "envoy.yaml") as envoy:
                     stack = CliStack(edge=f"127.0.0.1:{envoy.listeners['edge']}", sim=sim, store=store)
                     await eventually(lambda: _serving(stack), timeout=20, every=0.1)
                     yield stack
-                finally:
-                    await envoy.stop()
-
-
-def _port(address: str) -> int:
-    return int(address.rpartition(":")[2])
 
 
 async def _serving(stack: CliStack) -> bool | None:

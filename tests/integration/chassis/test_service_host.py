@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -50,6 +52,20 @@ async def _wait_for_status(port: int, status: int, service: str = "") -> None:
     raise AssertionError(f"health never became {status}")
 
 
+@contextlib.asynccontextmanager
+async def _probed_host(check: Callable[[], Awaitable[bool]]) -> AsyncIterator[int]:
+    """A started host serving test.Echo whose health follows `check`, probed every 0.05 s; its port."""
+    host = ServiceHost(
+        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
+        probe_seconds=0.05,
+    )
+    port = await host.start()
+    try:
+        yield port
+    finally:
+        await host.stop(0.1)
+
+
 async def test_health_is_serving_only_while_the_dependency_answers() -> None:
     """The service turns NOT_SERVING when its store stops answering and SERVING again when it returns."""
     reachable = {"ok": True}
@@ -57,12 +73,7 @@ async def test_health_is_serving_only_while_the_dependency_answers() -> None:
     async def check() -> bool:
         return reachable["ok"]
 
-    host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
-        probe_seconds=0.05,
-    )
-    port = await host.start()
-    try:
+    async with _probed_host(check) as port:
         assert await _health(port) == SERVING
         assert await _health(port, "test.Echo") == SERVING
         reachable["ok"] = False
@@ -70,8 +81,6 @@ async def test_health_is_serving_only_while_the_dependency_answers() -> None:
         await _wait_for_status(port, NOT_SERVING, "test.Echo")
         reachable["ok"] = True
         await _wait_for_status(port, SERVING)
-    finally:
-        await host.stop(0.1)
 
 
 async def test_liveness_stays_serving_while_the_dependency_is_down_so_a_store_outage_restarts_nothing() -> None:
@@ -82,18 +91,11 @@ async def test_liveness_stays_serving_while_the_dependency_is_down_so_a_store_ou
     async def check() -> bool:
         return reachable["ok"]
 
-    host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
-        probe_seconds=0.05,
-    )
-    port = await host.start()
-    try:
+    async with _probed_host(check) as port:
         assert await _health(port, LIVENESS) == SERVING
         reachable["ok"] = False
         await _wait_for_status(port, NOT_SERVING, "test.Echo")
         assert await _health(port, LIVENESS) == SERVING
-    finally:
-        await host.stop(0.1)
 
 
 async def test_a_dependency_check_that_raises_reads_as_not_serving() -> None:
@@ -102,15 +104,16 @@ async def test_a_dependency_check_that_raises_reads_as_not_serving() -> None:
     async def check() -> bool:
         raise OSError("connection refused")
 
-    host = ServiceHost(
-        ServiceSpec(name="t", service_names=["test.Echo"], register=lambda s: None, dependency_check=check),
-        probe_seconds=0.05,
-    )
-    port = await host.start()
-    try:
+    async with _probed_host(check) as port:
         assert await _health(port) == NOT_SERVING
-    finally:
-        await host.stop(0.1)
+
+
+async def _grpcurl(port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """grpcurl (installed beside this Python) against the host on `port`, in plaintext."""
+    grpcurl = str(Path(sys.executable).parent / "grpcurl")
+    return await asyncio.to_thread(
+        subprocess.run, [grpcurl, "-plaintext", f"127.0.0.1:{port}", *args], capture_output=True, text=True, timeout=30
+    )
 
 
 async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
@@ -126,25 +129,12 @@ async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
         )
     )
     port = await host.start()
-    grpcurl = str(Path(sys.executable).parent / "grpcurl")
     try:
-        listed = await asyncio.to_thread(
-            subprocess.run,
-            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "list"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        listed = await _grpcurl(port, "list")
         assert listed.returncode == 0, listed.stderr
         names = listed.stdout.split()
         assert sorted(names) == ["grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
-        called = await asyncio.to_thread(
-            subprocess.run,
-            [grpcurl, "-plaintext", f"127.0.0.1:{port}", "grpc.health.v1.Health/Check"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        called = await _grpcurl(port, "grpc.health.v1.Health/Check")
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == {"status": "SERVING"}
     finally:

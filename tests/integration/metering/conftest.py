@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from tests.fixtures.services import RunningService
-from thermostat.metering.ledger import POD_ACTIONS, AfterRead, Ledger, PodActionFeed, _nothing
+from thermostat.metering.ledger import POD_ACTIONS, AfterRead, Feed, Ledger, Page, PodActionFeed, _nothing
 from thermostat.metering.repository import MeteringRepository
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.store.db import Store
@@ -41,6 +41,19 @@ async def ledger_on(
             feed=feed,
             repository=repository,
         )
+
+
+def crash_on_page(n: int) -> AfterRead:
+    """An after_read hook that kills metering once it has read its `n`th page, before that page lands."""
+    pages = 0
+
+    async def crash(_feed: Feed, _page: Page) -> None:
+        nonlocal pages
+        pages += 1
+        if pages == n:
+            raise SystemExit("killed between read and write")
+
+    return crash
 
 
 async def write_actions(pool: asyncpg.Pool, count: int, *, pod_name: str = "qwen") -> None:

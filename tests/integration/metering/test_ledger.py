@@ -7,9 +7,15 @@ import grpc
 import pytest
 
 from tests.fixtures.services import RunningService, pod_controller_env, start_pod_controller
-from tests.integration.metering.conftest import feed_ids, ledger_ids, ledger_on, stored_position, write_actions
+from tests.integration.metering.conftest import (
+    crash_on_page,
+    feed_ids,
+    ledger_ids,
+    ledger_on,
+    stored_position,
+    write_actions,
+)
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.metering.ledger import Feed, Page
 from thermostat.pods.v1 import pods_pb2
 from thermostat.store.db import Store
 
@@ -31,15 +37,7 @@ async def test_a_crash_between_read_and_write_loses_nothing_and_doubles_nothing(
     """A metering that dies after reading its third page and before landing it lands the first two; a
     restarted one reads the third again from the stored position and lands everything once."""
     await write_actions(db_store.pool, 30)
-    pages = 0
-
-    async def crash_on_third(_feed: Feed, _page: Page) -> None:
-        nonlocal pages
-        pages += 1
-        if pages == 3:
-            raise SystemExit("killed between read and write")
-
-    async with ledger_on(pod_controller, db_store, page_size=7, after_read=crash_on_third) as rig:
+    async with ledger_on(pod_controller, db_store, page_size=7, after_read=crash_on_page(3)) as rig:
         with pytest.raises(SystemExit):
             await rig.ledger.catch_up(rig.feed)
     assert (len(await ledger_ids(db_store.pool)), await stored_position(db_store.pool)) == (14, 14)

@@ -11,10 +11,11 @@ import grpc
 import pytest
 
 from tests.fixtures.services import INTERNAL_TOKEN
+from tests.integration.metering.conftest import crash_on_page
 from tests.integration.pool_dispatcher.conftest import pool_env, sleepy_type, start_pool
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.request_context import insecure_channel
-from thermostat.metering.ledger import POOL_USAGE, AfterRead, Feed, Ledger, Page, PoolUsageFeed, _nothing
+from thermostat.metering.ledger import POOL_USAGE, AfterRead, Ledger, PoolUsageFeed, _nothing
 from thermostat.metering.repository import MeteringRepository
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.store.db import Store
@@ -78,16 +79,8 @@ async def test_a_crash_between_read_and_write_and_a_replayed_page_change_nothing
     """A metering that dies after reading its third page lands the first two; a restarted one lands the rest
     once, and the first page landed again afterwards adds nothing and leaves the position at the head."""
     await write_usage(db_store.pool, 30)
-    pages = 0
-
-    async def crash_on_third(_feed: Feed, _page: Page) -> None:
-        nonlocal pages
-        pages += 1
-        if pages == 3:
-            raise SystemExit("killed between read and write")
-
     async with start_pool(db_store, POOL_ENV) as pool:
-        async with pool_ledger(pool.address, db_store, after_read=crash_on_third) as (ledger, feed, _):
+        async with pool_ledger(pool.address, db_store, after_read=crash_on_page(3)) as (ledger, feed, _):
             with pytest.raises(SystemExit):
                 await ledger.catch_up(feed)
         assert (len(await ledger_jobs(db_store.pool)), await stored_position(db_store.pool)) == (14, 14)

@@ -56,6 +56,17 @@ async def renewed(keeper: LeaseKeeper, clock: FakeClock, seconds: float) -> Leas
     return await eventually(lambda: asyncio.sleep(0, keeper.lease if keeper.lease is not before else None), timeout=10)
 
 
+async def holding(store: LeaseStore, clock: FakeClock) -> tuple[LeaseKeeper, Lease, list[LeaseLoss]]:
+    """A keeper that has just acquired `leader` for holder `a`, its lease, and the losses it reports."""
+    losses: list[LeaseLoss] = []
+    keeper = LeaseKeeper(
+        store, name="leader", holder="a", ttl=TTL, renew_interval=RENEW, on_lost=losses.append, clock=clock
+    )
+    lease = await keeper.acquire()
+    assert lease is not None
+    return keeper, lease, losses
+
+
 async def test_keeper_renews_so_nobody_else_gets_the_lease_past_its_ttl(keeper_pool, rival, clock):
     """Held for two TTLs: one renewal per interval, the term stays, the expiry moves on, a rival is refused."""
     async with LeaseKeeper(
@@ -79,18 +90,7 @@ async def test_keeper_renews_so_nobody_else_gets_the_lease_past_its_ttl(keeper_p
 async def test_keeper_starved_of_connections_gives_up_before_a_rival_can_take_over(keeper_pool, rival, clock, db_pool):
     """With renewals stuck (its pool exhausted) the keeper reports EXPIRED when its trust ends, while the
     database still holds the lease for it."""
-    losses: list[LeaseLoss] = []
-    keeper = LeaseKeeper(
-        LeaseStore(keeper_pool),
-        name="leader",
-        holder="a",
-        ttl=TTL,
-        renew_interval=RENEW,
-        on_lost=losses.append,
-        clock=clock,
-    )
-    lease = await keeper.acquire()
-    assert lease is not None
+    keeper, lease, losses = await holding(LeaseStore(keeper_pool), clock)
     await clock.settled(1)  # the keeper waits for its first renewal
     async with keeper_pool.acquire():  # the only connection: every renewal now waits
         clock.advance(RENEW)
@@ -122,11 +122,7 @@ async def test_keeper_whose_store_stops_answering_gives_up_before_a_rival_can_ta
             target._replace(netloc=f"{target.username}@127.0.0.1:{proxy.port}").geturl(), min_size=1, max_size=1
         )
         try:
-            keeper = LeaseKeeper(
-                LeaseStore(pool), name="leader", holder="a", ttl=TTL, renew_interval=RENEW, clock=clock
-            )
-            lease = await keeper.acquire()
-            assert lease is not None
+            keeper, lease, _ = await holding(LeaseStore(pool), clock)
             await clock.settled(1)
             proxy.freeze()
             clock.advance(RENEW)
@@ -149,18 +145,7 @@ async def test_keeper_that_stalled_past_its_ttl_learns_on_renew_that_the_lease_w
 ):
     """A keeper whose clock stood still while its lease lapsed and changed hands renews, is told TAKEN, and
     cannot release the new holder's lease."""
-    losses: list[LeaseLoss] = []
-    keeper = LeaseKeeper(
-        LeaseStore(keeper_pool),
-        name="leader",
-        holder="a",
-        ttl=TTL,
-        renew_interval=RENEW,
-        on_lost=losses.append,
-        clock=clock,
-    )
-    lease = await keeper.acquire()
-    assert lease is not None
+    keeper, lease, losses = await holding(LeaseStore(keeper_pool), clock)
     await expire(db_pool, "leader")
     taken = await rival.acquire("leader", "b", TTL)
     assert taken is not None

@@ -14,8 +14,8 @@ import pytest
 from thermostat.client.sync_client import _Loop
 
 
-def test_ctrl_c_during_a_blocked_step_closes_the_stream_and_raises_keyboard_interrupt() -> None:
-    loop = _Loop()
+def _ctrl_c_during_a_blocked_step(loop: _Loop) -> list[str]:
+    """Press Ctrl-C once `loop`'s first step waits on a stream, expecting KeyboardInterrupt; how the stream ended."""
     entered = threading.Event()
     closed: list[str] = []
 
@@ -43,7 +43,11 @@ def test_ctrl_c_during_a_blocked_step_closes_the_stream_and_raises_keyboard_inte
     finally:
         timer.join()
         loop.close()
-    assert closed == ["cancelled", "closed"]
+    return closed
+
+
+def test_ctrl_c_during_a_blocked_step_closes_the_stream_and_raises_keyboard_interrupt() -> None:
+    assert _ctrl_c_during_a_blocked_step(_Loop()) == ["cancelled", "closed"]
 
 
 class _InterruptLeavesTheCallRunning(_Loop):
@@ -55,31 +59,4 @@ class _InterruptLeavesTheCallRunning(_Loop):
 
 
 def test_a_step_left_running_by_an_interrupt_is_ended_before_the_stream_is_closed() -> None:
-    loop = _InterruptLeavesTheCallRunning()
-    entered = threading.Event()
-    closed: list[str] = []
-
-    async def stream() -> AsyncIterator[int]:
-        try:
-            entered.set()
-            await asyncio.sleep(3600)
-            yield 1
-        except asyncio.CancelledError:
-            closed.append("cancelled")
-            raise
-        finally:
-            closed.append("closed")
-
-    def ctrl_c_once_the_step_waits() -> None:
-        entered.wait(10)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Thread(target=ctrl_c_once_the_step_waits)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            next(loop.iterate(stream()))
-    finally:
-        timer.join()
-        loop.close()
-    assert closed == ["cancelled", "closed"]
+    assert _ctrl_c_during_a_blocked_step(_InterruptLeavesTheCallRunning()) == ["cancelled", "closed"]

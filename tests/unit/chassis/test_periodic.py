@@ -1,0 +1,144 @@
+"""Periodic, the background loop of the sweeps and the reaper: a pass every `every_seconds` on an injected
+clock, a failed pass logged and the next one still run, and `stop` ends the loop asleep or mid-pass."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from tests.fixtures.clock import FakeClock
+from thermostat.chassis.periodic import Periodic
+
+EVERY = 60.0
+LOGGER = "tests.chassis.periodic"
+FAILED = "test sweep failed; retrying on the next pass"
+
+
+class Passes:
+    """The passes a loop ran; `script` says which of them raise (True), in order, then they all succeed."""
+
+    def __init__(self, script: tuple[bool, ...] = ()) -> None:
+        self.script = list(script)
+        self.count = 0
+
+    async def __call__(self) -> None:
+        self.count += 1
+        if self.script and self.script.pop(0):
+            raise RuntimeError(f"pass {self.count} broke")
+
+
+def periodic(clock: FakeClock, one_pass: Callable[[], Awaitable[None]]) -> Periodic:
+    return Periodic("test-sweep", EVERY, one_pass, log=logging.getLogger(LOGGER), what="test sweep", sleep=clock.sleep)
+
+
+async def started(clock: FakeClock, one_pass: Callable[[], Awaitable[None]]) -> Periodic:
+    """A loop started and asleep before its first pass."""
+    loop = periodic(clock, one_pass)
+    await loop.start()
+    await clock.settled(1)
+    return loop
+
+
+async def step(clock: FakeClock, passes: int) -> None:
+    """Let `passes` passes run, each once its wait is over, and the loop go back to sleep after each."""
+    for _ in range(passes):
+        clock.advance(EVERY)
+        await clock.settled(1)
+
+
+@pytest.mark.parametrize(
+    ("script", "failures"),
+    [
+        pytest.param((False, False, False), 0, id="every-pass-succeeds"),
+        pytest.param((True, False, False), 1, id="a-failed-first-pass-is-logged-and-the-next-runs"),
+        pytest.param((True, True, True), 3, id="every-pass-fails-and-the-loop-still-carries-on"),
+        pytest.param((False, True, False), 1, id="a-failure-between-successes-is-logged-once"),
+    ],
+)
+async def test_a_pass_that_raises_is_logged_and_the_next_pass_still_runs(
+    script: tuple[bool, ...], failures: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three waits run three passes whatever they raise; each raise is one error under the owner's logger."""
+    clock, passes = FakeClock(), Passes(script)
+    loop = await started(clock, passes)
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        await step(clock, 3)
+    await loop.stop()
+    assert passes.count == 3
+    logged = [r for r in caplog.records if r.name == LOGGER]
+    assert [r.getMessage() for r in logged] == [FAILED] * failures
+    assert caplog.text.count("RuntimeError: pass") == failures  # each with its traceback
+
+
+async def test_the_first_pass_runs_only_once_the_first_wait_is_over() -> None:
+    """Start waits `every_seconds` before the first pass: short of it, nothing has run."""
+    clock, passes = FakeClock(), Passes()
+    loop = await started(clock, passes)
+    clock.advance(EVERY - 1)
+    await clock.settled(1)
+    assert passes.count == 0
+    clock.advance(1)
+    await clock.settled(1)
+    assert passes.count == 1
+    await loop.stop()
+
+
+async def test_stop_cancels_a_sleeping_loop() -> None:
+    """Stopped while waiting, the loop ends and its pass never runs, however far time then moves."""
+    clock, passes = FakeClock(), Passes()
+    loop = await started(clock, passes)
+    await loop.stop()
+    assert not loop.running
+    assert clock.sleepers == 0
+    clock.advance(EVERY * 10)
+    await asyncio.sleep(0)
+    assert passes.count == 0
+
+
+async def test_stop_cancels_a_pass_in_flight() -> None:
+    """Stopped mid-pass, the pass is cancelled where it waits and stop returns once it has ended."""
+    clock = FakeClock()
+    entered, ended = asyncio.Event(), asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def slow_pass() -> None:
+        entered.set()
+        try:
+            await ended.wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    loop = await started(clock, slow_pass)
+    clock.advance(EVERY)
+    await entered.wait()
+    await loop.stop()
+    assert cancelled == [True]
+    assert not loop.running
+
+
+async def test_start_twice_runs_one_loop() -> None:
+    """A second start while the loop runs starts no second loop: one sleeper, one pass per wait."""
+    clock, passes = FakeClock(), Passes()
+    loop = await started(clock, passes)
+    await loop.start()
+    await clock.settled(1)
+    await step(clock, 2)
+    assert passes.count == 2
+    await loop.stop()
+
+
+async def test_stop_before_start_does_nothing() -> None:
+    """Stopping a loop never started returns at once; the loop can still be started afterwards."""
+    clock, passes = FakeClock(), Passes()
+    loop = periodic(clock, passes)
+    await loop.stop()
+    assert not loop.running
+    await loop.start()
+    await clock.settled(1)
+    await step(clock, 1)
+    assert passes.count == 1
+    await loop.stop()
