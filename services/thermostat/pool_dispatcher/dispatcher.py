@@ -64,6 +64,7 @@ from thermostat.policy.pool.placement import Demand, placement_may_act, plan_pla
 from thermostat.policy.pool.reaping import plan_reaping
 from thermostat.policy.pool.store_retry import HeldAction, resume_held, retry_delay
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
+from thermostat.policy.pool.unbooted import PlacedMachine, Recovery, plan_unbooted
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.connections import TRANSIENT_STORE_ERRORS, borrow
@@ -823,34 +824,41 @@ class Dispatcher:
         """Start one machine for the tenant unless one is warm or starting, within both caps."""
         if self.catalogue.get(machine_type) is None:
             await self.type_named(machine_type)
-        async with borrow(self.repo.pool) as c, c.transaction():
-            await self.repo.lock_placement(c)
-            fleet = await self.repo.fleet(c)
-            decision = decide_hint(
-                tenant_id=tenant_id,
-                machine_type=machine_type,
-                machines=[_as_seen(m.machine, m.job_id) for m in fleet],
-                catalogue=self.catalogue,
-                max_workers_total=self.max_workers_total,
-            )
-            if not isinstance(decision, HintDecision) or not decision.started:
-                return decision
-            kind = self.catalogue.get(machine_type)
-            assert kind is not None  # decide_hint refused unknown types
-            machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
-            await self.repo.insert_machine(
-                c,
-                machine_id=machine_id,
-                tenant_id=tenant_id,
-                machine_type=kind.name,
-                image=kind.image,
-                backend=str(kind.backend),
-                token=token,
-                owner=self.owner,
-                cool_down_seconds=kind.cool_down_seconds,
-                assign_job=False,
-            )
-        self._spawn(self._booting(machine_id, tenant_id, kind, token, None, {}), f"pool-boot-{machine_id}")
+        machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
+        # driven from before its insert is sent: a scaler pass reading the row while the commit's answer is on
+        # its way leaves it to the boot below; a commit whose answer is lost leaves it to the pass (boot_unbooted)
+        reserved = object()
+        self._driving[machine_id] = reserved
+        try:
+            async with borrow(self.repo.pool) as c, c.transaction():
+                await self.repo.lock_placement(c)
+                fleet = await self.repo.fleet(c)
+                decision = decide_hint(
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                    machines=[_as_seen(m.machine, m.job_id) for m in fleet],
+                    catalogue=self.catalogue,
+                    max_workers_total=self.max_workers_total,
+                )
+                if not isinstance(decision, HintDecision) or not decision.started:
+                    return decision
+                kind = self.catalogue.get(machine_type)
+                assert kind is not None  # decide_hint refused unknown types
+                await self.repo.insert_machine(
+                    c,
+                    machine_id=machine_id,
+                    tenant_id=tenant_id,
+                    machine_type=kind.name,
+                    image=kind.image,
+                    backend=str(kind.backend),
+                    token=token,
+                    owner=self.owner,
+                    cool_down_seconds=kind.cool_down_seconds,
+                    assign_job=False,
+                )
+            self._spawn(self._booting(machine_id, tenant_id, kind, token, None, {}), f"pool-boot-{machine_id}")
+        finally:
+            self._release(machine_id, reserved)  # the boot registered its own driver in its place, if it started
         return decision
 
     def _booting(
@@ -1089,6 +1097,7 @@ class Dispatcher:
         await self.reclaim()
         await self.reconcile()
         await self.refresh_catalogue()
+        await self.boot_unbooted()
         await self.place()
         await self.reap()
         await self.probe()
@@ -1141,6 +1150,43 @@ class Dispatcher:
             if requeued:
                 log.warning("job %s: its claim of machine %s had no sender; requeued", row.job_id, row.machine.id)
                 self._poke_placement()
+
+    async def boot_unbooted(self) -> None:
+        """Boot this process's starting machines that no task drives and no provider started: a placement
+        (or hint) whose commit landed with its answer lost started no boot, and its row would hold its job and
+        a cap slot under this live owner, which no reclaim touches. Booted on the normal path rather than
+        released (thermostat.policy.pool.unbooted says why); a stale one is released, its job requeued.
+
+        Read under the placement lock: a placement whose commit is in flight registers its boots right after
+        its answer, before it lets go, so none of its rows is mistaken for a lost one. A hint registers its
+        machine as driven before its insert is sent, so it needs no lock here."""
+        async with self._placing:
+            rows = {row.machine.id: row for row in await self.repo.starting_machines(self.owner)}
+            actions = plan_unbooted(
+                machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
+                driven=self._driving.keys(),
+                catalogue=self.catalogue,
+            )
+            for action in actions:
+                row = rows[action.machine_id]
+                machine_type = self.catalogue.get(row.machine.machine_type)
+                if action.recovery is Recovery.BOOT and machine_type is not None:
+                    log.warning("machine %s: booting it (%s)", row.machine.id, action.reason)
+                    boot = self._booting(
+                        row.machine.id, row.machine.tenant_id, machine_type, row.token, row.job_id, row.trace
+                    )
+                    self._spawn(boot, f"pool-boot-{row.machine.id}")
+                    continue
+                log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
+                driver = object()  # held while releasing, as a boot would be
+                self._driving[row.machine.id] = driver
+                try:
+                    await self._boot_failed(row.machine.id, None, action.reason, row.backend)
+                finally:
+                    self._release(row.machine.id, driver)
+                self._poke_placement()  # its job waits in the queue again
+        if self._place_again:  # a placement asked for while this held the lock: it runs now
+            self._poke_placement()
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""

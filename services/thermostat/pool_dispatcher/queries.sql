@@ -299,6 +299,16 @@ SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, coo
        provider_id, endpoint, region, backend
 FROM pool_machines WHERE owner = $1 AND owner_term = $2;
 
+-- name: starting_machines
+-- This process's starting machines, with what a boot needs (the token the worker is started with, the job
+-- handed to it and that job's trace headers) and whether a provider start was recorded: the scaler pass
+-- boots the ones a placement inserted whose answer was lost (thermostat.policy.pool.unbooted). $1 me, $2 term.
+SELECT m.id, m.tenant_id, m.machine_type, m.image, m.state, m.session_id, m.health_misses, m.cool_down_seconds,
+       m.token, m.backend, m.provider_id, j.id AS job_id, j.traceparent, j.tracestate
+FROM pool_machines m
+LEFT JOIN pool_jobs j ON j.id = m.job_id AND j.worker_id = m.id AND j.state = 'dispatched'
+WHERE m.owner = $1 AND m.owner_term = $2 AND m.state = 'starting';
+
 -- name: machine_backend
 -- Which backend a machine is on, to stop it there (stops are rare: one read each, off the hot path).
 SELECT backend FROM pool_machines WHERE id = $1;

@@ -133,6 +133,18 @@ class OwnMachine:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartingMachine:
+    """A starting machine of this process, with what its boot needs; `started`: a provider start is recorded."""
+
+    machine: Machine
+    started: bool
+    token: str
+    backend: str
+    job_id: str | None  # the job handed to it (dispatched), if any
+    trace: dict[str, str]  # that job's trace headers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Demand:
     tenant_id: str
     machine_type: str
@@ -600,6 +612,21 @@ class PoolRepository:
                 region=r["region"],
                 backend=r["backend"],
                 job_id=_text(r["job_id"]),
+            )
+            for r in rows
+        ]
+
+    async def starting_machines(self, owner: Owner) -> list[StartingMachine]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["starting_machines"], owner.instance, owner.term)
+        return [
+            StartingMachine(
+                machine=_machine(r),
+                started=r["provider_id"] is not None,
+                token=r["token"],
+                backend=r["backend"],
+                job_id=_text(r["job_id"]),
+                trace={k: r[k] for k in ("traceparent", "tracestate") if r[k]},
             )
             for r in rows
         ]

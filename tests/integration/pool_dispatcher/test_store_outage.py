@@ -15,12 +15,16 @@ from urllib.parse import urlsplit
 import grpc
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.fixtures.tcp_proxy import FreezableProxy
-from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, start_pool
+from tests.integration.pool_dispatcher.conftest import REFERENCE_WORKER, RunningPool, caller, pool_env, start_pool
 from tests.integration.pool_dispatcher.test_fences import HeldStep, journalled_type, machine_idle, reached_worker
+from tests.integration.pool_dispatcher.test_removal_and_limits import put_catalogue
 from tests.integration.store.test_store import through
 from thermostat.pool.v1 import pool_pb2
 from thermostat.pool_dispatcher.dispatcher import Hooks
+from thermostat.pool_dispatcher.repository import Owner, StartingMachine
+from thermostat.providers.pool.backend import MachineHandle, MachineSpec
 from thermostat.store.db import Store
 
 
@@ -30,15 +34,16 @@ class Outage:
     def __init__(self, proxy: FreezableProxy, *, lose_answer: bool) -> None:
         self.proxy = proxy
         self.lose_answer = lose_answer
+        self.at_commit = False  # with lose_answer: the answer lost is the next COMMIT's, not the next statement's
         self.armed = False
         self.cuts = 0
         self.restored = asyncio.Event()
 
-    async def __call__(self, _key: str) -> None:
+    async def __call__(self, _key: str = "") -> None:
         if self.armed:
             self.armed = False
             self.cuts += 1
-            self.proxy.cut(lose_next_answer=self.lose_answer)
+            self.proxy.cut(lose_next_answer=self.lose_answer, at_commit=self.at_commit)
 
     async def sleep(self, seconds: float) -> None:
         if self.proxy.is_cut and self.cuts:
@@ -214,4 +219,197 @@ async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_ru
         assert done.state == "completed"
         assert reached_worker(journal, payload) == 1
         assert await usage_of(pool, machine.job_id) == 1
+        await machine_idle(pool)
+
+
+async def workers_and_jobs(pool: RunningPool) -> list[tuple[str, str]]:
+    return [(w.state, w.job_id) for w in await pool.workers()]
+
+
+async def test_a_placement_whose_commit_answer_was_lost_is_booted_by_the_next_pass_and_runs_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Placement's transaction (the machine row, starting, with the queued job handed to it) commits but the
+    COMMIT's answer is lost: no boot was started, and the row holds its job and the tenant's only slot under
+    this live owner. The scaler pass finds the starting machine nothing drives and no provider started, and
+    boots it on the normal path with its token and job: the job runs once, on the one machine max_workers
+    allows."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_insert_machines") as (
+        pool,
+        outage,
+        journal,
+    ):
+        outage.at_commit = outage.armed = True
+        payload = b'{"seconds": 0, "n": "placement commit answer lost"}'
+        job = await pool.submit(payload, machine_type="sleepy")  # no machine: placement inserts one, and commits
+
+        async def answer_lost() -> bool | None:
+            return True if outage.proxy.answers_lost == 1 else None
+
+        await eventually(answer_lost, timeout=10)
+        outage.proxy.restore()
+        assert await workers_and_jobs(pool) == [("starting", job.id)]  # committed, and nothing boots it
+        assert (await pool.job(job.id)).state == "dispatched"
+        await pool.dispatcher.scaler_pass()
+        assert len(await pool.workers()) == 1  # booted, not placed again beside it (max_workers 1)
+        (done,) = [await pool.finished(job.id, timeout=10)]
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, job.id) == 1
+        await machine_idle(pool)
+        await pool.dispatcher.scaler_pass()  # a booted machine is no longer unbooted: nothing boots it again
+        assert await workers_and_jobs(pool) == [("warm", "")]
+        assert reached_worker(journal, payload) == 1
+
+
+@cut_before_or_after
+async def test_a_placement_cut_off_before_its_commit_places_again_and_runs_the_job_once(
+    database_url: str, tmp_path: Path, lose_answer: bool
+) -> None:
+    """The store goes away before placement's transaction commits (before its inserts, or with an insert's
+    answer lost): nothing of it landed, the job is still queued, and the next pass places it again."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook="before_insert_machines") as (
+        pool,
+        outage,
+        journal,
+    ):
+        outage.armed = True
+        payload = b'{"seconds": 0, "n": "placement cut before its commit"}'
+        job = await pool.submit(payload, machine_type="sleepy")
+
+        async def cut() -> bool | None:
+            return True if outage.proxy.answers_lost == int(lose_answer) and outage.cuts == 1 else None
+
+        await eventually(cut, timeout=10)
+        outage.proxy.restore()
+        await pool.dispatcher.scaler_pass()
+        assert len(await pool.workers()) == 1
+        (done,) = [await pool.finished(job.id, timeout=10)]
+        assert done.state == "completed"
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, job.id) == 1
+        await machine_idle(pool)
+
+
+async def test_a_hint_whose_commit_answer_was_lost_is_booted_by_the_next_pass(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A hint's start commits with its answer lost: the caller gets an error, and the pass boots the machine
+    nothing drives (warm, holding no job), once."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_send") as (pool, outage, _):
+        outage.proxy.cut(lose_next_answer=True, at_commit=True)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type="sleepy"), metadata=caller())
+        outage.proxy.restore()
+        assert outage.proxy.answers_lost == 1
+        assert await workers_and_jobs(pool) == [("starting", "")]
+        await pool.dispatcher.scaler_pass()
+        await machine_idle(pool)
+        await pool.dispatcher.scaler_pass()
+        assert await workers_and_jobs(pool) == [("warm", "")]
+
+
+def count_starts(pool: RunningPool, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The machine ids the provider is asked to start, in order."""
+    starts: list[str] = []
+    backend = pool.dispatcher.backends["local"]
+    start = backend.start
+
+    async def counted(spec: MachineSpec) -> MachineHandle:
+        starts.append(spec.machine_id)
+        return await start(spec)
+
+    monkeypatch.setattr(backend, "start", counted)
+    return starts
+
+
+async def test_a_pass_while_a_placements_commit_answer_is_on_its_way_leaves_its_machine_to_its_boot(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Placement's commit landed and its answer is still on its way when the pass looks for unbooted machines:
+    the pass waits for the placement (the placement lock), whose boot registers on the answer, so the machine
+    is started once."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=False, hook="before_send") as (
+        pool,
+        outage,
+        journal,
+    ):
+        starts = count_starts(pool, monkeypatch)
+        reads = []
+        read = pool.dispatcher.repo.starting_machines
+
+        async def counted_read(owner: Owner) -> list[StartingMachine]:
+            reads.append(owner)
+            return await read(owner)
+
+        monkeypatch.setattr(pool.dispatcher.repo, "starting_machines", counted_read)
+        release = outage.proxy.hold_next_commit_answer()
+        payload = b'{"seconds": 0, "n": "placement answer on its way"}'
+        job = await pool.submit(payload, machine_type="sleepy")  # no machine: placement inserts one and commits
+        await asyncio.wait_for(outage.proxy.answer_held.wait(), 10)
+        assert await workers_and_jobs(pool) == [("starting", job.id)]  # committed, its boot not started yet
+        unbooted = asyncio.create_task(pool.dispatcher.boot_unbooted())
+        await asyncio.sleep(0)  # the pass runs to its first wait: the placement lock, which placement holds
+        assert (unbooted.done(), reads) == (False, [])  # a read now could find the machine undriven
+        release.set()
+        await unbooted
+        (done,) = [await pool.finished(job.id, timeout=10)]
+        assert done.state == "completed"
+        assert len(starts) == 1
+        assert reached_worker(journal, payload) == 1
+        await machine_idle(pool)
+
+
+async def test_a_pass_while_a_hints_commit_answer_is_on_its_way_leaves_its_machine_to_its_boot(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hint's commit landed and its answer is on its way when the pass looks: the hint registered its
+    machine as driven before its insert, so the pass leaves it alone and the hint's boot starts it, once."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=False, hook="before_send") as (pool, outage, _):
+        starts = count_starts(pool, monkeypatch)
+        release = outage.proxy.hold_next_commit_answer()
+        hint = asyncio.ensure_future(
+            pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type="sleepy"), metadata=caller())
+        )
+        await asyncio.wait_for(outage.proxy.answer_held.wait(), 10)
+        assert await workers_and_jobs(pool) == [("starting", "")]
+        await pool.dispatcher.boot_unbooted()  # reads the committed row while the hint waits for its answer
+        assert starts == []
+        release.set()
+        assert (await hint).started
+        await machine_idle(pool)
+        assert len(starts) == 1
+
+
+async def test_an_unbooted_machine_whose_type_changed_image_is_released_and_its_job_runs_once_elsewhere(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Placement's commit answer is lost, then the type's image changes: booting the row would start a machine
+    that takes no work, so the pass releases it (its job back in the queue in its place) and placement starts
+    one on the current image, within max_workers."""
+    async with pool_through_outage(database_url, tmp_path, lose_answer=True, hook="before_insert_machines") as (
+        pool,
+        outage,
+        journal,
+    ):
+        starts = count_starts(pool, monkeypatch)
+        outage.at_commit = outage.armed = True
+        payload = b'{"seconds": 0, "n": "unbooted, then re-imaged"}'
+        job = await pool.submit(payload, machine_type="sleepy")
+
+        async def answer_lost() -> bool | None:
+            return True if outage.proxy.answers_lost == 1 else None
+
+        await eventually(answer_lost, timeout=10)
+        outage.proxy.restore()
+        ((_, unbooted),) = [(w.state, w.id) for w in await pool.workers()]
+        reimaged = journalled_type(journal) | {"image": REFERENCE_WORKER.replace(" -m ", " -u -m ")}
+        await put_catalogue(pool, [reimaged])
+        await pool.dispatcher.scaler_pass()
+        (done,) = [await pool.finished(job.id, timeout=10)]
+        assert done.state == "completed"
+        assert unbooted not in starts and len(starts) == 1  # the released row never started; its successor did
+        assert [w.id for w in await pool.workers()] == starts
+        assert reached_worker(journal, payload) == 1
+        assert await usage_of(pool, job.id) == 1
         await machine_idle(pool)
