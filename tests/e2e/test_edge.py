@@ -455,6 +455,29 @@ async def test_envoy_own_rejections_are_problem_json(
 
 
 @pytest.mark.e2e
+async def test_a_transcoded_body_that_is_not_utf8_is_a_400_problem_that_is_still_json(http: httpx.AsyncClient) -> None:
+    """Found by the chaos fuzzing: the transcoder quotes the body's bytes in its error, and the problem it became
+    was not UTF-8 (a client could not decode it). Bytes that are not UTF-8 are replaced by U+FFFD."""
+    for body in (b"\x80", b'{"name": "\xff\xfe"}', b"\xed\xa0\x80"):
+        answer = await http.post("/api/pods/qwen/start", content=body)
+        assert answer.status_code == 400
+        assert answer.headers["content-type"] == "application/problem+json"
+        problem = answer.content.decode("utf-8")  # strict: raises on a byte that is not UTF-8
+        assert "\ufffd" in answer.json()["detail"], problem
+
+
+@pytest.mark.e2e
+async def test_a_transcoded_body_that_is_not_a_json_object_is_a_400_naming_the_body(http: httpx.AsyncClient) -> None:
+    """Found by the chaos fuzzing: the transcoder's error at the body's root has an empty field path (": Root
+    element must be a message."); the edge names the body as the field at fault."""
+    for body in (b"[1, 2]", b'"five"', b"7"):
+        answer = await http.post("/api/pods/qwen/start", content=body)
+        assert answer.status_code == 400, answer.text
+        detail = answer.json()["detail"]
+        assert detail.startswith("body: "), detail
+
+
+@pytest.mark.e2e
 async def test_x_http_code_sets_the_rest_status_and_leaves_native_grpc_alone(
     http: httpx.AsyncClient, stub: edgetest_pb2_grpc.EdgeTestServiceStub
 ) -> None:

@@ -308,6 +308,51 @@ async def test_cancel_is_200_with_the_job_again_when_repeated_409_when_finished_
     )
 
 
+CANCEL_KNOWN = "known: build_id"
+
+
+async def test_a_cancel_body_with_a_misspelt_or_mistyped_field_is_a_400_naming_it_and_the_job_runs_on(edge) -> None:
+    """The body is read strictly: a field the transcoder would drop is named, and the running job is left alone
+    until a body spelled either way (build_id or buildId) cancels it."""
+    tenant = fresh_tenant()
+    job = await edge.post(
+        "/v1/jobs", params={"machine_type": "sleepy"}, content=b'{"seconds": 20}', headers=tenant_headers(tenant)
+    )
+    job_id = job.json()["id"]
+    await in_state(edge, job_id, tenant, "running")
+    cancel = f"/v1/jobs/{job_id}/cancel"
+    other_id = str(uuid.uuid4())
+    for content, detail in (
+        (b'{"buildid": "b-1"}', f"body.buildid: unknown field; {CANCEL_KNOWN}"),
+        (b'{"build": "b-1"}', f"body.build: unknown field; {CANCEL_KNOWN}"),
+        (b'{"build_id": "b-1", "reason": "x"}', f"body.reason: unknown field; {CANCEL_KNOWN}"),
+        (b'{"build_id": 7}', "body.build_id: must be a JSON string, not a number"),
+        (b'{"buildId": null}', "body.buildId: null is not a value; leave the field out to leave it unset"),
+        (b'["b-1"]', "body: must be a JSON object, not an array"),
+        (b"", "body: empty; a JSON object is expected"),
+        (
+            f'{{"id": "{other_id}", "build_id": "b-1"}}'.encode(),
+            f'body.id: conflicts with the path\'s id "{job_id}"; leave it out of the body',
+        ),
+    ):
+        assert problem(await edge.post(cancel, content=content, headers=tenant_headers(tenant)), 400) == detail
+    by_query = await edge.post(f"{cancel}?build_id=b-1", json={}, headers=tenant_headers(tenant))
+    assert problem(by_query, 400) == "build_id: give it in the JSON body, not as a query parameter"
+    assert (await edge.get(f"/v1/jobs/{job_id}", headers=tenant_headers(tenant))).json()["state"] == "running"
+
+    cancelled = await edge.post(cancel, json={"buildId": "b-1", "id": job_id}, headers=tenant_headers(tenant))
+    assert (cancelled.status_code, cancelled.json()["state"]) == (200, "cancelled"), cancelled.text
+    again = await edge.post(cancel, json={"build_id": "b-1"}, headers=tenant_headers(tenant))
+    assert (again.status_code, again.json()["state"]) == (200, "cancelled")
+
+
+async def test_a_cancel_keeps_its_checks_in_the_seeds_order_whatever_the_body(edge) -> None:
+    """The token (401) and the tenant header (400 naming it) come before the body is read."""
+    cancel = f"/v1/jobs/{uuid.uuid4()}/cancel"
+    problem(await edge.post(cancel, json={"buildid": "b"}), 401)
+    assert "X-Strata-Tenant" in problem(await edge.post(cancel, json={"buildid": "b"}, headers=ADMIN), 400)
+
+
 async def _jobs_of(edge: httpx.AsyncClient, tenant: str) -> list[dict[str, Any]]:
     """The tenant's jobs that reached a machine, read back through GET /v1/jobs/{id} from the usage feed."""
     events = (await edge.get("/v1/usage", headers=tenant_headers(tenant))).json()
@@ -448,6 +493,25 @@ async def test_a_hint_is_202_with_started_and_reason(edge) -> None:
     again = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
     assert (again.status_code, again.json()) == (202, {"started": False, "reason": "no_demand"})
     problem(await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant)), 422)
+
+
+async def test_a_hint_body_is_read_strictly_and_a_refused_one_starts_no_machine(edge) -> None:
+    """A misspelt or mistyped field is 400 naming it (the transcoder would have dropped it and answered 422 for an
+    empty type); nothing starts until a body spelled either way (machine_type or machineType) asks."""
+    tenant = fresh_tenant()
+    known = "known: machine_type"
+    for content, detail in (
+        (b'{"machine": "local"}', f"body.machine: unknown field; {known}"),
+        (b'{"machinetype": "local"}', f"body.machinetype: unknown field; {known}"),
+        (b'{"machine_type": "local", "tenant_id": "x"}', f"body.tenant_id: unknown field; {known}"),
+        (b'{"machine_type": ["local"]}', "body.machine_type: must be a JSON string, not an array"),
+        (b'"local"', "body: must be a JSON object, not a string"),
+    ):
+        assert problem(await edge.post("/v1/hints", content=content, headers=tenant_headers(tenant)), 400) == detail
+    assert (await edge.get("/v1/workers", headers=tenant_headers(tenant))).json() == []
+    started = await edge.post("/v1/hints", json={"machineType": "local"}, headers=tenant_headers(tenant))
+    assert (started.status_code, started.json()) == (202, {"started": True, "reason": None})
+    problem(await edge.post("/v1/hints", json={"machine": "local"}), 401)
 
 
 async def test_machine_types_are_a_top_level_array_redacted_without_the_admin_token(edge) -> None:

@@ -40,7 +40,8 @@ OPERATOR_HEADER = "x-rig-operator-token"
 def auth_rules(settings: MeteringSettings) -> dict[str, TokenRule]:
     """A budget is a cost guard: setting one takes the operator token (reads follow the pod GET: open)."""
     operator = settings.rig_operator_token.get_secret_value() if settings.rig_operator_token else None
-    return {method_name(PUBLIC, "SetPodBudget"): TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,))}
+    rule = TokenRule(tokens=(operator,), headers=(OPERATOR_HEADER,))
+    return {method_name(PUBLIC, "SetPodBudget"): rule, method_name(PUBLIC, "SetPodBudgetJson"): rule}
 
 
 async def build(

@@ -15,6 +15,7 @@ from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import stamp
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.metering.budget import BudgetVerdict, PodBudget, judge_budget
 from thermostat.policy.metering.pod_spend import PodSpend, SpendSummary, fold_spend, spend, summary_spend
 from thermostat.policy.metering.pool_spend import pool_spend
@@ -160,6 +161,20 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         self, request: metering_pb2.SetTenantBudgetRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.TenantBudget:
         await require_admin(self.c.pool_tokens, context)
+        return await self._set_tenant_budget(request, context)
+
+    async def SetTenantBudgetJson(
+        self, request: metering_pb2.SetTenantBudgetJsonRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.TenantBudget:
+        await require_admin(self.c.pool_tokens, context)  # the token before the body, as every pool route
+        ceilings = await _ceilings(request.payload.data, {"tenant_id": request.tenant_id}, context)
+        return await self._set_tenant_budget(
+            metering_pb2.SetTenantBudgetRequest(tenant_id=request.tenant_id, **ceilings), context
+        )
+
+    async def _set_tenant_budget(
+        self, request: metering_pb2.SetTenantBudgetRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.TenantBudget:
         tenant = request.tenant_id.strip()
         if not tenant or len(tenant) > 128:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant_id must be 1-128 characters")
@@ -174,6 +189,13 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         budget = await _budget_from(request, context)
         await self.c.repository.set_pod_budget(pod.name, budget)
         return _budget_message(pod.name, budget, await self.c.spend(pod, self.c.clock.now()))
+
+    async def SetPodBudgetJson(
+        self, request: metering_pb2.SetPodBudgetJsonRequest, context: grpc.aio.ServicerContext
+    ) -> metering_pb2.PodBudget:
+        # the operator token was checked by the server's auth rules (__main__.auth_rules) before this runs
+        ceilings = await _ceilings(request.payload.data, {"name": request.name}, context)
+        return await self.SetPodBudget(metering_pb2.SetPodBudgetRequest(name=request.name, **ceilings), context)
 
     async def GetLedgerStatus(
         self, request: metering_pb2.GetLedgerStatusRequest, context: grpc.aio.ServicerContext
@@ -241,6 +263,19 @@ def feed_health(feed: FeedState) -> dict[str, object]:
         "lag_seconds": None if feed.lag_seconds is None else round(feed.lag_seconds, 3),
         "error": feed.error,
     }
+
+
+# a REST budget body: {daily_usd, monthly_usd}, either spelling; a field left out is no ceiling
+BUDGET_BODY = (BodyField("daily_usd", JsonKind.NUMBER), BodyField("monthly_usd", JsonKind.NUMBER))
+
+
+async def _ceilings(data: bytes, bound: dict[str, str], context: grpc.aio.ServicerContext) -> dict[str, float]:
+    """The ceilings a REST body sets, read strictly (policy/common/strict_json.py): anything else is 400."""
+    read = read_json_object(data, BUDGET_BODY, bound=bound)
+    if isinstance(read, BodyError):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, read.detail)
+        raise AssertionError("unreachable")  # abort raises
+    return {name: float(value) for name, value in read.values.items()}
 
 
 async def _budget_from(

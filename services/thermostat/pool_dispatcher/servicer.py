@@ -23,6 +23,7 @@ import grpc
 from google.api import httpbody_pb2
 
 from thermostat.chassis import tracing
+from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
@@ -46,6 +47,9 @@ MAX_USAGE_PAGE = 1000
 JSON = "application/json"
 # /health prints these states even at zero, so a reader need not know them
 HEALTH_STATES = (MachineState.STARTING, MachineState.WARM, MachineState.BUSY, MachineState.STOPPING)
+# the REST bodies, read strictly: a field they do not name is 400, never dropped
+CANCEL_BODY = (BodyField("build_id", JsonKind.STRING),)
+HINT_BODY = (BodyField("machine_type", JsonKind.STRING),)
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 
@@ -307,18 +311,27 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         return await self._answer(context, job, await_result=False)
 
     async def CancelJob(self, request: pool_pb2.CancelJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
-        return job_message(await self._cancel(request, context))
+        tenant = await self._tenant(context, await self._caller(context))
+        return job_message(await self._cancel(tenant, request.id, request.build_id, context))
 
     async def CancelJobJson(
         self, request: pool_pb2.CancelJobJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        return _json_body(job_json(await self._cancel(request, context)))
+        tenant = await self._tenant(context, await self._caller(context))
+        if request.build_id:  # the field the body's build_id once filled, now reachable only as a query parameter
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "build_id: give it in the JSON body, not as a query parameter",
+                400,
+            )
+        body = await _read_body(request.payload.data, CANCEL_BODY, {"id": request.id}, context)
+        job = await self._cancel(tenant, request.id, str(body.get("build_id", "")), context)
+        return _json_body(job_json(job))
 
-    async def _cancel(self, request: Any, context: grpc.aio.ServicerContext) -> JobView:
-        caller = await self._caller(context)
-        tenant = await self._tenant(context, caller)
-        job_id = await self._job_id(context, request.id)
-        build_id = validate_build_id(request.build_id or None)
+    async def _cancel(self, tenant: str, raw_id: str, raw_build_id: str, context: grpc.aio.ServicerContext) -> JobView:
+        job_id = await self._job_id(context, raw_id)
+        build_id = validate_build_id(raw_build_id or None)
         if isinstance(build_id, BuildIdError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, build_id.detail, 400)
         outcome = await self.d.cancel(job_id, tenant, build_id)
@@ -347,7 +360,19 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.SendHintRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
         tenant = await self._tenant(context, await self._caller(context))
-        kind = await self.d.type_named(request.machine_type.strip())
+        return await self._hint(tenant, request.machine_type, context)
+
+    async def SendHintJson(
+        self, request: pool_pb2.SendHintJsonRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.SendHintResponse:
+        tenant = await self._tenant(context, await self._caller(context))
+        body = await _read_body(request.payload.data, HINT_BODY, {}, context)
+        return await self._hint(tenant, str(body.get("machine_type", "")), context)
+
+    async def _hint(
+        self, tenant: str, machine_type: str, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.SendHintResponse:
+        kind = await self.d.type_named(machine_type.strip())
         refusal = None if kind is None else self.d.backend_refusal(kind)
         if refusal is not None:
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
@@ -355,7 +380,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             log.warning("hint refused for budget: %s", over_budget)
             await _status(context, 409)
             return pool_pb2.SendHintResponse(started=False, reason="budget")
-        decision = await self.d.hint(tenant, request.machine_type.strip())
+        decision = await self.d.hint(tenant, machine_type.strip())
         if isinstance(decision, SubmitError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
         response = pool_pb2.SendHintResponse(started=decision.started)
@@ -524,6 +549,17 @@ async def _status(
         metadata.append(("x-json-nulls", ",".join(nulls)))
     if metadata:
         await context.send_initial_metadata(tuple(metadata))
+
+
+async def _read_body(
+    data: bytes, fields: tuple[BodyField, ...], bound: Mapping[str, str], context: grpc.aio.ServicerContext
+) -> Mapping[str, float | str]:
+    """A REST route's JSON body read strictly (policy/common/strict_json.py): 400 naming what was wrong, before
+    anything acts (the transcoder would have dropped an unknown field and acted on the rest)."""
+    read = read_json_object(data, fields, bound=bound)
+    if isinstance(read, BodyError):
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, read.detail, 400)
+    return read.values
 
 
 async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, http: int) -> NoReturn:

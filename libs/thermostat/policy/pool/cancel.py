@@ -17,7 +17,6 @@ letters, digits, `-` and `_` only (it goes into the worker's URL path), at most 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -80,14 +79,3 @@ def validate_build_id(value: object) -> str | BuildIdError:
     if not _BUILD_ID.fullmatch(value):
         return BuildIdError(message=f"must be 1-{MAX_BUILD_ID_LENGTH} letters, digits, '-' or '_'")
     return value
-
-
-def parse_cancel_body(body: bytes) -> str | BuildIdError:
-    """The build id from a REST cancel body `{"build_id": "..."}`."""
-    try:
-        decoded = json.loads(body) if body.strip() else None
-    except (ValueError, UnicodeDecodeError):
-        return BuildIdError(message='the body must be a JSON object {"build_id": "..."}')
-    if decoded is not None and not isinstance(decoded, dict):
-        return BuildIdError(message='the body must be a JSON object {"build_id": "..."}')
-    return validate_build_id(None if decoded is None else decoded.get("build_id"))

@@ -8,7 +8,6 @@ from thermostat.policy.pool.cancel import (
     BuildIdError,
     CancelAction,
     decide_cancel,
-    parse_cancel_body,
     validate_build_id,
 )
 from thermostat.policy.pool.jobs import JobState
@@ -64,18 +63,3 @@ def test_invalid_build_id_is_refused(value: object) -> None:
     result = validate_build_id(value)
     assert isinstance(result, BuildIdError)
     assert result.detail.startswith("build_id: ")
-
-
-@pytest.mark.parametrize(
-    ("body", "valid"),
-    [
-        pytest.param(b'{"build_id": "b-1"}', True, id="object-with-build-id"),
-        pytest.param(b"", False, id="empty-body"),
-        pytest.param(b"{}", False, id="no-build-id"),
-        pytest.param(b'["b-1"]', False, id="not-an-object"),
-        pytest.param(b"{", False, id="not-json"),
-    ],
-)
-def test_cancel_body(body: bytes, valid: bool) -> None:
-    """The REST body is {"build_id": "..."}."""
-    assert (parse_cancel_body(body) == "b-1") is valid

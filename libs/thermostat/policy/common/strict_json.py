@@ -1,0 +1,169 @@
+"""A REST route's JSON body read strictly: an object whose every key is a field the route takes, each of its type.
+
+Envoy's gRPC-JSON transcoder drops a body field the request message does not define (proto3's JSON mapping;
+Envoy has no option to refuse it), so `PUT /api/pods/qwen/budget {"daily": 5}` would answer 200 with no ceiling
+set. The routes that take a JSON body therefore receive it raw (a google.api.HttpBody) and read it here; the
+service then runs the typed RPC's logic on what was read. Refused, each naming what was wrong, and nothing read:
+
+    bytes that are not UTF-8, not JSON, or JSON that is not an object  → `body: ...`
+    a key no field has (either spelling)                               → `body.<key>: unknown field; known: ...`
+    a field given twice (`daily_usd` and `dailyUsd`, or one key twice) → `body.<key>: given twice`
+    null                                                               → `body.<key>: null is not a value ...`
+    a value of the wrong JSON type, a number past a double's range     → `body.<key>: must be ...`
+    a field the path binds, with another value than the path's         → `body.<key>: conflicts with the path ...`
+
+A field is spelled as the transcoder accepts it: its proto name (`daily_usd`) or its lowerCamel JSON name
+(`dailyUsd`). A path-bound field repeated with the path's own value is accepted and ignored, as Envoy's
+collision check does (reject_binding_body_field_collisions), so the path stays the only word on it.
+
+Pure: bytes in, frozen values out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+_WORD = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class JsonKind(StrEnum):
+    NUMBER = "number"
+    STRING = "string"
+
+
+@dataclass(frozen=True, slots=True)
+class BodyField:
+    """One field a body may carry: its proto name and the JSON type its value must have."""
+
+    name: str
+    kind: JsonKind
+
+    @property
+    def json_name(self) -> str:
+        return lower_camel(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class BodyError:
+    """A body refused: `detail` names the body or the field at fault."""
+
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class BodyValues:
+    """What a body set, by proto name; a field it left out is absent."""
+
+    values: Mapping[str, float | str]
+
+
+def lower_camel(name: str) -> str:
+    """protoc's default JSON name of a field: `daily_usd` → `dailyUsd`."""
+    first, *rest = name.split("_")
+    return first + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class _Pairs(tuple[tuple[str, object], ...]):
+    """A decoded JSON object as its key-value pairs in order, so a key given twice is seen."""
+
+
+def _pairs(items: list[tuple[str, object]]) -> _Pairs:
+    return _Pairs(items)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _kind_of(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, _Pairs):
+        return "an object"
+    return "an array"
+
+
+def _key(key: str) -> str:
+    """A key as the detail names it: plain when it is a word, else JSON-quoted (so nothing in it misleads)."""
+    return f"body.{key}" if _WORD.fullmatch(key) else f"body[{json.dumps(key, ensure_ascii=False)}]"
+
+
+def _decode(data: bytes) -> object | BodyError:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return BodyError("body: not UTF-8 text; a JSON object is expected")
+    if not text.strip():
+        return BodyError("body: empty; a JSON object is expected")
+    try:
+        decoded: object = json.loads(text, object_pairs_hook=_pairs, parse_int=float, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        return BodyError(f"body: not JSON ({error.msg} at line {error.lineno} column {error.colno})")
+    except RecursionError:
+        return BodyError("body: not JSON (nested too deeply)")
+    except ValueError as error:  # NaN or Infinity, which JSON has no literal for
+        return BodyError(f"body: not JSON ({error})")
+    return decoded
+
+
+def _checked(key: str, value: object, field: BodyField) -> float | str | BodyError:
+    if value is None:
+        return BodyError(f"{_key(key)}: null is not a value; leave the field out to leave it unset")
+    if field.kind is JsonKind.NUMBER:
+        if not isinstance(value, float) or isinstance(value, bool):
+            return BodyError(f"{_key(key)}: must be a JSON number, not {_kind_of(value)}")
+        if not math.isfinite(value):
+            return BodyError(f"{_key(key)}: must be a finite number")
+        return value
+    if not isinstance(value, str):
+        return BodyError(f"{_key(key)}: must be a JSON string, not {_kind_of(value)}")
+    return value
+
+
+def read_json_object(
+    data: bytes, fields: Sequence[BodyField], *, bound: Mapping[str, str] | None = None
+) -> BodyValues | BodyError:
+    """The body's values by proto name, or the first thing wrong with it (in the body's order).
+
+    `bound` is each field the route's path binds (proto name) and the path's value for it."""
+    decoded = _decode(data)
+    if isinstance(decoded, BodyError):
+        return decoded
+    if not isinstance(decoded, _Pairs):
+        return BodyError(f"body: must be a JSON object, not {_kind_of(decoded)}")
+    by_spelling = {spelling: f for f in fields for spelling in (f.name, f.json_name)}
+    bound_by_spelling = {spelling: n for n in (bound or {}) for spelling in (n, lower_camel(n))}
+    values: dict[str, float | str] = {}
+    seen: dict[str, str] = {}  # proto name → the key it was given as
+    for key, value in decoded:
+        name = by_spelling[key].name if key in by_spelling else bound_by_spelling.get(key)
+        if name is None:
+            known = ", ".join(f.name for f in fields) or "none"
+            return BodyError(f"{_key(key)}: unknown field; known: {known}")
+        if name in seen:
+            return BodyError(f"{_key(key)}: given twice (as {seen[name]} and {key})")
+        seen[name] = key
+        if key not in by_spelling:  # a field the path binds: the path's value or nothing
+            path_value = (bound or {})[name]
+            if value != path_value:
+                return BodyError(
+                    f"{_key(key)}: conflicts with the path's {name} {json.dumps(path_value)}; leave it out of the body"
+                )
+            continue
+        checked = _checked(key, value, by_spelling[key])
+        if isinstance(checked, BodyError):
+            return checked
+        values[name] = checked
+    return BodyValues(values=MappingProxyType(values))

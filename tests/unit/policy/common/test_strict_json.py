@@ -1,0 +1,167 @@
+"""A REST body read strictly: one named test per rule, each refusal naming what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from thermostat.policy.common.strict_json import (
+    BodyError,
+    BodyField,
+    BodyValues,
+    JsonKind,
+    lower_camel,
+    read_json_object,
+)
+
+BUDGET = (BodyField("daily_usd", JsonKind.NUMBER), BodyField("monthly_usd", JsonKind.NUMBER))
+CANCEL = (BodyField("build_id", JsonKind.STRING),)
+
+
+def values(body: bytes, fields: tuple[BodyField, ...] = BUDGET, **bound: str) -> dict[str, float | str]:
+    read = read_json_object(body, fields, bound=bound)
+    assert isinstance(read, BodyValues), read
+    return dict(read.values)
+
+
+def refusal(body: bytes, fields: tuple[BodyField, ...] = BUDGET, **bound: str) -> str:
+    read = read_json_object(body, fields, bound=bound)
+    assert isinstance(read, BodyError), read
+    return read.detail
+
+
+@pytest.mark.parametrize(
+    ("body", "read"),
+    [
+        pytest.param(b'{"daily_usd": 5, "monthly_usd": 100.5}', {"daily_usd": 5.0, "monthly_usd": 100.5}, id="proto"),
+        pytest.param(b'{"dailyUsd": 5, "monthlyUsd": 100.5}', {"daily_usd": 5.0, "monthly_usd": 100.5}, id="camel"),
+        pytest.param(b'{"dailyUsd": 0}', {"daily_usd": 0.0}, id="zero-is-a-ceiling"),
+        pytest.param(b"{}", {}, id="empty-object"),
+        pytest.param(b' \n{"monthly_usd": 1e2}\n', {"monthly_usd": 100.0}, id="whitespace-and-exponent"),
+    ],
+)
+def test_a_field_is_read_under_its_proto_name_or_its_lower_camel_json_name(body: bytes, read: dict[str, float]) -> None:
+    assert values(body) == read
+
+
+def test_a_field_left_out_is_absent_so_the_caller_can_tell_unset_from_zero() -> None:
+    assert "monthly_usd" not in values(b'{"daily_usd": 0}')
+
+
+def test_a_string_field_is_read_as_a_string() -> None:
+    assert values(b'{"buildId": "b-1"}', CANCEL) == {"build_id": "b-1"}
+
+
+@pytest.mark.parametrize("key", ["daily", "dailyUSD", "Daily_usd", "daily-usd", "budget"])
+def test_an_unknown_field_is_refused_naming_it_and_the_known_ones(key: str) -> None:
+    assert refusal(f'{{"{key}": 5}}'.encode()) == f"body.{key}: unknown field; known: daily_usd, monthly_usd"
+
+
+def test_an_unknown_field_beside_known_ones_refuses_the_whole_body() -> None:
+    assert refusal(b'{"daily_usd": 5, "monthly": 100}').startswith("body.monthly: unknown field")
+
+
+def test_an_unknown_key_that_is_not_a_word_is_quoted_in_the_detail() -> None:
+    assert refusal(b'{"a b\\"c": 1}') == 'body["a b\\"c"]: unknown field; known: daily_usd, monthly_usd'
+
+
+@pytest.mark.parametrize(
+    ("body", "named", "kind"),
+    [
+        pytest.param(b'{"daily_usd": "5"}', "daily_usd", "a string", id="string-for-number"),
+        pytest.param(b'{"dailyUsd": true}', "dailyUsd", "a boolean", id="boolean-for-number"),
+        pytest.param(b'{"monthly_usd": [5]}', "monthly_usd", "an array", id="array-for-number"),
+        pytest.param(b'{"monthly_usd": {"v": 5}}', "monthly_usd", "an object", id="object-for-number"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_naming_the_field(body: bytes, named: str, kind: str) -> None:
+    assert refusal(body) == f"body.{named}: must be a JSON number, not {kind}"
+
+
+def test_a_number_for_a_string_field_is_refused_naming_the_field() -> None:
+    assert refusal(b'{"build_id": 42}', CANCEL) == "body.build_id: must be a JSON string, not a number"
+
+
+def test_null_is_refused_naming_the_field_so_unset_is_only_ever_a_field_left_out() -> None:
+    assert refusal(b'{"dailyUsd": null}').startswith("body.dailyUsd: null is not a value")
+
+
+def test_a_number_past_a_doubles_range_is_refused_naming_the_field() -> None:
+    assert refusal(b'{"daily_usd": 1e999}') == "body.daily_usd: must be a finite number"
+    assert refusal(b'{"daily_usd": ' + b"9" * 400 + b"}") == "body.daily_usd: must be a finite number"
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinity_literals_are_not_json(literal: bytes) -> None:
+    assert refusal(b'{"daily_usd": ' + literal + b"}").startswith("body: not JSON")
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        pytest.param(b"[1, 2]", "an array", id="array"),
+        pytest.param(b'"five"', "a string", id="string"),
+        pytest.param(b"7", "a number", id="number"),
+        pytest.param(b"null", "null", id="null"),
+        pytest.param(b"true", "a boolean", id="boolean"),
+    ],
+)
+def test_a_body_that_is_not_a_json_object_is_refused_naming_the_body(body: bytes, kind: str) -> None:
+    assert refusal(body) == f"body: must be a JSON object, not {kind}"
+
+
+@pytest.mark.parametrize(
+    ("body", "start"),
+    [
+        pytest.param(b"", "body: empty", id="empty"),
+        pytest.param(b"  \n", "body: empty", id="blank"),
+        pytest.param(b"{", "body: not JSON", id="truncated"),
+        pytest.param(b"daily_usd=5", "body: not JSON", id="form-encoded"),
+        pytest.param(b'{"daily_usd": 5} {}', "body: not JSON", id="trailing-data"),
+        pytest.param(b"\x80", "body: not UTF-8", id="not-utf8"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, "body: not JSON", id="nested-too-deeply"),
+    ],
+)
+def test_a_body_that_cannot_be_read_is_refused_naming_the_body(body: bytes, start: str) -> None:
+    assert refusal(body).startswith(start)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"daily_usd": 5, "daily_usd": 6}', id="same-key-twice"),
+        pytest.param(b'{"daily_usd": 5, "dailyUsd": 6}', id="both-spellings"),
+    ],
+)
+def test_a_field_given_twice_is_refused_naming_it(body: bytes) -> None:
+    assert refusal(body).startswith("body.daily")
+    assert "given twice" in refusal(body)
+
+
+@pytest.mark.parametrize("key", ["name", "tenant_id", "tenantId"])
+def test_a_path_bound_field_with_another_value_is_refused_naming_it(key: str) -> None:
+    bound = "tenant_id" if key.startswith("tenant") else "name"
+    detail = refusal(f'{{"{key}": "other", "daily_usd": 5}}'.encode(), **{bound: "qwen"})
+    assert detail == f'body.{key}: conflicts with the path\'s {bound} "qwen"; leave it out of the body'
+
+
+def test_a_path_bound_field_of_another_type_is_refused_naming_it() -> None:
+    assert refusal(b'{"name": 7}', name="7").startswith("body.name: conflicts with the path's name")
+
+
+def test_a_path_bound_field_repeating_the_paths_value_is_ignored() -> None:
+    """As Envoy's own collision check: the same value changes nothing, so only another one is refused."""
+    assert values(b'{"name": "qwen", "dailyUsd": 5}', name="qwen") == {"daily_usd": 5.0}
+
+
+def test_a_path_bound_field_is_unknown_where_the_path_binds_nothing() -> None:
+    assert refusal(b'{"name": "qwen"}').startswith("body.name: unknown field")
+
+
+def test_the_first_fault_in_the_bodys_order_is_the_one_named() -> None:
+    assert refusal(b'{"daily": 5, "monthly_usd": "x"}').startswith("body.daily:")
+    assert refusal(b'{"monthly_usd": "x", "daily": 5}').startswith("body.monthly_usd:")
+
+
+@pytest.mark.parametrize(("name", "camel"), [("daily_usd", "dailyUsd"), ("build_id", "buildId"), ("name", "name")])
+def test_lower_camel_is_protocs_default_json_name(name: str, camel: str) -> None:
+    assert lower_camel(name) == camel
