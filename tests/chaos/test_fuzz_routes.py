@@ -100,13 +100,18 @@ def _messages_by_name() -> dict[str, descriptor_pb2.DescriptorProto]:
 
 
 def _request_fields(route: Route) -> tuple[str, ...]:
-    """The request message's field names as a client may spell them: proto and JSON names."""
+    """The request message's field names as a client may spell them: proto and JSON names. A REST twin whose
+    body is the raw payload (`FooJson`, read strictly by the service) also gets its typed twin's (`Foo`) field
+    names, the keys its JSON body really takes."""
     service, method = route.method.split("/")
     pool = descriptor_pool.Default()
     for name in public_services():
         if name.endswith(f".{service}"):
-            request = pool.FindServiceByName(name).methods_by_name[method].input_type
-            return tuple(sorted({n for f in request.fields for n in (f.name, f.json_name)}))
+            methods = pool.FindServiceByName(name).methods_by_name
+            requests = [methods[method].input_type]
+            if method.endswith("Json") and method[: -len("Json")] in methods:
+                requests.append(methods[method[: -len("Json")]].input_type)
+            return tuple(sorted({n for r in requests for f in r.fields for n in (f.name, f.json_name)}))
     return ()
 
 
