@@ -499,8 +499,11 @@ class Dispatcher:
                 moved = since_state is not None and job is not None and job.state != since_state
                 if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
                     return job
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can drop a cancellation (the caller gone)
+                # that lands as the event fires, and this loop would then poll on until its deadline
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), min(remaining, REPOLL_SECONDS))
+                    async with asyncio.timeout(min(remaining, REPOLL_SECONDS)):
+                        await waiter.event.wait()
         finally:
             self._waiters.remove(job_id, waiter)
 
