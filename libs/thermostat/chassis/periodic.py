@@ -10,7 +10,6 @@ the passes instead of waiting for them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -52,11 +51,14 @@ class Periodic:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # waited for, not awaited: a CancelledError here would be this stop's own, never to be suppressed
+            await asyncio.wait({task})
 
     async def _run(self) -> None:
-        while True:
+        # Runs while it is the loop `start` made: a pass that swallows its cancellation and returns (as Python
+        # 3.11's wait_for does when the awaited call had just finished) ends the loop there, not never.
+        this = asyncio.current_task()
+        while self._task is this:
             await self._sleep(self.every_seconds)
             try:
                 await self._one_pass()

@@ -12,7 +12,6 @@ first (load balancers stop sending), stops accepting new RPCs, and gives in-flig
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import pkgutil
@@ -138,7 +137,10 @@ class ServiceHost:
         if check is None:
             return True
         try:
-            return await asyncio.wait_for(check(), timeout=max(self.probe_seconds, 1.0))
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for, cancelled once the check had answered but
+            # before it resumed, returns the answer and drops the cancellation (the probe then outlived the stop)
+            async with asyncio.timeout(self._check_seconds):
+                return await check()
         except Exception as error:  # any failure to answer is "not reachable"
             log.warning("%s dependency check failed: %s", self.spec.name, error)
             return False
@@ -158,8 +160,14 @@ class ServiceHost:
             )
         self.serving = ok
 
+    @property
+    def _check_seconds(self) -> float:
+        return max(self.probe_seconds, 1.0)
+
     async def _probe_loop(self) -> None:
-        while True:
+        # Ends at the drain as well as by cancellation: a dependency check that swallows its cancellation (and
+        # answers) must not keep probing, and the stop waiting for it, for ever.
+        while not self._draining:
             await asyncio.sleep(self.probe_seconds)
             await self._set_all(await self._dependencies_ok())
 
@@ -169,8 +177,11 @@ class ServiceHost:
         await self.health.enter_graceful_shutdown()
         if self._probe:
             self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+            # Waited for, not awaited: a CancelledError here would be this stop's own, never to be suppressed.
+            # Bounded by one check: one that ignores its cancellation still ends its pass within its timeout.
+            _, probing = await asyncio.wait({self._probe}, timeout=self._check_seconds + STOP_MARGIN_SECONDS)
+            if probing:
+                log.error("%s: the health probe did not end; stopping anyway", self.spec.name)
         log.info("%s draining (grace %.1fs)", self.spec.name, grace)
         if self.server is not None:
             # Bounded: grpc's stop waits for its core to report the shutdown complete, and a completion that never

@@ -16,7 +16,9 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.test_fences import HeldStep, machine_idle
 from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.store.db import Store
 
 
@@ -99,15 +101,29 @@ async def test_a_busy_machine_takes_no_second_job(pool: RunningPool) -> None:
 
 
 async def test_priority_then_fifo_orders_the_queue(pool_store: Store) -> None:
-    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)])) as pool:
-        blocker = await pool.submit(b'{"seconds": 0.5}', machine_type="sleepy")
+    """Behind a busy machine the queue runs by priority, then in submit order: the two jobs of priority 5 in the
+    order they came, then the one of priority 1. The machine is warm and the job ahead is held at the worker
+    until all three wait, so the queue's order alone decides (on a cold machine the first job is whichever one
+    placement finds first in line when its pass runs, which can be any of them)."""
+    held = HeldStep()
+    env = pool_env([sleepy_type(max_workers=1)])
+    async with start_pool(pool_store, env, hooks=Hooks(before_execute=held)) as pool:
+        _, warm_up = await pool.run(b"0", machine_type="sleepy")
+        await machine_idle(pool)
+        held.armed = True
+        ahead = await pool.submit(b"0", machine_type="sleepy")
+        await held.arrived.wait()  # the job ahead holds the one machine, at the worker's door
         low = await pool.submit(b"0", machine_type="sleepy", priority="1")
         high = await pool.submit(b"0", machine_type="sleepy", priority="5")
         later_high = await pool.submit(b"0", machine_type="sleepy", priority="5")
-        for job in (blocker, low, high, later_high):
-            await pool.finished(job.id)
-        started = {j.id: (await pool.job(j.id)).started_at for j in (low, high, later_high)}
-        assert started[high.id] <= started[later_high.id] <= started[low.id]
+        assert [(await pool.job(j.id)).state for j in (low, high, later_high)] == ["queued"] * 3
+        held.release.set()
+        for job in (ahead, low, high, later_high):
+            assert (await pool.finished(job.id)).state == "completed"
+        ran = [event.job_id for event in await pool.usage()]
+        assert ran == [warm_up["x-pool-job-id"], ahead.id, high.id, later_high.id, low.id]
+        started = {j.id: (await pool.job(j.id)).started_at for j in (ahead, low, high, later_high)}
+        assert started[ahead.id] < started[high.id] < started[later_high.id] < started[low.id]
 
 
 async def test_the_per_job_timeout_times_the_job_out_and_retires_the_machine(pool: RunningPool) -> None:

@@ -142,3 +142,56 @@ async def test_stop_before_start_does_nothing() -> None:
     await step(clock, 1)
     assert passes.count == 1
     await loop.stop()
+
+
+async def test_stop_ends_the_loop_even_when_the_pass_swallows_its_cancellation() -> None:
+    """A pass that catches its cancellation and returns (Python 3.11's wait_for does, cancelled just after the
+    call it awaits finished) still ends the loop at stop: stop returns, and no later pass ever runs."""
+    clock = FakeClock()
+    entered, ended = asyncio.Event(), asyncio.Event()
+    passes: list[str] = []
+
+    async def swallowing_pass() -> None:
+        passes.append("ran")
+        entered.set()
+        try:
+            await ended.wait()
+        except asyncio.CancelledError:
+            passes.append("swallowed its cancellation")
+
+    loop = await started(clock, swallowing_pass)
+    clock.advance(EVERY)
+    await entered.wait()
+    stopping = asyncio.create_task(loop.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=10)  # a bound for the failure only: stop never sleeps
+    assert done, "stop waited for a loop that carried on after its pass swallowed the cancellation"
+    assert passes == ["ran", "swallowed its cancellation"]
+    assert not loop.running and clock.sleepers == 0
+    clock.advance(EVERY * 10)
+    await asyncio.sleep(0)
+    assert passes == ["ran", "swallowed its cancellation"]
+
+
+async def test_a_cancelled_stop_is_not_swallowed_by_the_loop_it_waits_for() -> None:
+    """Cancelling the task that is stopping the loop cancels it (the stop's CancelledError is its own)."""
+    clock = FakeClock()
+    entered, ended = asyncio.Event(), asyncio.Event()
+
+    async def stubborn_pass() -> None:
+        entered.set()
+        while True:  # ignores every cancellation until released
+            try:
+                await ended.wait()
+                return
+            except asyncio.CancelledError:
+                continue
+
+    loop = await started(clock, stubborn_pass)
+    clock.advance(EVERY)
+    await entered.wait()
+    stopping = asyncio.create_task(loop.stop())
+    await asyncio.sleep(0)  # the stop has cancelled the loop and waits for it
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    ended.set()
