@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 from collections.abc import Mapping
@@ -115,8 +114,11 @@ async def build(
     async def shutdown() -> None:
         for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # waited for, not awaited: a CancelledError here would be this stop's own, never to be suppressed
+            await asyncio.wait(tasks)
+            for task in tasks:  # a loop that had ended on an error before the stop: said once, here
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("%s had ended on an error: %r", task.get_name(), task.exception())
         for open_channel in channels:
             await open_channel.close()
 
