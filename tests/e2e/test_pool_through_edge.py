@@ -227,6 +227,7 @@ async def test_a_sync_wait_that_runs_out_is_202_with_the_job_and_its_result_is_4
     job = reply.json()
     assert set(job) == JOB_FIELDS
     assert job["state"] in ("queued", "dispatched", "running")
+    assert (reply.headers["x-pool-job-id"], reply.headers["x-pool-job-state"]) == (job["id"], job["state"])
     assert "not finished" in problem(
         await edge.get(f"/v1/jobs/{job['id']}/result", headers=tenant_headers(tenant)), 409
     )
@@ -244,6 +245,8 @@ async def test_a_job_that_fails_on_the_worker_is_502_with_state_and_error(edge) 
     body = reply.json()
     assert set(body) == {"state", "error"}
     assert body["state"] == "failed" and "cell raised" in body["error"]
+    assert reply.headers["x-pool-job-state"] == "failed"  # and the job, by its id, says the same
+    assert (await finished(edge, reply.headers["x-pool-job-id"], tenant))["state"] == "failed"
 
 
 async def test_a_job_that_times_out_is_504_with_state_and_error(edge) -> None:

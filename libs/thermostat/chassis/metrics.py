@@ -82,7 +82,8 @@ class Metrics:
 
         async def one(name: str, refresh: Refresh) -> None:
             try:
-                await asyncio.wait_for(refresh(), timeout=self.refresh_timeout)
+                async with asyncio.timeout(self.refresh_timeout):  # not wait_for: 3.11's can drop a cancellation
+                    await refresh()
             except Exception as error:  # the scrape still answers: counters matter more than one gauge
                 log.warning("metrics refresh %s failed: %s", name, type(error).__name__)
                 self.refresh_failures.labels(refresh=name).inc()

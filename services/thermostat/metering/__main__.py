@@ -32,6 +32,9 @@ from .settings import MeteringSettings
 
 log = logging.getLogger("thermostat.metering")
 
+LOOP_STOP_SECONDS = 10.0
+"""How long a stop waits for its cancelled ledger loops to end."""
+
 PUBLIC = metering_pb2.DESCRIPTOR.services_by_name["Metering"].full_name
 OPERATOR_HEADER = "x-rig-operator-token"
 
@@ -115,9 +118,14 @@ async def build(
         for task in tasks:
             task.cancel()
         if tasks:  # waited for, not awaited: a CancelledError here would be this stop's own, never to be suppressed
-            await asyncio.wait(tasks)
+            # bounded: a loop that swallowed its cancellation must not hold the stop (a SIGTERM) for ever
+            _, running = await asyncio.wait(tasks, timeout=LOOP_STOP_SECONDS)
+            for task in running:
+                log.error(
+                    "%s did not end within %.0f s of its cancel; stopping anyway", task.get_name(), LOOP_STOP_SECONDS
+                )
             for task in tasks:  # a loop that had ended on an error before the stop: said once, here
-                if not task.cancelled() and task.exception() is not None:
+                if task.done() and not task.cancelled() and task.exception() is not None:
                     log.error("%s had ended on an error: %r", task.get_name(), task.exception())
         for open_channel in channels:
             await open_channel.close()

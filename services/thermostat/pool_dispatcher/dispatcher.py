@@ -133,7 +133,7 @@ a sync wait in another process answers without reading the job back; a larger on
 RECENT_DONE = 4096
 """Job ids whose notification arrived lately, so a wait that registers after its job's NOTIFY reads at once."""
 
-UNANSWERED_CLAIMS = 4096
+UNANSWERED_CLAIMS = 65536
 """Submits whose statement did not answer that the scaler pass still looks for (their claim may land late)."""
 
 
@@ -243,6 +243,8 @@ class Dispatcher:
         # ids of jobs whose submit statement raised (store error, cancelled call): a claim of theirs that landed
         # anyway is on a machine nothing drives and was never sent (its sender never started), even if running
         self._unanswered: dict[str, None] = {}  # insertion-ordered, bounded
+        # machines whose boot began here and ended on an unexpected error: never booted again (boot_unbooted)
+        self._boot_died: set[str] = set()
 
     # lifecycle
 
@@ -652,6 +654,7 @@ class Dispatcher:
             )
             span = tracing.start_span("pool.execute", assignment.trace, attributes)
             started = self.clock()
+            self._unanswered.pop(assignment.job_id, None)  # sent from here: reconcile must never requeue it
             with tracing.activated(span):  # the worker hop's span, and the machine's work, sit under it
                 reply = await self.client.execute(
                     endpoint,
@@ -892,6 +895,9 @@ class Dispatcher:
         under that job's caller)."""
         try:
             await self._boot_driven(machine_id, tenant_id, machine_type, token, job_id, trace, driver)
+        except Exception:
+            self._boot_died.add(machine_id)  # perhaps after the provider's create: boot_unbooted releases it
+            raise
         finally:
             self._release(machine_id, driver)
 
@@ -1163,33 +1169,37 @@ class Dispatcher:
         Read under the placement lock: a placement whose commit is in flight registers its boots right after
         its answer, before it lets go, so none of its rows is mistaken for a lost one. A hint registers its
         machine as driven before its insert is sent, so it needs no lock here."""
-        async with self._placing:
-            rows = {row.machine.id: row for row in await self.repo.starting_machines(self.owner)}
-            actions = plan_unbooted(
-                machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
-                driven=self._driving.keys(),
-                catalogue=self.catalogue,
-            )
-            for action in actions:
-                row = rows[action.machine_id]
-                machine_type = self.catalogue.get(row.machine.machine_type)
-                if action.recovery is Recovery.BOOT and machine_type is not None:
-                    log.warning("machine %s: booting it (%s)", row.machine.id, action.reason)
-                    boot = self._booting(
-                        row.machine.id, row.machine.tenant_id, machine_type, row.token, row.job_id, row.trace
-                    )
-                    self._spawn(boot, f"pool-boot-{row.machine.id}")
-                    continue
-                log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
-                driver = object()  # held while releasing, as a boot would be
-                self._driving[row.machine.id] = driver
-                try:
-                    await self._boot_failed(row.machine.id, None, action.reason, row.backend)
-                finally:
-                    self._release(row.machine.id, driver)
-                self._poke_placement()  # its job waits in the queue again
-        if self._place_again:  # a placement asked for while this held the lock: it runs now
-            self._poke_placement()
+        try:
+            async with self._placing:
+                rows = {row.machine.id: row for row in await self.repo.starting_machines(self.owner)}
+                actions = plan_unbooted(
+                    machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
+                    driven=self._driving.keys(),
+                    catalogue=self.catalogue,
+                    boot_began=self._boot_died,
+                )
+                self._boot_died.intersection_update(rows)  # the others' rows are gone or moved on
+                for action in actions:
+                    row = rows[action.machine_id]
+                    machine_type = self.catalogue.get(row.machine.machine_type)
+                    if action.recovery is Recovery.BOOT and machine_type is not None:
+                        log.warning("machine %s: booting it (%s)", row.machine.id, action.reason)
+                        boot = self._booting(
+                            row.machine.id, row.machine.tenant_id, machine_type, row.token, row.job_id, row.trace
+                        )
+                        self._spawn(boot, f"pool-boot-{row.machine.id}")
+                        continue
+                    log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
+                    driver = object()  # held while releasing, as a boot would be
+                    self._driving[row.machine.id] = driver
+                    try:
+                        await self._boot_failed(row.machine.id, None, action.reason, row.backend)
+                    finally:
+                        self._release(row.machine.id, driver)
+                    self._poke_placement()  # its job waits in the queue again
+        finally:
+            if self._place_again:  # a placement asked for while this held the lock (even if it failed): it runs now
+                self._poke_placement()
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""

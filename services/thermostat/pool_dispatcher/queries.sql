@@ -6,8 +6,9 @@
 -- current image (session affinity first, then most recently active) unless a queued job of that tenant and
 -- type with at least this priority is ahead of it. Claimed, the job is this process's on that machine and
 -- goes out right after the answer. $13 (send now: the lease was trusted for the call before the statement):
--- this statement is the job's conditional send, `running` from here with no mark_sent. As safe as mark_sent:
--- the id is new with this statement, so no cancel can name the job between claim and send, and a lapsing
+-- this statement is the job's conditional send, `running` from here with no mark_sent. About as safe (the
+-- window between statement and send is one answer long, as between mark_sent and its send or a hand-off):
+-- the id is new with this statement, so no cancel can name the job before it answers, and a lapsing
 -- lease is caught by the trust check before the statement, as for a completion's hand-off. Without $13 it is
 -- `dispatched`, and mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle`
 -- (the tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it

@@ -270,9 +270,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         """The job's result (read unless given), its failure body, or 202 with the job while it runs. The job's id
         and state go in the trailing metadata: they ride with the answer's final batch, where initial metadata
         of their own would cost every completed job a batch more (bench/pool_dispatch_overhead.py: ~0.2 ms and
-        ~8 % of a dispatcher's CPU per job). Only a non-200 answer sends initial metadata: the edge's HTTP code."""
+        ~8 % of a dispatcher's CPU per job). A non-200 answer sends initial metadata anyway (the edge's HTTP
+        code), and the job's headers ride there too, so a REST caller of a 202/409/502/504 can name the job."""
         state = JobState(job.state)
-        context.set_trailing_metadata((("x-pool-job-id", job.id), ("x-pool-job-state", job.state)))
+        named = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
+        context.set_trailing_metadata(named)
         if state is JobState.COMPLETED:
             if result is None:
                 stored = await self.d.repo.get_result(job.id, job.tenant_id)
@@ -282,11 +284,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             body: dict[str, Any] = {"state": job.state}
             if state is not JobState.CANCELLED:
                 body["error"] = job.error
-            await _status(context, _FAILED_STATUS[state])
+            await _status(context, _FAILED_STATUS[state], extra=named)
             return _json_body(body)
         if not await_result:
             await _abort(context, grpc.StatusCode.ABORTED, f"job {job.id} is {job.state}, not finished", 409)
-        await _status(context, 202)
+        await _status(context, 202, extra=named)
         return _json_body(job_json(job))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
@@ -541,8 +543,9 @@ async def _status(
     code: int | None,
     *,
     nulls: tuple[str, ...] = (),
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> None:
-    metadata: list[tuple[str, str]] = []
+    metadata = list(extra)
     if code is not None:
         metadata.append(("x-http-code", str(code)))
     if nulls:

@@ -11,6 +11,7 @@ service then runs the typed RPC's logic on what was read. Refused, each naming w
     null                                                               → `body.<key>: null is not a value ...`
     a value of the wrong JSON type, a number past a double's range     → `body.<key>: must be ...`
     a field the path binds, with another value than the path's         → `body.<key>: conflicts with the path ...`
+    a string holding a NUL or a lone surrogate                         → `body.<key>: must not contain ...`
 
 A field is spelled as the transcoder accepts it: its proto name (`daily_usd`) or its lowerCamel JSON name
 (`dailyUsd`). A path-bound field repeated with the path's own value is accepted and ignored, as Envoy's
@@ -95,9 +96,15 @@ def _kind_of(value: object) -> str:
     return "an array"
 
 
+KEY_ECHO_CHARS = 64
+"""The most of a body key a detail repeats: a key is the caller's bytes, and the detail travels in a header."""
+
+
 def _key(key: str) -> str:
-    """A key as the detail names it: plain when it is a word, else JSON-quoted (so nothing in it misleads)."""
-    return f"body.{key}" if _WORD.fullmatch(key) else f"body[{json.dumps(key, ensure_ascii=False)}]"
+    """A key as the detail names it: plain when it is a short word, else JSON-quoted in ASCII (so nothing in it
+    misleads, and a lone surrogate cannot break the status it travels in), cut to KEY_ECHO_CHARS."""
+    shown = key if len(key) <= KEY_ECHO_CHARS else key[:KEY_ECHO_CHARS] + "…"
+    return f"body.{shown}" if _WORD.fullmatch(key) else f"body[{json.dumps(shown)}]"
 
 
 def _decode(data: bytes) -> object | BodyError:
@@ -129,6 +136,12 @@ def _checked(key: str, value: object, field: BodyField) -> float | str | BodyErr
         return value
     if not isinstance(value, str):
         return BodyError(f"{_key(key)}: must be a JSON string, not {_kind_of(value)}")
+    if "\x00" in value:  # as the typed RPCs refuse it (chassis/text_fields.py): Postgres text cannot hold one
+        return BodyError(f"{_key(key)}: must not contain a NUL character (U+0000)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a "\ud800" escape): not text, and not sendable in a status
+        return BodyError(f"{_key(key)}: is not valid Unicode text (a lone surrogate)")
     return value
 
 

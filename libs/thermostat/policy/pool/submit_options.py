@@ -130,12 +130,17 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
     )
 
 
+NAME_ECHO_CHARS = 64
+"""The most of an unknown name an error repeats: it is the caller's text, and the error travels in a header."""
+
+
 def unknown_machine_type(name: str, catalogue: Catalogue) -> SubmitError:
     known = ", ".join(catalogue.names) or "none"
+    shown = name if len(name) <= NAME_ECHO_CHARS else name[:NAME_ECHO_CHARS] + "…"
     return SubmitError(
         kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
         parameter="machine_type",
-        message=f"{name!r} is not in the catalogue (known: {known})",
+        message=f"{shown!r} is not in the catalogue (known: {known})",
     )
 
 

@@ -7,9 +7,11 @@ and the fleet cap for as long as this process lives (no reclaim touches a live o
 would never run. A hint's start has the same window.
 
 Such a row is this process's own `starting` machine that no task of the process drives and that was never
-started (no provider id: a provider start is recorded before anything else of the boot happens). The scaler
-pass reads the rows while no placement is in flight (a placement's boots register before it lets go), so a
-row that looks unbooted then is one.
+started (no provider id). The scaler pass reads the rows while no placement is in flight (a placement's boots
+register before it lets go), so a row that looks unbooted then is one — unless a boot of it began in this
+process and ended abnormally (an unexpected error between the provider's create and the write recording it):
+no provider id then does not mean no create, so such a row is released, never booted twice, and a machine
+its create may have made is left to the orphan sweep (its row gone, it matches nothing).
 
 It is booted, on the normal path, rather than released: the row holds everything a boot needs (the token
 the worker is started with, the job handed to it), a boot is fenced by owner and term at each write exactly
@@ -55,15 +57,23 @@ def is_unbooted(placed: PlacedMachine, driven: Collection[str]) -> bool:
 
 
 def plan_unbooted(
-    *, machines: Iterable[PlacedMachine], driven: Collection[str], catalogue: Catalogue
+    *,
+    machines: Iterable[PlacedMachine],
+    driven: Collection[str],
+    catalogue: Catalogue,
+    boot_began: Collection[str] = (),
 ) -> tuple[UnbootedAction, ...]:
-    """What to do with each unbooted machine: boot it, or release it when its type no longer takes work."""
+    """What to do with each unbooted machine: boot it, or release it when its type no longer takes work or a
+    boot of it already began here (`boot_began`: boots of this process that ended abnormally)."""
     actions = []
     for placed in machines:
         if not is_unbooted(placed, driven):
             continue
         machine = placed.machine
-        if is_stale(machine, catalogue):
+        if machine.id in boot_began:
+            reason = "its boot ended abnormally, perhaps after the provider's create: not started twice"
+            actions.append(UnbootedAction(machine_id=machine.id, recovery=Recovery.RELEASE, reason=reason))
+        elif is_stale(machine, catalogue):
             current = catalogue.get(machine.machine_type)
             reason = (
                 f"machine type {machine.machine_type} was removed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from thermostat.policy.common.strict_json import (
+    KEY_ECHO_CHARS,
     BodyError,
     BodyField,
     BodyValues,
@@ -62,6 +63,29 @@ def test_an_unknown_field_beside_known_ones_refuses_the_whole_body() -> None:
 
 def test_an_unknown_key_that_is_not_a_word_is_quoted_in_the_detail() -> None:
     assert refusal(b'{"a b\\"c": 1}') == 'body["a b\\"c"]: unknown field; known: daily_usd, monthly_usd'
+
+
+def test_an_unknown_key_holding_a_lone_surrogate_is_named_in_ascii() -> None:
+    """A JSON escape can decode to a lone surrogate; repeated raw, it would break the status carrying it."""
+    detail = refusal(b'{"\\ud800": 1}')
+    assert detail == 'body["\\ud800"]: unknown field; known: daily_usd, monthly_usd'
+    assert detail.isascii()
+
+
+def test_a_long_unknown_key_is_cut_in_the_detail() -> None:
+    detail = refusal(b'{"' + b"k" * 20_000 + b'": 1}')
+    assert detail == f"body.{'k' * KEY_ECHO_CHARS}…: unknown field; known: daily_usd, monthly_usd"
+
+
+@pytest.mark.parametrize(
+    ("body", "wrong"),
+    [
+        pytest.param(b'{"buildId": "b\\u0000"}', "must not contain a NUL character (U+0000)", id="nul"),
+        pytest.param(b'{"buildId": "b\\ud800"}', "is not valid Unicode text (a lone surrogate)", id="lone-surrogate"),
+    ],
+)
+def test_a_string_that_is_not_text_is_refused_naming_the_field(body: bytes, wrong: str) -> None:
+    assert refusal(body, CANCEL) == f"body.buildId: {wrong}"
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu
 from thermostat.policy.pool.submit_options import (
+    NAME_ECHO_CHARS,
     SubmitError,
     SubmitErrorKind,
     SubmitOptions,
@@ -136,3 +137,9 @@ def test_session_id_is_kept_and_bounded() -> None:
     """session_id is optional, kept as given, and refused when absurdly long."""
     assert options({"machine_type": "cpu", "session_id": "nb-1"}).session_id == "nb-1"
     assert error({"machine_type": "cpu", "session_id": "x" * 300}).parameter == "session_id"
+
+
+def test_an_unknown_machine_type_is_repeated_cut_to_a_bounded_length() -> None:
+    """The name is the caller's text and the error travels in a header: a body-sized name is not echoed whole."""
+    message = error({"machine_type": "g" * 20_000}).message
+    assert message.startswith(repr("g" * NAME_ECHO_CHARS + "…")) and len(message) < 200

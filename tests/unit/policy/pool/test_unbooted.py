@@ -58,3 +58,9 @@ def test_each_unbooted_machine_is_decided_on_its_own() -> None:
     """Driven and undriven rows side by side: only the undriven ones are acted on, in the order read."""
     placed = [row("a"), row("b"), row("c", image="worker:v0"), row("d", started=True)]
     assert recoveries(placed, frozenset({"b"})) == [("a", Recovery.BOOT), ("c", Recovery.RELEASE)]
+
+
+def test_a_machine_whose_boot_began_here_and_ended_abnormally_is_released_never_booted_twice() -> None:
+    """No provider id does not mean no create when this process's boot of it died between the two."""
+    (action,) = plan_unbooted(machines=[row("m")], driven=frozenset(), catalogue=CATALOGUE, boot_began={"m"})
+    assert action.recovery is Recovery.RELEASE and "not started twice" in action.reason
