@@ -252,3 +252,10 @@ async def test_the_budget_routes_keep_their_tokens_whatever_the_body(edge: httpx
         api_token = await edge.put(TENANT.path, json=body, headers={"Authorization": f"Bearer {API_TOKEN}"})
         assert api_token.status_code == 403, api_token.text
     assert await _ceilings(edge, POD) == {} and await _ceilings(edge, TENANT) == {}
+
+
+async def test_an_unknown_pod_is_404_before_its_budget_body_is_read(edge: httpx.AsyncClient) -> None:
+    """As on every pod route: the name is resolved first, so a bad body for a pod that is not there is 404."""
+    for body in ({"dailyUsd": 5}, {"daily": 5}):
+        answer = await edge.put("/api/pods/llama/budget", json=body, headers={"X-Rig-Operator-Token": OPERATOR_TOKEN})
+        assert answer.status_code == 404, answer.text

@@ -496,6 +496,8 @@ async def test_a_hint_is_202_with_started_and_reason(edge) -> None:
     again = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
     assert (again.status_code, again.json()) == (202, {"started": False, "reason": "no_demand"})
     problem(await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant)), 422)
+    # no body at all is the empty object: the missing type is the seed's 422, naming it
+    assert "machine_type" in problem(await edge.post("/v1/hints", headers=tenant_headers(tenant)), 422)
 
 
 async def test_a_hint_body_is_read_strictly_and_a_refused_one_starts_no_machine(edge) -> None:

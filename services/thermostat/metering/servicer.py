@@ -193,7 +193,9 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
     async def SetPodBudgetJson(
         self, request: metering_pb2.SetPodBudgetJsonRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.PodBudget:
-        # the operator token was checked by the server's auth rules (__main__.auth_rules) before this runs
+        # the operator token was checked by the server's auth rules (__main__.auth_rules) before this runs; an
+        # unknown pod is 404 before its body is read, as on every pod route (the seed's order)
+        await self.c.pod(request.name, context)
         ceilings = await _ceilings(request.payload.data, {"name": request.name}, context)
         return await self.SetPodBudget(metering_pb2.SetPodBudgetRequest(name=request.name, **ceilings), context)
 

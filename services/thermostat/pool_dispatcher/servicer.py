@@ -368,7 +368,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.SendHintJsonRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
         tenant = await self._tenant(context, await self._caller(context))
-        body = await _read_body(request.payload.data, HINT_BODY, {}, context)
+        # no body at all is the empty object: its missing machine_type is then the seed's 422, as before
+        raw = request.payload.data if request.payload.data.strip() else b"{}"
+        body = await _read_body(raw, HINT_BODY, {}, context)
         return await self._hint(tenant, str(body.get("machine_type", "")), context)
 
     async def _hint(
