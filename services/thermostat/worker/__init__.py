@@ -1,4 +1,4 @@
-"""The reference worker: the pool's worker contract in one small aiohttp process.
+"""The reference worker: the pool's worker contract in one small process (httptools, uvloop when importable).
 
 worker-pool seed: The worker contract.
 
@@ -13,5 +13,6 @@ strata-worker does, from the payload itself: a payload that is a JSON object wit
 registers its execution under that id. Any other payload runs too but cannot be cancelled by build id.
 
 It imports nothing from the other services or libraries of this repository, so it can run in any image
-that has Python and aiohttp.
+that has Python and httptools (uvloop optional). Layout: config.py reads the environment, handlers.py the
+handlers, app.py the routes (requests in, answers out), server.py the HTTP/1.1 server, __main__.py the process.
 """

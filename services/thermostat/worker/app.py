@@ -1,11 +1,13 @@
-"""The worker's HTTP routes on aiohttp's server.
+"""The worker's routes: a parsed request in, an answer or a waiting execution out (no sockets here).
 
-Each `/execute` runs its handler as a task; one whose payload names a build is registered under that id,
-so `POST /v1/executions/{build_id}/cancel` can cancel it, and that execute then answers 409. W3C
-`traceparent` / `tracestate` and the `Content-Type` received on `/execute` are echoed back in
-`X-Strata-Received-*` response headers, so a test can see what the pool forwarded (and that it set no
+Each `/execute` runs its handler; one that has to wait (handlers.py) runs as a task, registered under the
+build its payload names so `POST /v1/executions/{build_id}/cancel` can cancel it, and that execute then
+answers 409. W3C `traceparent` / `tracestate` and the `Content-Type` received on `/execute` are echoed back
+in `X-Strata-Received-*` response headers, so a test can see what the pool forwarded (and that it set no
 content type). With STRATA_WORKER_JOURNAL set, each authorized `/execute` appends the payload's sha256 to
 that file (one short O_APPEND write, so workers sharing a file never interleave within a line).
+
+Header names arrive lower-cased and values stay bytes: the hot path decodes nothing.
 """
 
 from __future__ import annotations
@@ -15,73 +17,140 @@ import hashlib
 import hmac
 import json
 import os
-
-from aiohttp import web
+from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 
 from .config import WorkerConfig
 from .handlers import Handler, HandlerResult, build_handler, build_id_of
 
-ECHOED_HEADERS = {
-    "traceparent": "X-Strata-Received-Traceparent",
-    "tracestate": "X-Strata-Received-Tracestate",
-    "Content-Type": "X-Strata-Received-Content-Type",
-}
+ECHOED_HEADERS = (
+    (b"traceparent", b"X-Strata-Received-Traceparent"),
+    (b"tracestate", b"X-Strata-Received-Tracestate"),
+    (b"content-type", b"X-Strata-Received-Content-Type"),
+)
+OCTETS = b"application/octet-stream"
+TEXT = b"text/plain; charset=utf-8"
+JSON = b"application/json"
 
-_RUNNING: web.AppKey[dict[str, asyncio.Task[HandlerResult]]] = web.AppKey("running", dict)  # by build id
-_ACTIVE: web.AppKey[set[asyncio.Task[HandlerResult]]] = web.AppKey("active", set)  # every execution
+Headers = tuple[tuple[bytes, bytes], ...]
 
 
-def create_app(config: WorkerConfig, handler: Handler | None = None) -> web.Application:
-    run = handler or build_handler(config)
-    expected = f"Bearer {config.token}".encode()
-    app = web.Application(client_max_size=config.max_payload_bytes)
-    app[_RUNNING] = {}
-    app[_ACTIVE] = set()
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: bytes
+    path: bytes  # the raw path, query removed
+    headers: dict[bytes, bytes]  # lower-cased names; the first of repeated fields wins
+    body: bytes
 
-    def authorized(request: web.Request) -> bool:
-        return hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected)
 
-    async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "handler": config.handler, "running": len(app[_ACTIVE])})
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: bytes | None = None
+    headers: Headers = ()
 
-    async def execute(request: web.Request) -> web.Response:
-        if not authorized(request):
-            return _unauthorized()
-        payload = await request.read()
-        if config.journal is not None:
-            _journal(config.journal, payload)
-        echoed = {out: request.headers[name] for name, out in ECHOED_HEADERS.items() if name in request.headers}
-        build_id = build_id_of(payload)
-        task: asyncio.Task[HandlerResult] = asyncio.ensure_future(run(payload))
-        app[_ACTIVE].add(task)
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """A waiting handler's run: its task, the build it is registered under, the headers its answer echoes."""
+
+    task: asyncio.Task[HandlerResult]
+    build_id: str | None
+    echoed: Headers
+
+
+def json_response(status: int, document: object, headers: Headers = ()) -> Response:
+    return Response(status, json.dumps(document).encode(), JSON, headers)
+
+
+UNAUTHORIZED = json_response(401, {"detail": "missing or invalid bearer token"}, ((b"WWW-Authenticate", b"Bearer"),))
+NOT_FOUND = json_response(404, {"detail": "not found"})
+
+
+def method_not_allowed(allowed: bytes) -> Response:
+    return json_response(405, {"detail": "method not allowed"}, ((b"Allow", allowed),))
+
+
+class Worker:
+    """Worker answers the contract's routes and keeps the registry of waiting executions."""
+
+    def __init__(self, config: WorkerConfig, handler: Handler | None = None) -> None:
+        self._config = config
+        self._run = handler or build_handler(config)
+        self._expected = f"Bearer {config.token}".encode()
+        self.active: set[asyncio.Task[HandlerResult]] = set()  # every waiting execution
+        self._running: dict[str, asyncio.Task[HandlerResult]] = {}  # by build id
+
+    def respond(self, request: Request) -> Response | Execution:
+        path = request.path
+        if path == b"/execute":
+            return self._execute(request) if request.method == b"POST" else method_not_allowed(b"POST")
+        if path == b"/health":
+            return self._health() if request.method in (b"GET", b"HEAD") else method_not_allowed(b"GET, HEAD")
+        build_id = _cancelled_build(path)
         if build_id is not None:
-            app[_RUNNING][build_id] = task
-        try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.cancelled():  # the client went away: stop the work too
-                task.cancel()
-                raise
-            return web.Response(status=409, text=f"execution {build_id} cancelled", headers=echoed)
-        finally:
-            app[_ACTIVE].discard(task)
-            if build_id is not None and app[_RUNNING].get(build_id) is task:
-                del app[_RUNNING][build_id]
-        return web.Response(status=result.status, body=result.body, headers=echoed)
+            return self._cancel(request, build_id) if request.method == b"POST" else method_not_allowed(b"POST")
+        return NOT_FOUND
 
-    async def cancel(request: web.Request) -> web.Response:
-        if not authorized(request):
-            return _unauthorized()
-        task = app[_RUNNING].get(request.match_info["build_id"])
+    def finish(self, execution: Execution) -> Response:
+        """The answer of an execution whose task is done; it leaves the registry either way."""
+        task = execution.task
+        self.active.discard(task)
+        if execution.build_id is not None and self._running.get(execution.build_id) is task:
+            del self._running[execution.build_id]
+        if task.cancelled():
+            return Response(409, f"execution {execution.build_id} cancelled".encode(), TEXT, execution.echoed)
+        if task.exception() is not None:
+            return Response(500, b"handler raised", TEXT, execution.echoed)
+        return _answer(task.result(), execution.echoed)
+
+    def _authorized(self, request: Request) -> bool:
+        return hmac.compare_digest(request.headers.get(b"authorization", b""), self._expected)
+
+    def _health(self) -> Response:
+        return json_response(200, {"status": "ok", "handler": self._config.handler, "running": len(self.active)})
+
+    def _execute(self, request: Request) -> Response | Execution:
+        if not self._authorized(request):
+            return UNAUTHORIZED
+        payload = request.body
+        if self._config.journal is not None:
+            _journal(self._config.journal, payload)
+        headers = request.headers
+        echoed = tuple((out, headers[name]) for name, out in ECHOED_HEADERS if name in headers)
+        outcome = self._run(payload)
+        if isinstance(outcome, HandlerResult):
+            return _answer(outcome, echoed)
+        task = asyncio.get_running_loop().create_task(outcome)
+        self.active.add(task)
+        build_id = build_id_of(payload)
+        if build_id is not None:
+            self._running[build_id] = task
+        return Execution(task, build_id, echoed)
+
+    def _cancel(self, request: Request, build_id: str) -> Response:
+        if not self._authorized(request):
+            return UNAUTHORIZED
+        task = self._running.get(build_id)
         if task is None:
-            return web.json_response({"detail": "no running execution for that build"}, status=404)
+            return json_response(404, {"detail": "no running execution for that build"})
         task.cancel()
-        return web.json_response({"cancelled": True})
+        return json_response(200, {"cancelled": True})
 
-    app.router.add_get("/health", health)
-    app.router.add_post("/execute", execute)
-    app.router.add_post("/v1/executions/{build_id}/cancel", cancel)
-    return app
+
+def _answer(result: HandlerResult, echoed: Headers) -> Response:
+    return Response(result.status, result.body, OCTETS, echoed)
+
+
+def _cancelled_build(path: bytes) -> str | None:
+    """The build id of `/v1/executions/{build_id}/cancel` (percent-decoded), else None."""
+    if not path.startswith(b"/v1/executions/") or not path.endswith(b"/cancel"):
+        return None
+    segment = path[len(b"/v1/executions/") : -len(b"/cancel")]
+    if not segment or b"/" in segment:
+        return None
+    return unquote_to_bytes(segment).decode("utf-8", "replace")
 
 
 def _journal(path: str, payload: bytes) -> None:
@@ -91,12 +160,3 @@ def _journal(path: str, payload: bytes) -> None:
         os.write(descriptor, line)
     finally:
         os.close(descriptor)
-
-
-def _unauthorized() -> web.Response:
-    return web.Response(
-        status=401,
-        text=json.dumps({"detail": "missing or invalid bearer token"}),
-        content_type="application/json",
-        headers={"WWW-Authenticate": "Bearer"},
-    )

@@ -8,7 +8,7 @@ STRATA_WORKER_HOST    the bind address, default 127.0.0.1
 STRATA_WORKER_HANDLER echo (default: the payload back), sleep (sleeps, cancellable), fail (500)
 STRATA_WORKER_SLEEP_SECONDS   the sleep handler's default when the payload names no duration (1)
 STRATA_WORKER_FAIL_MESSAGE    the fail handler's error body ("handler failed")
-STRATA_WORKER_MAX_PAYLOAD_BYTES  the largest payload accepted (64 MiB; aiohttp's own default is 1 MiB)
+STRATA_WORKER_MAX_PAYLOAD_BYTES  the largest payload accepted (64 MiB); a larger one is 413
 STRATA_WORKER_JOURNAL  optional: a file each authorized /execute appends one line to (the payload's sha256),
                       so a test sees from the workers' side which payloads reached a machine, and how often
 """

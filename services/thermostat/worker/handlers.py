@@ -4,6 +4,9 @@ echo   answers 200 with the payload, byte for byte
 sleep  sleeps, then answers 200 `slept <seconds>`; the duration is the payload's `seconds` (a JSON object
        field, or the whole payload as a bare number), else STRATA_WORKER_SLEEP_SECONDS; a cancel ends it
 fail   answers 500 with STRATA_WORKER_FAIL_MESSAGE: a cell whose code raised
+
+A handler returns its result at once, or a coroutine when it has to wait: only a waiting execution becomes
+a task that a build cancel or a departed client can end, so echo and fail cost no task, no build-id parse.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from .config import WorkerConfig
 
@@ -23,22 +27,29 @@ class HandlerResult:
     body: bytes
 
 
-Handler = Callable[[bytes], Awaitable[HandlerResult]]
+Waiting = Coroutine[Any, Any, HandlerResult]
+Handler = Callable[[bytes], HandlerResult | Waiting]
 
 
 def build_handler(config: WorkerConfig) -> Handler:
-    async def echo(payload: bytes) -> HandlerResult:
+    def echo(payload: bytes) -> HandlerResult:
         return HandlerResult(status=200, body=payload)
 
-    async def sleep(payload: bytes) -> HandlerResult:
-        seconds = sleep_seconds(payload, default=config.sleep_seconds)
-        await asyncio.sleep(seconds)
-        return HandlerResult(status=200, body=f"slept {seconds:g}".encode())
+    def sleep(payload: bytes) -> Waiting:
+        return _sleep(sleep_seconds(payload, default=config.sleep_seconds))
 
-    async def fail(payload: bytes) -> HandlerResult:
-        return HandlerResult(status=500, body=config.fail_message.encode())
+    failed = HandlerResult(status=500, body=config.fail_message.encode())
 
-    return {"echo": echo, "sleep": sleep, "fail": fail}[config.handler]
+    def fail(payload: bytes) -> HandlerResult:
+        return failed
+
+    handlers: dict[str, Handler] = {"echo": echo, "sleep": sleep, "fail": fail}
+    return handlers[config.handler]
+
+
+async def _sleep(seconds: float) -> HandlerResult:
+    await asyncio.sleep(seconds)
+    return HandlerResult(status=200, body=f"slept {seconds:g}".encode())
 
 
 def sleep_seconds(payload: bytes, *, default: float) -> float:

@@ -61,8 +61,8 @@ async def test_echo_returns_the_payload_verbatim(session: aiohttp.ClientSession)
         assert await response.read() == payload
 
 
-async def test_payload_over_aiohttps_default_limit_is_accepted(session: aiohttp.ClientSession) -> None:
-    """A 16 MiB payload (the pool's minimum limit) goes through; aiohttp's own default is 1 MiB."""
+async def test_a_16_mib_payload_is_accepted(session: aiohttp.ClientSession) -> None:
+    """A 16 MiB payload (the pool's minimum limit) goes through, byte for byte."""
     payload = os.urandom(16 * 1024 * 1024)  # sent from a BytesIO: aiohttp warns on large raw bytes
     async with (
         reference_worker() as worker,
