@@ -5,9 +5,10 @@ a time, so every job is a wake-up of its own, and aiohttp's per-request machiner
 objects, the router and middleware chain, a handler task, its stream reader) dominated. Measured on this
 2-core machine, worker CPU per request, one request at a time over one kept-alive connection (echo handler,
 aiohttp client): aiohttp on asyncio's loop ~290 µs, aiohttp on uvloop ~270 µs (uvloop alone buys little),
-this server on asyncio's loop ~128 µs, on uvloop ~75 µs. In bench/pool_throughput.py (2,000 jobs, four
-workers, back to back with main under the same load) the workers' CPU per job fell from 330-555 µs to
-105-170 µs, gRPC and REST alike.
+this server on asyncio's loop ~128 µs, on uvloop ~75 µs (a bare protocol that parses nothing: ~47 µs, mostly
+the kernel's). In bench/pool_throughput.py (2,000 jobs, four workers; four runs each, back to back with
+the aiohttp worker, load average 1.3-10) the workers' CPU per job fell from 325-555 µs to 95-170 µs, gRPC
+and REST alike; in bench/pool_dispatch_overhead.py a direct call went from 0.64 to 0.40 ms p50.
 
 Theory of operation:
 - One Connection per socket; the parser calls back as bytes arrive. A complete request is answered at once
