@@ -130,7 +130,7 @@ class Hooks:
     before_execute: Callable[[str], Awaitable[None]] | None = None  # before the worker call, every job
     before_record_started: Callable[[str], Awaitable[None]] | None = None
     before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
-    before_wait: Callable[[str], Awaitable[None]] | None = None  # a sync submit's or a WaitJob's wait, before it registers
+    before_wait: Callable[[str], Awaitable[None]] | None = None  # a sync or WaitJob wait, before it registers
 
 
 @dataclass(eq=False)

@@ -82,9 +82,11 @@ async def job_state(pool: RunningPool, job_id: str, state: str) -> None:
 
 async def watched(pool: RunningPool, job_id: str) -> None:
     async def marked() -> bool | None:
-        return True if await pool.dispatcher.repo.pool.fetchval(
-            "SELECT watched FROM pool_jobs WHERE id = $1::uuid", job_id
-        ) else None
+        return (
+            True
+            if await pool.dispatcher.repo.pool.fetchval("SELECT watched FROM pool_jobs WHERE id = $1::uuid", job_id)
+            else None
+        )
 
     await eventually(marked, timeout=10, every=0.02)
 
