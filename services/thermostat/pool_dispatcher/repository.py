@@ -235,7 +235,7 @@ def _job(row: asyncpg.Record) -> JobView:
 
 
 def parse_job_done(payload: str) -> tuple[str, bytes | None]:
-    """A `pool_jobs_done` notification: the job id, and the result when it announces a completion with it."""
+    """A job-done notification (either channel): the job id, and the result when it announces a completion with it."""
     job_id, _, announced = payload.partition(" ")
     state, _, encoded = announced.partition(" ")
     if state != "completed":
