@@ -22,10 +22,14 @@ Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old pro
 id that is merely stalled is fenced off by term while the new one takes its rows back at once.
 
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
-`LISTEN pool_jobs_done` for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a
-second. A sync wait whose job this process completed takes the job and result from the completion (no
-read); one completed elsewhere takes a small result from the notification (no read either) and reads a
-larger one, or a failure, once. A submit that queued places only when placement can act
+notifications for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a second. A
+completion notifies only where a wait may be in another process: the channel of the process whose sync
+submit waits (recorded on the job by the submit; `job_done_channel`), and every process's `pool_jobs_done`
+when a WaitJob watches the job (its first read marks the row, so a completion either lands before and is
+read, or after and notifies). Failures and cancels outside the runner (reclaim, boot, cancel) notify
+`pool_jobs_done`. A sync wait whose job this process completed takes the job and result from the completion
+(no read, no notification); one completed elsewhere takes a small result from the notification (no read
+either) and reads a larger one, or a failure, once. A submit that queued places only when placement can act
 (policy: placement_may_act). The catalogue is cached with its version: `LISTEN pool_catalogue` and every
 scaler pass refresh it. bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 """
@@ -72,7 +76,17 @@ from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
 from .metrics import PoolMetrics
-from .repository import Assignment, Finished, JobView, Owner, PoolRepository, Subscription, parse_job_done
+from .repository import (
+    JOBS_DONE,
+    Assignment,
+    Finished,
+    JobView,
+    Owner,
+    PoolRepository,
+    Subscription,
+    job_done_channel,
+    parse_job_done,
+)
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -116,6 +130,7 @@ class Hooks:
     before_execute: Callable[[str], Awaitable[None]] | None = None  # before the worker call, every job
     before_record_started: Callable[[str], Awaitable[None]] | None = None
     before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
+    before_wait: Callable[[str], Awaitable[None]] | None = None  # a sync or WaitJob wait, before it registers
 
 
 @dataclass(eq=False)
@@ -206,6 +221,8 @@ class Dispatcher:
         self.missing_settings = dict(missing_settings or {})
         self.client = client
         self.instance_id = instance_id or f"pool-{uuid.uuid4().hex[:12]}"
+        self.channel = job_done_channel(self.instance_id)  # where another process's completion wakes a sync wait here
+        self.repoll_seconds = REPOLL_SECONDS
         self.lease_seconds = lease_seconds
         self.call_budget = lease_seconds * CALL_BUDGET_SHARE
         self.scaler_seconds = scaler_seconds
@@ -320,7 +337,7 @@ class Dispatcher:
         if self._listener is not None and not self._listener.is_closed():
             return
         self._listener = await self.repo.listen(
-            {"pool_jobs_done": self._on_job_done, "pool_catalogue": self._on_catalogue}
+            {JOBS_DONE: self._on_job_done, self.channel: self._on_job_done, "pool_catalogue": self._on_catalogue}
         )
 
     def _on_job_done(self, payload: str) -> None:
@@ -407,7 +424,11 @@ class Dispatcher:
 
     # submit, wait, result
 
-    async def submit(self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str]) -> JobView:
+    async def submit(
+        self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool = False
+    ) -> JobView:
+        """Queue the job, or hand it to a warm machine at once. `waiting`: a sync wait (wait_finished) follows here,
+        so a completion in another process notifies this one."""
         machine_type = options.machine_type
         job_id = str(uuid.uuid4())
         answered = asyncio.Event()
@@ -428,6 +449,7 @@ class Dispatcher:
                     owner=self.owner,
                     trace=trace,
                     send_now=send_now,
+                    done_channel=self.channel if waiting else None,
                 )
             except BaseException:
                 self._unanswered[job_id] = None
@@ -456,6 +478,8 @@ class Dispatcher:
         out. This process's own completion hands over the job and result with no read; another process's
         arrives by NOTIFY and is read once (job and result together). A re-read that finds the job still
         queued pokes placement: the backstop for a completion that raced its submit."""
+        if self.hooks.before_wait is not None:
+            await self.hooks.before_wait(job.id)
         deadline = self.clock() + timeout
         waiter = self._waiters.add(job.id)
         try:
@@ -481,7 +505,7 @@ class Dispatcher:
                         self._poke_placement()
                 stale = True  # a wake-up, or a second without one: read again
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(remaining, REPOLL_SECONDS)):
+                    async with asyncio.timeout(min(remaining, self.repoll_seconds)):
                         await waiter.event.wait()
         finally:
             self._waiters.remove(job.id, waiter)
@@ -490,13 +514,18 @@ class Dispatcher:
         self, job_id: str, tenant_id: str, timeout: float, *, since_state: str | None = None
     ) -> JobView | None:
         """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
-        None when it is not the tenant's."""
+        None when it is not the tenant's. The first read marks the job watched (registered first, so a completion
+        after it notifies and wakes this wait; one before it is what the read finds)."""
+        if self.hooks.before_wait is not None:
+            await self.hooks.before_wait(job_id)
         deadline = self.clock() + timeout
         waiter = self._waiters.add(job_id)
+        read = self.repo.watch_job
         try:
             while True:
                 waiter.event.clear()
-                job = await self.repo.get_job(job_id, tenant_id)
+                job = await read(job_id, tenant_id)
+                read = self.repo.get_job
                 remaining = deadline - self.clock()
                 moved = since_state is not None and job is not None and job.state != since_state
                 if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
@@ -504,7 +533,7 @@ class Dispatcher:
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for can drop a cancellation (the caller gone)
                 # that lands as the event fires, and this loop would then poll on until its deadline
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(remaining, REPOLL_SECONDS)):
+                    async with asyncio.timeout(min(remaining, self.repoll_seconds)):
                         await waiter.event.wait()
         finally:
             self._waiters.remove(job_id, waiter)
@@ -693,6 +722,7 @@ class Dispatcher:
                         tenant_id=tenant_id,
                         machine_type=machine_type,
                         notified_result_bytes=NOTIFIED_RESULT_BYTES,
+                        channel=self.channel,
                     ),
                 )
                 if completion.job is not None:

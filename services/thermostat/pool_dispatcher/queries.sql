@@ -12,7 +12,8 @@
 -- lease is caught by the trust check before the statement, as for a completion's hand-off. Without $13 it is
 -- `dispatched`, and mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle`
 -- (the tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
--- (thermostat.policy.pool.placement).
+-- (thermostat.policy.pool.placement). $14: the channel of this process's sync wait for the job (NULL: no sync
+-- wait), which a completion in another process notifies.
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
@@ -32,11 +33,11 @@ WITH ahead AS (
     RETURNING m.id, m.endpoint, m.token
 )
 INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
-                            started_at, worker_id, owner, owner_term, traceparent, tracestate)
+                            started_at, worker_id, owner, owner_term, traceparent, tracestate, done_channel)
 SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' WHEN $13 THEN 'running' ELSE 'dispatched' END,
        $5, $6, $7, $8, CASE WHEN taken.id IS NOT NULL AND $13 THEN now() END, taken.id,
        CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
-       $11, $12
+       $11, $12, $14
 FROM (SELECT 1) AS one LEFT JOIN taken ON true
 RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
           j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result,
@@ -55,10 +56,13 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
 -- its image is current. $13: the next job is sent at once, so this statement is its conditional send (running,
 -- as mark_sent would make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
 -- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
--- The notification names the job; a completed one whose result is at most $14 bytes carries it too
--- ("<id> completed <base64>"), so a sync wait in another process answers without reading the job back.
+-- Notified only where someone may wait in another process (this process wakes its own waiters): the channel of
+-- the sync wait another process's submit recorded, with the job's id, and for a completed job whose result is
+-- at most $14 bytes the result too ("<id> completed <base64>"), so that wait answers without reading the job
+-- back; and every process's `pool_jobs_done` with the id when a WaitJob watches the job.
 -- $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic), $7 me, $8 term, $9 retire,
--- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries.
+-- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries, $15 this
+-- process's own channel.
 WITH job AS (
     UPDATE pool_jobs
     SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
@@ -68,7 +72,7 @@ WITH job AS (
         payload = NULL, owner = NULL, owner_term = NULL
     WHERE id = $1 AND worker_id = $2 AND owner = $7 AND owner_term = $8 AND state IN ('running', 'cancelled')
     RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at, submitted_at, priority,
-              session_id, timeout_seconds, error, result IS NOT NULL AS has_result
+              session_id, timeout_seconds, error, result IS NOT NULL AS has_result, done_channel, watched
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
@@ -106,9 +110,11 @@ SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priorit
        (SELECT position FROM usage) AS position,
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
        handed.submitted_at, handed.state = 'running' AS sent,
-       (SELECT pg_notify('pool_jobs_done', id::text || CASE
+       (SELECT pg_notify(done_channel, id::text || CASE
             WHEN state = 'completed' AND COALESCE(octet_length($4::bytea), 0) <= $14
-            THEN ' completed ' || COALESCE(encode($4::bytea, 'base64'), '') ELSE '' END) FROM job) AS notified
+            THEN ' completed ' || COALESCE(encode($4::bytea, 'base64'), '') ELSE '' END)
+        FROM job WHERE done_channel <> $15::text) AS notified,
+       (SELECT pg_notify('pool_jobs_done', id::text) FROM job WHERE watched) AS watchers_notified
 FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 
 -- name: take_next
@@ -333,6 +339,14 @@ SET state = 'cancelled', completed_at = now(), build_id = $3, result = NULL, err
 FROM old
 WHERE j.id = old.id AND old.state IN ('queued', 'dispatched', 'running')
 RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::text) IS NULL AS notified;
+
+-- name: watch_job
+-- A WaitJob begins: the job is marked watched, so a completion from here on notifies every process, and read
+-- as it stands after any completion that landed first (the update waits for a completion in flight).
+UPDATE pool_jobs SET watched = true
+WHERE id = $1 AND tenant_id = $2
+RETURNING id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+          error, started_at, completed_at, result IS NOT NULL AS has_result;
 
 -- name: get_job
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,

@@ -8,6 +8,7 @@ Payloads and results travel as bytes; the machine token is read only where a wor
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,15 @@ Conn = asyncpg.Connection | PoolConnectionProxy
 Q = load_sql(Path(__file__).with_name("queries.sql"))
 
 PLACEMENT_LOCK = "lock_placement"
+
+JOBS_DONE = "pool_jobs_done"
+"""Every process's channel: a job watched by a WaitJob, or failed or cancelled outside its runner, ended."""
+
+
+def job_done_channel(instance: str) -> str:
+    """The channel of one instance's sync waits (a completion elsewhere notifies only the waiting process). Hashed:
+    an instance id may be longer than a channel name (63 bytes) and hold any character."""
+    return f"{JOBS_DONE}_{hashlib.blake2b(instance.encode(), digest_size=8).hexdigest()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +235,7 @@ def _job(row: asyncpg.Record) -> JobView:
 
 
 def parse_job_done(payload: str) -> tuple[str, bytes | None]:
-    """A `pool_jobs_done` notification: the job id, and the result when it announces a completion with it."""
+    """A job-done notification (either channel): the job id, and the result when it announces a completion with it."""
     job_id, _, announced = payload.partition(" ")
     state, _, encoded = announced.partition(" ")
     if state != "completed":
@@ -331,9 +341,11 @@ class PoolRepository:
         owner: Owner,
         trace: dict[str, str],
         send_now: bool,
+        done_channel: str | None = None,
     ) -> Submitted:
         """Insert the job and claim a warm machine for it; with `send_now` a claimed job is running (this
-        statement is its conditional send), else dispatched (sent after mark_sent)."""
+        statement is its conditional send), else dispatched (sent after mark_sent). `done_channel`: where a
+        completion in another process tells this process's sync wait (None: nothing waits)."""
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -351,6 +363,7 @@ class PoolRepository:
                     trace.get("traceparent"),
                     trace.get("tracestate"),
                     send_now,
+                    done_channel,
                 )
             )
         job = _job(row)
@@ -385,9 +398,11 @@ class PoolRepository:
         tenant_id: str,
         machine_type: str,
         notified_result_bytes: int,
+        channel: str,
     ) -> Completion:
         """The terminal state, the usage event and the machine's next job in one statement; with `send_next` the
-        next job is handed over running (this statement is its conditional send), else dispatched."""
+        next job is handed over running (this statement is its conditional send), else dispatched. `channel`:
+        this process's own (its sync waits are woken here, not notified)."""
         async with borrow(self.pool) as c:
             row = _one(
                 await c.fetchrow(
@@ -406,6 +421,7 @@ class PoolRepository:
                     machine_type,
                     send_next,
                     notified_result_bytes,
+                    channel,
                 )
             )
         next_job = None if row["id"] is None else _assignment(row, machine_id, sent=bool(row["sent"]))
@@ -635,6 +651,13 @@ class PoolRepository:
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["cancel"], uuid.UUID(job_id), tenant_id, build_id)
         return None if row is None else CancelResult(prior=row["prior"], worker_id=_text(row["worker_id"]))
+
+    async def watch_job(self, job_id: str, tenant_id: str) -> JobView | None:
+        """Mark the job watched (its completion notifies every process from now on) and read it; None when it is
+        not the tenant's."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["watch_job"], uuid.UUID(job_id), tenant_id)
+        return None if row is None else _job(row)
 
     async def get_job(self, job_id: str, tenant_id: str) -> JobView | None:
         async with borrow(self.pool) as c:

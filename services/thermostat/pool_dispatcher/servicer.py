@@ -236,7 +236,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409)
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
         trace = tracing.current_headers({n: caller.metadata[n] for n in TRACE_HEADERS if caller.metadata.get(n)})
-        job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace)
+        job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace, waiting=sync)
         return job, options
 
     # jobs
