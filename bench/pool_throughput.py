@@ -1,6 +1,6 @@
 """Pool throughput: trivial jobs end to end (submit → result), two dispatcher processes, four warm workers.
 
-Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--rounds 3]
+Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--streams 4] [--rounds 3]
 
 Issue 10's first measure. One embedded Postgres (fsync off), two `python -m thermostat.pool_dispatcher`
 processes on it (real subprocesses, instance ids bench-a and bench-b), one machine type `echo` running the
@@ -10,6 +10,8 @@ with thermostat.dev.envoy) whose pool cluster holds both processes. Paths, each 
 callers, in `--rounds` rounds whose order rotates (the median round is printed, every round beside it):
 
   gRPC    SubmitJobSync straight to the dispatchers, callers spread over both processes
+  stream  RunJobs straight to the dispatchers: the same callers share `--streams` long-lived streams spread
+          over both processes (each caller writes its job on its stream and awaits the answer by its tag)
   REST    POST /v1/jobs/sync?machine_type=echo through Envoy (aiohttp client, kept-alive connections)
   calib.  bench/pool_calibration.py's bare loop (four statements + one worker call, one process) at the
           same concurrency, against a worker of its own: what this machine does without the service
@@ -311,6 +313,53 @@ def grpc_caller(rig: PoolRig) -> Call:
     return call
 
 
+class SharedStream:
+    """One RunJobs stream that many callers share: each writes its job tagged with its number and awaits the
+    answer carrying that tag (answers come back in the order jobs finish)."""
+
+    def __init__(self, stub: pool_pb2_grpc.PoolDispatcherStub) -> None:
+        self.call = stub.RunJobs(metadata=auth())
+        self.waiting: dict[int, asyncio.Future[pool_pb2.RunJobsResponse]] = {}
+        self.writing = asyncio.Lock()  # one write at a time on a call
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for response in self.call:
+            self.waiting.pop(response.tag).set_result(response)
+
+    async def run(self, tag: int, request: pool_pb2.RunJobsRequest) -> pool_pb2.RunJobsResponse:
+        answer = asyncio.get_running_loop().create_future()
+        self.waiting[tag] = answer
+        async with self.writing:
+            await self.call.write(request)
+        return await answer
+
+    async def close(self) -> None:
+        await self.call.done_writing()
+        await self.reader
+
+
+@contextlib.asynccontextmanager
+async def stream_caller(rig: PoolRig, streams: int) -> AsyncIterator[Call]:
+    """Callers sharing `streams` RunJobs streams, spread over the dispatcher processes in turn."""
+    shared = [SharedStream(rig.dispatchers[i % len(rig.dispatchers)].stub) for i in range(streams)]
+
+    async def call(n: int) -> None:
+        request = pool_pb2.RunJobsRequest(
+            tag=n, job=pool_pb2.SubmitJobSyncRequest(machine_type=TYPE, wait_seconds="60")
+        )
+        request.job.payload.data = payload(n)
+        answer = await shared[n % len(shared)].run(n, request)
+        if answer.WhichOneof("outcome") != "result" or answer.result != payload(n):
+            raise SystemExit(f"RunJobs job {n}: {answer}")
+
+    try:
+        yield call
+    finally:
+        for stream in shared:
+            await stream.close()
+
+
 def rest_caller(rig: PoolRig, session: aiohttp.ClientSession) -> Call:
     url = f"{rig.edge_url}/v1/jobs/sync?machine_type={TYPE}&wait_seconds=60"
     headers = {"Authorization": f"Bearer {API_TOKEN}", "X-Strata-Tenant": TENANT}
@@ -399,9 +448,13 @@ NOTIFYING = "calibration loop + NOTIFY, 2 listening"
 FLOOR = "gRPC Health.Check (no job), 2 processes"
 
 
-async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
+STREAM = "gRPC RunJobs stream, 2 processes"
+
+
+async def main(jobs: int, lanes: int, rounds: int, calibrate: bool, streams: int) -> None:
     print(
-        f"{jobs} jobs per path in {rounds} interleaved rounds, {lanes} concurrent callers; at start: {load_line()}",
+        f"{jobs} jobs per path in {rounds} interleaved rounds, {lanes} concurrent callers "
+        f"({streams} RunJobs streams shared by them on the stream path); at start: {load_line()}",
         flush=True,
     )
     rates: dict[str, list[float]] = {}
@@ -418,6 +471,7 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool) -> None:
 
         paths: dict[str, Runner] = {
             "gRPC SubmitJobSync, 2 processes": lanes_of(grpc_caller(rig)),
+            STREAM: lanes_of(await stack.enter_async_context(stream_caller(rig, streams))),
             "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
             FLOOR: lanes_of(health_caller(rig)),
         }
@@ -476,9 +530,12 @@ def cli() -> None:
     parser.add_argument("--jobs", type=int, default=3000, help="measured jobs per path (default 3000)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers per path (default 32)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per path (default 3)")
+    parser.add_argument(
+        "--streams", type=int, default=4, help="RunJobs streams the callers share, over both processes (default 4)"
+    )
     parser.add_argument("--no-calibration", action="store_true", help="skip the calibration loop")
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.clients, args.rounds, not args.no_calibration))
+    asyncio.run(main(args.jobs, args.clients, args.rounds, not args.no_calibration, args.streams))
 
 
 if __name__ == "__main__":

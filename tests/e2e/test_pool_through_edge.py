@@ -439,14 +439,14 @@ async def test_a_payload_at_the_limit_round_trips_and_one_byte_over_is_413_with_
     assert await queued_for(store, tenant) == 1
 
 
-def test_the_edge_gives_the_sync_submit_and_wait_job_routes_the_longest_wait_a_catalogue_allows() -> None:
+def test_the_edge_gives_the_sync_submit_wait_job_and_run_jobs_routes_the_longest_wait_a_catalogue_allows() -> None:
     """Envoy's default route timeout is 15 s and its stream idle timeout 5 min: both are lifted on the long calls,
     above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and transcoded REST alike."""
     spec = EdgeSpec(upstreams=upstreams((POOL_DISPATCHER,), host="127.0.0.1"), descriptor_set=DESCRIPTORS)
     hcm = build_envoy_config(spec)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     by_path = {r["match"]["path"]: r["route"] for r in routes if "path" in r["match"] and "route" in r}
-    for method in ("SubmitJobSync", "WaitJob"):
+    for method in ("SubmitJobSync", "WaitJob", "RunJobs"):
         route = by_path[f"/thermostat.pool.v1.PoolDispatcher/{method}"]
         assert float(route["timeout"].rstrip("s")) > MAX_WAIT_SECONDS
         assert float(route["idle_timeout"].rstrip("s")) > MAX_WAIT_SECONDS
@@ -640,3 +640,29 @@ async def test_grpc_callers_wait_on_a_job_through_the_edge_with_wait_job(edge) -
         states = [j.state async for j in stub.WaitJob(pool_pb2.WaitJobRequest(id=job["id"]), metadata=metadata)]
     assert states[-1] == "completed"
     assert len(states) == len(set(states)) >= 2
+
+
+async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_edge(edge, store: Store) -> None:
+    """RunJobs (gRPC only) through the edge's native gRPC passthrough: every job answered by its tag, a refused
+    one among them, over one bidirectional stream; the stream's auth refusal as the unary calls'."""
+    tenant = fresh_tenant()
+    metadata = (("authorization", f"Bearer {API_TOKEN}"), ("x-strata-tenant", tenant))
+
+    def job(tag: int, payload: bytes, machine_type: str = "local") -> pool_pb2.RunJobsRequest:
+        request = pool_pb2.RunJobsRequest(
+            tag=tag, job=pool_pb2.SubmitJobSyncRequest(machine_type=machine_type, wait_seconds="60")
+        )
+        request.job.payload.data = payload
+        return request
+
+    requests = [job(tag, BINARY + bytes([tag])) for tag in range(1, 11)] + [job(11, b"x", "no-such-type")]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.base_url.port}") as channel:
+        stub = pool_pb2_grpc.PoolDispatcherStub(channel)
+        answers = {a.tag: a async for a in stub.RunJobs(iter(requests), metadata=metadata)}
+        refused = stub.RunJobs(metadata=(("x-strata-tenant", tenant),))
+        assert await refused.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert sorted(answers) == list(range(1, 12))
+    assert all(answers[tag].result == BINARY + bytes([tag]) for tag in range(1, 11))
+    assert answers[11].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "machine_type" in answers[11].error.detail
+    assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request

@@ -93,6 +93,11 @@ def _deny(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, message:
 
     deserializer = handler.request_deserializer if handler else None
     serializer = handler.response_serializer if handler else None
+    # of the method's own kind: a unary handler on a streaming-request call would first wait for a message
+    if handler is not None and handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(stream, deserializer, serializer)
+    if handler is not None and handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(unary, deserializer, serializer)
     if handler is not None and handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(stream, deserializer, serializer)
     return grpc.unary_unary_rpc_method_handler(unary, deserializer, serializer)

@@ -11,6 +11,7 @@ servicer runs, for every RPC present and future.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -98,9 +99,22 @@ def refusal(field: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Undecodable:
-    """A request that did not parse: what the servicer is refused with instead of the message."""
+    """A request that did not parse: what the servicer is refused with instead of the message. `salvaged` is
+    the message without its fields whose text is not UTF-8, when the rest parses (a stream answers it by that)."""
 
     detail: str
+    salvaged: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """What a streaming-request handler reads in place of a message of its stream that the check refused:
+    `detail` names the field, `request` is the message (without its undecodable fields), None when nothing of
+    it parsed. The handler answers it and reads on: one bad message need not end a stream. (The handler reads the
+    request iterator it is given: `context.read()` would bypass the check.)"""
+
+    detail: str
+    request: Any
 
 
 def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
@@ -115,10 +129,38 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
         except message.DecodeError:
             field = bad_utf8_field(raw, desc) if isinstance(desc, descriptor.Descriptor) else None
             if field is not None:
-                return Undecodable(f"{field}: is not valid UTF-8")
+                assert isinstance(desc, descriptor.Descriptor)
+                salvaged = None
+                with contextlib.suppress(message.DecodeError, IndexError):  # IndexError: cut short further on
+                    salvaged = deserializer(_without_bad_text(raw, desc))
+                return Undecodable(f"{field}: is not valid UTF-8", salvaged)
             return Undecodable("the request is not a valid message of its type")
 
     return parse
+
+
+def _without_bad_text(raw: bytes, desc: descriptor.Descriptor) -> bytes:
+    """The wire bytes less every top-level field holding text that is not UTF-8 (itself or nested)."""
+    kept = bytearray()
+    position = 0
+    while position < len(raw):
+        start = position
+        key, position = _varint(raw, position)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            _, position = _varint(raw, position)
+        elif wire_type in (1, 5):
+            position += 8 if wire_type == 1 else 4
+        elif wire_type == 2:
+            length, position = _varint(raw, position)
+            chunk, position = raw[position : position + length], position + length
+            field = desc.fields_by_number.get(number)
+            if field is not None and _bad_chunk(chunk, field, "") is not None:
+                continue
+        else:
+            return bytes(kept)
+        kept += raw[start:position]
+    return bytes(kept)
 
 
 async def _refused(request: Any, context: aio.ServicerContext[Any, Any]) -> None:
@@ -136,6 +178,7 @@ _CHECKED_HANDLERS = 1024
 
 class TextFieldInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
     """Refuses a unary request (unary or server-streaming answer) whose string fields are not UTF-8 or hold a NUL.
+    A streaming request is checked message by message: the handler reads a Refused in place of a bad one.
 
     The checked handler is built once per handler the services registered and reused, not rebuilt per call:
     grpc runs the interceptors on every call, on the hot path of a pool job."""
@@ -174,6 +217,18 @@ def _checked_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
             _lenient(handler.request_deserializer),
             handler.response_serializer,
         )
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            _screened_stream(handler.stream_stream),
+            _lenient(handler.request_deserializer),
+            handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            _screened_unary(handler.stream_unary),
+            _lenient(handler.request_deserializer),
+            handler.response_serializer,
+        )
     return handler
 
 
@@ -198,3 +253,33 @@ def _checked_stream(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator
             await result
 
     return checked
+
+
+async def _screened(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The stream's messages, each refused one replaced by a Refused naming its field."""
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            yield Refused(request.detail, request.salvaged)
+            continue
+        field = nul_field(request)
+        yield request if field is None else Refused(refusal(field), request)
+
+
+def _screened_stream(behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    async def screened(requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        result = behavior(_screened(requests), context)
+        if hasattr(result, "__aiter__"):
+            async for item in result:
+                yield item
+        else:
+            await result
+
+    return screened
+
+
+def _screened_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def screened(requests: AsyncIterator[Any], context: aio.ServicerContext[Any, Any]) -> Any:
+        result = behavior(_screened(requests), context)
+        return await result if inspect.isawaitable(result) else result
+
+    return screened

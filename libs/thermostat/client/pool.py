@@ -4,8 +4,11 @@ use the admin token when one is configured (it sees every tenant, or the one `te
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -24,6 +27,86 @@ JOB_STATE_HEADER = "x-pool-job-state"
 def _text(value: float | int | str | None) -> str:
     """The pool's submit options are strings on the wire (the seed's query parameters); unset is ""."""
     return "" if value is None else str(value)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job of `run_many`: run()'s options, and `key`, anything of the caller's, handed back with its outcome."""
+
+    machine_type: str
+    payload: bytes
+    priority: int | None = None
+    session_id: str | None = None
+    timeout_seconds: float | None = None
+    wait_seconds: float | None = None
+    key: Any = None
+
+    def message(self, tag: int) -> pool_pb2.RunJobsRequest:
+        request = pool_pb2.RunJobsRequest(
+            tag=tag,
+            job=pool_pb2.SubmitJobSyncRequest(
+                machine_type=self.machine_type,
+                priority=_text(self.priority),
+                session_id=self.session_id or "",
+                timeout_seconds=_text(self.timeout_seconds),
+                wait_seconds=_text(self.wait_seconds),
+            ),
+        )
+        request.job.payload.data = self.payload
+        return request
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """One job's answer from `run_many`. `result` is set when the job completed. Otherwise `error` says why not:
+    errors.JobFailed / JobTimedOut / JobCancelled carrying the job, or the request's refusal (InvalidArgument
+    naming the field, ResourceExhausted for a payload over the limit, Conflict for a budget...), and `job` is the
+    job when the pool answered with one; a job still running when its wait ran out has `job` and no `error`
+    (follow it with `wait`). `job_id` names the job whenever there is one."""
+
+    request: JobRequest
+    job_id: str | None
+    result: bytes | None = None
+    job: pool_pb2.Job | None = None
+    error: errors.ThermostatError | None = None
+
+    @property
+    def running(self) -> bool:
+        """The job had not finished when its wait ran out."""
+        return self.result is None and self.error is None
+
+    def value(self) -> bytes:
+        """The result bytes, else the error raised (errors.Conflict naming the job when it still runs)."""
+        if self.result is not None:
+            return self.result
+        if self.error is not None:
+            raise self.error
+        raise errors.Conflict(grpc.StatusCode.ABORTED, f"job {self.job_id} still runs")
+
+
+def _outcome(request: JobRequest, response: pool_pb2.RunJobsResponse) -> JobOutcome:
+    job_id = response.job_id or None
+    kind = response.WhichOneof("outcome")
+    if kind == "result":
+        return JobOutcome(request, job_id, result=bytes(response.result))
+    if kind == "job":
+        job = response.job
+        ended = errors.job_error(job) if job.state in errors.JOB_ERRORS else None
+        return JobOutcome(request, job_id, job=job, error=ended)
+    code = _CODES.get(response.error.code, grpc.StatusCode.UNKNOWN)
+    return JobOutcome(request, job_id, error=errors.from_status(code, response.error.detail))
+
+
+async def _each(jobs: Iterable[JobRequest] | AsyncIterable[JobRequest]) -> AsyncGenerator[JobRequest, None]:
+    if isinstance(jobs, AsyncIterable):
+        async for job in jobs:
+            yield job
+    else:
+        for job in jobs:
+            yield job
 
 
 class AsyncPool:
@@ -120,6 +203,52 @@ class AsyncPool:
             if job.state in TERMINAL:
                 raise errors.job_error(job)
         raise errors.DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, f"job {job_id} still runs after {total:g} s")
+
+    async def run_many(
+        self,
+        jobs: Iterable[JobRequest] | AsyncIterable[JobRequest],
+        *,
+        tenant: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncGenerator[JobOutcome, None]:
+        """Run every job over one RunJobs stream, yielding each JobOutcome as its job finishes (not in the order
+        given): the framework's per-call cost is paid once for all of them. A job is taken from `jobs` only when
+        the stream can carry it (the pool reads at most 64 of a stream at once; gRPC's flow control holds the rest),
+        so a long or endless iterable is fine. A refused job is an outcome, not the end: only the stream's own
+        failure raises (a bad token Unauthenticated, no tenant InvalidArgument, past `timeout` — default the
+        config's wait_timeout — DeadlineExceeded), and then jobs already sent may still run (get() them). Never
+        retried: a job that may have reached the pool is not issued twice. Stopping early cancels the stream; the
+        jobs sent still run to their end. An error of `jobs` itself is raised once the jobs sent are answered."""
+        call = self._stub.RunJobs(
+            metadata=tuple(self._job_metadata(tenant)), timeout=self._calls.wait_deadline(timeout)
+        )
+        sent: dict[int, JobRequest] = {}
+
+        async def write() -> None:
+            try:
+                tag = 0
+                async for job in _each(jobs):
+                    tag += 1
+                    sent[tag] = job
+                    await call.write(job.message(tag))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                return  # the stream ended: the reading side says why
+            finally:  # the pool then answers what it has and ends the stream
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await call.done_writing()
+
+        writer = asyncio.create_task(write())
+        try:
+            while (response := await call.read()) is not grpc.aio.EOF:
+                yield _outcome(sent.pop(response.tag), response)
+            await writer  # an error of the caller's iterable
+        except grpc.aio.AioRpcError as error:
+            raise errors.from_rpc_error(error) from None
+        finally:
+            call.cancel()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
 
     async def get(self, job_id: str, *, tenant: str | None = None, timeout: float | None = None) -> pool_pb2.Job:
         job: pool_pb2.Job = await self._calls.transport.unary(

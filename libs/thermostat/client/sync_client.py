@@ -173,6 +173,7 @@ class Pods(_Part[AsyncPods]):
 class Pool(_Part[AsyncPool]):
     submit = blocking(AsyncPool.submit)
     run = blocking(AsyncPool.run)
+    run_many = blocking_iter(AsyncPool.run_many)
     get = blocking(AsyncPool.get)
     result = blocking(AsyncPool.result)
     cancel = blocking(AsyncPool.cancel)

@@ -10,11 +10,12 @@ which the edge's Lua filter applies (202, 413, 422, 502, 504, 409 with a body).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
@@ -23,19 +24,20 @@ import grpc
 from google.api import httpbody_pb2
 
 from thermostat.chassis import tracing
+from thermostat.chassis.text_fields import Refused
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
 from thermostat.policy.pool.machines import MachineState
-from thermostat.policy.pool.submit_options import SubmitError, parse_submit_query
+from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions, parse_submit_query
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
 from .metering_repository import PoolMeteringRepository
 from .orphan_sweep import OrphanSweeper
-from .repository import JobView, UsageView, WorkerView
+from .repository import Finished, JobView, UsageView, WorkerView
 
 log = logging.getLogger("thermostat.pool_dispatcher.servicer")
 
@@ -50,6 +52,8 @@ HEALTH_STATES = (MachineState.STARTING, MachineState.WARM, MachineState.BUSY, Ma
 # the REST bodies, read strictly: a field they do not name is 400, never dropped
 CANCEL_BODY = (BodyField("build_id", JsonKind.STRING),)
 HINT_BODY = (BodyField("machine_type", JsonKind.STRING),)
+STREAM_JOBS = 64
+"""Requests of one RunJobs stream in flight (read, not yet answered): at the cap the stream is not read."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 
@@ -57,6 +61,17 @@ _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCEL
 class Tokens:
     api: str | None
     admin: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A submit refused, nothing queued: the status a call ends with (a stream's job is answered with it), its
+    REST status, and the failed job a budget refusal recorded."""
+
+    code: grpc.StatusCode
+    detail: str
+    http: int
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +173,13 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         gate: BudgetGate | None = None,
         metering: PoolMeteringRepository | None = None,
         orphans: OrphanSweeper | None = None,
+        *,
+        stream_jobs: int = STREAM_JOBS,
+        stream_full: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.d = dispatcher
+        self.stream_jobs = stream_jobs
+        self.stream_full = stream_full  # a test seam: awaited when a RunJobs stream's reader waits at its cap
         self.orphans = orphans
         self.tokens = tokens
         self.gate = gate or BudgetGate(None)
@@ -199,6 +219,15 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _submit(self, request: Any, context: grpc.aio.ServicerContext, *, sync: bool) -> tuple[JobView, Any]:
         caller = await self._caller(context)
         tenant = await self._tenant(context, caller)
+        admitted = await self._admit(request, tenant, caller.metadata, sync=sync)
+        if isinstance(admitted, Refusal):
+            await _abort(context, admitted.code, admitted.detail, admitted.http)
+        return admitted
+
+    async def _admit(
+        self, request: Any, tenant: str, metadata: Mapping[str, str], *, sync: bool
+    ) -> tuple[JobView, SubmitOptions] | Refusal:
+        """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
         query = {
             name: getattr(request, name)
             for name in ("machine_type", "priority", "session_id", "timeout_seconds")
@@ -210,14 +239,13 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await self.d.type_named(request.machine_type)
         options = parse_submit_query(query, catalogue=self.d.catalogue, sync=sync)
         if isinstance(options, SubmitError):
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, options.detail, 422)
+            return Refusal(grpc.StatusCode.INVALID_ARGUMENT, options.detail, 422)
         refusal = self.d.backend_refusal(options.machine_type)
         if refusal is not None:  # nothing is queued that this deployment could never start a machine for
-            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
+            return Refusal(grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
         payload = request.payload.data
         if len(payload) > self.d.max_payload_bytes:
-            await _abort(
-                context,
+            return Refusal(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"payload of {len(payload)} bytes is over the limit of {self.d.max_payload_bytes}",
                 413,
@@ -233,11 +261,26 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                 error=over_budget,
             )
             log.warning("submit refused for budget: job %s: %s", job_id, over_budget)
-            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409)
+            return Refusal(grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409, job_id)
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
-        trace = tracing.current_headers({n: caller.metadata[n] for n in TRACE_HEADERS if caller.metadata.get(n)})
+        trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
         job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace, waiting=sync)
         return job, options
+
+    async def _submit_and_wait(
+        self, request: Any, tenant: str, metadata: Mapping[str, str], remaining: Callable[[], float | None]
+    ) -> Finished | Refusal:
+        """A sync submit (SubmitJobSync, each job of RunJobs): the job once finished or as it stands when its wait
+        runs out, which the call's deadline (`remaining` seconds, read once the job is queued) bounds too."""
+        admitted = await self._admit(request, tenant, metadata, sync=True)
+        if isinstance(admitted, Refusal):
+            return admitted
+        job, options = admitted
+        wait = options.wait_seconds or 0.0  # always set for a sync submit
+        left = remaining()
+        if left is not None:  # the caller's gRPC deadline bounds the wait too
+            wait = max(0.0, min(wait, left - 0.05))
+        return await self.d.wait_finished(job, wait)
 
     # jobs
 
@@ -256,12 +299,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def SubmitJobSync(
         self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        job, options = await self._submit(request, context, sync=True)
-        wait = options.wait_seconds
-        remaining = context.time_remaining()
-        if remaining is not None:  # the caller's gRPC deadline bounds the wait too
-            wait = max(0.0, min(wait, remaining - 0.05))
-        finished = await self.d.wait_finished(job, wait)
+        caller = await self._caller(context)
+        tenant = await self._tenant(context, caller)
+        finished = await self._submit_and_wait(request, tenant, caller.metadata, context.time_remaining)
+        if isinstance(finished, Refusal):
+            await _abort(context, finished.code, finished.detail, finished.http)
         return await self._answer(context, finished.job, await_result=True, result=finished.result)
 
     async def _answer(
@@ -276,10 +318,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         named = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
         context.set_trailing_metadata(named)
         if state is JobState.COMPLETED:
-            if result is None:
-                stored = await self.d.repo.get_result(job.id, job.tenant_id)
-                result = stored.result if stored is not None else None
-            return _body(result if result is not None else b"")
+            return _body(await self._result(job, result))
         if state in _FAILED_STATUS:
             body: dict[str, Any] = {"state": job.state}
             if state is not JobState.CANCELLED:
@@ -290,6 +329,90 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await _abort(context, grpc.StatusCode.ABORTED, f"job {job.id} is {job.state}, not finished", 409)
         await _status(context, 202, extra=named)
         return _json_body(job_json(job))
+
+    async def _result(self, job: JobView, result: bytes | None) -> bytes:
+        """A completed job's result bytes: as the wait brought them, else read."""
+        if result is None:
+            stored = await self.d.repo.get_result(job.id, job.tenant_id)
+            result = stored.result if stored is not None else None
+        return result if result is not None else b""
+
+    async def RunJobs(
+        self, requests: AsyncIterator[pool_pb2.RunJobsRequest | Refused], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pool_pb2.RunJobsResponse]:
+        """Each request as SubmitJobSync, at most `stream_jobs` in flight, answered as each finishes. A slot is
+        taken before a request is read and given back once its answer went out, so a caller that stops reading
+        answers stops the reading of its requests too."""
+        caller = await self._caller(context)
+        tenant = await self._tenant(context, caller)
+        answers: asyncio.Queue[pool_pb2.RunJobsResponse | _End] = asyncio.Queue()
+        slots = asyncio.Semaphore(self.stream_jobs)
+        jobs: set[asyncio.Task[None]] = set()
+
+        async def answer(request: pool_pb2.RunJobsRequest | Refused) -> None:
+            try:
+                response = await self._stream_answer(request, tenant, caller.metadata, context)
+            except Exception:  # this job's answer (as a unary call would end UNKNOWN); the stream goes on
+                log.exception("RunJobs: a job's submit or wait failed")
+                tag = request.request.tag if isinstance(request, Refused) else request.tag
+                response = _refused(tag, grpc.StatusCode.UNKNOWN, "the job's submit or wait failed")
+            answers.put_nowait(response)
+
+        async def read() -> None:
+            end = _End()
+            try:
+                iterator = aiter(requests)
+                while True:
+                    if slots.locked() and self.stream_full is not None:
+                        await self.stream_full()
+                    await slots.acquire()
+                    try:
+                        request = await anext(iterator)
+                    except StopAsyncIteration:  # the caller half-closed: the jobs in flight still answer
+                        break
+                    if isinstance(request, Refused) and request.request is None:
+                        end = _End(unreadable=request.detail)
+                        return
+                    task = asyncio.create_task(answer(request), name="pool-run-jobs-job")
+                    jobs.add(task)
+                    task.add_done_callback(jobs.discard)
+                if jobs:
+                    await asyncio.wait(set(jobs))
+            finally:
+                answers.put_nowait(end)
+
+        reader = asyncio.create_task(read(), name="pool-run-jobs-reader")
+        try:
+            while not isinstance(response := await answers.get(), _End):
+                yield response
+                slots.release()
+            if response.unreadable is not None:  # answers may have gone out, with the initial metadata
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, response.unreadable)
+            await reader  # its error, if it ended on one
+        finally:
+            # the caller gone (or the stream ended): the waits stop, as a SubmitJobSync's do; the jobs run on
+            for task in (reader, *jobs):
+                task.cancel()
+            await asyncio.gather(reader, *jobs, return_exceptions=True)
+
+    async def _stream_answer(
+        self,
+        request: pool_pb2.RunJobsRequest | Refused,
+        tenant: str,
+        metadata: Mapping[str, str],
+        context: grpc.aio.ServicerContext,
+    ) -> pool_pb2.RunJobsResponse:
+        if isinstance(request, Refused):  # the text-field check's, naming the field
+            return _refused(request.request.tag, grpc.StatusCode.INVALID_ARGUMENT, request.detail)
+        finished = await self._submit_and_wait(request.job, tenant, metadata, context.time_remaining)
+        if isinstance(finished, Refusal):
+            return _refused(request.tag, finished.code, finished.detail, finished.job_id)
+        job = finished.job
+        if JobState(job.state) is JobState.COMPLETED:
+            return pool_pb2.RunJobsResponse(
+                tag=request.tag, job_id=job.id, result=await self._result(job, finished.result)
+            )
+        return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, job=job_message(job))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         return job_message(await self._own_job(request.id, context))
@@ -533,6 +656,19 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         counts = await self.d.repo.machine_counts()
         machines = {**{str(state): 0 for state in HEALTH_STATES}, **counts}
         return _json_body({"machine_types": list(self.d.catalogue.names), "machines": machines})
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """A RunJobs stream's reader is done: every job read was answered, or a request was `unreadable` (nothing of
+    it parsed: with no tag to answer it by, it ends the stream)."""
+
+    unreadable: str | None = None
+
+
+def _refused(tag: int, code: grpc.StatusCode, detail: str, job_id: str | None = None) -> pool_pb2.RunJobsResponse:
+    error = pool_pb2.RunJobsError(code=code.value[0], detail=detail)
+    return pool_pb2.RunJobsResponse(tag=tag, job_id=job_id or "", error=error)
 
 
 def _same(presented: str, token: str | None) -> bool:

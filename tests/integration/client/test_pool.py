@@ -5,6 +5,7 @@ workers, usage, spend and tenant budgets, and auth refusals as typed errors."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.client.conftest import Stack
 from tests.integration.pool_dispatcher.conftest import local_type
-from thermostat.client import AsyncThermostat, errors
+from thermostat.client import AsyncThermostat, JobRequest, errors
 
 BINARY = bytes(range(256)) * 4
 
@@ -159,3 +160,57 @@ async def test_an_unreachable_service_is_unavailable_after_the_retries(stack: St
         with pytest.raises(errors.Unavailable) as down:
             await unreachable.pool.get("00000000-0000-0000-0000-000000000000")
     assert down.value.code is grpc.StatusCode.UNAVAILABLE
+
+
+async def test_run_many_answers_every_job_over_one_stream_each_outcome_by_its_request(
+    client: AsyncThermostat, stack: Stack
+) -> None:
+    """Results, the typed job errors and refusals all come back as outcomes, each with the request it answers."""
+    ok = [JobRequest("local", f"job {n}".encode(), key=n) for n in range(20)]
+    failing = JobRequest("failing", b"x", key="failing")
+    refused = JobRequest("local", b"x", priority=None, timeout_seconds=-1, key="refused")
+    unknown = JobRequest("no-such-type", b"x", key="unknown")
+    still_running = JobRequest("sleepy", b'{"seconds": 1}', wait_seconds=0.1, key="running")
+    outcomes = {o.request.key: o async for o in client.pool.run_many([*ok, failing, refused, unknown, still_running])}
+    assert len(outcomes) == 24
+    assert all(outcomes[n].value() == f"job {n}".encode() and outcomes[n].job_id for n in range(20))
+    assert isinstance(outcomes["failing"].error, errors.JobFailed)
+    assert outcomes["failing"].job is not None and outcomes["failing"].job.state == "failed"
+    assert isinstance(outcomes["refused"].error, errors.InvalidArgument)
+    assert "timeout_seconds" in outcomes["refused"].error.detail and outcomes["refused"].job_id is None
+    assert isinstance(outcomes["unknown"].error, errors.InvalidArgument)
+    running = outcomes["running"]
+    assert running.running and running.job_id is not None
+    with pytest.raises(errors.Conflict):
+        running.value()
+    assert [j.state async for j in client.pool.wait(running.job_id)][-1] == "completed"
+
+
+async def test_run_many_takes_jobs_from_an_endless_async_iterable_as_the_stream_carries_them(
+    client: AsyncThermostat,
+) -> None:
+    """The jobs are drawn lazily (an endless source would never end a client that read it all first); leaving the
+    loop cancels the stream."""
+    drawn = 0
+
+    async def endless() -> AsyncIterator[JobRequest]:
+        nonlocal drawn
+        while True:
+            drawn += 1
+            yield JobRequest("local", str(drawn).encode(), key=drawn)
+
+    taken = []
+    async for outcome in client.pool.run_many(endless()):
+        assert outcome.value() == str(outcome.request.key).encode()
+        taken.append(outcome.request.key)
+        if len(taken) == 10:
+            break
+    assert len(set(taken)) == 10 and drawn >= 10
+    assert await client.pool.run("local", b"the client still works") == b"the client still works"
+
+
+async def test_run_many_raises_the_streams_auth_refusal(stack: Stack) -> None:
+    async with AsyncThermostat(stack.config_with(pool_token="wrong", pool_admin_token=None)) as wrong:
+        with pytest.raises(errors.Unauthenticated) as refused:
+            _ = [o async for o in wrong.pool.run_many([JobRequest("local", b"x")])]
+        assert "wrong" not in str(refused.value)

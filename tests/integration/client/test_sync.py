@@ -9,11 +9,11 @@ import asyncio
 import pytest
 
 from tests.integration.client.conftest import Stack
-from thermostat.client import Phase, Thermostat, errors
+from thermostat.client import JobRequest, Phase, Thermostat, errors
 
 
 async def test_a_script_wakes_a_pod_and_runs_jobs(stack: Stack) -> None:
-    def script() -> tuple[list[str], bytes, list[str], str]:
+    def script() -> tuple[list[str], bytes, list[str], str, dict[int, bytes]]:
         with Thermostat(stack.config) as t:
             phases = [step.phase for step in t.pods.ensure_ready("qwen", timeout=30)]
             echoed = t.pool.run("local", b"from a script")
@@ -21,11 +21,16 @@ async def test_a_script_wakes_a_pod_and_runs_jobs(stack: Stack) -> None:
             states = [j.state for j in t.pool.wait(job.id, timeout=30)]
             with pytest.raises(errors.JobFailed) as failed:
                 t.pool.run("failing", b"x")
-            return phases, echoed, states, failed.value.job.state
+            many = {
+                o.request.key: o.value()
+                for o in t.pool.run_many(JobRequest("local", b"%d" % n, key=n) for n in range(5))
+            }
+            return phases, echoed, states, failed.value.job.state, many
 
-    phases, echoed, states, failed_state = await asyncio.to_thread(script)
+    phases, echoed, states, failed_state, many = await asyncio.to_thread(script)
     assert phases[0] == Phase.WAKING and phases[-1] == Phase.READY
     assert echoed == b"from a script"
+    assert many == {n: b"%d" % n for n in range(5)}
     assert states[-1] == "completed"
     assert failed_state == "failed"
 

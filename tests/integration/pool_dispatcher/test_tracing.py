@@ -106,3 +106,28 @@ async def test_without_a_recording_sdk_the_callers_context_is_kept_with_the_job_
             return (row["traceparent"], row["tracestate"]) if row else None
 
         assert await eventually(kept) == (TRACEPARENT, "k=v")
+
+
+async def test_each_job_of_a_run_jobs_stream_sits_under_the_streams_server_span(
+    pool_store: Store, spans: Spans
+) -> None:
+    """The tracing interceptor spans a bidirectional stream once; every job's spans are under it."""
+    async with start_pool(pool_store, pool_env([local_type()])) as pool:
+        requests = []
+        for tag in (1, 2):
+            request = pool_pb2.RunJobsRequest(
+                tag=tag, job=pool_pb2.SubmitJobSyncRequest(machine_type="local", wait_seconds="60")
+            )
+            request.job.payload.data = b"traced %d" % tag
+            requests.append(request)
+        call = pool.stub.RunJobs(iter(requests), metadata=caller(traceparent=TRACEPARENT))
+        assert sorted([a.result async for a in call]) == [b"traced 1", b"traced 2"]
+        [stream] = await spans.wait_for("thermostat.pool.v1.PoolDispatcher/RunJobs")
+
+        async def both_executed() -> list[ReadableSpan] | None:
+            executed = [s for s in spans.all() if s.name == "pool.execute"]
+            return executed if len(executed) == 2 else None
+
+        executed = await eventually(both_executed, timeout=10)
+        assert stream.kind is SpanKind.SERVER and hex_id(stream.parent.span_id) == CALLER_SPAN
+        assert all(under(e, stream) and in_the_callers_trace(e) for e in executed)

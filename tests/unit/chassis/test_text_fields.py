@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
 import grpc
 
-from thermostat.chassis.text_fields import TextFieldInterceptor, bad_utf8_field, nul_field, refusal
+from thermostat.chassis.text_fields import (
+    Refused,
+    TextFieldInterceptor,
+    bad_utf8_field,
+    nul_field,
+    refusal,
+)
 from thermostat.metering.v1 import metering_pb2
 from thermostat.pods.v1 import pods_pb2
 from thermostat.pool.v1 import pool_pb2
@@ -80,3 +87,40 @@ async def test_the_checked_handler_is_built_once_per_registered_handler_and_reus
     assert first.unary_unary is not echo  # wrapped: the check runs before the servicer
     request = pool_pb2.GetJobRequest(id="job-1")
     assert await first.unary_unary(request, SimpleNamespace()) is request
+
+
+async def test_a_streaming_request_reads_a_refused_in_place_of_each_bad_message() -> None:
+    """NUL: the message as parsed; not UTF-8: the message without the field that is not, so its other fields
+    (a stream's tag) are still read; nothing parsing at all: no message."""
+    seen: list[object] = []
+
+    async def chat(requests: AsyncIterator[object], context: object) -> AsyncIterator[object]:
+        async for request in requests:
+            seen.append(request)
+            yield request
+
+    handler = grpc.stream_stream_rpc_method_handler(chat, pool_pb2.RunJobsRequest.FromString)
+    details = SimpleNamespace(method="/thermostat.pool.v1.PoolDispatcher/RunJobs", invocation_metadata=())
+
+    async def continuation(_details: object) -> grpc.RpcMethodHandler:
+        return handler
+
+    checked = await TextFieldInterceptor().intercept_service(continuation, details)
+    parse = checked.request_deserializer
+    good = pool_pb2.RunJobsRequest(tag=1)
+    with_nul = pool_pb2.RunJobsRequest(tag=2, job=pool_pb2.SubmitJobSyncRequest(session_id="a\x00"))
+    marker = "\u00e9\u00e9"
+    not_utf8 = pool_pb2.RunJobsRequest(tag=3, job=pool_pb2.SubmitJobSyncRequest(machine_type=marker))
+    raw = not_utf8.SerializeToString().replace(marker.encode(), b"\xff\xfe\xff\xfe")
+
+    async def arriving() -> AsyncIterator[object]:
+        for message in (good.SerializeToString(), with_nul.SerializeToString(), raw, b"\xff\xff"):
+            yield parse(message)
+
+    _ = [item async for item in checked.stream_stream(arriving(), SimpleNamespace())]
+    first, nul, bad, garbage = seen
+    assert first == good
+    assert nul == Refused("job.session_id: must not contain a NUL character (U+0000)", with_nul)
+    assert isinstance(bad, Refused) and bad.detail == "job.machine_type: is not valid UTF-8"
+    assert bad.request == pool_pb2.RunJobsRequest(tag=3)
+    assert garbage == Refused("the request is not a valid message of its type", None)
