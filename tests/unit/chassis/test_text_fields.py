@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import grpc
 
-from thermostat.chassis.text_fields import TextFieldInterceptor, bad_utf8_field, nul_field, refusal
+from thermostat.chassis.text_fields import TextFieldInterceptor, Undecodable, bad_utf8_field, nul_field, refusal
 from thermostat.metering.v1 import metering_pb2
 from thermostat.pods.v1 import pods_pb2
 from thermostat.pool.v1 import pool_pb2
@@ -80,3 +80,33 @@ async def test_the_checked_handler_is_built_once_per_registered_handler_and_reus
     assert first.unary_unary is not echo  # wrapped: the check runs before the servicer
     request = pool_pb2.GetJobRequest(id="job-1")
     assert await first.unary_unary(request, SimpleNamespace()) is request
+
+
+async def test_the_checked_handler_parses_a_nul_in_a_string_as_a_refusal_and_zero_bytes_in_bytes_as_data() -> None:
+    """The NUL check runs as the request is parsed: a string holding one parses to the refusal naming its field
+    (nested ones too), while a payload of zero bytes, or wire bytes with no zero byte at all, parse to the message."""
+
+    async def echo(request: object, context: object) -> object:
+        return request
+
+    interceptor = TextFieldInterceptor()
+    details = SimpleNamespace(method="/thermostat.pool.v1.PoolDispatcher/SubmitJobSync", invocation_metadata=())
+    registered = grpc.unary_unary_rpc_method_handler(echo, pool_pb2.SubmitJobSyncRequest.FromString)
+
+    async def continuation(_details: object) -> grpc.RpcMethodHandler:
+        return registered
+
+    parse = (await interceptor.intercept_service(continuation, details)).request_deserializer
+    clean = pool_pb2.SubmitJobSyncRequest(machine_type="echo", wait_seconds="60")
+    clean.payload.data = b'{"job": 1}'
+    binary = pool_pb2.SubmitJobSyncRequest(machine_type="echo")
+    binary.payload.data = b"\x00\x01\x00"
+    nested = pool_pb2.SubmitJobSyncRequest(machine_type="echo")
+    nested.payload.content_type = "text/\x00plain"
+    top = pool_pb2.SubmitJobSyncRequest(machine_type="ec\x00ho")
+
+    assert b"\x00" not in clean.SerializeToString()
+    assert parse(clean.SerializeToString()) == clean
+    assert parse(binary.SerializeToString()) == binary
+    assert parse(nested.SerializeToString()) == Undecodable(refusal("payload.content_type"))
+    assert parse(top.SerializeToString()) == Undecodable(refusal("machine_type"))
