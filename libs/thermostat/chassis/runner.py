@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from thermostat.chassis.event_loop import choose_loop, run, running_loop_name
 from thermostat.chassis.logs import configure_logging
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import ServiceDef
@@ -16,13 +18,25 @@ from thermostat.chassis.tracing import configure_from_environment
 from thermostat.store.db import Store
 
 S = TypeVar("S", bound=ServiceSettings)
+Build = Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost]]
+
+log = logging.getLogger("thermostat.chassis.runner")
+
+
+def service_main(settings_class: type[S], service: ServiceDef, *, build: Build[S]) -> int:
+    """A service's `__main__`: its settings, then `run_service` on the event loop they name (EVENT_LOOP)."""
+    settings = load_settings(settings_class)
+    choice = choose_loop(settings.event_loop)
+    return run(run_service(settings_class, service, build=build, settings=settings, fallback=choice.fallback), choice)
 
 
 async def run_service(
     settings_class: type[S],
     service: ServiceDef,
     *,
-    build: Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost]],
+    build: Build[S],
+    settings: S | None = None,
+    fallback: str | None = None,
 ) -> int:
     """Run one service over the store until signalled.
 
@@ -30,9 +44,11 @@ async def run_service(
     serves what it can and says what is missing, like the idle monitor before the RunPod secret exists.
     The port is the settings field named for the registry's port variable (POD_CONTROLLER_PORT is the field
     pod_controller_port); Prometheus's /metrics is served on the registry's metrics port (its variable, else
-    its default), for every service alike.
+    its default), for every service alike. `settings` already loaded (by `service_main`, to choose the loop) are used
+    as they are; `fallback` says why the loop they asked for could not be had.
     """
-    settings = load_settings(settings_class)
+    if settings is None:
+        settings = load_settings(settings_class)
     name = service.name
     port: int = getattr(settings, service.port_env.lower())
     try:
@@ -41,6 +57,9 @@ async def run_service(
         print(f"invalid configuration:\n  {error}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(name, settings.log_level)
+    if fallback is not None:
+        log.warning("%s: %s: running on asyncio's own event loop", name, fallback)
+    log.info("%s: event loop %s", name, running_loop_name())
     # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT asks for it and the tracing extra is installed
     flush_traces = configure_from_environment(name)
     if settings.database_url is None:

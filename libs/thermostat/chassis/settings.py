@@ -9,6 +9,7 @@ from typing import Literal, TypeVar
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from thermostat.chassis.event_loop import EventLoopSetting
 from thermostat.chassis.logs import register_secret
 
 
@@ -22,6 +23,9 @@ class ServiceSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_grace_seconds: float = Field(default=10.0, gt=0, le=300)
     health_probe_seconds: float = Field(default=2.0, gt=0, le=60)
+    event_loop: EventLoopSetting = Field(
+        default="uvloop", description="uvloop when installed (chassis/event_loop.py), or asyncio's own loop"
+    )
     thermostat_internal_token: SecretStr | None = Field(
         default=None, description="the deployment's token for service-to-service calls; unset refuses them"
     )

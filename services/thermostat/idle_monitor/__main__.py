@@ -17,7 +17,7 @@ from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel, outgoing_metadata
-from thermostat.chassis.runner import run_service
+from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.monitor.v1 import monitor_pb2_grpc
@@ -217,4 +217,4 @@ async def build_host(settings: IdleMonitorSettings, env: Mapping[str, str], stor
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(IdleMonitorSettings, IDLE_MONITOR, build=build_host)))
+    sys.exit(service_main(IdleMonitorSettings, IDLE_MONITOR, build=build_host))

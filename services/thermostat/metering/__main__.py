@@ -15,7 +15,7 @@ from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import METERING
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
-from thermostat.chassis.runner import run_service
+from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
@@ -147,4 +147,4 @@ async def build(
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(MeteringSettings, METERING, build=build)))
+    sys.exit(service_main(MeteringSettings, METERING, build=build))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Mapping
@@ -15,7 +14,7 @@ from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
 from thermostat.chassis.replica import replica_id
 from thermostat.chassis.request_context import insecure_channel
-from thermostat.chassis.runner import run_service
+from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
@@ -158,4 +157,4 @@ async def build(
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(PodControllerSettings, POD_CONTROLLER, build=build)))
+    sys.exit(service_main(PodControllerSettings, POD_CONTROLLER, build=build))

@@ -16,7 +16,7 @@ from thermostat.chassis.clock import Clock as LeaseClock
 from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.request_context import insecure_channel
-from thermostat.chassis.runner import run_service
+from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
@@ -186,4 +186,4 @@ def assemble(
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(run_service(PoolDispatcherSettings, POOL_DISPATCHER, build=build)))
+    sys.exit(service_main(PoolDispatcherSettings, POOL_DISPATCHER, build=build))

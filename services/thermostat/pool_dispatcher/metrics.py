@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+from prometheus_client import Counter, Histogram
+
 from thermostat.chassis.metrics import WAIT_BUCKETS, Metrics, takeover_counter
 
 from .repository import PoolRepository
@@ -46,14 +48,29 @@ class PoolMetrics:
             ["state", "backend"],
         )
         self.takeover = takeover_counter(self.metrics)
+        # The series each job updates, looked up once per label values rather than per job (a family's labels()
+        # validates and locks on every call). These families are never cleared, so a child stays theirs.
+        self._queued: dict[str, Histogram] = {}
+        self._ended: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
 
     def sent(self, machine_type: str, submitted_at: datetime) -> None:
         waited = (datetime.now(UTC) - submitted_at).total_seconds()
-        self.queue_seconds.labels(machine_type=machine_type).observe(max(0.0, waited))
+        queued = self._queued.get(machine_type)
+        if queued is None:
+            queued = self._queued[machine_type] = self.queue_seconds.labels(machine_type=machine_type)
+        queued.observe(max(0.0, waited))
 
     def finished(self, machine_type: str, state: str, seconds: float) -> None:
-        self.jobs_finished.labels(machine_type=machine_type, state=state).inc()
-        self.dispatch_seconds.labels(machine_type=machine_type, state=state).observe(max(0.0, seconds))
+        ended = self._ended.get((machine_type, state))
+        if ended is None:
+            labels = {"machine_type": machine_type, "state": state}
+            ended = self._ended[(machine_type, state)] = (
+                self.jobs_finished.labels(**labels),
+                self.dispatch_seconds.labels(**labels),
+            )
+        count, seconds_to_end = ended
+        count.inc()
+        seconds_to_end.observe(max(0.0, seconds))
 
     def count_on_scrape(self, repository: PoolRepository, backends: Iterable[str]) -> None:
         """Refresh jobs and machines by state before each scrape (two small reads, bounded by the scrape); every

@@ -10,6 +10,7 @@ import grpc
 from thermostat.chassis.text_fields import (
     Refused,
     TextFieldInterceptor,
+    Undecodable,
     bad_utf8_field,
     nul_field,
     refusal,
@@ -124,3 +125,33 @@ async def test_a_streaming_request_reads_a_refused_in_place_of_each_bad_message(
     assert isinstance(bad, Refused) and bad.detail == "job.machine_type: is not valid UTF-8"
     assert bad.request == pool_pb2.RunJobsRequest(tag=3)
     assert garbage == Refused("the request is not a valid message of its type", None)
+
+
+async def test_the_checked_handler_parses_a_nul_in_a_string_as_a_refusal_and_zero_bytes_in_bytes_as_data() -> None:
+    """The NUL check runs as the request is parsed: a string holding one parses to the refusal naming its field
+    (nested ones too), while a payload of zero bytes, or wire bytes with no zero byte at all, parse to the message."""
+
+    async def echo(request: object, context: object) -> object:
+        return request
+
+    interceptor = TextFieldInterceptor()
+    details = SimpleNamespace(method="/thermostat.pool.v1.PoolDispatcher/SubmitJobSync", invocation_metadata=())
+    registered = grpc.unary_unary_rpc_method_handler(echo, pool_pb2.SubmitJobSyncRequest.FromString)
+
+    async def continuation(_details: object) -> grpc.RpcMethodHandler:
+        return registered
+
+    parse = (await interceptor.intercept_service(continuation, details)).request_deserializer
+    clean = pool_pb2.SubmitJobSyncRequest(machine_type="echo", wait_seconds="60")
+    clean.payload.data = b'{"job": 1}'
+    binary = pool_pb2.SubmitJobSyncRequest(machine_type="echo")
+    binary.payload.data = b"\x00\x01\x00"
+    nested = pool_pb2.SubmitJobSyncRequest(machine_type="echo")
+    nested.payload.content_type = "text/\x00plain"
+    top = pool_pb2.SubmitJobSyncRequest(machine_type="ec\x00ho")
+
+    assert b"\x00" not in clean.SerializeToString()
+    assert parse(clean.SerializeToString()) == clean
+    assert parse(binary.SerializeToString()) == binary
+    assert parse(nested.SerializeToString()) == Undecodable(refusal("payload.content_type"), nested)
+    assert parse(top.SerializeToString()) == Undecodable(refusal("machine_type"), top)
