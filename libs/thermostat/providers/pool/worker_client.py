@@ -1,21 +1,35 @@
-"""WorkerClient: the pool's hop to its machines (`POST /execute`, build cancel, `GET /health`) on aiohttp.
+"""WorkerClient: the pool's hop to its machines (`POST /execute`, build cancel, `GET /health`).
 
-aiohttp, not httpx: on this machine aiohttp's client keeps ~3,000 requests/s to a trivial worker where
-httpx's async client manages 230-500 and slows as concurrency grows (issue 10, Measures), and the worker hop
-is on every job's path. One ClientSession holds one connection pool for every machine (no per-host or total
-cap: a scaler pass probes every warm machine at once), created lazily inside the running loop.
+It speaks HTTP/1.1 itself (http1.py: an asyncio Protocol per kept-alive connection, answers parsed by
+httptools' llhttp in C), because the hop is on every job's path and the dispatcher is CPU-bound. Measured on
+this 2-core machine under load (bench/pool_calibration.py, 2,000 calls to one reference worker, this
+process's CPU per call): aiohttp's client 285-303 µs at one call at a time and 161-180 µs at 32, this one
+118-148 µs and 54-57 µs (a bare Protocol writing a canned request and waiting for its answer, the floor:
+78-91 and 25-27 µs), for 1.2-1.5x and 1.9-2.1x the requests per second. In bench/pool_throughput.py the
+dispatchers' CPU per job fell by 150-230 µs (gRPC 1,710/1,615 → 1,540/1,385 µs, REST 1,695/1,740 →
+1,530/1,590, main and this, back to back, load average 8). httpx's async client was slower still (1,400-3,300
+µs per call). Health probes and build cancels take the same path: one client, one pool, one span hook.
 
 Theory of operation:
 - `execute` has one wall-clock deadline for the whole call, connect to last byte: the job's timeout. A
   per-read timeout would let a worker trickling a byte a minute hold a job forever. It reports a typed
-  `WorkerReply` that the job-outcome policy maps; it never raises for what the worker did.
+  `WorkerReply` that the job-outcome policy maps; it never raises for what the worker did: no connection
+  (refused, connect timeout, a TLS certificate refused) is UNREACHABLE with the OS's reason, a connection lost
+  or an answer that is not HTTP is BROKEN, the deadline is DEADLINE.
 - The payload goes out verbatim with no Content-Type (worker-pool seed: "the pool forwards it verbatim and sets no
   content type"); W3C `traceparent` / `tracestate` given with the job are forwarded (inside a recorded trace,
-  the hop's own span replaces them with its context: chassis/tracing.py's aiohttp trace config).
-- The result is read up to `max_result_bytes`; a larger one is `TOO_LARGE` (the worker worked; the pool
-  refuses the bytes rather than hold them in memory).
-- The machine's token lives only in the Authorization header. Errors carry an exception's class or the OS
-  error text, never a header or a request repr.
+  the hop's own CLIENT span replaces them with its context: chassis/tracing.py's `hop_spans`). A value that
+  is not printable ASCII is dropped rather than let it start a header of its own.
+- The result is read up to `max_result_bytes`, whether its length is declared, chunked or ends with the
+  connection; a larger one is `TOO_LARGE` (the worker worked; the pool refuses the bytes rather than hold them
+  in memory, and drops the connection).
+- A request is sent once, never again: http1.py says how a connection the worker closed while idle is left
+  out before reuse (aiohttp would send a job on it and see it BROKEN), and what happens when one ends before
+  any answer (BROKEN, as with aiohttp; only a health probe, a GET, is asked again).
+- https endpoints (RunPod's proxy, Fly) are spoken to over asyncio's TLS with the system's CAs and the host
+  name checked (`ssl_context` replaces that, for a test's own CA).
+- The machine's token lives only in the Authorization header. Errors carry fixed words or the OS error text,
+  never a header or a request.
 """
 
 from __future__ import annotations
