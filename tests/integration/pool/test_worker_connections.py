@@ -323,10 +323,12 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @contextlib.asynccontextmanager
-async def tls_worker(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
-    """An https worker echoing its payload."""
+async def tls_worker(certificate: tuple[Path, Path], connections: set[int] | None = None) -> AsyncIterator[str]:
+    """An https worker echoing its payload; it notes each connection a request came on in `connections`."""
 
     async def execute(request: web.Request) -> web.Response:
+        if connections is not None:
+            connections.add(id(request.transport))
         return web.Response(body=await request.read())
 
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -345,9 +347,11 @@ async def tls_worker(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
 
 async def test_an_https_worker_is_reached_over_verified_tls(certificate: tuple[Path, Path]) -> None:
     trusted = ssl.create_default_context(cafile=str(certificate[0]))
-    async with tls_worker(certificate) as url, WorkerClient(ssl_context=trusted) as client:
-        replies = [await client.execute(url, TOKEN, b"payload", deadline_seconds=5) for _ in range(2)]
-    assert [(r.kind, r.status, r.body) for r in replies] == [(ReplyKind.ANSWERED, 200, b"payload")] * 2
+    connections: set[int] = set()
+    async with tls_worker(certificate, connections) as url, WorkerClient(ssl_context=trusted) as client:
+        replies = [await client.execute(url, TOKEN, b"payload", deadline_seconds=5) for _ in range(3)]
+    assert [(r.kind, r.status, r.body) for r in replies] == [(ReplyKind.ANSWERED, 200, b"payload")] * 3
+    assert len(connections) == 1  # kept alive: one handshake for the three
 
 
 async def test_an_https_worker_whose_certificate_is_not_trusted_is_unreachable(certificate: tuple[Path, Path]) -> None:
