@@ -35,6 +35,7 @@ import httptools
 
 KEEPALIVE_MARGIN_SECONDS = 1.0
 """Below a server's advertised keep-alive: its timer, and the time our request takes to reach it."""
+_ORIGINS_KEPT = 4096
 
 
 class Unreachable(Exception):
@@ -99,6 +100,8 @@ class Http1Pool:
     def origin(self, endpoint: str) -> Origin:
         origin = self._origins.get(endpoint)
         if origin is None:
+            if len(self._origins) >= _ORIGINS_KEPT:
+                self._origins.clear()  # machines come and go, each with its endpoint: the cache never grows past this
             origin = self._origins[endpoint] = Origin.parse(endpoint)
         return origin
 
