@@ -13,7 +13,7 @@ import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -303,6 +303,33 @@ async def test_an_endpoint_under_a_path_keeps_it() -> None:
             reply = await client.execute(f"{worker.url}/machine-7/", TOKEN, b"{}", deadline_seconds=5)
     assert reply.kind is ReplyKind.ANSWERED
     assert worker.requests == [(0, b"POST /machine-7/execute HTTP/1.1")]
+
+
+@contextlib.contextmanager
+def black_hole() -> Iterator[str]:
+    """A port whose accept queue is full: the kernel drops a new connection's SYN, so a connect just waits."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    waiting = [socket.socket() for _ in range(3)]
+    try:
+        for queued in waiting:
+            queued.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                queued.connect(("127.0.0.1", port))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for queued in waiting:
+            queued.close()
+        listener.close()
+
+
+async def test_no_connection_within_the_connect_timeout_is_unreachable_and_within_the_deadline_is_deadline() -> None:
+    with black_hole() as url:
+        async with WorkerClient(connect_timeout_seconds=0.3) as client:
+            unreachable = await client.execute(url, TOKEN, b"{}", deadline_seconds=30)
+            deadline = await client.execute(url, TOKEN, b"{}", deadline_seconds=0.1)  # the job's deadline first
+    assert (unreachable.kind, unreachable.error) == (ReplyKind.UNREACHABLE, "no connection within 0.3 s")
+    assert deadline.kind is ReplyKind.DEADLINE
 
 
 # ------------------------------------------------------------------------------------------------------ TLS
