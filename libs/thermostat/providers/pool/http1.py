@@ -36,6 +36,7 @@ import httptools
 KEEPALIVE_MARGIN_SECONDS = 1.0
 """Below a server's advertised keep-alive: its timer, and the time our request takes to reach it."""
 _ORIGINS_KEPT = 4096
+_AGENT = "User-Agent: thermostat-pool\r\n"  # as aiohttp sent one: a provider's proxy (Cloudflare) may refuse none
 
 
 class Unreachable(Exception):
@@ -112,7 +113,9 @@ class Http1Pool:
         origin = self._origins.get(endpoint) or self.origin(endpoint)
         head = "".join([f"{name}: {value}\r\n" for name, value in fields.items()])
         length = f"Content-Length: {len(body)}\r\n" if body or method != "GET" else ""
-        request = f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{head}{length}\r\n".encode()
+        request = (
+            f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{_AGENT}{head}{length}\r\n".encode()
+        )
         connection = self._reuse(endpoint)
         if connection is None:
             return await self._exchange(endpoint, await self._connect(origin), request, body, limit)

@@ -5,10 +5,11 @@ httptools' llhttp in C), because the hop is on every job's path and the dispatch
 this 2-core machine under load (bench/pool_calibration.py, 2,000 calls to one reference worker, this
 process's CPU per call): aiohttp's client 285-303 µs at one call at a time and 161-180 µs at 32, this one
 118-148 µs and 54-57 µs (a bare Protocol writing a canned request and waiting for its answer, the floor:
-78-91 and 25-27 µs), for 1.2-1.5x and 1.9-2.1x the requests per second. In bench/pool_throughput.py the
-dispatchers' CPU per job fell by 150-230 µs (gRPC 1,710/1,615 → 1,540/1,385 µs, REST 1,695/1,740 →
-1,530/1,590, main and this, back to back, load average 8). httpx's async client was slower still (1,400-3,300
-µs per call). Health probes and build cancels take the same path: one client, one pool, one span hook.
+78-91 and 25-27 µs), for 1.2-1.5x and 1.9-2.1x the requests per second. In bench/pool_throughput.py
+(2,000 jobs, main and this back to back, four pairs, load average 2-9) the dispatchers' CPU per job fell by
+~250 µs: gRPC 1,615-1,750 → 1,350-1,540 µs, REST 1,685-1,940 → 1,445-1,590. httpx's async client was slower
+still (1,400-3,300 µs per call). Health probes and build cancels take the same path: one client, one pool,
+one span hook.
 
 Theory of operation:
 - `execute` has one wall-clock deadline for the whole call, connect to last byte: the job's timeout. A
