@@ -5,13 +5,16 @@ Run: .venv/bin/python bench/pool_calibration.py [--jobs 1000] [--concurrency 1,8
 The loop of issue 10's Measures, in one process: per job, four SQL statements over asyncpg against an
 embedded Postgres (insert the job, claim it with FOR UPDATE SKIP LOCKED, complete it, insert its usage
 event) and one HTTP call to a local reference worker (`python -m thermostat.worker`, echo handler, started
-through the pool's LocalBackend). The HTTP call is made with the pool's WorkerClient (aiohttp) and, for
-comparison, with httpx's AsyncClient. Columns, jobs (or requests) per second:
+through the pool's LocalBackend). The HTTP call is made with the pool's WorkerClient (its lean HTTP/1.1
+client, providers/pool/http1.py) and, for comparison, with aiohttp's client (what WorkerClient used before:
+one ClientSession, kept alive, no Content-Type) and httpx's AsyncClient. Columns, jobs (or requests) per
+second, and for the bare calls this process's CPU per call in µs (the worker runs in its own process):
 
-  loop aiohttp   the whole loop, the worker hop through WorkerClient
+  loop           the whole loop, the worker hop through WorkerClient
   loop httpx     the whole loop, the worker hop through httpx.AsyncClient (one client, kept alive)
   sql only       the four statements, no HTTP call: the store's share of the loop
-  http aiohttp   the worker call alone, WorkerClient
+  http lean      the worker call alone, WorkerClient
+  http aiohttp   the worker call alone, aiohttp
   http httpx     the worker call alone, httpx
 
 Later designs (a claim that inserts and hands over in one statement, the terminal state and the usage
@@ -33,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 
@@ -108,7 +112,8 @@ async def run_loop(
     return jobs / (time.perf_counter() - started)
 
 
-async def run_http(call: Call, requests: int, concurrency: int) -> float:
+async def run_http(call: Call, requests: int, concurrency: int) -> tuple[float, float]:
+    """Requests per second of the bare call, and this process's CPU per call in µs."""
     remaining = requests
 
     async def lane() -> None:
@@ -117,9 +122,9 @@ async def run_http(call: Call, requests: int, concurrency: int) -> float:
             remaining -= 1
             await call(PAYLOAD)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
-    return requests / (time.perf_counter() - started)
+    return requests / (time.perf_counter() - started), (time.process_time() - cpu) * 1e6 / requests
 
 
 async def boot_worker(backend: LocalBackend) -> MachineHandle:
@@ -143,42 +148,60 @@ async def main(dsn: str, jobs: int, concurrencies: list[int]) -> None:
         handle = await boot_worker(backend)
         url = handle.endpoint
 
-        async def via_aiohttp(payload: bytes) -> bytes:
+        async def via_client(payload: bytes) -> bytes:
             reply = await client.execute(url, TOKEN, payload, deadline_seconds=30)
             if reply.kind is not ReplyKind.ANSWERED or reply.status != 200:
                 raise SystemExit(f"the worker call failed: {reply.kind} {reply.status} {reply.error}")
             return reply.body
 
-        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)) as http:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30)
+        async with (
+            httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)) as http,
+            aiohttp.ClientSession(connector=connector, auto_decompress=False) as session,
+        ):
 
             async def via_httpx(payload: bytes) -> bytes:
-                response = await http.post(
-                    f"{url}/execute", content=payload, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
-                )
+                response = await http.post(f"{url}/execute", content=payload, headers=headers, timeout=30)
                 if response.status_code != 200:
                     raise SystemExit(f"the worker call failed: HTTP {response.status_code}")
                 return response.content
+
+            async def via_aiohttp(payload: bytes) -> bytes:
+                async with (
+                    asyncio.timeout(30),
+                    session.post(
+                        f"{url}/execute", data=payload, headers=headers, skip_auto_headers=("Content-Type",)
+                    ) as response,
+                ):
+                    if response.status != 200:
+                        raise SystemExit(f"the worker call failed: HTTP {response.status}")
+                    return await response.read()
 
             pool = await asyncpg.create_pool(scratch_dsn, min_size=max(concurrencies), max_size=max(concurrencies))
             try:
                 async with pool.acquire() as connection:
                     await connection.execute(SCHEMA)
-                await run_loop(pool, via_aiohttp, min(jobs, 200), 4)  # warm connections and caches
-                await run_http(via_httpx, min(jobs, 200), 4)
-                print(f"{jobs} jobs per cell; jobs (or requests) per second; one run on this machine\n")
+                await run_loop(pool, via_client, min(jobs, 200), 4)  # warm connections and caches
+                for call in (via_aiohttp, via_httpx):
+                    await run_http(call, min(jobs, 200), 4)
                 print(
-                    f"{'lanes':>6} {'loop aiohttp':>13} {'loop httpx':>11} {'sql only':>9} "
-                    f"{'http aiohttp':>13} {'http httpx':>11} {'loop a/h':>9} {'http a/h':>9}"
+                    f"{jobs} jobs per cell; jobs (or requests) per second, CPU µs per call; one run on this machine\n"
+                )
+                print(
+                    f"{'lanes':>6} {'loop':>6} {'loop httpx':>11} {'sql only':>9} {'http lean':>10} {'µs':>5} "
+                    f"{'http aiohttp':>13} {'µs':>5} {'http httpx':>11} {'µs':>5} {'lean/aiohttp':>13}"
                 )
                 for lanes in concurrencies:
-                    loop_a = await run_loop(pool, via_aiohttp, jobs, lanes)
+                    loop = await run_loop(pool, via_client, jobs, lanes)
                     loop_h = await run_loop(pool, via_httpx, jobs, lanes)
                     sql = await run_loop(pool, None, jobs, lanes)
-                    http_a = await run_http(via_aiohttp, jobs, lanes)
-                    http_h = await run_http(via_httpx, jobs, lanes)
+                    lean, lean_cpu = await run_http(via_client, jobs, lanes)
+                    aio, aio_cpu = await run_http(via_aiohttp, jobs, lanes)
+                    htx, htx_cpu = await run_http(via_httpx, jobs, lanes)
                     print(
-                        f"{lanes:>6} {loop_a:>13.0f} {loop_h:>11.0f} {sql:>9.0f} {http_a:>13.0f} {http_h:>11.0f}"
-                        f" {loop_a / loop_h:>8.2f}x {http_a / http_h:>8.2f}x"
+                        f"{lanes:>6} {loop:>6.0f} {loop_h:>11.0f} {sql:>9.0f} {lean:>10.0f} {lean_cpu:>5.0f} "
+                        f"{aio:>13.0f} {aio_cpu:>5.0f} {htx:>11.0f} {htx_cpu:>5.0f} {lean / aio:>12.2f}x"
                     )
             finally:
                 await pool.close()

@@ -3,7 +3,7 @@ and the provider calls, carried as W3C `traceparent` / `tracestate` in gRPC meta
 
 OpenTelemetry is an optional extra (requirements-tracing.txt). Unless its API is importable and a tracer
 provider is set up when a server, channel or HTTP client is built (`enabled()`), every hook here is absent
-rather than idle: `server_interceptors()`, `client_interceptors()` and `aiohttp_trace_configs()` are empty,
+rather than idle: `server_interceptors()` and `client_interceptors()` are empty, `hop_spans()` is None,
 `http_transport()` hands back the transport it was given and the span helpers record nothing, so a request
 pays nothing and the caller's context passes through unchanged (request_context), as
 tests/integration/chassis/test_tracing_absent.py checks in a service process.
@@ -17,7 +17,7 @@ What is recorded:
   caller's context from the metadata; health checks and reflection are not traced (Envoy probes every second);
 - a CLIENT span per call on a channel from `request_context.insecure_channel`, whose context the callee
   receives; a CLIENT span per HTTP request through `http_transport` (httpx: RunPod, Fly, Docker, the vLLM
-  scrape) and `aiohttp_trace_configs` (the pool's worker hop), which send `traceparent` on;
+  scrape) and `hop_spans` (the pool's own HTTP/1.1 client to its workers), which send `traceparent` on;
 - spans a service opens itself (`span`, `start_span`): the monitor's tick, the pool's queue / boot / execute.
 Outgoing calls and HTTP requests made outside a recorded trace (a ledger's poll, a machine's health probe, a
 request sampled out) open no span: only a request or a service's own root span starts a trace, so background
@@ -320,49 +320,38 @@ class _TracedTransport(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def aiohttp_trace_configs() -> list[Any]:
-    """aiohttp trace configs opening a CLIENT span per request inside a trace: none unless `enabled()`."""
-    if not enabled():
-        return []
-    import aiohttp  # only the pool's worker hop uses aiohttp; other services never import it for tracing
+def hop_spans() -> HopSpans | None:
+    """CLIENT spans for the pool's own HTTP/1.1 client (providers/pool/http1.py): None unless `enabled()`."""
+    return HopSpans() if enabled() else None
 
-    async def started(session: Any, context: Any, params: Any) -> None:
+
+class HopSpans:
+    """Opens a CLIENT span per request made inside a trace and sends its context in the request's headers,
+    replacing a passed-through caller's `traceparent` (the worker's parent is this hop, under the job's span)."""
+
+    @staticmethod
+    def start(method: str, host: str, url: str, headers: dict[str, str]) -> Span:
+        """The request's span, its context put into `headers`; None outside a trace (`headers` left as given)."""
         if not _in_a_trace():
-            context.span = None
-            return
-        url = params.url
-        context.span = _tracer().start_span(
-            params.method,
-            kind=otel.SpanKind.CLIENT,
-            attributes={
-                "http.request.method": params.method,
-                "server.address": url.host or "",
-                "url.full": _url(url.scheme, url.host or "", url.explicit_port, url.path),
-            },
-        )
+            return None
+        attributes = {"http.request.method": method, "server.address": host, "url.full": url}
+        span = _tracer().start_span(method, kind=otel.SpanKind.CLIENT, attributes=attributes)
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=otel.set_span_in_context(context.span))
-        params.headers.update(carrier)
+        propagate.inject(carrier, context=otel.set_span_in_context(span))
+        headers.update(carrier)
+        return span
 
-    async def ended(session: Any, context: Any, params: Any) -> None:
-        span = getattr(context, "span", None)
-        if span is not None:
-            span.set_attribute("http.response.status_code", params.response.status)
-            if params.response.status >= 500:
-                _fail(span, str(params.response.status))
-            span.end()
+    @staticmethod
+    def answered(span: Span, status: int) -> None:
+        span.set_attribute("http.response.status_code", status)
+        if status >= 500:
+            _fail(span, str(status))
+        span.end()
 
-    async def failed(session: Any, context: Any, params: Any) -> None:
-        span = getattr(context, "span", None)
-        if span is not None:
-            _fail(span, type(params.exception).__name__)
-            span.end()
-
-    config = aiohttp.TraceConfig()
-    config.on_request_start.append(started)
-    config.on_request_end.append(ended)
-    config.on_request_exception.append(failed)
-    return [config]
+    @staticmethod
+    def failed(span: Span, error: str) -> None:
+        _fail(span, error)
+        span.end()
 
 
 # ------------------------------------------------------------------------------------ a service's own spans

@@ -1,6 +1,6 @@
 """Without OpenTelemetry (the extra not installed), or with its API but no tracer provider set up (no
 OTEL_EXPORTER_OTLP_ENDPOINT), tracing costs nothing: a service process installs no tracing interceptor on its
-server or its channels, hands its HTTP clients their own transports and aiohttp no trace config, and still
+server or its channels, hands its HTTP clients their own transports and the worker hop no span hook, and still
 passes the caller's trace context on."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ async def main():
         "channel_interceptors": [type(i).__name__ for i in channel._unary_unary_interceptors],
         "stream_interceptors": [type(i).__name__ for i in channel._unary_stream_interceptors],
         "runpod_transport": type(runpod._http._transport).__name__,
-        "aiohttp_trace_configs": len(workers._client().trace_configs),
+        "worker_hop_spans": (await workers.health("http://127.0.0.1:1"), workers._spans is not None),
         "enabled": tracing.enabled(),
         "opentelemetry_loaded": sorted(m for m, v in sys.modules.items() if m.startswith("opentelemetry") and v),
     }}))
@@ -89,7 +89,7 @@ def test_a_service_without_a_tracer_installs_no_tracing_hook_and_still_passes_th
     assert seen["channel_interceptors"] == ["_Propagate"]
     assert seen["stream_interceptors"] == ["_StreamSide"]  # _Propagate's streaming side
     assert seen["runpod_transport"] == "AsyncHTTPTransport"  # httpx's own, unwrapped
-    assert seen["aiohttp_trace_configs"] == 0
+    assert seen["worker_hop_spans"] == [False, False]  # a probe made, nobody there, and no span hook for it
     # no tracing, yet the caller's context crossed both hops unchanged (the chassis' passthrough)
     assert seen["answer"] == "ping"
     [leaf] = seen["leaf_saw"]

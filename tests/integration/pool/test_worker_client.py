@@ -8,7 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from opentelemetry import trace as otel
+from opentelemetry.trace import SpanKind, StatusCode
 
+from tests.fixtures.tracing import Spans, names
 from tests.fixtures.workers import free_port
 from tests.integration.pool.conftest import MACHINE_TOKEN, machine
 from thermostat.policy.pool.job_outcome import ReplyKind
@@ -60,6 +63,46 @@ async def test_trace_and_content_type_seen_by_the_worker() -> None:
     assert seen == {**TRACE, "Content-Type": None}
 
 
+async def test_inside_a_recorded_trace_the_hop_is_a_client_span_whose_context_the_worker_receives(
+    spans: Spans,
+) -> None:
+    """The hop's own span sits under the current one and replaces the job's traceparent on the wire."""
+    seen: dict[str, str | None] = {}
+
+    async def execute(request: web.Request) -> web.Response:
+        seen.update({name: request.headers.get(name) for name in ("traceparent", "tracestate")})
+        return web.Response(status=503)
+
+    async with misbehaving_worker(execute=execute) as url, WorkerClient() as client:
+        with otel.get_tracer("test").start_as_current_span("pool.execute") as job:
+            reply = await client.execute(url, "t", b"{}", deadline_seconds=5, trace=TRACE)
+        unreachable = await client.execute(f"http://127.0.0.1:{free_port()}", "t", b"", deadline_seconds=5)
+    assert reply.status == 503
+    assert unreachable.kind is ReplyKind.UNREACHABLE  # outside the trace: no span for it
+    [hop] = spans.named("POST")
+    assert (
+        hop.kind is SpanKind.CLIENT and hop.parent is not None and hop.parent.span_id == job.get_span_context().span_id
+    )
+    assert hop.attributes == {
+        "http.request.method": "POST",
+        "server.address": "127.0.0.1",
+        "url.full": f"{url}/execute",
+        "http.response.status_code": 503,
+    }
+    assert hop.status.status_code is StatusCode.ERROR  # a 5xx, as an HTTP client span says it
+    assert seen["traceparent"] is not None and names(seen["traceparent"]) == (hop.context.trace_id, hop.context.span_id)
+    assert seen["traceparent"] != TRACE["traceparent"]
+
+
+async def test_a_hop_that_fails_inside_a_trace_is_an_error_span_naming_the_failure(spans: Spans) -> None:
+    async with WorkerClient() as client:
+        with otel.get_tracer("test").start_as_current_span("pool.execute"):
+            reply = await client.execute(f"http://127.0.0.1:{free_port()}", "t", b"", deadline_seconds=5)
+    assert reply.kind is ReplyKind.UNREACHABLE
+    [hop] = spans.named("POST")
+    assert (hop.status.status_code, hop.status.description) == (StatusCode.ERROR, "Unreachable")
+
+
 async def test_worker_error_status_is_an_answer(backend: LocalBackend, client: WorkerClient) -> None:
     """A worker's 500 comes back as an answer with its body (the policy keeps the machine)."""
     async with machine(backend, env={"STRATA_WORKER_HANDLER": "fail"}) as handle:
@@ -90,12 +133,12 @@ async def test_deadline_is_wall_clock_not_per_read() -> None:
     assert reply.kind is ReplyKind.DEADLINE  # the trickle lasts 10 s and would end ANSWERED 200
 
 
-async def test_closed_port_is_unreachable() -> None:
+async def test_closed_port_is_unreachable_with_the_os_reason_and_never_the_token() -> None:
     """Nothing listening: UNREACHABLE (the policy retires the machine)."""
     async with WorkerClient() as client:
-        reply = await client.execute(f"http://127.0.0.1:{free_port()}", "t", b"", deadline_seconds=5)
+        reply = await client.execute(f"http://127.0.0.1:{free_port()}", MACHINE_TOKEN, b"", deadline_seconds=5)
     assert reply.kind is ReplyKind.UNREACHABLE
-    assert reply.error
+    assert reply.error == "Connection refused"
 
 
 async def test_connection_dropped_mid_reply_is_broken() -> None:

@@ -4,15 +4,16 @@ is the traceparent the worker receives."""
 
 from __future__ import annotations
 
-import aiohttp
+from typing import Any
+
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.tracing import Spans, hex_id, names, parent_of
 from tests.integration.pool_dispatcher.conftest import caller, local_type, pool_env, start_pool
-from thermostat.policy.pool.job_outcome import WorkerReply
 from thermostat.pool.v1 import pool_pb2
+from thermostat.providers.pool.http1 import Answer
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
@@ -67,13 +68,16 @@ async def test_queue_boot_and_execute_sit_under_the_submit_and_the_worker_receiv
 def _worker_echoes(client: WorkerClient) -> list[str]:
     """The traceparent each /execute reached the worker with, as the reference worker echoes it back."""
     echoed: list[str] = []
-    read = client._read
+    request = client._http.request
 
-    async def reading(response: aiohttp.ClientResponse) -> WorkerReply:
-        echoed.append(response.headers.get("X-Strata-Received-Traceparent", ""))
-        return await read(response)
+    async def requesting(endpoint: str, method: str, path: str, *args: Any, **kwargs: Any) -> Answer:
+        answer = await request(endpoint, method, path, *args, **kwargs)
+        if path == "/execute":
+            headers = {name.lower(): value for name, value in answer.headers}
+            echoed.append(headers.get(b"x-strata-received-traceparent", b"").decode())
+        return answer
 
-    client._read = reading  # type: ignore[method-assign]
+    client._http.request = requesting  # type: ignore[method-assign]
     return echoed
 
 
