@@ -29,6 +29,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -286,9 +287,8 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self._poll.register(transport.get_extra_info("socket").fileno(), select.POLLIN)
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self._poll.register(self._transport.get_extra_info("socket").fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None or self._waiter.done():
