@@ -11,7 +11,14 @@ import os
 # with SIGSEGV before exec). The tests fork only to exec, so they need no fork support; their children inherit it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
+from hypothesis import HealthCheck, settings
+
 from thermostat.chassis.registry import SERVICES
+
+# Property tests assert what holds, never how fast: on two shared cores a generated case can take longer than
+# hypothesis's 200 ms deadline, and input generation longer than its health check allows, with nothing wrong.
+settings.register_profile("thermostat", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("thermostat")
 
 pytest_plugins = [
     "tests.fixtures.postgres",
