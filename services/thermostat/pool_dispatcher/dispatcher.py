@@ -520,12 +520,12 @@ class Dispatcher:
             await self.hooks.before_wait(job_id)
         deadline = self.clock() + timeout
         waiter = self._waiters.add(job_id)
-        read = self.repo.watch_job
         try:
+            job, marked = await self.repo.watch_job(job_id, tenant_id)
+            if marked and job is not None and job.state == JobState.QUEUED:
+                # a machine freed while the mark held the row passed the job over (SKIP LOCKED) and went idle
+                self._poke_placement()
             while True:
-                waiter.event.clear()
-                job = await read(job_id, tenant_id)
-                read = self.repo.get_job
                 remaining = deadline - self.clock()
                 moved = since_state is not None and job is not None and job.state != since_state
                 if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
@@ -535,6 +535,8 @@ class Dispatcher:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(min(remaining, self.repoll_seconds)):
                         await waiter.event.wait()
+                waiter.event.clear()  # before the read: a wake-up after it is for the next wait
+                job = await self.repo.get_job(job_id, tenant_id)
         finally:
             self._waiters.remove(job_id, waiter)
 

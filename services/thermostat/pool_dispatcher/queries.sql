@@ -342,11 +342,20 @@ RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::tex
 
 -- name: watch_job
 -- A WaitJob begins: the job is marked watched, so a completion from here on notifies every process, and read
--- as it stands after any completion that landed first (the update waits for a completion in flight).
-UPDATE pool_jobs SET watched = true
-WHERE id = $1 AND tenant_id = $2
-RETURNING id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
-          error, started_at, completed_at, result IS NOT NULL AS has_result;
+-- as it stands after any completion that landed first (the update waits for a completion in flight). Only the
+-- first mark writes: the row lock it takes makes a claim's SKIP LOCKED pass the job over, so a job already
+-- watched (every later read of a WaitJob stream) is read without one.
+WITH marked AS (
+    UPDATE pool_jobs SET watched = true
+    WHERE id = $1 AND tenant_id = $2 AND NOT watched
+    RETURNING id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+              error, started_at, completed_at, result IS NOT NULL AS has_result, true AS marked
+)
+SELECT * FROM marked
+UNION ALL
+SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+       error, started_at, completed_at, result IS NOT NULL AS has_result, false AS marked
+FROM pool_jobs WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM marked);
 
 -- name: get_job
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,

@@ -652,12 +652,12 @@ class PoolRepository:
             row = await c.fetchrow(Q["cancel"], uuid.UUID(job_id), tenant_id, build_id)
         return None if row is None else CancelResult(prior=row["prior"], worker_id=_text(row["worker_id"]))
 
-    async def watch_job(self, job_id: str, tenant_id: str) -> JobView | None:
-        """Mark the job watched (its completion notifies every process from now on) and read it; None when it is
-        not the tenant's."""
+    async def watch_job(self, job_id: str, tenant_id: str) -> tuple[JobView | None, bool]:
+        """Mark the job watched (its completion notifies every process from now on) and read it: the job (None
+        when it is not the tenant's) and whether this call marked it (the first mark locks the row a moment)."""
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["watch_job"], uuid.UUID(job_id), tenant_id)
-        return None if row is None else _job(row)
+        return (None, False) if row is None else (_job(row), bool(row["marked"]))
 
     async def get_job(self, job_id: str, tenant_id: str) -> JobView | None:
         async with borrow(self.pool) as c:

@@ -229,3 +229,53 @@ async def test_a_wait_job_elsewhere_on_a_lapsed_instances_job_is_woken_by_the_re
         )
         await beta.dispatcher.reclaim()
         assert (await streaming)[-1] == "failed"
+
+
+async def backend_waiting_on_a_lock(store: asyncpg.Pool) -> None:
+    async def blocked() -> bool | None:
+        return True if await store.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ) else None
+
+    await eventually(blocked, timeout=10, every=0.02)
+
+
+async def test_a_repeat_watch_reads_the_job_without_waiting_for_its_row_lock(database_url: str) -> None:
+    """Only a WaitJob's first mark writes the row: every later read of the stream takes no lock, so it neither
+    waits for a writer nor makes a claim's SKIP LOCKED pass the job over."""
+    async with instance(database_url, "alpha", [sleepy_type(max_workers=1)]) as (alpha, store):
+        job = await alpha.submit(b"0", machine_type="sleepy")
+        first, marked = await alpha.dispatcher.repo.watch_job(job.id, "acme")
+        assert marked and first is not None
+        async with store.pool.acquire() as locker, locker.transaction():
+            await locker.execute("SELECT 1 FROM pool_jobs WHERE id = $1::uuid FOR UPDATE", job.id)
+            async with asyncio.timeout(5):  # a write of the row would wait for this transaction's end
+                again, marked_again = await alpha.dispatcher.repo.watch_job(job.id, "acme")
+        assert again is not None and again.id == job.id and not marked_again
+
+
+async def test_a_job_a_freed_machine_passed_over_while_its_row_was_locked_runs_once_a_wait_job_marks_it(
+    database_url: str, held: HeldStep
+) -> None:
+    """The machine's completion finds the queued job's row locked (as a WaitJob's first mark locks it), passes it
+    over (SKIP LOCKED) and goes idle; the mark, once through, sends placement round: the job runs at once, not
+    at the next scaler pass (none runs here)."""
+    async with instance(database_url, "alpha", [sleepy_type(max_workers=1)], hooks=Hooks(before_execute=held)) as (
+        alpha,
+        store,
+    ):
+        await busy_with_a_held_job(alpha, held)
+        held.armed = False
+        queued = await alpha.submit(b"0", machine_type="sleepy")
+        async with store.pool.acquire() as locker:
+            lock = locker.transaction()
+            await lock.start()
+            await locker.execute("SELECT 1 FROM pool_jobs WHERE id = $1::uuid FOR UPDATE", queued.id)
+            held.release.set()
+            await machine_idle(alpha)  # the completion passed the locked job over
+            assert (await alpha.job(queued.id)).state == "queued"
+            streaming = asyncio.create_task(wait_job(alpha, queued.id))
+            await backend_waiting_on_a_lock(store.pool)  # the WaitJob's mark waits for the row
+            await lock.commit()
+        async with asyncio.timeout(20):
+            assert (await streaming)[-1] == "completed"
