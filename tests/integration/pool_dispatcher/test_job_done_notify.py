@@ -233,9 +233,10 @@ async def test_a_wait_job_elsewhere_on_a_lapsed_instances_job_is_woken_by_the_re
 
 async def backend_waiting_on_a_lock(store: asyncpg.Pool) -> None:
     async def blocked() -> bool | None:
-        return True if await store.fetchval(
+        waiting = await store.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        ) else None
+        )
+        return True if waiting else None
 
     await eventually(blocked, timeout=10, every=0.02)
 
