@@ -10,7 +10,7 @@ by bench/pool_throughput.py's rig. One caller, one call at a time, the two paths
   pool     SubmitJobSync over gRPC: auth, the submit statement (insert + claim the warm machine), the worker
            call, the completion statement (terminal state + usage), the answer
   direct   POST {endpoint}/execute to the same worker with its token, through the pool's WorkerClient
-           (aiohttp, kept alive): what the job itself costs
+           (the pool's own HTTP/1.1 client, kept alive): what the job itself costs
   gRPC hop grpc.health.v1 Health.Check on the dispatcher: a unary call with no work, what the gRPC
            framework alone costs on each side (context for the pool's share, not part of the goal)
 
@@ -21,7 +21,6 @@ so read the ratio from this run rather than the absolutes.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 import time
@@ -32,6 +31,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent)]
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from pool_throughput import TYPE, auth, load_line, payload, pool_rig  # noqa: E402
 
+from thermostat.chassis.event_loop import choose_loop  # noqa: E402
+from thermostat.chassis.event_loop import run as run_on  # noqa: E402
 from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.pool.v1 import pool_pb2  # noqa: E402
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
@@ -94,8 +95,16 @@ async def main(calls: int) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="measured calls per path (default 2000)")
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="this process's event loop, the caller's for both paths (default uvloop, as the services run)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls))
+    choice = choose_loop(args.loop)
+    print(f"caller on {choice.name}" + (f" ({choice.fallback})" if choice.fallback else ""), flush=True)
+    run_on(main(args.calls), choice)
 
 
 if __name__ == "__main__":

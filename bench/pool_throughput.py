@@ -64,6 +64,8 @@ import psutil  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from thermostat.chassis.event_loop import choose_loop  # noqa: E402
+from thermostat.chassis.event_loop import run as run_on  # noqa: E402
 from thermostat.chassis.ports import free_port  # noqa: E402
 from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
@@ -534,8 +536,16 @@ def cli() -> None:
         "--streams", type=int, default=4, help="RunJobs streams the callers share, over both processes (default 4)"
     )
     parser.add_argument("--no-calibration", action="store_true", help="skip the calibration loop")
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="this process's event loop, the callers' and the calibration loop's (default uvloop, as the services run)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.clients, args.rounds, not args.no_calibration, args.streams))
+    choice = choose_loop(args.loop)
+    print(f"callers on {choice.name}" + (f" ({choice.fallback})" if choice.fallback else ""), flush=True)
+    run_on(main(args.jobs, args.clients, args.rounds, not args.no_calibration, args.streams), choice)
 
 
 if __name__ == "__main__":
