@@ -23,8 +23,15 @@ Theory of operation:
   Content-Length says so, before any of it is read, or when a chunked body's bytes pass it; a request the
   parser rejects is 400 and close. A connection idle (or stuck in its head) for IDLE_SECONDS is closed.
 - HTTP/1.1 keep-alive by default, `Connection: close` (and HTTP/1.0 without keep-alive) honoured after the
-  answer; `Upgrade` is ignored (answered as HTTP/1.1, as RFC 9110 allows). `Expect: 100-continue`
-  gets its interim answer once the head passed the size check.
+  answer; nothing after such a request is read (llhttp calls it an error, and it must not cost the answer).
+- `Upgrade` is not spoken, and cannot be ignored either: llhttp decides it from the headers, and httptools then
+  ends the request at its head and never reads its body, so the body would be parsed as the next request
+  (request smuggling; `curl --http2` sends `Upgrade: h2c` on a POST). An Upgrade request that declares a
+  body (Content-Length over 0, any Transfer-Encoding) is refused 400 and closed; one without is answered as
+  plain HTTP/1.1 (as RFC 9110 allows) and is the connection's last, nothing after it read.
+- `Expect: 100-continue` gets its interim answer once the head passed the size and Upgrade checks, and only
+  when no answer is owed before it: a request whose head arrives behind a running one gets it when its turn
+  comes (if its body has not begun by then), one behind a connection's last request never.
 - Shutdown: stop listening, close idle connections, let executions in flight finish within the grace,
   then cancel what is left and drop its connection.
 - Nothing is logged per request; a request's headers and body never reach a log or an error answer.
@@ -62,6 +69,7 @@ class _Rejected(Exception):
 
 
 BAD_REQUEST = json_response(400, {"detail": "malformed HTTP request"})
+UPGRADE_WITH_BODY = json_response(400, {"detail": "Upgrade is not supported on a request with a body"})
 HEAD_TOO_LARGE = json_response(431, {"detail": "request head too large"})
 INTERNAL_ERROR = json_response(500, {"detail": "the worker failed to answer"})
 
@@ -79,6 +87,7 @@ class Connection(asyncio.Protocol):
         self._running_keep_alive = True
         self._running_head = False
         self._closing = False
+        self._last_read = False  # the connection's last request (not kept alive, or Upgrade) is read: read no more
         self._reading = True
         self._writable = True
         self.last_seen = 0.0
@@ -89,6 +98,8 @@ class Connection(asyncio.Protocol):
         self._body_size = 0
         self._head_size = 0
         self._in_head = False
+        self._upgrade = False
+        self._continue_owed = False  # `Expect: 100-continue` not yet answered because answers are owed before it
         self._messages = 0
 
     # asyncio.Protocol
@@ -118,13 +129,15 @@ class Connection(asyncio.Protocol):
         self._resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self._last_read:
             return
         self.last_seen = self._server.now()
         continuing = self._messages if self._in_head else -1  # a head that began in an earlier read
         try:
             self._feed(data)
         except httptools.HttpParserError as error:
+            if self._last_read:  # llhttp refuses bytes after a `Connection: close` request: they are not read
+                return
             rejected = error.__context__
             self._refuse(rejected.response if isinstance(rejected, _Rejected) else BAD_REQUEST)
             return
@@ -135,16 +148,9 @@ class Connection(asyncio.Protocol):
                 self._refuse(HEAD_TOO_LARGE)
 
     def _feed(self, data: bytes) -> None:
-        while True:
-            try:
-                self._parser.feed_data(data)
-                return
-            except httptools.HttpParserUpgrade as upgrade:
-                # a server may ignore Upgrade (RFC 9110, 7.8): the request was answered as HTTP/1.1, and
-                # what follows it is parsed as the next request
-                data = data[upgrade.args[0] :]
-                if not data:
-                    return
+        with contextlib.suppress(httptools.HttpParserUpgrade):
+            # a bodyless Upgrade request is complete and is the connection's last: what follows is not read
+            self._parser.feed_data(data)
 
     # httptools callbacks
 
@@ -156,6 +162,8 @@ class Connection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._head_size = 0
+        self._upgrade = False
+        self._continue_owed = False
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -172,11 +180,18 @@ class Connection(asyncio.Protocol):
         length = self._headers.get(b"content-length")
         if length is not None and int(length) > self._server.max_body:  # llhttp checked it is a number
             raise _Rejected(_too_large(self._server.max_body))
+        if self._parser.should_upgrade():
+            # httptools skips an Upgrade request's body: the body must be refused, or it is read as a request
+            if (length is not None and int(length) > 0) or b"transfer-encoding" in self._headers:
+                raise _Rejected(UPGRADE_WITH_BODY)
+            self._upgrade = True
         expect = self._headers.get(b"expect")
         if expect is not None and expect.lower() == b"100-continue" and self._parser.get_http_version() == "1.1":
-            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self._continue_owed = True
+            self._send_continue()
 
     def on_body(self, body: bytes) -> None:
+        self._continue_owed = False  # the client stopped waiting for it
         self._body_size += len(body)
         if self._body_size > self._server.max_body:
             raise _Rejected(_too_large(self._server.max_body))
@@ -196,7 +211,9 @@ class Connection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = Request(self._parser.get_method(), path, self._headers, body)
         self._body = []
-        keep_alive = self._parser.should_keep_alive()
+        self._continue_owed = False
+        keep_alive = self._parser.should_keep_alive() and not self._upgrade
+        self._last_read = not keep_alive
         if self._running is not None or self._queue:
             self._queue.append((request, keep_alive))
             if len(self._queue) >= MAX_QUEUED:
@@ -228,6 +245,7 @@ class Connection(asyncio.Protocol):
         self._send(response, keep_alive=self._running_keep_alive, head=self._running_head)
         while self._queue and self._running is None and not self._closing:
             self._handle(*self._queue.popleft())
+        self._send_continue()
         self._resume_reading()
 
     def _send(self, response: Response, *, keep_alive: bool, head: bool) -> None:
@@ -263,9 +281,14 @@ class Connection(asyncio.Protocol):
             transport.write_eof()
         self._server.later(LINGER_SECONDS, transport.close)
 
-    def _write(self, data: bytes) -> None:
+    def _send_continue(self) -> None:
+        """Send an owed `100 Continue` once no answer is owed before it: written earlier, the client would read it
+        as the interim answer of the request ahead and take that request's final answer as its own."""
+        if not self._continue_owed or self._running is not None or self._queue or self._closing:
+            return
+        self._continue_owed = False
         if self._transport is not None:
-            self._transport.write(data)
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _grow_head(self, size: int) -> None:
         self._head_size += size

@@ -156,6 +156,35 @@ async def test_expect_100_continue_gets_its_interim_answer() -> None:
         await raw.close()
 
 
+async def test_expect_100_continue_behind_a_running_request_waits_for_its_turn() -> None:
+    """On a pipelined connection `100 Continue` belongs after the answers owed before it: a request whose head
+    arrives while another runs gets its interim answer once that one is answered, then its own answer."""
+    async with reference_worker(STRATA_WORKER_HANDLER="sleep") as worker:
+        raw = await Raw.open(worker)
+        expecting = f"POST /execute HTTP/1.1\r\nHost: w\r\n{AUTH}Content-Length: 17\r\nExpect: 100-continue\r\n\r\n"
+        await raw.send(execute(b'{"seconds": 0.2}') + expecting.encode())
+        first = await raw.answer()
+        assert (first.status, first.body) == (200, b"slept 0.2")
+        assert await asyncio.wait_for(raw.reader.readuntil(b"\r\n\r\n"), 10) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        await raw.send(b'{"seconds": 0.01}')
+        second = await raw.answer()
+        assert (second.status, second.body) == (200, b"slept 0.01")
+        await raw.close()
+
+
+async def test_a_request_pipelined_behind_connection_close_is_not_read_and_gets_no_100_continue() -> None:
+    """Bytes behind a running `Connection: close` request are not read (llhttp calls them an error, which once
+    dropped the connection and the running request's answer): that request is answered and the connection
+    closed, with no interim answer for the head behind it."""
+    async with reference_worker(STRATA_WORKER_HANDLER="sleep") as worker:
+        raw = await Raw.open(worker)
+        expecting = f"POST /execute HTTP/1.1\r\nHost: w\r\n{AUTH}Content-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        await raw.send(execute(b'{"seconds": 0.2}', "Connection: close\r\n") + expecting.encode())
+        answer = await raw.answer()
+        assert (answer.status, answer.headers["connection"]) == (200, "close")
+        assert await raw.closed_by_worker()
+
+
 async def test_head_of_health_has_headers_and_no_body() -> None:
     """HEAD /health answers 200 with the GET's length and no body, and the connection stays in step."""
     async with reference_worker() as worker:
@@ -212,15 +241,46 @@ async def test_a_malformed_request_is_400_and_closed(garbage: bytes) -> None:
         assert await answers_health(worker.url)
 
 
-async def test_an_upgrade_request_is_answered_as_http_1_1() -> None:
-    """Upgrade is not spoken here: the request is answered as plain HTTP/1.1 and the next one follows."""
-    async with reference_worker() as worker:
+async def test_an_upgrade_request_without_a_body_is_answered_as_http_1_1_and_closed(tmp_path: Path) -> None:
+    """Upgrade is not spoken here: the request is answered as plain HTTP/1.1, marked close, and the bytes
+    after it are never parsed as a request (nothing runs for them)."""
+    journal = tmp_path / "journal"
+    async with reference_worker(STRATA_WORKER_JOURNAL=str(journal)) as worker:
         raw = await Raw.open(worker)
         upgrade = b"GET /health HTTP/1.1\r\nHost: w\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
-        await raw.send(upgrade + execute(b"next"))
-        assert (await raw.answer()).status == 200
-        assert (await raw.answer()).body == b"next"
-        await raw.close()
+        await raw.send(upgrade + execute(b"after the upgrade"))
+        answer = await raw.answer()
+        assert (answer.status, answer.headers["connection"]) == (200, "close")
+        assert await raw.closed_by_worker()
+    assert _journalled(journal) == []
+
+
+def smuggling(framing: str) -> bytes:
+    """A curl-style `--http2` POST (Upgrade: h2c) whose body is a whole execute request of its own."""
+    inner = execute(b"SMUGGLED")
+    body = inner if framing == "content-length" else b"%x\r\n%s\r\n0\r\n\r\n" % (len(inner), inner)
+    declared = f"Content-Length: {len(body)}" if framing == "content-length" else "Transfer-Encoding: chunked"
+    head = (
+        f"POST /execute HTTP/1.1\r\nHost: w\r\n{AUTH}Connection: Upgrade, HTTP2-Settings\r\n"
+        f"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n{declared}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+async def test_an_upgrade_request_with_a_body_is_refused_and_its_body_never_runs(tmp_path: Path, framing: str) -> None:
+    """The parser would end an Upgrade request at its head and read its body as the next request (smuggling):
+    such a request is refused 400 and closed, and neither it (with an empty payload) nor its body runs."""
+    journal = tmp_path / "journal"
+    async with reference_worker(STRATA_WORKER_JOURNAL=str(journal)) as worker:
+        raw = await Raw.open(worker)
+        await raw.send(smuggling(framing))
+        answer = await raw.answer()
+        assert (answer.status, answer.headers["connection"]) == (400, "close")
+        assert "Upgrade" in json.loads(answer.body)["detail"]
+        assert await raw.closed_by_worker()
+        assert await answers_health(worker.url)
+    assert _journalled(journal) == []
 
 
 async def test_a_content_length_over_the_limit_is_413_before_the_body_is_sent() -> None:
@@ -428,3 +488,7 @@ async def _running(worker: RunningWorker, count: int) -> bool | None:
         return True if json.loads((await raw.answer()).body)["running"] == count else None
     finally:
         await raw.close()
+
+
+def _journalled(journal: Path) -> list[str]:
+    return journal.read_text().splitlines() if journal.exists() else []
