@@ -7,9 +7,12 @@ first bench of the two together left every machine `starting` (its health probe 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
+import pytest
 import uvloop
 
+from tests.integration.pool import test_worker_connections as connections
 from tests.integration.pool.conftest import MACHINE_TOKEN, machine
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.providers.pool.local import LocalBackend
@@ -40,3 +43,18 @@ def test_a_machine_is_probed_runs_jobs_over_a_kept_connection_and_takes_a_cancel
     assert healthy
     assert replies == [(ReplyKind.ANSWERED, 200, f"job {n}".encode()) for n in range(3)]
     assert cancel_status == 404
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        connections.test_a_connection_answered_before_its_payload_went_out_whole_is_not_reused,
+        connections.test_a_close_delimited_answer_cut_by_a_reset_is_broken_not_complete,
+        connections.test_an_answer_head_that_never_ends_is_broken_and_its_connection_closed,
+    ],
+    ids=["answered-before-the-payload-went-out", "cut-by-a-reset", "endless-head"],
+)
+def test_the_hops_bounds_hold_on_uvloop(scenario: Callable[[], Awaitable[None]]) -> None:
+    """uvloop's transports buffer, reset and deliver reads their own way: the same scripted workers, on uvloop."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario())

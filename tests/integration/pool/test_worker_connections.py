@@ -1,5 +1,6 @@
 """The worker hop's connections: kept alive and reused, never reused once the worker has closed them, a request
-never sent twice, every way an answer may end (length, chunks, the connection's end), and TLS with verification.
+never sent twice, every way an answer may end (length, chunks, the connection's clean end; not a reset), the
+bounds on an answer's head, and TLS with verification.
 
 The workers here are blocking sockets in threads, scripted per connection: what they read and write, and when
 they close, does not depend on this test's event loop, so a test can hold the loop still while a worker acts.
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -283,6 +285,122 @@ async def test_a_broken_answer_is_broken(answer: bytes) -> None:
         async with WorkerClient() as client:
             kind, _, _, error = await call(client, worker)
     assert kind is ReplyKind.BROKEN and error and TOKEN not in error
+
+
+async def test_a_close_delimited_answer_cut_by_a_reset_is_broken_not_complete() -> None:
+    """Only a clean end of the connection ends such a body: a reset may have cut it anywhere."""
+
+    def script(connection: socket.socket, n: int) -> None:
+        worker.read(connection, n)
+        connection.sendall(b"HTTP/1.1 200 OK\r\n\r\nhel")
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.close()  # a linger of 0: the kernel resets the connection instead of ending it
+
+    worker = ScriptedWorker(script)
+    with worker:
+        async with WorkerClient() as client:
+            kind, _, body, error = await call(client, worker)
+    assert (kind, body) == (ReplyKind.BROKEN, b"")
+    assert "mid-answer" in error and TOKEN not in error
+
+
+def endless_header(ended: threading.Event) -> Script:
+    """A worker whose answer's head never ends: one header's value, sent until the client closes the connection."""
+
+    def script(connection: socket.socket, n: int) -> None:
+        read_request(connection)
+        try:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Big: ")
+            while True:
+                connection.sendall(b"x" * 65536)
+        finally:
+            ended.set()
+
+    return script
+
+
+def many_fields(count: int, size: int = 1) -> bytes:
+    """An answer whose head has `count` fields, Content-Length the last of them."""
+    fields = b"".join(b"X-Field-%d: %s\r\n" % (i, b"v" * size) for i in range(count - 1))
+    return b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 2\r\n\r\nok"
+
+
+async def test_an_answer_head_that_never_ends_is_broken_and_its_connection_closed() -> None:
+    """llhttp bounds no head and httptools grows a header by concatenation: the client bounds it (64 KiB)."""
+    ended = threading.Event()
+    with ScriptedWorker(endless_header(ended)) as worker:
+        async with WorkerClient() as client:
+            reply = await client.execute(worker.url, TOKEN, b"{}", deadline_seconds=30)
+            assert await asyncio.to_thread(ended.wait, 5)  # the client closed it: the worker's send failed
+    assert (reply.kind, reply.error) == (ReplyKind.BROKEN, "answer head too large")
+
+
+async def test_a_health_probe_and_a_cancel_meet_the_same_bound_on_an_answer_head() -> None:
+    ended = threading.Event()
+    with ScriptedWorker(endless_header(ended)) as worker:
+        async with WorkerClient(probe_timeout_seconds=30, cancel_timeout_seconds=30) as client:
+            healthy = await client.health(worker.url)
+            cancel = await client.cancel(worker.url, TOKEN, "build-1")
+    assert not healthy
+    assert (cancel.status, cancel.error) == (None, "answer head too large")
+
+
+async def test_an_answer_head_of_more_than_a_hundred_fields_is_broken() -> None:
+    worker = ScriptedWorker(lambda connection, n: keep_answering(worker, many_fields(101))(connection, n))
+    with worker:
+        async with WorkerClient() as client:
+            assert await call(client, worker) == (ReplyKind.BROKEN, None, b"", "answer head too large")
+
+
+async def test_an_answer_head_within_both_bounds_is_answered() -> None:
+    """A hundred fields, the head just under 64 KiB, split across reads as the worker sends it in pieces."""
+    answer = many_fields(100, size=630)
+    assert 60 * 1024 < answer.index(b"\r\n\r\n") < 64 * 1024
+
+    def script(connection: socket.socket, n: int) -> None:
+        while worker.read(connection, n) is not None:
+            for start in range(0, len(answer), 7000):
+                connection.sendall(answer[start : start + 7000])
+
+    worker = ScriptedWorker(script)
+    with worker:
+        async with WorkerClient() as client:
+            replies = [await call(client, worker) for _ in range(2)]
+    assert replies == [(ReplyKind.ANSWERED, 200, b"ok", "")] * 2
+    assert worker.connections == [0, 0]
+
+
+async def test_a_connection_answered_before_its_payload_went_out_whole_is_not_reused() -> None:
+    """A worker refuses a 64 MiB payload before reading it, with keep-alive: the rest of the payload still waits
+    in the client's buffer, so a job sent next on that connection would follow it. The next job takes a new one."""
+    payload = b"x" * (64 * 1024 * 1024)
+    drain = threading.Event()
+
+    def script(connection: socket.socket, n: int) -> None:
+        if n > 0:
+            keep_answering(worker)(connection, n)
+            return
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += connection.recv(65536)
+        worker.requests.append((n, head.split(b"\r\n", 1)[0]))
+        connection.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+        drain.wait(30)  # the client has its answer; only now does the worker read (and drop) the payload's rest
+        left = len(payload) - len(head.partition(b"\r\n\r\n")[2])
+        while left > 0 and (chunk := connection.recv(min(left, 1 << 20))):
+            left -= len(chunk)
+        if worker.read(connection, n) is not None:  # a job that came after the payload on this connection
+            connection.sendall(b"HTTP/1.1 409 Conflict\r\nContent-Length: 0\r\n\r\n")
+
+    worker = ScriptedWorker(script)
+    with worker:
+        async with WorkerClient() as client:
+            refused = await client.execute(worker.url, TOKEN, payload, deadline_seconds=30)
+            drain.set()
+            second = await call(client, worker)
+    assert (refused.kind, refused.status) == (ReplyKind.ANSWERED, 401)
+    assert second == (ReplyKind.ANSWERED, 200, b"ok", "")
+    assert worker.connections == [0, 1]
 
 
 async def test_trace_values_that_could_start_a_header_of_their_own_are_not_forwarded() -> None:

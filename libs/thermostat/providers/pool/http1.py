@@ -15,8 +15,18 @@ server may have read the request and run it (a worker that crashed mid-job looks
 same for a POST: ServerDisconnectedError, no retry). Only a GET (a health probe) is retried, once, on a new
 connection, as RFC 9112 section 9.3.1 allows for an idempotent request and aiohttp does.
 
+A connection is kept only if its request went out whole: a worker may answer early (a 401 before it reads a large
+payload) with keep-alive while the rest of the payload still waits in the transport's buffer; a request sent
+next would follow those bytes, so such a connection is aborted, not kept.
+
+Bounds: the caller's `limit` bounds an answer's body; its head (status line and headers, every interim answer's
+too) may take HEAD_BYTES and HEAD_FIELDS, past which it is `Broken` and the connection closed. llhttp sets no
+limit of its own and httptools grows a header by concatenation across reads: a worker sending an endless header
+would otherwise take the dispatcher's memory and its one loop's CPU until the job's deadline.
+
 Errors: `Unreachable` for no connection (refused, no route, unknown name, connect timeout, a TLS handshake or
-certificate refused), with the OS error text; `Broken` for a connection lost or an answer that is not HTTP.
+certificate refused), with the OS error text; `Broken` for a connection lost, a head too large, or an answer
+that is not HTTP (one delimited by the connection's end is complete only on a clean end, never on a reset).
 Their texts never carry a request header (the caller's token).
 """
 
@@ -36,6 +46,10 @@ import httptools
 
 KEEPALIVE_MARGIN_SECONDS = 1.0
 """Below a server's advertised keep-alive: its timer, and the time our request takes to reach it."""
+HEAD_BYTES = 64 * 1024
+"""An answer's head may take this many bytes (aiohttp allowed 8,190 per line; a worker's head is a few hundred)."""
+HEAD_FIELDS = 100
+"""And this many fields (each is held as a pair of bytes until the answer is read; a worker sends a handful)."""
 _ORIGINS_KEPT = 4096
 _AGENT = "User-Agent: thermostat-pool\r\n"  # as aiohttp sent one: a provider's proxy (Cloudflare) may refuse none
 
@@ -242,6 +256,8 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self.idle_since = 0.0
         self.keep_for = keepalive_seconds
+        self._head_bytes = 0
+        self._fields = 0
         self._start(None, 0)
 
     def _start(self, waiter: asyncio.Future[Answer] | None, limit: int) -> None:
@@ -256,14 +272,15 @@ class _Connection(asyncio.Protocol):
         self._answered = False  # any byte of the answer arrived
 
     def usable(self, now: float) -> bool:
-        """Still open, not idle too long, and nothing pending on its socket: neither the server's FIN nor bytes
-        nobody asked for (either one means it must not carry a request)."""
+        """Still open, not idle too long, its last request written whole, and nothing pending on its socket:
+        neither the server's FIN nor bytes nobody asked for (either one means it must not carry a request)."""
         transport = self._transport
         return (
             self.reusable
             and transport is not None
             and not transport.is_closing()
             and now - self.idle_since < self.keep_for
+            and not transport.get_write_buffer_size()
             and not self._poll.poll(0)
         )
 
@@ -271,6 +288,7 @@ class _Connection(asyncio.Protocol):
         assert self._transport is not None
         waiter = asyncio.get_running_loop().create_future()
         self._start(waiter, limit)
+        self._head_bytes = self._fields = 0  # for the whole exchange: interim answers' heads count too
         self.reusable = False  # until this answer ends cleanly with keep-alive
         if len(body) <= 64 * 1024:
             self._transport.write(request + body)
@@ -282,7 +300,10 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.reusable = False
         if self._transport is not None:
-            self._transport.close()
+            if self._transport.get_write_buffer_size():
+                self._transport.abort()  # the rest of a request whose answer is in (or given up): not worth sending
+            else:
+                self._transport.close()
 
     # ------------------------------------------------------------------------------------ asyncio callbacks
 
@@ -296,27 +317,43 @@ class _Connection(asyncio.Protocol):
             return
         self._answered = True
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserError as error:
             self._fail(Broken(f"malformed answer: {error}"))
         if self._waiter.done() and not self.reusable:
             self.close()
 
+    def _feed(self, data: bytes) -> None:
+        """Parse what arrived, the head's bytes counted as they go in: a head past HEAD_BYTES fails the answer."""
+        assert self._waiter is not None
+        while data and not self._headers_done:
+            room = HEAD_BYTES - self._head_bytes
+            piece, data = data[:room], data[room:]
+            self._head_bytes += len(piece)  # at most the head's size: a piece may end past it
+            self._parser.feed_data(piece)
+            if self._waiter.done():
+                return
+            if self._head_bytes >= HEAD_BYTES and not self._headers_done:
+                self._fail(Broken("answer head too large"))
+                return
+        if data:
+            self._parser.feed_data(data)
+
     def eof_received(self) -> bool:
-        self._ended("connection closed")
+        self._ended("connection closed", clean=True)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
         reason = (getattr(exc, "strerror", None) or type(exc).__name__) if exc is not None else ""
-        self._ended(f"connection lost: {reason}" if reason else "connection lost")
+        self._ended(f"connection lost: {reason}" if reason else "connection lost", clean=exc is None)
 
-    def _ended(self, how: str) -> None:
+    def _ended(self, how: str, *, clean: bool) -> None:
         self.reusable = False
         if self._waiter is None or self._waiter.done():
             return
-        if self._headers_done and self._length is None and not self._chunked:
-            self._complete()  # an answer delimited by the end of the connection
+        if clean and self._headers_done and self._length is None and not self._chunked:
+            self._complete()  # an answer delimited by the end of the connection (a reset cuts it: not complete)
         elif not self._answered:
             self._fail(Broken(f"{how} before any answer", before_answer=True))
         else:
@@ -341,6 +378,12 @@ class _Connection(asyncio.Protocol):
             self.reusable = False  # a second answer to one request
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._waiter is None or self._waiter.done():
+            return
+        self._fields += 1
+        if self._fields > HEAD_FIELDS:
+            self._fail(Broken("answer head too large"))
+            return
         self._headers.append((name, value))
         lowered = name.lower()
         if lowered == b"content-length":
@@ -355,6 +398,8 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        if self._waiter is None or self._waiter.done():
+            return
         if self._length is not None and self._length > self._limit:
             self._complete(too_large=True)  # refused before a byte of it is held
 
@@ -374,5 +419,10 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200:  # an interim answer (100 Continue, 103 Early Hints): the real one follows
             self._start(self._waiter, self._limit)
             return
-        self.reusable = self._parser.should_keep_alive()
+        # An answer may come before its request is written whole (a worker refusing a payload unread): the rest
+        # still in the buffer would precede the next request, so such a connection is not kept.
+        transport = self._transport
+        self.reusable = (
+            self._parser.should_keep_alive() and transport is not None and not transport.get_write_buffer_size()
+        )
         self._complete()

@@ -52,8 +52,8 @@ DEFAULT_PROBE_TIMEOUT_SECONDS = 2.0
 DEFAULT_CANCEL_TIMEOUT_SECONDS = 5.0
 DEFAULT_KEEPALIVE_SECONDS = 30.0
 """Idle connections are closed after this (what the pool's aiohttp connector kept them): a worker must keep
-an idle connection open longer (the reference worker's aiohttp server keeps it 75 s), or say its own shorter
-keep-alive in a `Keep-Alive: timeout=N` header (http1.py explains the race this avoids)."""
+an idle connection open longer (the reference worker keeps it IDLE_SECONDS in services/thermostat/worker/server.py),
+or say its own shorter keep-alive in a `Keep-Alive: timeout=N` header (http1.py explains the race this avoids)."""
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
 TRACE_HEADERS = ("traceparent", "tracestate")
 _SMALL_ANSWER_BYTES = 64 * 1024  # a health or cancel answer: a status and a line of text
