@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import grpc
 import pytest
@@ -56,6 +56,13 @@ async def stack(sim: RunPodSimulator, store: Store, **env: str) -> AsyncIterator
             internal_stub=metering_pb2_grpc.MeteringInternalStub(channel),
             clock=clock,
         )
+
+
+def _to_a_day_holding(now: datetime, span: timedelta) -> timedelta:
+    """How far to step from `now` so that `span` from there stays within one UTC day: nothing when it already
+    does, else to the next midnight."""
+    midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return timedelta(0) if now + span < midnight else midnight - now
 
 
 def writes(sim: RunPodSimulator) -> list[tuple[str, str]]:
@@ -173,7 +180,10 @@ async def test_a_budget_reached_mid_run_stops_the_pod_on_the_next_monitor_tick(
         )
         try:
             # metering's clock started before the pod billed (by less than the wake took): 58 minutes is short of
-            # the hour, 61 is past it, and the tick after the budget is reached stops the pod
+            # the hour, 61 is past it, and the tick after the budget is reached stops the pod. A budget's day is
+            # the UTC day: when the hour would cross midnight, the hour counted is the new day's first, the pod
+            # billing all along
+            s.clock.advance(_to_a_day_holding(s.clock.now(), timedelta(minutes=65)).total_seconds())
             s.clock.advance(timedelta(minutes=58).total_seconds())
             first = await ticker.tick_once(s.clock.now())
             assert first is not None and first.stop is None
