@@ -186,6 +186,9 @@ ROLLOUTS = {
     ),
 }
 EDGE_RESOURCES = Resources(cpu_request="100m", memory_request="128Mi", cpu_limit="1", memory_limit="512Mi")
+# Envoy starts one worker thread per hardware thread of the node unless told, whatever the pod's CPU limit: on a
+# large node, dozens of workers sharing one CPU, each with its own upstream connections. One per core of the limit.
+EDGE_WORKERS = 1
 MIGRATE_RESOURCES = Resources(cpu_request="50m", memory_request="128Mi", cpu_limit="500m", memory_limit="256Mi")
 
 
@@ -422,7 +425,8 @@ def _edge(config_hash: str) -> str:
         "      containers:\n"
         "      - name: envoy\n"
         f"        image: {ENVOY_IMAGE}\n"
-        f"        command: [envoy, -c, {EDGE_MOUNT / 'envoy.yaml'}, --disable-hot-restart, --log-level, info]\n"
+        f"        command: [envoy, -c, {EDGE_MOUNT / 'envoy.yaml'}, --disable-hot-restart, --log-level, info, "
+        f"--concurrency, {_q(str(EDGE_WORKERS))}]\n"
         f"        ports: [{{containerPort: {EDGE_PORT}, name: http}}, "
         f"{{containerPort: {DEFAULT_STATS_PORT}, name: metrics}}]\n"
         # Envoy listening is the edge being up; GET /health would take every edge out while one service is down.

@@ -22,6 +22,7 @@ from thermostat.dev.envoy import EnvoyError, EnvoyProcess, start_envoy, validate
 from thermostat.edge.envoy_config import (
     DEFAULT_LISTEN_PORT,
     HEALTH_FILTER,
+    PLUMBING_FILTER,
     EdgeSpec,
     HealthCheckTiming,
     Upstream,
@@ -103,6 +104,18 @@ def test_the_rest_response_filter_is_skipped_for_native_grpc_calls() -> None:
         {"prefix": "application/grpc"},
     )
     assert matcher["on_match"]["action"]["typed_config"]["@type"].endswith("SkipFilter")
+
+
+def test_grpc_plumbing_is_removed_from_rest_responses_before_lua_and_never_from_native_grpc() -> None:
+    """Listed before the Lua filter, so on the response path it runs after Lua has read grpc-message."""
+    filters = _hcm(build_envoy_config(_spec(_upstream("pods", 1, "a.v1.Pods"))))["http_filters"]
+    names = [f["name"] for f in filters]
+    assert names.index(PLUMBING_FILTER) < names.index("envoy.filters.http.lua")
+    plumbing = filters[names.index(PLUMBING_FILTER)]["typed_config"]
+    (native,) = plumbing["xds_matcher"]["matcher_list"]["matchers"]
+    assert native["predicate"]["single_predicate"]["value_match"] == {"prefix": "application/grpc"}
+    mutations = plumbing["extension_config"]["typed_config"]["mutations"]
+    assert mutations == {"response_mutations": [{"remove_on_match": {"key_matcher": {"prefix": "grpc-"}}}]}
 
 
 LONG_CALL = f"{SERVICE}/GetJobResult"
@@ -542,6 +555,7 @@ async def test_http_body_passes_byte_for_byte_both_ways(http: httpx.AsyncClient,
     assert result.status_code == 200
     assert result.headers["content-type"] == "application/x-thermostat-test"
     assert result.content == payload
+    assert _no_grpc_plumbing(result) == []
 
 
 @pytest.mark.e2e

@@ -33,7 +33,7 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from thermostat.chassis.registry import POOL_DISPATCHER
-from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams
+from thermostat.edge.envoy_config import TRANSCODER, EdgeSpec, build_envoy_config, upstreams
 from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
@@ -453,7 +453,7 @@ def test_the_edge_gives_the_sync_submit_wait_job_and_run_jobs_routes_the_longest
         assert route["cluster"] == POOL_DISPATCHER.name
     (short,) = [r["route"] for r in routes if r["match"].get("prefix") == "/thermostat.pool.v1.PoolDispatcher/"]
     assert float(short["timeout"].rstrip("s")) < MAX_WAIT_SECONDS
-    transcoder = hcm["typed_config"]["http_filters"][2]["typed_config"]
+    (transcoder,) = [f["typed_config"] for f in hcm["typed_config"]["http_filters"] if f["name"] == TRANSCODER]
     assert transcoder["max_request_body_size"] > MAX_PAYLOAD_BYTES
     assert transcoder["max_response_body_size"] > MAX_PAYLOAD_BYTES
 

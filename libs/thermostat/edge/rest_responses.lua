@@ -4,8 +4,10 @@
 -- Native gRPC calls (content-type application/grpc*) go through the same listener and are left exactly
 -- as they are: a gRPC client receiving HTTP 202 fails with "unexpected HTTP status code". The edge's
 -- config skips this filter for them on the request's content-type; the check below is a second guard.
--- A reply with nothing to rewrite (no x-http-code, title or nulls, a success) only loses its gRPC
--- plumbing headers; its body is read only when a null is to be written or an error becomes problem+json.
+-- A plain success (200 without x-http-code, title or nulls) returns after four header reads: this runs on
+-- every REST response, so its common case is kept short. The gRPC plumbing headers (grpc-*) are removed by
+-- the filter the config lists before this one, which runs after it on the response path. The body is read
+-- only when a null is to be written or an error becomes problem+json.
 
 local REASONS = {
   [200] = "OK", [201] = "Created", [202] = "Accepted", [204] = "No Content",
@@ -129,26 +131,20 @@ end
 
 function envoy_on_response(handle)
   local headers = handle:headers()
+  local code = headers:get("x-http-code")
+  local nulls = headers:get("x-json-nulls")
+  local title = headers:get("x-problem-title")
+  if code == nil and nulls == nil and title == nil and headers:get(":status") == "200" then
+    return
+  end
   local content_type = headers:get("content-type") or ""
   if content_type:sub(1, 16) == "application/grpc" then
     return
   end
 
-  local code = headers:get("x-http-code")
-  local title = headers:get("x-problem-title")
   local grpc_message = headers:get("grpc-message")
-  local plumbing = {}
-  for name, _ in pairs(headers) do
-    if name:sub(1, 5) == "grpc-" then
-      plumbing[#plumbing + 1] = name
-    end
-  end
-  for _, name in ipairs(plumbing) do
-    headers:remove(name)
-  end
   headers:remove("x-http-code")
   headers:remove("x-problem-title")
-  local nulls = headers:get("x-json-nulls")
   headers:remove("x-json-nulls")
 
   -- Every successful RPC leaves the transcoder as 200, so any other status is an error: a failed RPC
