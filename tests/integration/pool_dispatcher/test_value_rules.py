@@ -16,7 +16,8 @@ MACHINE = uuid.UUID(int=2)
 async def seed(pool: asyncpg.Pool) -> None:
     """A job, a machine and the job's usage event, each valid."""
     await pool.execute(
-        "INSERT INTO pool_jobs (id, tenant_id, machine_type, state, timeout_seconds) VALUES ($1, 't', 'echo', 'queued', 5)",
+        "INSERT INTO pool_jobs (id, tenant_id, machine_type, state, timeout_seconds)"
+        " VALUES ($1, 't', 'echo', 'queued', 5)",
         JOB,
     )
     await pool.execute(
@@ -63,6 +64,7 @@ async def test_every_state_the_pool_writes_is_accepted(db_pool):
 async def test_the_tables_the_hot_statements_write_carry_no_table_check_constraint(db_pool):
     checks = await db_pool.fetch(
         "SELECT conrelid::regclass::text AS rel, conname FROM pg_constraint"
-        " WHERE contype = 'c' AND conrelid IN ('pool_jobs'::regclass, 'pool_machines'::regclass, 'pool_usage'::regclass)"
+        " WHERE contype = 'c'"
+        " AND conrelid IN ('pool_jobs'::regclass, 'pool_machines'::regclass, 'pool_usage'::regclass)"
     )
     assert [(r["rel"], r["conname"]) for r in checks] == []
