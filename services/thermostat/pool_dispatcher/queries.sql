@@ -13,7 +13,9 @@
 -- `dispatched`, and mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle`
 -- (the tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
 -- (thermostat.policy.pool.placement). $14: the channel of this process's sync wait for the job (NULL: no sync
--- wait), which a completion in another process notifies.
+-- wait), which a completion in another process notifies. $7 is cast to its base type: left to take the column's
+-- domain (migration 0016), it would be received through the domain's own check on every call, besides the check
+-- the write makes.
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
@@ -35,7 +37,7 @@ WITH ahead AS (
 INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
                             started_at, worker_id, owner, owner_term, traceparent, tracestate, done_channel)
 SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' WHEN $13 THEN 'running' ELSE 'dispatched' END,
-       $5, $6, $7, $8, CASE WHEN taken.id IS NOT NULL AND $13 THEN now() END, taken.id,
+       $5, $6, $7::double precision, $8, CASE WHEN taken.id IS NOT NULL AND $13 THEN now() END, taken.id,
        CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
        $11, $12, $14
 FROM (SELECT 1) AS one LEFT JOIN taken ON true
@@ -62,7 +64,7 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
 -- back; and every process's `pool_jobs_done` with the id when a WaitJob watches the job.
 -- $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic), $7 me, $8 term, $9 retire,
 -- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries, $15 this
--- process's own channel.
+-- process's own channel. $6 is cast to its base type, as the submit's $7 is.
 WITH job AS (
     UPDATE pool_jobs
     SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
@@ -76,7 +78,7 @@ WITH job AS (
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
-    SELECT id, tenant_id, machine_type, worker_id, state, $6, started_at, completed_at FROM job
+    SELECT id, tenant_id, machine_type, worker_id, state, $6::double precision, started_at, completed_at FROM job
     ON CONFLICT (job_id) DO NOTHING
     RETURNING position
 ), next AS (
