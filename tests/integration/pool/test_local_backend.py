@@ -13,6 +13,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, booted, machine, spec, worker_type
 from thermostat.policy.pool.job_outcome import ReplyKind
+from thermostat.providers.pool import local as local_module
 from thermostat.providers.pool.backend import BackendError, MachineHandle
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.providers.pool.worker_client import WorkerClient
@@ -189,3 +190,21 @@ async def test_no_worker_outlives_a_killed_parent() -> None:
         return True if not alive(child) else None
 
     assert await eventually(gone, timeout=10)
+
+
+async def test_a_machine_whose_port_another_machines_worker_took_is_not_healthy(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A free port is released before the child binds it: when another machine's worker holds it, that worker
+    answers the token-free `GET /health` for ours, but refuses ours's token, so ours is not healthy."""
+    async with machine(backend) as first:
+        taken = int(first.endpoint.rsplit(":", 1)[1])
+        monkeypatch.setattr(local_module, "_free_port", lambda: taken)
+        silent = spec(worker_type(image="sleep 30"), token="another-machines-token")  # alive, binds nothing
+        second = await backend.start(silent)
+        try:
+            assert second.endpoint == first.endpoint
+            assert await backend.health(second) is False
+            assert await backend.health(first) is True
+        finally:
+            await backend.stop(second.provider_id)

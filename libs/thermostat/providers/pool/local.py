@@ -6,8 +6,11 @@ Theory of operation:
   or database URL: tenant code runs there), then the type's `env`, then `STRATA_WORKER_TOKEN`,
   `STRATA_WORKER_PORT` and `PORT` set to a free loopback port chosen here; the endpoint is
   `http://127.0.0.1:{port}`. The port is found by binding port 0 and releasing it, so another process can
-  take it in between: the worker then fails to bind, its boot health poll never answers, and the machine
-  is retired at the boot timeout like any failed boot.
+  take it in between: the worker then fails to bind, and the machine is retired at the boot timeout like any
+  failed boot. The taker may be another machine's worker, whose `GET /health` (no token) would answer for
+  this one: so until a child of ours has first been found healthy, health also asks the worker to cancel a
+  build that does not exist with this machine's token, and a 401/403 (another machine's worker) or no
+  answer is not healthy.
 - Limits (Linux): `memory_mb` becomes RLIMIT_AS, an address-space limit (it also counts mapped but untouched
   memory, so a type needs head-room above its working set: a Python worker maps ~100-300 MB at start);
   `cpus` becomes CPU affinity, ceil(cpus) CPUs, rotated across machines, when fewer than this process may
@@ -48,6 +51,10 @@ INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
 
 
+IDENTITY_PROBE_BUILD = "thermostat-port-check"
+"""The build a boot's health asks to cancel: none runs under it, so the machine's own worker answers 404."""
+
+
 class LocalBackend:
     """LocalBackend starts machines as child processes listening on loopback ports."""
 
@@ -66,6 +73,7 @@ class LocalBackend:
         self._output = output
         self._children: dict[str, asyncio.subprocess.Process] = {}
         self._endpoints: dict[str, str] = {}
+        self._unproven: dict[str, str] = {}  # provider id -> token, until its worker proves it holds the port
         self._stopped: set[str] = set()
         self._cpu_offset = itertools.count()
 
@@ -97,6 +105,7 @@ class LocalBackend:
         provider_id = f"local-{process.pid}"
         self._children[provider_id] = process
         self._endpoints[provider_id] = f"http://{LOOPBACK}:{port}"
+        self._unproven[provider_id] = spec.worker_token
         return MachineHandle(provider_id=provider_id, endpoint=self._endpoints[provider_id], region=None)
 
     async def stop(self, provider_id: str) -> None:
@@ -112,6 +121,7 @@ class LocalBackend:
         await asyncio.shield(self._terminate(process))
         self._children.pop(provider_id, None)
         self._endpoints.pop(provider_id, None)
+        self._unproven.pop(provider_id, None)
         self._stopped.add(provider_id)  # a second stop must not signal a group that reused the pid
 
     async def health(self, handle: MachineHandle) -> bool:
@@ -119,7 +129,16 @@ class LocalBackend:
         if process is not None and process.returncode is not None:
             return False
         # one of ours that runs, or one another dispatcher process on this host started: ask its worker
-        return await self._client.health(handle.endpoint)
+        if not await self._client.health(handle.endpoint):
+            return False
+        token = self._unproven.get(handle.provider_id)
+        if token is None:
+            return True
+        reply = await self._client.cancel(handle.endpoint, token, IDENTITY_PROBE_BUILD)
+        if reply.status is None or reply.status in (401, 403):
+            return False  # no answer, or the worker of another machine that took the port ours was given
+        self._unproven.pop(handle.provider_id, None)
+        return True
 
     async def aclose(self) -> None:
         """Stop every machine this backend started (the service's shutdown)."""
