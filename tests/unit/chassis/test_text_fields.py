@@ -155,3 +155,29 @@ async def test_the_checked_handler_parses_a_nul_in_a_string_as_a_refusal_and_zer
     assert parse(binary.SerializeToString()) == binary
     assert parse(nested.SerializeToString()) == Undecodable(refusal("payload.content_type"), nested)
     assert parse(top.SerializeToString()) == Undecodable(refusal("machine_type"), top)
+
+
+async def test_a_transcoded_rest_request_opening_with_an_empty_payload_is_still_checked_past_it() -> None:
+    """Envoy's transcoder opens a REST request bound to a body field with that field empty (`\\n\\x00`), then the
+    filled one: that zero is a length, not text, and a NUL in a string after it is still refused."""
+
+    async def echo(request: object, context: object) -> object:
+        return request
+
+    interceptor = TextFieldInterceptor()
+    details = SimpleNamespace(method="/thermostat.pool.v1.PoolDispatcher/SubmitJobSync", invocation_metadata=())
+    registered = grpc.unary_unary_rpc_method_handler(echo, pool_pb2.SubmitJobSyncRequest.FromString)
+
+    async def continuation(_details: object) -> grpc.RpcMethodHandler:
+        return registered
+
+    parse = (await interceptor.intercept_service(continuation, details)).request_deserializer
+    body = pool_pb2.SubmitJobSyncRequest(machine_type="echo", wait_seconds="60")
+    body.payload.data = b'{"job": 1}'
+    body.payload.content_type = "application/octet-stream"
+    as_transcoded = b"\n\x00" + body.SerializeToString()
+    bad = b"\n\x00" + pool_pb2.SubmitJobSyncRequest(machine_type="ec\x00ho").SerializeToString()
+
+    assert parse(as_transcoded) == body
+    assert parse(bad) == Undecodable(refusal("machine_type"), pool_pb2.SubmitJobSyncRequest.FromString(bad))
+    assert parse(b"\n\x00") == pool_pb2.SubmitJobSyncRequest(payload={})
