@@ -194,11 +194,10 @@ async def _warm(rig: PoolRig, workers: int, timeout: float = 90.0) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _start_envoy(rig: PoolRig, workdir: Path) -> EnvoyProcess:
-    """The edge as the dev stack builds it, its pool cluster holding every dispatcher process."""
-    ports = {POOL_DISPATCHER.name: rig.dispatchers[0].port}
+def edge_config(ports: list[int]) -> dict[str, Any]:
+    """The edge as the dev stack builds it, its pool cluster holding a dispatcher process on each port."""
     spec = EdgeSpec(
-        upstreams=upstreams((POOL_DISPATCHER,), ports=ports, host="127.0.0.1"),
+        upstreams=upstreams((POOL_DISPATCHER,), ports={POOL_DISPATCHER.name: ports[0]}, host="127.0.0.1"),
         descriptor_set=ROOT / "build" / "thermostat.pb",
         listen_port=0,
         admin_port=0,
@@ -208,16 +207,26 @@ async def _start_envoy(rig: PoolRig, workdir: Path) -> EnvoyProcess:
         if cluster["name"] == spec.upstreams[0].cluster:
             endpoints = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
             template = json.dumps(endpoints[0])
-            for extra in rig.dispatchers[1:]:
-                endpoints.append(json.loads(template.replace(str(rig.dispatchers[0].port), str(extra.port))))
+            for port in ports[1:]:
+                endpoints.append(json.loads(template.replace(str(ports[0]), str(port))))
+    return config
+
+
+EdgeConfig = Callable[[list[int]], dict[str, Any]]
+
+
+async def _start_envoy(rig: PoolRig, workdir: Path, config_of: EdgeConfig = edge_config) -> EnvoyProcess:
     path = workdir / "envoy.yaml"
-    path.write_text(json.dumps(config), encoding="utf-8")
+    path.write_text(json.dumps(config_of([d.port for d in rig.dispatchers])), encoding="utf-8")
     return await start_envoy(path, concurrency=1)
 
 
 @contextlib.asynccontextmanager
-async def pool_rig(*, processes: int, workers: int, edge: bool) -> AsyncIterator[PoolRig]:
-    """Postgres, `processes` dispatcher subprocesses sharing `workers` warm echo workers, and the edge."""
+async def pool_rig(
+    *, processes: int, workers: int, edge: bool, edge_config_of: EdgeConfig = edge_config
+) -> AsyncIterator[PoolRig]:
+    """Postgres, `processes` dispatcher subprocesses sharing `workers` warm echo workers, and the edge (its
+    config from `edge_config_of`, given the dispatchers' ports)."""
     with (
         embedded_data_dir() as data_dir,
         EmbeddedPostgres(data_dir, durable=False) as server,
@@ -230,7 +239,7 @@ async def pool_rig(*, processes: int, workers: int, edge: bool) -> AsyncIterator
                 rig.dispatchers.append(await _spawn_dispatcher(server.dsn, f"bench-{'abcdefgh'[i]}", workers))
             await _warm(rig, workers)
             if edge:
-                rig.envoy = await _start_envoy(rig, Path(tmp))
+                rig.envoy = await _start_envoy(rig, Path(tmp), edge_config_of)
             yield rig
         finally:
             if rig.envoy is not None:

@@ -1,16 +1,19 @@
-"""Pool throughput A/B: the gRPC path on two revisions of the dispatcher, side by side in one run.
+"""Pool throughput A/B: the gRPC or REST path on two revisions of the dispatcher, side by side in one run.
 
 Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--jobs 1500] [--rounds 6] [--clients 32]
+     [--path grpc|rest]
 
 How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
 builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
 service code of `--baseline` (default: where this branch left main, `git merge-base main HEAD`; `git archive`
-of its services/ put first on the dispatchers' PYTHONPATH), B the working tree's. Rounds of `--jobs` gRPC
-SubmitJobSync calls alternate A B, B A, ... so load drifts hit both alike; each round prints its rate and
-the CPU each process group spent per job. The verdict is the medians, and how many rounds of B beat every
-round of A. Only services/ differs between the rigs (libraries, workers, schema and callers are the working
-tree's), so a baseline must work with the working tree's libraries and migrations: a merge base does, a main
-that moved on may not.
+of its services/ and of the chassis and edge libraries put first on the dispatchers' PYTHONPATH), B the
+working tree's. Rounds of `--jobs` calls alternate A B, B A, ... so load drifts hit both alike; each round
+prints its rate and the CPU each process group spent per job. The verdict is the medians, and how many rounds
+of B beat every round of A. `--path grpc` (default) calls SubmitJobSync on the dispatchers; `--path rest`
+posts /v1/jobs/sync through each rig's own Envoy, whose config the rig's revision of thermostat.edge builds,
+and adds Envoy's column. Only that code differs between the rigs (the other libraries, workers, schema and
+callers are the working tree's), so a baseline must work with the working tree's libraries and migrations: a
+merge base does, a main that moved on may not.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,9 +32,12 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
+import aiohttp  # noqa: E402
 import pool_throughput as throughput  # noqa: E402
 
 ROLES = ("dispatchers", "postgres", "bench process", "workers")
+# the revision's code a rig runs: what a dispatcher serves with, and what builds the edge's config
+COMPARED = ("services", "libs/thermostat/chassis", "libs/thermostat/edge")
 
 
 def git(*args: str) -> str:
@@ -39,60 +47,87 @@ def git(*args: str) -> str:
 
 
 @contextlib.contextmanager
-def services_of(revision: str) -> Any:
-    """The revision's services/ in a scratch directory."""
+def code_of(revision: str) -> Any:
+    """The revision's compared code in a scratch directory, as a PYTHONPATH that puts it before the working tree's
+    (thermostat is a namespace package: its chassis and edge packages are then found there first)."""
     with tempfile.TemporaryDirectory(prefix="pool-ab-") as tmp:
         archive = subprocess.run(
-            ["git", "archive", revision, "services"], cwd=throughput.ROOT, check=True, capture_output=True
+            ["git", "archive", revision, *COMPARED], cwd=throughput.ROOT, check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield Path(tmp) / "services"
+        yield os.pathsep.join((str(Path(tmp) / "services"), str(Path(tmp) / "libs")))
+
+
+def edge_config_on(code: str) -> throughput.EdgeConfig:
+    """bench/pool_throughput.py's edge config, as the revision on PYTHONPATH `code` builds it."""
+
+    def config(ports: list[int]) -> dict[str, Any]:
+        script = f"import json, pool_throughput as t; print(json.dumps(t.edge_config({ports!r})))"
+        bench = str(Path(__file__).resolve().parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join((code, bench))}
+        done = subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True)
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    return config
 
 
 @contextlib.asynccontextmanager
-async def rig_on(code: Path | None) -> Any:
-    """bench/pool_throughput.py's rig; with `code`, its dispatchers import the service code from there."""
+async def rig_on(code: str | None, *, edge: bool) -> Any:
+    """bench/pool_throughput.py's rig; with `code`, its dispatchers import the service code from there, and its
+    edge's config is that code's."""
     spawn = asyncio.create_subprocess_exec
 
     async def spawn_on(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
         if code is not None and "pool_dispatcher" in " ".join(map(str, args)):
-            kwargs["env"] = {**kwargs["env"], "PYTHONPATH": str(code)}
+            kwargs["env"] = {**kwargs["env"], "PYTHONPATH": code}
         return await spawn(*args, **kwargs)
 
+    configured = throughput.edge_config if code is None else edge_config_on(code)
     asyncio.create_subprocess_exec = spawn_on  # type: ignore[assignment]
     try:
-        async with throughput.pool_rig(processes=2, workers=4, edge=False) as rig:
+        async with throughput.pool_rig(processes=2, workers=4, edge=edge, edge_config_of=configured) as rig:
             asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
             yield rig
     finally:
         asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
 
 
-async def main(baseline: str, jobs: int, rounds: int, lanes: int) -> None:
-    print(f"A = {baseline[:12]}, B = the working tree; {jobs} jobs a round, {rounds} rounds each, {lanes} callers")
+async def main(baseline: str, jobs: int, rounds: int, lanes: int, path: str) -> None:
+    print(
+        f"A = {baseline[:12]}, B = the working tree; {path}: {jobs} jobs a round, {rounds} rounds each, {lanes} callers"
+    )
     print(f"at start: {throughput.load_line()}", flush=True)
     rates: dict[str, list[float]] = {"A": [], "B": []}
     spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    with services_of(baseline) as code:
-        async with rig_on(code) as rig_a, rig_on(None) as rig_b:
-            calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
+    rest = path == "rest"
+    roles = (*ROLES, "envoy") if rest else ROLES
+    with code_of(baseline) as code:
+        async with (
+            rig_on(code, edge=rest) as rig_a,
+            rig_on(None, edge=rest) as rig_b,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        ):
+            if rest:
+                calls = {"A": throughput.rest_caller(rig_a, session), "B": throughput.rest_caller(rig_b, session)}
+            else:
+                calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
             for call in calls.values():
                 await throughput.run_lanes(call, 0, throughput.WARMUP, lanes)
             numbered = throughput.WARMUP
-            print(f"\n{'round':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in ROLES))
+            print(f"\n{'round':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in roles))
             for r in range(rounds):
                 for design in ("A", "B") if r % 2 == 0 else ("B", "A"):
                     before = throughput.cpu_seconds()
                     rate = await throughput.run_lanes(calls[design], numbered, jobs, lanes)
                     after = throughput.cpu_seconds()
                     numbered += jobs
-                    per_job = {role: (after.get(role, 0.0) - before.get(role, 0.0)) / jobs * 1e6 for role in ROLES}
+                    per_job = {role: (after.get(role, 0.0) - before.get(role, 0.0)) / jobs * 1e6 for role in roles}
                     rates[design].append(rate)
                     spent[design].append(per_job)
-                    print(f"{design} {r + 1:<6}{rate:>8.0f}" + "".join(f"{per_job[role]:>24.0f}" for role in ROLES))
-    print(f"\n{'median':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in ROLES))
+                    print(f"{design} {r + 1:<6}{rate:>8.0f}" + "".join(f"{per_job[role]:>24.0f}" for role in roles))
+    print(f"\n{'median':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in roles))
     for design in ("A", "B"):
-        medians = [statistics.median(s[role] for s in spent[design]) for role in ROLES]
+        medians = [statistics.median(s[role] for s in spent[design]) for role in roles]
         print(f"{design:<8}{statistics.median(rates[design]):>8.0f}" + "".join(f"{m:>24.0f}" for m in medians))
     ratio = statistics.median(rates["B"]) / statistics.median(rates["A"])
     beaten = sum(rate > max(rates["A"]) for rate in rates["B"])
@@ -105,9 +140,12 @@ def cli() -> None:
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per round (default 1500)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
+    parser.add_argument(
+        "--path", choices=("grpc", "rest"), default="grpc", help="gRPC SubmitJobSync, or REST through each rig's Envoy"
+    )
     args = parser.parse_args()
     baseline = args.baseline or git("merge-base", "main", "HEAD")
-    asyncio.run(main(baseline, args.jobs, args.rounds, args.clients))
+    asyncio.run(main(baseline, args.jobs, args.rounds, args.clients, args.path))
 
 
 if __name__ == "__main__":
