@@ -51,6 +51,36 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
               SELECT count(*) FROM pool_machines
               WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle;
 
+-- name: submit_queued
+-- Group commit (thermostat.policy.pool.submit_batch): queue several jobs of one tenant and type at once, one
+-- row per element of the arrays ($3 ids, $4 priorities, $5 sessions, $6 timeouts, $7 payloads, $8 / $9
+-- trace headers, $10 done channels), taking queue places in array order (the order the submits arrived in
+-- this process). No claim: a batch is written only for a key whose last submit here queued with placement
+-- unable to act; `live` / `idle` are counted as the submit's are, so the service pokes placement when a
+-- machine went idle meanwhile (a completion that committed before this statement, which it sees as warm).
+WITH batch AS (
+    SELECT b.id, b.priority, b.session_id, b.timeout_seconds, b.payload, b.traceparent, b.tracestate,
+           b.done_channel, b.arrival
+    FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::double precision[], $7::bytea[], $8::text[],
+                $9::text[], $10::text[])
+         WITH ORDINALITY AS b(id, priority, session_id, timeout_seconds, payload, traceparent, tracestate,
+                              done_channel, arrival)
+), inserted AS (
+    INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
+                                traceparent, tracestate, done_channel)
+    SELECT id, $1, $2, 'queued', priority, session_id, timeout_seconds, payload, traceparent, tracestate,
+           done_channel
+    FROM batch ORDER BY arrival
+    RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
+              j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result
+)
+SELECT inserted.*,
+       (SELECT count(*) FROM pool_machines
+        WHERE tenant_id = $1 AND machine_type = $2 AND state IN ('starting', 'warm', 'busy')) AS live,
+       (SELECT count(*) FROM pool_machines
+        WHERE tenant_id = $1 AND machine_type = $2 AND state = 'warm') AS idle
+FROM inserted;
+
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
 -- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,

@@ -94,6 +94,29 @@ class Submitted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedSubmit:
+    """One job of a batch submit (submit_queued): what a single submit would write for it, never claimed."""
+
+    job_id: str
+    priority: int
+    session_id: str | None
+    timeout_seconds: float
+    payload: bytes
+    trace: Mapping[str, str]
+    done_channel: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedBatch:
+    """A batch submit's outcome: its jobs (queued, in the order given), and what the statement saw of the
+    tenant's machines of the type, as a single submit reports it (for placement_may_act)."""
+
+    jobs: tuple[JobView, ...]
+    live_machines: int
+    idle_machines: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Finished:
     """A job as a sync wait answers it: the job, and its result bytes when known (None: not read). From another
     process's notification (a completed job with its result) the job is the submitted view in its terminal
@@ -381,6 +404,33 @@ class PoolRepository:
                 sent=job.state == "running",
             )
         return Submitted(job=job, assignment=assignment, live_machines=row["live"] or 0, idle_machines=row["idle"] or 0)
+
+    async def submit_queued(self, tenant_id: str, machine_type: str, jobs: Sequence[QueuedSubmit]) -> QueuedBatch:
+        """Queue several jobs of one tenant and type in one statement, in the order given (no claim: see
+        thermostat.policy.pool.submit_batch). The jobs come back in that order."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(
+                Q["submit_queued"],
+                tenant_id,
+                machine_type,
+                [uuid.UUID(job.job_id) for job in jobs],
+                [job.priority for job in jobs],
+                [job.session_id for job in jobs],
+                [job.timeout_seconds for job in jobs],
+                [job.payload for job in jobs],
+                [job.trace.get("traceparent") for job in jobs],
+                [job.trace.get("tracestate") for job in jobs],
+                [job.done_channel for job in jobs],
+            )
+        by_id = {str(row["id"]): row for row in rows}
+        if len(by_id) != len(jobs):
+            raise RuntimeError("the batch statement did not queue every job")
+        first = rows[0]
+        return QueuedBatch(
+            jobs=tuple(_job(by_id[job.job_id]) for job in jobs),
+            live_machines=first["live"] or 0,
+            idle_machines=first["idle"] or 0,
+        )
 
     async def complete(
         self,
