@@ -73,6 +73,7 @@ from thermostat.policy.pool.submit_batch import (
     goes_out_now,
     joins_batch,
     outlook_after_submit,
+    queued_to_count,
 )
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.policy.pool.unbooted import PlacedMachine, Recovery, plan_unbooted
@@ -172,6 +173,7 @@ class _Batch:
     key: _Key
     members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]] = field(default_factory=list)
     window: asyncio.TimerHandle | None = None
+    payload_bytes: int = 0
     sent: bool = False
 
 
@@ -292,6 +294,7 @@ class Dispatcher:
         self._outlook: dict[_Key, Outlook] = {}
         self._gathering: dict[_Key, _Batch] = {}
         self._batches_out: dict[_Key, set[asyncio.Task[None]]] = {}
+        self._batches_sent: dict[_Key, int] = {}  # how many went out, for a completion racing one (_run_jobs)
 
     # lifecycle
 
@@ -495,6 +498,7 @@ class Dispatcher:
                     trace=trace,
                     send_now=send_now,
                     done_channel=self.channel if waiting else None,
+                    count_queued=queued_to_count(max_workers=machine_type.max_workers, limits=self.batch_limits),
                 )
             except BaseException:
                 self._unanswered_submit(job_id)
@@ -512,7 +516,9 @@ class Dispatcher:
             claimed=assignment is not None,
             live_machines=submitted.live_machines,
             idle_machines=submitted.idle_machines,
+            queued_jobs=submitted.queued_jobs,
             max_workers=machine_type.max_workers,
+            limits=self.batch_limits,
         )
         if assignment is None and placement_may_act(
             live_machines=submitted.live_machines,
@@ -550,7 +556,8 @@ class Dispatcher:
                 self.batch_limits.max_delay_seconds, self._send_batch, batch
             )
         batch.members.append((job, answer))
-        if goes_out_now(members=len(batch.members), limits=self.batch_limits):
+        batch.payload_bytes += len(payload)
+        if goes_out_now(members=len(batch.members), payload_bytes=batch.payload_bytes, limits=self.batch_limits):
             self._send_batch(batch)
         return await answer
 
@@ -566,6 +573,7 @@ class Dispatcher:
         members = [(job, answer) for job, answer in batch.members if not answer.done()]
         if not members:
             return
+        self._batches_sent[batch.key] = self._batches_sent.get(batch.key, 0) + 1
         out = self._batches_out.setdefault(batch.key, set())
         task: asyncio.Task[None] = asyncio.ensure_future(self._write_batch(batch.key, members))
         task.set_name(f"pool-submit-batch-{members[0][0].job_id}")
@@ -588,7 +596,10 @@ class Dispatcher:
         try:
             if self.hooks.before_submit_batch is not None:
                 await self.hooks.before_submit_batch([job.job_id for job in jobs])
-            batch = await self.repo.submit_queued(tenant_id, type_name, jobs)
+            machine_type = self.catalogue.get(type_name)
+            max_workers = machine_type.max_workers if machine_type is not None else None
+            count = queued_to_count(max_workers=max_workers, limits=self.batch_limits)
+            batch = await self.repo.submit_queued(tenant_id, type_name, jobs, count_queued=count)
         except BaseException as error:
             for job, answer in members:
                 self._unanswered_submit(job.job_id)
@@ -604,13 +615,13 @@ class Dispatcher:
         for (_, answer), view in zip(members, batch.jobs, strict=True):
             if not answer.done():
                 answer.set_result(view)
-        machine_type = self.catalogue.get(type_name)
-        max_workers = machine_type.max_workers if machine_type is not None else None
         self._outlook[key] = outlook_after_submit(
             claimed=False,
             live_machines=batch.live_machines,
             idle_machines=batch.idle_machines,
+            queued_jobs=batch.queued_jobs,
             max_workers=max_workers,
+            limits=self.batch_limits,
         )
         if placement_may_act(
             live_machines=batch.live_machines, idle_machines=batch.idle_machines, max_workers=max_workers
@@ -627,9 +638,19 @@ class Dispatcher:
         if out:
             await asyncio.wait(list(out))
 
+    async def _place_after_batches(self, key: _Key) -> None:
+        out = self._batches_out.get(key)
+        if out:
+            await asyncio.wait(list(out))
+        self._poke_placement()
+
     def _may_take(self, tenant_id: str, machine_type: str, image: str) -> None:
         """A machine of the key went idle here: its next submit has its own statement, which can claim it."""
-        self._outlook.pop((tenant_id, machine_type, image), None)
+        key = (tenant_id, machine_type, image)
+        self._outlook.pop(key, None)
+        gathering = self._gathering.get(key)
+        if gathering is not None:  # its answer sees the machine idle and pokes placement: no wait for the window
+            self._send_batch(gathering)
 
     async def wait_finished(self, job: JobView, timeout: float) -> Finished:
         """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
@@ -864,6 +885,10 @@ class Dispatcher:
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and self.trusted_for_call()
+            # a batch of the key out during the statement may be one it could not see, nor the batch the machine
+            # idle: both committed unseen by the other (the batch's answer pokes placement in every other order)
+            key = (tenant_id, machine_type, image)
+            batches_before = self._batches_sent.get(key, 0), bool(self._batches_out.get(key))
             self._waiters.completing.add(assignment.job_id)
             try:
                 completion, retried = await self._durably(
@@ -915,7 +940,9 @@ class Dispatcher:
                 return
             if completion.machine_state == MachineState.WARM:
                 self._idle_since[assignment.machine_id] = ended
-                self._may_take(tenant_id, machine_type, image)
+                if batches_before != (self._batches_sent.get(key, 0), False):
+                    self._spawn(self._place_after_batches(key), f"pool-place-after-{assignment.machine_id}")
+                self._may_take(tenant_id, machine_type, image)  # a batch still gathering goes out: it sees the machine
             assignment, resumed = completion.next_job, retried
 
     async def _requeue(self, assignment: Assignment, *, marked: bool) -> None:
