@@ -335,6 +335,9 @@ class Dispatcher:
             self._scaler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scaler
+        for batch in list(self._gathering.values()):  # its callers get their jobs, not a cancelled write
+            self._send_batch(batch)
+        await asyncio.gather(*(task for out in self._batches_out.values() for task in out), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
