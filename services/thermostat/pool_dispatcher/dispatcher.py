@@ -15,6 +15,10 @@ for the call before their statement: a completion that hands its machine the nex
 owner and term), and a submit that a warm machine takes (the job's id is new with that statement, so no
 cancel can name it before the send). The job is `running` from that statement and goes out right after its
 answer: a job taken at submit costs two statements, submit and complete.
+Behind a backlog (the last submit of its tenant, type and image here queued with placement unable to act, behind
+a deep queue) a submit joins a short batch instead, and one statement queues the batch's jobs (group commit:
+thermostat.policy.pool.submit_batch; _submit_batched). A single submit of the key first sends its gathering batch
+out and waits for the key's batches to answer, so its claim never passes a batched job ahead of it.
 Before any call the lease guards (sending a job, starting or stopping a machine) the process checks that its
 instance lease is trusted for longer than `call_budget` (a quarter of the lease): a process that cannot renew
 stops acting before anyone reclaims.
