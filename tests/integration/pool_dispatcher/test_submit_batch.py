@@ -252,7 +252,8 @@ async def test_a_machine_freed_while_the_batch_is_written_unseen_by_either_state
 
             async def completion_waits() -> bool | None:
                 waiting = await blocker.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
                 )
                 return True if waiting else None
 

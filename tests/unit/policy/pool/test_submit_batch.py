@@ -13,7 +13,9 @@ from thermostat.policy.pool.submit_batch import (
     queued_to_count,
 )
 
-LIMITS = BatchLimits(max_jobs=4, max_bytes=1000, max_delay_seconds=0.01, deadline_margin_seconds=0.05)
+LIMITS = BatchLimits(
+    max_jobs=4, max_bytes=1000, max_delay_seconds=0.01, deadline_margin_seconds=0.05, queued_per_machine=2
+)
 
 
 def outlook(
@@ -96,5 +98,5 @@ def test_a_batch_goes_out_before_its_window_ends_when_it_is_full(members: int, p
     ],
 )
 def test_limits_out_of_range_are_refused(fields: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must"):
         BatchLimits(**fields)  # type: ignore[arg-type]
