@@ -15,6 +15,10 @@ for the call before their statement: a completion that hands its machine the nex
 owner and term), and a submit that a warm machine takes (the job's id is new with that statement, so no
 cancel can name it before the send). The job is `running` from that statement and goes out right after its
 answer: a job taken at submit costs two statements, submit and complete.
+Behind a backlog (the last submit of its tenant, type and image here queued with placement unable to act, behind
+a deep queue) a submit joins a short batch instead, and one statement queues the batch's jobs (group commit:
+thermostat.policy.pool.submit_batch; _submit_batched). A single submit of the key first sends its gathering batch
+out and waits for the key's batches to answer, so its claim never passes a batched job ahead of it.
 Before any call the lease guards (sending a job, starting or stopping a machine) the process checks that its
 instance lease is trusted for longer than `call_budget` (a quarter of the lease): a process that cannot renew
 stops acting before anyone reclaims.
@@ -67,6 +71,14 @@ from thermostat.policy.pool.machines import Machine, MachineState, is_stale
 from thermostat.policy.pool.placement import Demand, placement_may_act, plan_placement
 from thermostat.policy.pool.reaping import plan_reaping
 from thermostat.policy.pool.store_retry import HeldAction, resume_held, retry_delay
+from thermostat.policy.pool.submit_batch import (
+    BatchLimits,
+    Outlook,
+    goes_out_now,
+    joins_batch,
+    outlook_after_submit,
+    queued_to_count,
+)
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.policy.pool.unbooted import PlacedMachine, Recovery, plan_unbooted
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
@@ -83,6 +95,7 @@ from .repository import (
     JobView,
     Owner,
     PoolRepository,
+    QueuedSubmit,
     Subscription,
     job_done_channel,
     parse_job_done,
@@ -131,6 +144,7 @@ class Hooks:
     before_record_started: Callable[[str], Awaitable[None]] | None = None
     before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
     before_wait: Callable[[str], Awaitable[None]] | None = None  # a sync or WaitJob wait, before it registers
+    before_submit_batch: Callable[[list[str]], Awaitable[None]] | None = None  # by the batch's job ids
 
 
 @dataclass(eq=False)
@@ -150,6 +164,21 @@ RECENT_DONE = 4096
 
 UNANSWERED_CLAIMS = 65536
 """Submits whose statement did not answer that the scaler pass still looks for (their claim may land late)."""
+
+
+_Key = tuple[str, str, str]
+"""A submit's (tenant, machine type, image): what one submit statement or batch is about."""
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Submits of one key gathering for one submit_queued statement (thermostat.policy.pool.submit_batch)."""
+
+    key: _Key
+    members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]] = field(default_factory=list)
+    window: asyncio.TimerHandle | None = None
+    payload_bytes: int = 0
+    sent: bool = False
 
 
 @dataclass
@@ -213,6 +242,7 @@ class Dispatcher:
         missing_settings: Mapping[BackendKind, str] | None = None,
         lease_clock: LeaseClock | None = None,
         metrics: PoolMetrics | None = None,
+        batch_limits: BatchLimits | None = None,
     ) -> None:
         self.repo = repository
         self.metrics = metrics or PoolMetrics()
@@ -262,6 +292,13 @@ class Dispatcher:
         self._unanswered: dict[str, None] = {}  # insertion-ordered, bounded
         # machines whose boot began here and ended on an unexpected error: never booted again (boot_unbooted)
         self._boot_died: set[str] = set()
+        # group commit of submits that will queue (thermostat.policy.pool.submit_batch): what the last submit of
+        # each key said of the next, the key's batch still gathering, and its batches sent and not yet answered
+        self.batch_limits = batch_limits or BatchLimits()
+        self._outlook: dict[_Key, Outlook] = {}
+        self._gathering: dict[_Key, _Batch] = {}
+        self._batches_out: dict[_Key, set[asyncio.Task[None]]] = {}
+        self._batches_sent: dict[_Key, int] = {}  # how many went out, for a completion racing one (_run_jobs)
 
     # lifecycle
 
@@ -302,6 +339,9 @@ class Dispatcher:
             self._scaler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scaler
+        for batch in list(self._gathering.values()):  # its callers get their jobs, not a cancelled write
+            self._send_batch(batch)
+        await asyncio.gather(*(task for out in self._batches_out.values() for task in out), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -366,6 +406,7 @@ class Dispatcher:
             log.error("stored catalogue version %d does not parse here: %s", version, parsed.detail)
             return
         self.state = CatalogueState(catalogue=parsed, version=version)
+        self._outlook.clear()  # caps may have changed
         log.info("catalogue version %d: %s", version, ", ".join(parsed.names) or "(empty)")
         self._warn_unservable(parsed, version)
 
@@ -410,6 +451,7 @@ class Dispatcher:
             json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names
         )
         self.state = CatalogueState(catalogue=catalogue, version=version)
+        self._outlook.clear()  # caps may have changed
         log.info("catalogue replaced (version %d, %d queued job(s) of removed types failed)", version, failed)
         self._poke_placement()
         return version
@@ -425,11 +467,24 @@ class Dispatcher:
     # submit, wait, result
 
     async def submit(
-        self, *, tenant_id: str, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool = False
+        self,
+        *,
+        tenant_id: str,
+        options: SubmitOptions,
+        payload: bytes,
+        trace: dict[str, str],
+        waiting: bool = False,
+        remaining: float | None = None,
     ) -> JobView:
         """Queue the job, or hand it to a warm machine at once. `waiting`: a sync wait (wait_finished) follows here,
-        so a completion in another process notifies this one."""
+        so a completion in another process notifies this one. `remaining`: seconds left of the call (None: no
+        deadline). A submit of a key expected to queue joins that key's batch (_submit_batched)."""
         machine_type = options.machine_type
+        key = (tenant_id, machine_type.name, machine_type.image)
+        if joins_batch(outlook=self._outlook.get(key), remaining_seconds=remaining, limits=self.batch_limits):
+            return await self._submit_batched(key, options, payload, trace, waiting)
+        if key in self._gathering or self._batches_out.get(key):
+            await self._batches_answered(key)
         job_id = str(uuid.uuid4())
         answered = asyncio.Event()
         self._submitting.add(answered)
@@ -450,11 +505,10 @@ class Dispatcher:
                     trace=trace,
                     send_now=send_now,
                     done_channel=self.channel if waiting else None,
+                    count_queued=queued_to_count(max_workers=machine_type.max_workers, limits=self.batch_limits),
                 )
             except BaseException:
-                self._unanswered[job_id] = None
-                if len(self._unanswered) > UNANSWERED_CLAIMS:
-                    del self._unanswered[next(iter(self._unanswered))]
+                self._unanswered_submit(job_id)
                 raise
             assignment = submitted.assignment
             if assignment is not None:
@@ -465,6 +519,14 @@ class Dispatcher:
         finally:
             self._submitting.discard(answered)
             answered.set()
+        self._outlook[key] = outlook_after_submit(
+            claimed=assignment is not None,
+            live_machines=submitted.live_machines,
+            idle_machines=submitted.idle_machines,
+            queued_jobs=submitted.queued_jobs,
+            max_workers=machine_type.max_workers,
+            limits=self.batch_limits,
+        )
         if assignment is None and placement_may_act(
             live_machines=submitted.live_machines,
             idle_machines=submitted.idle_machines,
@@ -472,6 +534,130 @@ class Dispatcher:
         ):
             self._poke_placement()
         return submitted.job
+
+    def _unanswered_submit(self, job_id: str) -> None:
+        self._unanswered[job_id] = None
+        if len(self._unanswered) > UNANSWERED_CLAIMS:
+            del self._unanswered[next(iter(self._unanswered))]
+
+    async def _submit_batched(
+        self, key: _Key, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool
+    ) -> JobView:
+        """Join the key's batch and answer with its statement. A caller gone (cancelled, its deadline) before
+        the batch goes out leaves it, and nothing of it is queued; once the batch has gone out its job is
+        queued, as a single submit's whose statement was sent."""
+        job = QueuedSubmit(
+            job_id=str(uuid.uuid4()),
+            priority=options.priority,
+            session_id=options.session_id,
+            timeout_seconds=options.timeout_seconds,
+            payload=payload,
+            trace=trace,
+            done_channel=self.channel if waiting else None,
+        )
+        answer: asyncio.Future[JobView] = asyncio.get_running_loop().create_future()
+        batch = self._gathering.get(key)
+        if batch is None:
+            batch = self._gathering[key] = _Batch(key=key)
+            batch.window = asyncio.get_running_loop().call_later(
+                self.batch_limits.max_delay_seconds, self._send_batch, batch
+            )
+        batch.members.append((job, answer))
+        batch.payload_bytes += len(payload)
+        if goes_out_now(members=len(batch.members), payload_bytes=batch.payload_bytes, limits=self.batch_limits):
+            self._send_batch(batch)
+        return await answer
+
+    def _send_batch(self, batch: _Batch) -> None:
+        """The batch goes out: its members still waiting are written by one statement, in arrival order."""
+        if batch.sent:
+            return
+        batch.sent = True
+        if batch.window is not None:
+            batch.window.cancel()
+        if self._gathering.get(batch.key) is batch:
+            del self._gathering[batch.key]
+        members = [(job, answer) for job, answer in batch.members if not answer.done()]
+        if not members:
+            return
+        self._batches_sent[batch.key] = self._batches_sent.get(batch.key, 0) + 1
+        out = self._batches_out.setdefault(batch.key, set())
+        task: asyncio.Task[None] = asyncio.ensure_future(self._write_batch(batch.key, members))
+        task.set_name(f"pool-submit-batch-{members[0][0].job_id}")
+        self._tasks.add(task)
+        out.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            out.discard(task)
+            if not out and self._batches_out.get(batch.key) is out:
+                del self._batches_out[batch.key]
+
+        task.add_done_callback(done)
+
+    async def _write_batch(self, key: _Key, members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]]) -> None:
+        """One submit_queued statement for the batch. Each member gets its own job, or the statement's error as
+        a single submit would (its job may have been queued with the answer lost: counted unanswered)."""
+        tenant_id, type_name, _ = key
+        jobs = [job for job, _ in members]
+        try:
+            if self.hooks.before_submit_batch is not None:
+                await self.hooks.before_submit_batch([job.job_id for job in jobs])
+            machine_type = self.catalogue.get(type_name)
+            max_workers = machine_type.max_workers if machine_type is not None else None
+            count = queued_to_count(max_workers=max_workers, limits=self.batch_limits)
+            batch = await self.repo.submit_queued(tenant_id, type_name, jobs, count_queued=count)
+        except BaseException as error:
+            for job, answer in members:
+                self._unanswered_submit(job.job_id)
+                if answer.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    answer.cancel()
+                else:
+                    answer.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        for (_, answer), view in zip(members, batch.jobs, strict=True):
+            if not answer.done():
+                answer.set_result(view)
+        self._outlook[key] = outlook_after_submit(
+            claimed=False,
+            live_machines=batch.live_machines,
+            idle_machines=batch.idle_machines,
+            queued_jobs=batch.queued_jobs,
+            max_workers=max_workers,
+            limits=self.batch_limits,
+        )
+        if placement_may_act(
+            live_machines=batch.live_machines, idle_machines=batch.idle_machines, max_workers=max_workers
+        ):
+            self._poke_placement()  # a machine went idle, or one may start, since the last answer here
+
+    async def _batches_answered(self, key: _Key) -> None:
+        """Before a single submit of the key: its batch still gathering goes out now, and every batch of the
+        key answers first, so the single statement sees their jobs ahead of it (priority, then arrival)."""
+        gathering = self._gathering.get(key)
+        if gathering is not None:
+            self._send_batch(gathering)
+        out = self._batches_out.get(key)
+        if out:
+            await asyncio.wait(list(out))
+
+    async def _place_after_batches(self, key: _Key) -> None:
+        out = self._batches_out.get(key)
+        if out:
+            await asyncio.wait(list(out))
+        self._poke_placement()
+
+    def _may_take(self, tenant_id: str, machine_type: str, image: str) -> None:
+        """A machine of the key went idle here: its next submit has its own statement, which can claim it."""
+        key = (tenant_id, machine_type, image)
+        self._outlook.pop(key, None)
+        gathering = self._gathering.get(key)
+        if gathering is not None:  # its answer sees the machine idle and pokes placement: no wait for the window
+            self._send_batch(gathering)
 
     async def wait_finished(self, job: JobView, timeout: float) -> Finished:
         """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
@@ -669,6 +855,7 @@ class Dispatcher:
                     if not freed:
                         return
                     self._idle_since[assignment.machine_id] = self.clock()
+                    self._may_take(tenant_id, machine_type, image)
                     current = self.catalogue.get(machine_type)
                     if current is None or current.image != image:
                         return
@@ -705,6 +892,10 @@ class Dispatcher:
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and self.trusted_for_call()
+            # a batch of the key out during the statement may be one it could not see, nor the batch the machine
+            # idle: both committed unseen by the other (the batch's answer pokes placement in every other order)
+            key = (tenant_id, machine_type, image)
+            batches_before = self._batches_sent.get(key, 0), bool(self._batches_out.get(key))
             self._waiters.completing.add(assignment.job_id)
             try:
                 completion, retried = await self._durably(
@@ -756,6 +947,9 @@ class Dispatcher:
                 return
             if completion.machine_state == MachineState.WARM:
                 self._idle_since[assignment.machine_id] = ended
+                if batches_before != (self._batches_sent.get(key, 0), False):
+                    self._spawn(self._place_after_batches(key), f"pool-place-after-{assignment.machine_id}")
+                self._may_take(tenant_id, machine_type, image)  # a batch still gathering goes out: it sees the machine
             assignment, resumed = completion.next_job, retried
 
     async def _requeue(self, assignment: Assignment, *, marked: bool) -> None:
@@ -1044,10 +1238,12 @@ class Dispatcher:
                 driver=driver,
             )
         else:
+            self._may_take(tenant_id, machine_type.name, machine_type.image)
             self._poke_placement()  # queued work of the tenant may be waiting for exactly this machine
 
     async def _boot_failed(self, machine_id: str, provider_id: str | None, reason: str, kind: str) -> None:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
+        self._outlook.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             await self._stop_quietly(provider_id, kind)
         failed, _ = await self._durably(
@@ -1075,6 +1271,7 @@ class Dispatcher:
     async def _finish_stop(self, machine_id: str, provider_id: str | None) -> None:
         """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
         self._idle_since.pop(machine_id, None)
+        self._outlook.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             if not self.trusted_for_call():
                 log.warning(

@@ -15,7 +15,8 @@
 -- (thermostat.policy.pool.placement). $14: the channel of this process's sync wait for the job (NULL: no sync
 -- wait), which a completion in another process notifies. $7 is cast to its base type: left to take the column's
 -- domain (migration 0016), it would be received through the domain's own check on every call, besides the check
--- the write makes.
+-- the write makes. `queued`: the tenant's queued jobs of the type ahead of a job that queued, counted up to $15
+-- (thermostat.policy.pool.submit_batch: whether the next submit may wait for a batch).
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
@@ -49,7 +50,45 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
               WHERE tenant_id = $2 AND machine_type = $3 AND state IN ('starting', 'warm', 'busy')) END AS live,
           CASE WHEN j.worker_id IS NULL THEN (
               SELECT count(*) FROM pool_machines
-              WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle;
+              WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle,
+          CASE WHEN j.worker_id IS NULL THEN (
+              SELECT count(*) FROM (
+                  SELECT 1 FROM pool_jobs WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3
+                  LIMIT $15) AS ahead_of_it) END AS queued;
+
+-- name: submit_queued
+-- Group commit (thermostat.policy.pool.submit_batch): queue several jobs of one tenant and type at once, one
+-- row per element of the arrays ($3 ids, $4 priorities, $5 sessions, $6 timeouts, $7 payloads, $8 / $9
+-- trace headers, $10 done channels), taking queue places in array order (the order the submits arrived in
+-- this process). No claim: a batch is written only for a key whose last submit here queued with placement
+-- unable to act; `live` / `idle` / `queued` (up to $11) are counted as the submit's are, so the service pokes
+-- placement when a machine went idle meanwhile (a completion that committed before this statement, which it
+-- sees as warm).
+WITH batch AS (
+    SELECT b.id, b.priority, b.session_id, b.timeout_seconds, b.payload, b.traceparent, b.tracestate,
+           b.done_channel, b.arrival
+    FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::double precision[], $7::bytea[], $8::text[],
+                $9::text[], $10::text[])
+         WITH ORDINALITY AS b(id, priority, session_id, timeout_seconds, payload, traceparent, tracestate,
+                              done_channel, arrival)
+), inserted AS (
+    INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
+                                traceparent, tracestate, done_channel)
+    SELECT id, $1, $2, 'queued', priority, session_id, timeout_seconds, payload, traceparent, tracestate,
+           done_channel
+    FROM batch ORDER BY arrival
+    RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
+              j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result
+)
+SELECT inserted.*,
+       (SELECT count(*) FROM pool_machines
+        WHERE tenant_id = $1 AND machine_type = $2 AND state IN ('starting', 'warm', 'busy')) AS live,
+       (SELECT count(*) FROM pool_machines
+        WHERE tenant_id = $1 AND machine_type = $2 AND state = 'warm') AS idle,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pool_jobs WHERE state = 'queued' AND tenant_id = $1 AND machine_type = $2
+            LIMIT $11) AS ahead_of_it) AS queued
+FROM inserted;
 
 -- name: complete
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the

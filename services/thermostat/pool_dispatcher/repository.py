@@ -85,12 +85,38 @@ class Assignment:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submitted:
     """A submit's outcome: the job, its assignment when a warm machine took it, and what the submit's
-    statement saw of the tenant's machines of the type (for placement_may_act)."""
+    statement saw of the tenant's machines of the type (for placement_may_act) and of its queue (counted up to
+    the submit's `count_queued`, for thermostat.policy.pool.submit_batch)."""
 
     job: JobView
     assignment: Assignment | None
     live_machines: int
     idle_machines: int
+    queued_jobs: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedSubmit:
+    """One job of a batch submit (submit_queued): what a single submit would write for it, never claimed."""
+
+    job_id: str
+    priority: int
+    session_id: str | None
+    timeout_seconds: float
+    payload: bytes
+    trace: Mapping[str, str]
+    done_channel: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedBatch:
+    """A batch submit's outcome: its jobs (queued, in the order given), and what the statement saw of the
+    tenant's machines of the type and of its queue before the batch, as a single submit reports them."""
+
+    jobs: tuple[JobView, ...]
+    live_machines: int
+    idle_machines: int
+    queued_jobs: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,6 +368,7 @@ class PoolRepository:
         trace: dict[str, str],
         send_now: bool,
         done_channel: str | None = None,
+        count_queued: int = 0,
     ) -> Submitted:
         """Insert the job and claim a warm machine for it; with `send_now` a claimed job is running (this
         statement is its conditional send), else dispatched (sent after mark_sent). `done_channel`: where a
@@ -364,6 +391,7 @@ class PoolRepository:
                     trace.get("tracestate"),
                     send_now,
                     done_channel,
+                    count_queued,
                 )
             )
         job = _job(row)
@@ -380,7 +408,44 @@ class PoolRepository:
                 token=row["token"],
                 sent=job.state == "running",
             )
-        return Submitted(job=job, assignment=assignment, live_machines=row["live"] or 0, idle_machines=row["idle"] or 0)
+        return Submitted(
+            job=job,
+            assignment=assignment,
+            live_machines=row["live"] or 0,
+            idle_machines=row["idle"] or 0,
+            queued_jobs=row["queued"] or 0,
+        )
+
+    async def submit_queued(
+        self, tenant_id: str, machine_type: str, jobs: Sequence[QueuedSubmit], *, count_queued: int = 0
+    ) -> QueuedBatch:
+        """Queue several jobs of one tenant and type in one statement, in the order given (no claim: see
+        thermostat.policy.pool.submit_batch). The jobs come back in that order."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(
+                Q["submit_queued"],
+                tenant_id,
+                machine_type,
+                [uuid.UUID(job.job_id) for job in jobs],
+                [job.priority for job in jobs],
+                [job.session_id for job in jobs],
+                [job.timeout_seconds for job in jobs],
+                [job.payload for job in jobs],
+                [job.trace.get("traceparent") for job in jobs],
+                [job.trace.get("tracestate") for job in jobs],
+                [job.done_channel for job in jobs],
+                count_queued,
+            )
+        by_id = {str(row["id"]): row for row in rows}
+        if len(by_id) != len(jobs):
+            raise RuntimeError("the batch statement did not queue every job")
+        first = rows[0]
+        return QueuedBatch(
+            jobs=tuple(_job(by_id[job.job_id]) for job in jobs),
+            live_machines=first["live"] or 0,
+            idle_machines=first["idle"] or 0,
+            queued_jobs=first["queued"] or 0,
+        )
 
     async def complete(
         self,

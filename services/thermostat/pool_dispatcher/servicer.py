@@ -219,13 +219,19 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _submit(self, request: Any, context: grpc.aio.ServicerContext, *, sync: bool) -> tuple[JobView, Any]:
         caller = await self._caller(context)
         tenant = await self._tenant(context, caller)
-        admitted = await self._admit(request, tenant, caller.metadata, sync=sync)
+        admitted = await self._admit(request, tenant, caller.metadata, sync=sync, remaining=context.time_remaining)
         if isinstance(admitted, Refusal):
             await _abort(context, admitted.code, admitted.detail, admitted.http)
         return admitted
 
     async def _admit(
-        self, request: Any, tenant: str, metadata: Mapping[str, str], *, sync: bool
+        self,
+        request: Any,
+        tenant: str,
+        metadata: Mapping[str, str],
+        *,
+        sync: bool,
+        remaining: Callable[[], float | None],
     ) -> tuple[JobView, SubmitOptions] | Refusal:
         """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
         query = {
@@ -264,7 +270,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             return Refusal(grpc.StatusCode.FAILED_PRECONDITION, f"{over_budget} (job {job_id})", 409, job_id)
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
         trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
-        job = await self.d.submit(tenant_id=tenant, options=options, payload=payload, trace=trace, waiting=sync)
+        job = await self.d.submit(
+            tenant_id=tenant, options=options, payload=payload, trace=trace, waiting=sync, remaining=remaining()
+        )
         return job, options
 
     async def _submit_and_wait(
@@ -272,7 +280,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     ) -> Finished | Refusal:
         """A sync submit (SubmitJobSync, each job of RunJobs): the job once finished or as it stands when its wait
         runs out, which the call's deadline (`remaining` seconds, read once the job is queued) bounds too."""
-        admitted = await self._admit(request, tenant, metadata, sync=True)
+        admitted = await self._admit(request, tenant, metadata, sync=True, remaining=remaining)
         if isinstance(admitted, Refusal):
             return admitted
         job, options = admitted
