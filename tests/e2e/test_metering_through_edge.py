@@ -234,6 +234,17 @@ async def test_the_path_bound_field_in_the_body_is_refused_with_another_value_an
     assert (same.status_code, same.json()[route.daily]) == (200, 3), same.text
 
 
+@pytest.mark.parametrize(("path_name", "body_name"), [("qwen", "QWEN"), ("Qwen", "qwen")])
+async def test_a_pod_name_in_the_body_differing_from_the_paths_only_in_case_names_the_same_pod(
+    edge: httpx.AsyncClient, path_name: str, body_name: str
+) -> None:
+    """A pod's name is case-insensitive on every pod route, so a case-only difference is the path's value again;
+    a tenant id is compared as given (the test above refuses "other" for both)."""
+    put = await edge.put(f"/api/pods/{path_name}/budget", json={"name": body_name, "dailyUsd": 4}, headers=POD.headers)
+    assert (put.status_code, put.json()["name"], put.json()["dailyUsd"]) == (200, "qwen", 4), put.text
+    assert (await _ceilings(edge, POD))["dailyUsd"] == 4
+
+
 @pytest.mark.parametrize("route", ROUTES)
 async def test_a_ceiling_given_as_a_query_parameter_is_refused_not_dropped(
     edge: httpx.AsyncClient, route: BudgetRoute

@@ -116,6 +116,12 @@ async def test_health_is_200_with_the_pod_controller_serving(edge) -> None:
     assert (await edge.get("/health")).status_code == 200
 
 
+async def test_the_stacks_envoy_runs_one_worker_thread_as_the_kubernetes_edge_does(stack: Stack) -> None:
+    async with httpx.AsyncClient(timeout=10) as admin:
+        info = (await admin.get(f"{stack.edge_admin_url}/server_info")).json()
+    assert info["command_line_options"]["concurrency"] == 1
+
+
 async def test_a_created_wake_is_200_with_gpu_and_price_and_a_rewake_prints_them_null(edge, sim) -> None:
     """Created: 200 with every field in camelCase incl. gpuId/pricePerHour; AlreadyRunning prints both null."""
     created = await edge.post("/api/pods/QWEN/start", headers=OPERATOR)

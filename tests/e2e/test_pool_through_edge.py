@@ -27,6 +27,7 @@ from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN_TOKEN,
     API_TOKEN,
+    RunningPool,
     local_type,
     pool_env,
     sleepy_type,
@@ -136,12 +137,19 @@ async def store(module_database_url: str) -> AsyncIterator[Store]:
 
 
 @pytest.fixture(scope="module")
-async def edge(store: Store, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+async def served(
+    store: Store, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[RunningPool, httpx.AsyncClient]]:
     async with (
         start_pool(store, pool_env(CATALOGUE)) as pool,
         edge_for(pool.address, tmp_path_factory.mktemp("edge")) as client,
     ):
-        yield client
+        yield pool, client
+
+
+@pytest.fixture(scope="module")
+async def edge(served: tuple[RunningPool, httpx.AsyncClient]) -> httpx.AsyncClient:
+    return served[1]
 
 
 async def queued_for(store: Store, tenant: str) -> int:
@@ -607,6 +615,21 @@ async def test_a_nul_in_a_parameter_is_400_naming_it_not_a_500_from_the_store(ed
         "/v1/jobs?machine_type=local&session_id=%00", content=b"x", headers=tenant_headers(fresh_tenant())
     )
     assert problem(session, 400).startswith("session_id:")
+
+
+async def test_an_unexpected_error_is_a_500_whose_detail_says_only_that_the_pool_logged_it(
+    served: tuple[RunningPool, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The problem's detail is built from the gRPC one, which never quotes the exception (its text may hold a DSN)."""
+    pool, edge = served
+
+    async def fails(*args: object) -> None:
+        raise RuntimeError("the store said no: postgres://pool:hunter2@db")
+
+    monkeypatch.setattr(pool.dispatcher.repo, "get_job", fails)
+    answer = await edge.get(f"/v1/jobs/{uuid.uuid4()}", headers=tenant_headers(fresh_tenant()))
+    assert problem(answer, 500) == "internal error (logged by pool-dispatcher)"
+    assert "hunter2" not in answer.text and "RuntimeError" not in answer.text
 
 
 async def test_health_shows_the_pools_machine_types_and_machine_counts_without_a_token(edge) -> None:

@@ -111,6 +111,17 @@ def _listener_ports(payload: Any) -> dict[str, int]:
     return ports
 
 
+def envoy_command(
+    config_path: Path, *, log_level: str, admin_address_path: Path, concurrency: int | None = None
+) -> list[str]:
+    """The command line `start_envoy` runs: `concurrency` worker threads (--concurrency), else Envoy's default of
+    one per hardware thread of the machine."""
+    args = [*_base_args(config_path, log_level), "--admin-address-path", str(admin_address_path)]
+    if concurrency is not None:
+        args += ["--concurrency", str(concurrency)]
+    return args
+
+
 async def start_envoy(
     config_path: Path,
     *,
@@ -127,9 +138,9 @@ async def start_envoy(
     workdir = tempfile.TemporaryDirectory(prefix="thermostat-envoy-")
     admin_address_file = Path(workdir.name) / "admin-address"
     log = log_path if log_path is not None else Path(workdir.name) / "envoy.log"
-    args = [*_base_args(config_path, log_level), "--admin-address-path", str(admin_address_file)]
-    if concurrency is not None:
-        args += ["--concurrency", str(concurrency)]
+    args = envoy_command(
+        config_path, log_level=log_level, admin_address_path=admin_address_file, concurrency=concurrency
+    )
     with log.open("ab") as log_file:
         process = await asyncio.create_subprocess_exec(
             *args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT

@@ -19,6 +19,7 @@ from grpc import aio
 
 from thermostat.chassis.internal_auth import InternalTokenInterceptor
 from thermostat.chassis.tracing import client_interceptors
+from thermostat.chassis.unexpected_errors import guarded_handler
 
 REQUEST_ID = "x-request-id"
 TRACEPARENT = "traceparent"
@@ -63,8 +64,21 @@ def adopt(metadata: Sequence[tuple[str, str | bytes]] | None) -> None:
     tracestate_var.set(found.get(TRACESTATE) if traceparent_ok else None)
 
 
+_GUARDED_HANDLERS = 1024
+"""Guarded handlers kept for reuse: one per method, plus the few per-call ones a refusal builds (auth's denials)."""
+
+
 class RequestContextInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
-    """Adopts the caller's request id and trace context for the duration of each RPC."""
+    """Adopts the caller's request id and trace context for the duration of each RPC, and answers an unexpected
+    exception of its handler with a fixed detail, logged under that request id (chassis/unexpected_errors.py).
+
+    The guard is here rather than in an interceptor of its own: every interceptor costs each call its own
+    coroutine and continuation (the pool's hot path), while this one runs anyway. Each guarded handler is built
+    once per handler the services registered and reused."""
+
+    def __init__(self, service: str = "the service") -> None:
+        self.service = service
+        self._guarded: dict[int, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -73,7 +87,17 @@ class RequestContextInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         # grpc.aio runs each RPC in its own task, so a context variable set here is scoped to the RPC.
         adopt(handler_call_details.invocation_metadata)
-        return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        known = self._guarded.get(id(handler))
+        if known is not None and known[0] is handler:  # the id of a handler still alive (kept in the entry)
+            return known[1]
+        guarded = guarded_handler(handler, handler_call_details.method, self.service, request_id_var.get)
+        if len(self._guarded) >= _GUARDED_HANDLERS:
+            self._guarded.clear()
+        self._guarded[id(handler)] = (handler, guarded)
+        return guarded
 
 
 class _Propagate(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):  # type: ignore[misc]

@@ -96,7 +96,7 @@ class ServiceHost:
         # Tracing first (none without OpenTelemetry): a refused call still shows as a span with its status.
         self.interceptors = [
             *server_interceptors(),
-            RequestContextInterceptor(),
+            RequestContextInterceptor(spec.name),
             AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
             TextFieldInterceptor(),
         ]

@@ -196,7 +196,8 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         # the operator token was checked by the server's auth rules (__main__.auth_rules) before this runs; an
         # unknown pod is 404 before its body is read, as on every pod route (the seed's order)
         await self.c.pod(request.name, context)
-        ceilings = await _ceilings(request.payload.data, {"name": request.name}, context)
+        # a pod's name is case-insensitive on every route (find_pod): the body may repeat it in another case
+        ceilings = await _ceilings(request.payload.data, {"name": request.name}, context, folded=("name",))
         return await self.SetPodBudget(metering_pb2.SetPodBudgetRequest(name=request.name, **ceilings), context)
 
     async def GetLedgerStatus(
@@ -271,9 +272,11 @@ def feed_health(feed: FeedState) -> dict[str, object]:
 BUDGET_BODY = (BodyField("daily_usd", JsonKind.NUMBER), BodyField("monthly_usd", JsonKind.NUMBER))
 
 
-async def _ceilings(data: bytes, bound: dict[str, str], context: grpc.aio.ServicerContext) -> dict[str, float]:
+async def _ceilings(
+    data: bytes, bound: dict[str, str], context: grpc.aio.ServicerContext, *, folded: tuple[str, ...] = ()
+) -> dict[str, float]:
     """The ceilings a REST body sets, read strictly (policy/common/strict_json.py): anything else is 400."""
-    read = read_json_object(data, BUDGET_BODY, bound=bound)
+    read = read_json_object(data, BUDGET_BODY, bound=bound, folded=folded)
     if isinstance(read, BodyError):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, read.detail)
         raise AssertionError("unreachable")  # abort raises

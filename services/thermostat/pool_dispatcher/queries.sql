@@ -209,15 +209,25 @@ SELECT EXISTS (SELECT 1 FROM sent) AS sent, EXISTS (SELECT 1 FROM freed) AS free
 -- This process may not send (its instance lease is not trusted for the call): the dispatched job goes back
 -- to the queue in its old place, and the machine is idle. $5: the caller's own mark_sent landed (running)
 -- but nothing was sent, so a running job is requeued too. $1 job, $2 machine, $3 me, $4 term.
+-- The machine is freed only with its job: when the job was requeued, or is no longer live on it under this
+-- owner and term (a cancel won, as in mark_sent). A job still live on it that this call may not requeue
+-- (running, unmarked: a reconcile that no longer knows the claim went unanswered) keeps its machine busy, so
+-- no other job is handed a machine that one is said to run on.
 WITH job AS (
     UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL
     WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4
       AND (state = 'dispatched' OR ($5 AND state = 'running'))
     RETURNING id
+), live AS (
+    SELECT id FROM pool_jobs
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state IN ('dispatched', 'running')
+), freed AS (
+    UPDATE pool_machines SET state = 'warm', job_id = NULL
+    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+      AND (EXISTS (SELECT 1 FROM job) OR NOT EXISTS (SELECT 1 FROM live))
+    RETURNING id
 )
-UPDATE pool_machines SET state = 'warm', job_id = NULL
-WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
-RETURNING (SELECT count(*) FROM job) AS requeued;
+SELECT EXISTS (SELECT 1 FROM job) AS requeued, EXISTS (SELECT 1 FROM freed) AS freed;
 
 -- name: machine_hold
 -- A machine of this process after a write whose answer was lost: its state and the live job it holds under

@@ -615,13 +615,16 @@ class PoolRepository:
         return bool(row["sent"]), bool(row["freed"])
 
     async def requeue_unsent(self, job_id: str, machine_id: str, owner: Owner, *, marked: bool = False) -> bool:
-        """The dispatched job back in the queue in its place, the machine idle; False when it was no longer ours.
+        """The dispatched job back in the queue in its place, the machine idle with it; False when the job was no
+        longer ours to requeue (its machine is then freed only if the job is no longer live on it: see the SQL).
         `marked`: the caller's own mark_sent made it running and nothing was sent, so running is requeued too."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(
-                Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, marked
+            row = _one(
+                await c.fetchrow(
+                    Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, marked
+                )
             )
-        return row is not None and row["requeued"] > 0
+        return bool(row["requeued"])
 
     async def machine_hold(self, machine_id: str, owner: Owner) -> MachineHold | None:
         """The machine and its live job under this owner (None: the machine is no longer ours)."""

@@ -53,6 +53,7 @@ HEALTH_STATES = (MachineState.STARTING, MachineState.WARM, MachineState.BUSY, Ma
 CANCEL_BODY = (BodyField("build_id", JsonKind.STRING),)
 HINT_BODY = (BodyField("machine_type", JsonKind.STRING),)
 STREAM_JOBS = 64
+INTERNAL_ERROR = "internal error (logged by the pool)"
 """Requests of one RunJobs stream in flight (read, not yet answered): at the cap the stream is not read."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
@@ -283,7 +284,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         admitted = await self._admit(request, tenant, metadata, sync=True, remaining=remaining)
         if isinstance(admitted, Refusal):
             return admitted
-        job, options = admitted
+        return await self._wait_admitted(*admitted, remaining)
+
+    async def _wait_admitted(
+        self, job: JobView, options: SubmitOptions, remaining: Callable[[], float | None]
+    ) -> Finished:
         wait = options.wait_seconds or 0.0  # always set for a sync submit
         left = remaining()
         if left is not None:  # the caller's gRPC deadline bounds the wait too
@@ -358,13 +363,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         jobs: set[asyncio.Task[None]] = set()
 
         async def answer(request: pool_pb2.RunJobsRequest | Refused) -> None:
-            try:
-                response = await self._stream_answer(request, tenant, caller.metadata, context)
-            except Exception:  # this job's answer (as a unary call would end UNKNOWN); the stream goes on
-                log.exception("RunJobs: a job's submit or wait failed")
-                tag = request.request.tag if isinstance(request, Refused) else request.tag
-                response = _refused(tag, grpc.StatusCode.UNKNOWN, "the job's submit or wait failed")
-            answers.put_nowait(response)
+            answers.put_nowait(await self._stream_answer(request, tenant, caller.metadata, context))
 
         async def read() -> None:
             end = _End()
@@ -410,17 +409,27 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         metadata: Mapping[str, str],
         context: grpc.aio.ServicerContext,
     ) -> pool_pb2.RunJobsResponse:
+        """One request's answer, by its tag. An unexpected error is this job's answer alone (UNKNOWN, as a unary
+        call ends), with the job's id once it is queued so the caller can follow it; the error itself is logged
+        here with that id, never sent (its text may hold what a caller must not see). The stream goes on."""
         if isinstance(request, Refused):  # the text-field check's, naming the field
             return _refused(request.request.tag, grpc.StatusCode.INVALID_ARGUMENT, request.detail)
-        finished = await self._submit_and_wait(request.job, tenant, metadata, context.time_remaining)
-        if isinstance(finished, Refusal):
-            return _refused(request.tag, finished.code, finished.detail, finished.job_id)
-        job = finished.job
-        if JobState(job.state) is JobState.COMPLETED:
-            return pool_pb2.RunJobsResponse(
-                tag=request.tag, job_id=job.id, result=await self._result(job, finished.result)
-            )
-        return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, job=job_message(job))
+        job_id: str | None = None
+        try:
+            admitted = await self._admit(request.job, tenant, metadata, sync=True)
+            if isinstance(admitted, Refusal):
+                return _refused(request.tag, admitted.code, admitted.detail, admitted.job_id)
+            job_id = admitted[0].id
+            finished = await self._wait_admitted(*admitted, context.time_remaining)
+            job = finished.job
+            if JobState(job.state) is JobState.COMPLETED:
+                return pool_pb2.RunJobsResponse(
+                    tag=request.tag, job_id=job.id, result=await self._result(job, finished.result)
+                )
+            return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, job=job_message(job))
+        except Exception:
+            log.exception("RunJobs: job %s (tag %d) failed in the pool", job_id or "(none queued)", request.tag)
+            return _refused(request.tag, grpc.StatusCode.UNKNOWN, INTERNAL_ERROR, job_id)
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         return job_message(await self._own_job(request.id, context))

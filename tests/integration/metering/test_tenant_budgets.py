@@ -5,6 +5,7 @@ unreachable refuses (fail closed). Budgets are set with the pool admin token and
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -126,6 +127,56 @@ async def test_a_tenant_over_budget_gets_no_machine_and_the_refusal_is_on_record
     assert (reply.started, reply.reason) == (False, "budget")
     assert ("x-http-code", "409") in tuple(await hint.initial_metadata())
     assert await started_machines(rig.store) == machines
+
+
+def wording(detail: str) -> str:
+    return re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|\d+(\.\d+)?", "#", detail)
+
+
+async def test_a_budget_refusal_on_a_run_jobs_stream_answers_that_message_as_the_unary_call_and_the_stream_goes_on(
+    rig: Rig,
+) -> None:
+    """A RunJobs message of a tenant over budget is answered by its tag with SubmitJobSync's refusal (its code, its
+    detail, the failed job on record named by job_id); the stream stays open, and once the ceiling is lifted the
+    next message runs."""
+    await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=0.01), metadata=ADMIN
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as unary:
+        await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    call = rig.pool.stub.RunJobs(metadata=caller("acme"))
+
+    async def ask(tag: int) -> pool_pb2.RunJobsResponse:
+        request = pool_pb2.RunJobsRequest(
+            tag=tag, job=pool_pb2.SubmitJobSyncRequest(machine_type="sleepy", wait_seconds="60")
+        )
+        request.job.payload.data = b"0"
+        await call.write(request)
+        response: pool_pb2.RunJobsResponse = await call.read()
+        assert response.tag == tag
+        return response
+
+    refused = await ask(5)
+    assert refused.error.code == unary.value.code().value[0] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    recorded = await rig.store.pool.fetchrow(
+        "SELECT id::text AS id, state, error FROM pool_jobs WHERE id::text = $1", refused.job_id
+    )
+    assert (recorded["state"], refused.error.detail) == ("failed", f"{recorded['error']} (job {refused.job_id})")
+    assert "tenant acme: daily budget of 0.01 USD reached" in refused.error.detail
+    # worded alike; the numbers (the spend moves while a machine is warm) and the recorded job are each its own
+    assert wording(refused.error.detail) == wording(unary.value.details() or "")
+    assert refused.job_id not in (unary.value.details() or "")
+    assert await rig.store.pool.fetchval("SELECT count(*) FROM pool_jobs WHERE state = 'queued'") == 0
+
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=1_000_000), metadata=ADMIN
+    )
+    ran = await ask(6)
+    assert (ran.WhichOneof("outcome"), ran.job_id != "") == ("result", True)
+    await call.done_writing()
+    assert await call.code() == grpc.StatusCode.OK
 
 
 async def test_a_tenant_without_a_budget_has_no_ceiling(rig: Rig) -> None:

@@ -8,7 +8,9 @@ is in flight; a half-close drains; a cancelled stream stops its waits while its 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import grpc
 import pytest
@@ -105,6 +107,76 @@ async def test_mixed_outcomes_on_one_stream_are_each_answered_and_the_stream_goe
     assert await job_rows(pool) == 4  # the refused requests queued nothing
 
 
+SECRET = "postgres://pool:hunter2@db"  # what an unexpected error's text may hold
+
+
+@pytest.mark.parametrize("step", ["submit", "wait_finished"])
+async def test_an_unexpected_error_answers_its_own_tag_with_no_detail_and_the_stream_goes_on(
+    pool: RunningPool, step: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dispatcher fails one job's submit (nothing queued: no job id) or its wait (queued: the answer names the
+    job, to follow with GetJob): that message is answered by its tag, UNKNOWN as the unary call ends, saying only
+    that the pool logged an internal error; the log has the job's id and the error; the next message runs."""
+    d = pool.dispatcher
+    real = getattr(d, step)
+    failures: list[str] = []
+
+    async def fails_once(*args: object, **kwargs: object) -> object:
+        if not failures:
+            failures.append(step)
+            if step == "wait_finished":
+                await real(*args, **kwargs)  # the job ran: only the answer's way back fails
+            raise RuntimeError(f"the store said no: {SECRET}")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(d, step, fails_once)
+    call = pool.stub.RunJobs(metadata=caller())
+    with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher.servicer"):
+        await call.write(job(7, b"first"))
+        failed: pool_pb2.RunJobsResponse = await call.read()
+    assert (failed.tag, failed.error.code) == (7, grpc.StatusCode.UNKNOWN.value[0])
+    assert failed.error.detail == "internal error (logged by the pool)" and "hunter2" not in str(failed)
+    rows = [r["id"] for r in await d.repo.pool.fetch("SELECT id::text AS id FROM pool_jobs")]
+    if step == "submit":
+        assert (failed.job_id, rows) == ("", [])
+        assert "RunJobs: job (none queued) (tag 7) failed in the pool" in caplog.text
+    else:
+        assert [failed.job_id] == rows
+        assert (await pool.finished(failed.job_id)).state == "completed"
+        assert f"RunJobs: job {failed.job_id} (tag 7) failed in the pool" in caplog.text
+    assert "hunter2" in caplog.text  # the error is the operator's to read, in the pool's log
+    await call.write(job(8, b"second"))
+    after: pool_pb2.RunJobsResponse = await call.read()
+    assert (after.tag, after.result) == (8, b"second")
+    await call.done_writing()
+    assert await call.code() == grpc.StatusCode.OK
+
+
+def refused_without_a_request(
+    address: str, metadata: tuple[tuple[str, str], ...]
+) -> tuple[grpc.StatusCode, dict[str, str]]:
+    """A RunJobs call that writes nothing, nor half-closes, until it has ended: its status and the initial metadata
+    the pool sent. Read with grpc's threaded client: grpc.aio's starts reading a stream's initial metadata only once
+    its own headers are sent, and a status processed before that fills the metadata in as empty (call.pyx.pxi's
+    `_set_status`), although the headers were on the wire; the threaded client asks for both at once and waits for
+    the headers' own event."""
+    ended = threading.Event()
+
+    def nothing() -> Iterator[bytes]:
+        ended.wait(30)
+        yield from ()
+
+    with grpc.insecure_channel(address) as channel:
+        run_jobs = channel.stream_stream(
+            RUN_JOBS, request_serializer=lambda data: data, response_deserializer=pool_pb2.RunJobsResponse.FromString
+        )
+        call = run_jobs(nothing(), metadata=metadata)
+        try:
+            return call.code(), {k: v for k, v in call.initial_metadata() or () if isinstance(v, str)}
+        finally:
+            ended.set()
+
+
 @pytest.mark.parametrize(
     ("metadata", "code"),
     [
@@ -116,10 +188,10 @@ async def test_mixed_outcomes_on_one_stream_are_each_answered_and_the_stream_goe
 async def test_auth_ends_the_stream_before_any_request_is_read_with_the_unary_codes(
     pool: RunningPool, metadata: tuple[tuple[str, str], ...], code: grpc.StatusCode
 ) -> None:
-    call = pool.stub.RunJobs(metadata=metadata)  # nothing written: the refusal does not wait for a request
-    assert await call.code() == code
+    ended, headers = await asyncio.to_thread(refused_without_a_request, pool.address, metadata)
+    assert ended == code
     http = "401" if code is grpc.StatusCode.UNAUTHENTICATED else "400"
-    assert dict(await call.initial_metadata())["x-http-code"] == http
+    assert headers.get("x-http-code") == http  # in the response's headers, as a unary refusal sends it
     with pytest.raises(grpc.aio.AioRpcError) as unary:
         await pool.stub.SubmitJobSync(pool_pb2.SubmitJobSyncRequest(machine_type="local"), metadata=metadata)
     assert unary.value.code() == code

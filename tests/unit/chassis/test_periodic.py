@@ -1,9 +1,12 @@
 """Periodic, the background loop of the sweeps and the reaper: a pass every `every_seconds` on an injected
-clock, a failed pass logged and the next one still run, and `stop` ends the loop asleep or mid-pass."""
+clock, a failed pass logged and the next one still run, and `stop` ends the loop asleep or mid-pass, within its
+grace. A grace that must run out is tiny against a pass that never ends (it runs out whatever the load); one that
+must not is an hour against a pass the test ends."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -15,6 +18,8 @@ from thermostat.chassis.periodic import Periodic
 EVERY = 60.0
 LOGGER = "tests.chassis.periodic"
 FAILED = "test sweep failed; retrying on the next pass"
+TINY = 0.01
+HOUR = 3600.0
 
 
 class Passes:
@@ -30,13 +35,21 @@ class Passes:
             raise RuntimeError(f"pass {self.count} broke")
 
 
-def periodic(clock: FakeClock, one_pass: Callable[[], Awaitable[None]]) -> Periodic:
-    return Periodic("test-sweep", EVERY, one_pass, log=logging.getLogger(LOGGER), what="test sweep", sleep=clock.sleep)
+def periodic(clock: FakeClock, one_pass: Callable[[], Awaitable[None]], *, grace: float = HOUR) -> Periodic:
+    return Periodic(
+        "test-sweep",
+        EVERY,
+        one_pass,
+        log=logging.getLogger(LOGGER),
+        what="test sweep",
+        sleep=clock.sleep,
+        stop_grace=grace,
+    )
 
 
-async def started(clock: FakeClock, one_pass: Callable[[], Awaitable[None]]) -> Periodic:
+async def started(clock: FakeClock, one_pass: Callable[[], Awaitable[None]], *, grace: float = HOUR) -> Periodic:
     """A loop started and asleep before its first pass."""
-    loop = periodic(clock, one_pass)
+    loop = periodic(clock, one_pass, grace=grace)
     await loop.start()
     await clock.settled(1)
     return loop
@@ -98,26 +111,94 @@ async def test_stop_cancels_a_sleeping_loop() -> None:
     assert passes.count == 0
 
 
-async def test_stop_cancels_a_pass_in_flight() -> None:
-    """Stopped mid-pass, the pass is cancelled where it waits and stop returns once it has ended."""
+async def test_stop_lets_a_pass_in_flight_end_within_the_grace(caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped mid-pass, the pass ends on its own within the grace: it is not cancelled, nothing is logged, stop
+    returns once it has ended, and no later pass runs."""
     clock = FakeClock()
     entered, ended = asyncio.Event(), asyncio.Event()
-    cancelled: list[bool] = []
+    passes: list[str] = []
 
     async def slow_pass() -> None:
         entered.set()
         try:
             await ended.wait()
+            passes.append("ended")
         except asyncio.CancelledError:
-            cancelled.append(True)
+            passes.append("cancelled")
             raise
 
     loop = await started(clock, slow_pass)
     clock.advance(EVERY)
     await entered.wait()
-    await loop.stop()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        stopping = asyncio.create_task(loop.stop())
+        await asyncio.sleep(0)  # the stop runs up to its wait for the pass
+        assert not stopping.done()
+        ended.set()
+        await stopping
+    assert passes == ["ended"]
+    assert not loop.running and clock.sleepers == 0
+    assert [r for r in caplog.records if r.name == LOGGER] == []
+    clock.advance(EVERY * 10)
+    await asyncio.sleep(0)
+    assert passes == ["ended"]
+
+
+async def test_a_pass_that_outlasts_the_grace_is_cancelled_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A pass still in flight when the grace runs out is cancelled where it waits, and a warning says so."""
+    clock = FakeClock()
+    entered = asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def stuck_pass() -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()  # never set: I/O that never answers
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    loop = await started(clock, stuck_pass, grace=TINY)
+    clock.advance(EVERY)
+    await entered.wait()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await loop.stop()
     assert cancelled == [True]
     assert not loop.running
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+    assert logged == [(logging.WARNING, "test sweep still running after the 0.01 s stop grace; cancelling it")]
+
+
+async def test_a_pass_that_ignores_its_cancellation_does_not_hold_the_stop(caplog: pytest.LogCaptureFixture) -> None:
+    """A pass that outlasts the grace and then its cancellation too (stuck in I/O its cancellation cannot cut) is
+    left behind: stop returns, with a warning and then an error logged, and that loop never runs another pass."""
+    clock = FakeClock()
+    entered, released = asyncio.Event(), asyncio.Event()
+    passes: list[str] = []
+
+    async def stubborn_pass() -> None:
+        passes.append("ran")
+        entered.set()
+        while not released.is_set():  # ignores every cancellation until released
+            with contextlib.suppress(asyncio.CancelledError):
+                await released.wait()
+
+    loop = await started(clock, stubborn_pass, grace=TINY)
+    clock.advance(EVERY)
+    await entered.wait()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await loop.stop()
+    assert not loop.running
+    logged = [r.levelno for r in caplog.records if r.name == LOGGER]
+    assert logged == [logging.WARNING, logging.ERROR]
+    assert "did not end within 0.01 s of its cancellation; stopping without it" in caplog.text
+    (left_behind,) = [t for t in asyncio.all_tasks() if t.get_name() == "test-sweep"]
+    released.set()
+    await asyncio.wait({left_behind})  # it ends after its pass rather than sleeping again: it is no longer the loop
+    assert clock.sleepers == 0
+    clock.advance(EVERY * 10)
+    await asyncio.sleep(0)
+    assert passes == ["ran"]
 
 
 async def test_start_twice_runs_one_loop() -> None:
@@ -159,7 +240,7 @@ async def test_stop_ends_the_loop_even_when_the_pass_swallows_its_cancellation()
         except asyncio.CancelledError:
             passes.append("swallowed its cancellation")
 
-    loop = await started(clock, swallowing_pass)
+    loop = await started(clock, swallowing_pass, grace=TINY)
     clock.advance(EVERY)
     await entered.wait()
     stopping = asyncio.create_task(loop.stop())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
-from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from
+from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from thermostat.edge.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 DEMO_CATALOGUE = [
@@ -71,6 +71,7 @@ async def main() -> int:
         os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE + demo_types(demo_backends))
     try:
         edge_port = listen_port_from_env(os.environ)
+        edge_concurrency = edge_concurrency_from(os.environ.get("EDGE_CONCURRENCY"))
     except ValueError as error:
         sys.exit(str(error))
     config = StackConfig(
@@ -79,6 +80,7 @@ async def main() -> int:
         runpod_base_url=os.environ.get("RUNPOD_V2_BASE_URL") or None,
         runpod_api_key=os.environ.get("RUNPOD_API_KEY") or None,
         edge_port=edge_port,
+        edge_concurrency=edge_concurrency,
         admin_port=_port("EDGE_ADMIN_PORT", DEFAULT_ADMIN_PORT),
         stats_port=_port("EDGE_STATS_PORT", DEFAULT_STATS_PORT),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),

@@ -71,6 +71,24 @@ def demo_backends_from(value: str | None) -> tuple[str, ...]:
     return names
 
 
+EDGE_CONCURRENCY = 1
+"""Envoy's worker threads in the dev stack (EDGE_CONCURRENCY): one, as the Kubernetes edge and the benches run it
+(tools/k8s_manifests.py EDGE_WORKERS), rather than Envoy's default of one per hardware thread."""
+
+
+def edge_concurrency_from(value: str | None) -> int:
+    """EDGE_CONCURRENCY: Envoy's worker threads, a whole number of at least 1 (unset or empty: the default)."""
+    if value is None or not value.strip():
+        return EDGE_CONCURRENCY
+    try:
+        workers = int(value.strip())
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise ValueError(f"EDGE_CONCURRENCY: {value!r} is not a whole number of at least 1")
+    return workers
+
+
 RESTART_FIRST_DELAY = 1.0
 RESTART_MAX_DELAY = 30.0
 RESTART_STEADY_SECONDS = 60.0  # a child up this long restarts after the first delay again
@@ -125,6 +143,7 @@ class StackConfig:
     replicas: int = 1  # processes per service (module doc)
     restart_children: bool = True  # False: a child that exits stays down (a test kills one and watches the rest)
     edge: bool = True
+    edge_concurrency: int = EDGE_CONCURRENCY  # Envoy's --concurrency
 
 
 class Stack:
@@ -323,7 +342,7 @@ class Stack:
         )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
         path = write_envoy_config(spec, cfg.data_dir / "envoy.yaml") if cfg.edge_port == 0 else write_envoy_config(spec)
-        self.envoy = await start_envoy(path, log_path=cfg.data_dir / "envoy.log")
+        self.envoy = await start_envoy(path, log_path=cfg.data_dir / "envoy.log", concurrency=cfg.edge_concurrency)
         port = self.envoy.listeners.get("edge", cfg.edge_port)
         self.edge_url = f"http://127.0.0.1:{port}"
         self.edge_stats_url = f"http://127.0.0.1:{self.envoy.listeners.get('stats', spec.stats_port)}{STATS_PATH}"

@@ -15,7 +15,9 @@ service then runs the typed RPC's logic on what was read. Refused, each naming w
 
 A field is spelled as the transcoder accepts it: its proto name (`daily_usd`) or its lowerCamel JSON name
 (`dailyUsd`). A path-bound field repeated with the path's own value is accepted and ignored, as Envoy's
-collision check does (reject_binding_body_field_collisions), so the path stays the only word on it.
+collision check does (reject_binding_body_field_collisions), so the path stays the only word on it. A bound field
+the route names `folded` is the same value in any case (a pod's name is: the route resolves it case-insensitively,
+so `{"name": "QWEN"}` on `/api/pods/qwen/budget` names the pod the path does).
 
 Pure: bytes in, frozen values out.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -145,12 +147,23 @@ def _checked(key: str, value: object, field: BodyField) -> float | str | BodyErr
     return value
 
 
+def _same_as_path(value: object, path_value: str, *, folded: bool) -> bool:
+    if folded and isinstance(value, str):
+        return value.casefold() == path_value.casefold()
+    return value == path_value
+
+
 def read_json_object(
-    data: bytes, fields: Sequence[BodyField], *, bound: Mapping[str, str] | None = None
+    data: bytes,
+    fields: Sequence[BodyField],
+    *,
+    bound: Mapping[str, str] | None = None,
+    folded: Collection[str] = (),
 ) -> BodyValues | BodyError:
     """The body's values by proto name, or the first thing wrong with it (in the body's order).
 
-    `bound` is each field the route's path binds (proto name) and the path's value for it."""
+    `bound` is each field the route's path binds (proto name) and the path's value for it; `folded` names the bound
+    fields whose value the path matches whatever its case."""
     decoded = _decode(data)
     if isinstance(decoded, BodyError):
         return decoded
@@ -170,7 +183,7 @@ def read_json_object(
         seen[name] = key
         if key not in by_spelling:  # a field the path binds: the path's value or nothing
             path_value = (bound or {})[name]
-            if value != path_value:
+            if not _same_as_path(value, path_value, folded=name in folded):
                 return BodyError(
                     f"{_key(key)}: conflicts with the path's {name} {json.dumps(path_value)}; leave it out of the body"
                 )

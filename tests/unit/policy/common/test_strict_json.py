@@ -177,6 +177,25 @@ def test_a_path_bound_field_repeating_the_paths_value_is_ignored() -> None:
     assert values(b'{"name": "qwen", "dailyUsd": 5}', name="qwen") == {"daily_usd": 5.0}
 
 
+@pytest.mark.parametrize("body_name", ["QWEN", "Qwen", "qwen"])
+def test_a_folded_path_bound_field_repeating_the_paths_value_in_another_case_is_ignored(body_name: str) -> None:
+    """A pod's name is case-insensitive wherever a route resolves it, so a case-only difference names the same pod."""
+    body = f'{{"name": "{body_name}", "dailyUsd": 5}}'.encode()
+    assert read_json_object(body, BUDGET, bound={"name": "qwen"}, folded=("name",)) == BodyValues(
+        values={"daily_usd": 5.0}
+    )
+
+
+def test_a_folded_path_bound_field_with_another_value_is_still_refused() -> None:
+    read = read_json_object(b'{"name": "llama"}', BUDGET, bound={"name": "qwen"}, folded=("name",))
+    assert read == BodyError('body.name: conflicts with the path\'s name "qwen"; leave it out of the body')
+
+
+def test_a_bound_field_not_folded_differs_by_case() -> None:
+    """A tenant id is compared as given: only the fields a route folds ignore case."""
+    assert refusal(b'{"tenant_id": "ACME"}', tenant_id="acme").startswith("body.tenant_id: conflicts with the path")
+
+
 def test_a_path_bound_field_is_unknown_where_the_path_binds_nothing() -> None:
     assert refusal(b'{"name": "qwen"}').startswith("body.name: unknown field")
 
