@@ -416,7 +416,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             return _refused(request.request.tag, grpc.StatusCode.INVALID_ARGUMENT, request.detail)
         job_id: str | None = None
         try:
-            admitted = await self._admit(request.job, tenant, metadata, sync=True)
+            admitted = await self._admit(request.job, tenant, metadata, sync=True, remaining=context.time_remaining)
             if isinstance(admitted, Refusal):
                 return _refused(request.tag, admitted.code, admitted.detail, admitted.job_id)
             job_id = admitted[0].id
