@@ -1,16 +1,19 @@
 """Pool throughput A/B: the gRPC path on two revisions of the dispatcher, side by side in one run.
 
-Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--jobs 1500] [--rounds 6] [--clients 32]
+Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--paths services] [--jobs 1500] [--rounds 6]
+     [--clients 32]
 
 How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
 builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
 service code of `--baseline` (default: where this branch left main, `git merge-base main HEAD`; `git archive`
-of its services/ put first on the dispatchers' PYTHONPATH), B the working tree's. Rounds of `--jobs` gRPC
+of its services/ put first on the dispatchers' PYTHONPATH; `--paths services,libs` puts the revision's libs/
+there too, for a change to the libraries the dispatchers run), B the working tree's. Rounds of `--jobs` gRPC
 SubmitJobSync calls alternate A B, B A, ... so load drifts hit both alike; each round prints its rate and
 the CPU each process group spent per job. The verdict is the medians, and how many rounds of B beat every
-round of A. Only services/ differs between the rigs (libraries, workers, schema and callers are the working
-tree's), so a baseline must work with the working tree's libraries and migrations: a merge base does, a main
-that moved on may not.
+round of A. Only the `--paths` differ between the rigs (by default services/: libraries, workers, schema and
+callers are the working tree's; the generated protos always are), so a baseline must work with the working
+tree's migrations (and libraries, unless libs is among the paths): a merge base does, a main that moved on
+may not.
 """
 
 from __future__ import annotations
@@ -39,24 +42,28 @@ def git(*args: str) -> str:
 
 
 @contextlib.contextmanager
-def services_of(revision: str) -> Any:
-    """The revision's services/ in a scratch directory."""
+def code_of(revision: str, paths: list[str]) -> Any:
+    """The revision's `paths` (top-level folders such as services, libs) in a scratch directory, as a PYTHONPATH.
+
+    `thermostat` is a namespace package over libs/, services/ and dev/, and so are the folders of generated
+    protos (libs/thermostat/*/v1, ignored by git): a folder here shadows the working tree's copy of each
+    regular package it holds, and the generated code is still found in the working tree."""
     with tempfile.TemporaryDirectory(prefix="pool-ab-") as tmp:
         archive = subprocess.run(
-            ["git", "archive", revision, "services"], cwd=throughput.ROOT, check=True, capture_output=True
+            ["git", "archive", revision, *paths], cwd=throughput.ROOT, check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield Path(tmp) / "services"
+        yield ":".join(str(Path(tmp) / path) for path in paths)
 
 
 @contextlib.asynccontextmanager
-async def rig_on(code: Path | None) -> Any:
-    """bench/pool_throughput.py's rig; with `code`, its dispatchers import the service code from there."""
+async def rig_on(code: str | None) -> Any:
+    """bench/pool_throughput.py's rig; with `code` (a PYTHONPATH), its dispatchers import code from there first."""
     spawn = asyncio.create_subprocess_exec
 
     async def spawn_on(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
         if code is not None and "pool_dispatcher" in " ".join(map(str, args)):
-            kwargs["env"] = {**kwargs["env"], "PYTHONPATH": str(code)}
+            kwargs["env"] = {**kwargs["env"], "PYTHONPATH": code}
         return await spawn(*args, **kwargs)
 
     asyncio.create_subprocess_exec = spawn_on  # type: ignore[assignment]
@@ -68,12 +75,15 @@ async def rig_on(code: Path | None) -> Any:
         asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
 
 
-async def main(baseline: str, jobs: int, rounds: int, lanes: int) -> None:
-    print(f"A = {baseline[:12]}, B = the working tree; {jobs} jobs a round, {rounds} rounds each, {lanes} callers")
+async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int) -> None:
+    print(
+        f"A = {baseline[:12]}'s {', '.join(paths)}, B = the working tree; {jobs} jobs a round, {rounds} rounds each, "
+        f"{lanes} callers"
+    )
     print(f"at start: {throughput.load_line()}", flush=True)
     rates: dict[str, list[float]] = {"A": [], "B": []}
     spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    with services_of(baseline) as code:
+    with code_of(baseline, paths) as code:
         async with rig_on(code) as rig_a, rig_on(None) as rig_b:
             calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
             for call in calls.values():
@@ -102,12 +112,18 @@ async def main(baseline: str, jobs: int, rounds: int, lanes: int) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="the git revision A runs (default: git merge-base main HEAD)")
+    parser.add_argument(
+        "--paths",
+        default="services",
+        help="comma-separated top-level folders A takes from the baseline (default services; e.g. services,libs)",
+    )
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per round (default 1500)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
     args = parser.parse_args()
     baseline = args.baseline or git("merge-base", "main", "HEAD")
-    asyncio.run(main(baseline, args.jobs, args.rounds, args.clients))
+    paths = [path.strip().strip("/") for path in args.paths.split(",") if path.strip()]
+    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients))
 
 
 if __name__ == "__main__":
