@@ -1,7 +1,7 @@
 """Pool throughput A/B: the gRPC path on two revisions of the dispatcher, side by side in one run.
 
 Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--paths services] [--jobs 1500] [--rounds 6]
-     [--clients 32]
+     [--clients 32] [--a-over tcp]
 
 How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
 builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
@@ -13,7 +13,8 @@ the CPU each process group spent per job. The verdict is the medians, and how ma
 round of A. Only the `--paths` differ between the rigs (by default services/: libraries, workers, schema and
 callers are the working tree's; the generated protos always are), so a baseline must work with the working
 tree's migrations (and libraries, unless libs is among the paths): a merge base does, a main that moved on
-may not.
+may not. `--a-over tcp`: A's rig reaches Postgres over TCP loopback rather than the Unix socket (with
+`--baseline HEAD`, the only difference between the rigs).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def code_of(revision: str, paths: list[str]) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def rig_on(code: str | None) -> Any:
+async def rig_on(code: str | None, *, over_tcp: bool = False) -> Any:
     """bench/pool_throughput.py's rig; with `code` (a PYTHONPATH), its dispatchers import code from there first."""
     spawn = asyncio.create_subprocess_exec
 
@@ -68,23 +69,23 @@ async def rig_on(code: str | None) -> Any:
 
     asyncio.create_subprocess_exec = spawn_on  # type: ignore[assignment]
     try:
-        async with throughput.pool_rig(processes=2, workers=4, edge=False) as rig:
+        async with throughput.pool_rig(processes=2, workers=4, edge=False, over_tcp=over_tcp) as rig:
             asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
             yield rig
     finally:
         asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
 
 
-async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int) -> None:
+async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int, a_over: str) -> None:
     print(
-        f"A = {baseline[:12]}'s {', '.join(paths)}, B = the working tree; {jobs} jobs a round, {rounds} rounds each, "
-        f"{lanes} callers"
+        f"A = {baseline[:12]}'s {', '.join(paths)} (Postgres over {a_over}), B = the working tree (over socket); "
+        f"{jobs} jobs a round, {rounds} rounds each, {lanes} callers"
     )
     print(f"at start: {throughput.load_line()}", flush=True)
     rates: dict[str, list[float]] = {"A": [], "B": []}
     spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     with code_of(baseline, paths) as code:
-        async with rig_on(code) as rig_a, rig_on(None) as rig_b:
+        async with rig_on(code, over_tcp=a_over == "tcp") as rig_a, rig_on(None) as rig_b:
             calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
             for call in calls.values():
                 await throughput.run_lanes(call, 0, throughput.WARMUP, lanes)
@@ -117,13 +118,16 @@ def cli() -> None:
         default="services",
         help="comma-separated top-level folders A takes from the baseline (default services; e.g. services,libs)",
     )
+    parser.add_argument(
+        "--a-over", choices=("socket", "tcp"), default="socket", help="how A's rig reaches Postgres (default socket)"
+    )
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per round (default 1500)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
     args = parser.parse_args()
     baseline = args.baseline or git("merge-base", "main", "HEAD")
     paths = [path.strip().strip("/") for path in args.paths.split(",") if path.strip()]
-    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients))
+    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients, args.a_over))
 
 
 if __name__ == "__main__":

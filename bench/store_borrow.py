@@ -89,7 +89,7 @@ def cli() -> None:
     args = parser.parse_args()
     lanes = [int(n) for n in args.lanes.split(",")]
     with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as server:
-        run_on(main(server.dsn, args.calls, args.rounds, lanes), choose_loop("uvloop"))
+        run_on(main(server.local_dsn, args.calls, args.rounds, lanes), choose_loop("uvloop"))
 
 
 if __name__ == "__main__":
