@@ -255,3 +255,19 @@ async def test_terminate_closes_idle_connections_at_once(pool, admin):
     async with asyncio.timeout(GUARD):
         while await open_backends(admin):
             await asyncio.sleep(0.01)
+
+
+async def test_a_pool_of_one_opens_a_fresh_connection_after_each_drop(database_url):
+    """A dropped connection gives its place back: with room for one, the next borrow still gets one, each time."""
+    pool = await create_pool(database_url, min_size=1, max_size=1, application_name="lending-test")
+    seen: list[int] = []
+    try:
+        for _ in range(3):
+            async with asyncio.timeout(GUARD), borrow(pool) as connection:
+                seen.append(await backend(connection))
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.1), borrow(pool) as connection:
+                    await connection.execute("SELECT pg_sleep(30)")
+    finally:
+        await asyncio.wait_for(pool.close(), GUARD)
+    assert len(set(seen)) == 3
