@@ -181,7 +181,7 @@ async def run(events: int, samples: int) -> int:
         EmbeddedPostgres(data_dir, durable=False) as postgres,
         RunPodSimulator(api_key="bench-key") as sim,
     ):
-        store = await Store.open(postgres.dsn)
+        store = await Store.open(postgres.local_dsn)
         try:
             sim.add_pod(pod_id="benchpod00001a", status="RUNNING", volume_id=VOLUME)
             env = {**pod_controller_env(sim), "RUNPOD_API_KEY": "bench-key", "LOG_LEVEL": "WARNING"}
@@ -194,7 +194,7 @@ async def run(events: int, samples: int) -> int:
                 pool_rate = await pool_ingest(store, events)
                 # started after the ingest (its own ledger finds the feed read already and lands nothing), as a
                 # process of its own like the controller's real peer, so its work does not share this event loop
-                async with metering_process(postgres.dsn, plain.address, metering_port) as metering:
+                async with metering_process(postgres.local_dsn, plain.address, metering_port) as metering:
                     async with metering.channel() as channel:
                         await metering_pb2_grpc.MeteringStub(channel).SetPodBudget(
                             metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=1e9, monthly_usd=1e9),

@@ -269,10 +269,10 @@ async def run(sizes: list[int], ticks: int, scrape_timeout: float, backlog: int)
         try:
             base_url = await wait_for_line(logs / "sim.log", r"RUNPOD_V2_BASE_URL=(\S+)", sim_process)
             template = await wait_for_line(logs / "sim.log", r"RUNPOD_PROXY_URL_TEMPLATE=(\S+)", sim_process)
-            store = await Store.open(postgres.dsn, max_size=4, application_name="monitor-bench")
+            store = await Store.open(postgres.local_dsn, max_size=4, application_name="monitor-bench")
             controller_env = {
                 **base_env,
-                "DATABASE_URL": postgres.dsn,
+                "DATABASE_URL": postgres.local_dsn,
                 "POD_CONTROLLER_PORT": "0",
                 "RUNPOD_API_KEY": API_KEY,
                 "RUNPOD_V2_BASE_URL": base_url,

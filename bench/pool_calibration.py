@@ -40,7 +40,7 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import httpx  # noqa: E402
 
-from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.policy.pool.job_outcome import ReplyKind  # noqa: E402
 from thermostat.policy.pool.machine_type import MachineType  # noqa: E402
@@ -141,7 +141,7 @@ async def main(dsn: str, jobs: int, concurrencies: list[int]) -> None:
     admin = await asyncpg.connect(dsn)
     await admin.execute(f"DROP DATABASE IF EXISTS {SCRATCH} WITH (FORCE)")
     await admin.execute(f"CREATE DATABASE {SCRATCH}")
-    scratch_dsn = dsn.rsplit("/", 1)[0] + f"/{SCRATCH}"
+    scratch_dsn = database_dsn(dsn, SCRATCH)
     client = WorkerClient()
     backend = LocalBackend(client)
     try:
@@ -219,7 +219,7 @@ def cli() -> None:
     args = parser.parse_args()
     concurrencies = [int(part) for part in args.concurrency.split(",") if part.strip()]
     with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as server:
-        asyncio.run(main(server.dsn, args.jobs, concurrencies))
+        asyncio.run(main(server.local_dsn, args.jobs, concurrencies))
 
 
 if __name__ == "__main__":

@@ -143,11 +143,11 @@ async def one_way(dsn: str, jobs: int, done_channel: str | None) -> tuple[float,
 
 async def per_notification(jobs: int, rounds: int) -> None:
     with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as server:
-        await apply_migrations(server.dsn)
+        await apply_migrations(server.local_dsn)
         spent: dict[str, list[tuple[float, float, float]]] = {way: [] for way in WAYS}
         for r in range(rounds):
             for way in WAYS if r % 2 == 0 else reversed(WAYS):
-                spent[way].append(await one_way(server.dsn, jobs, WAYS[way]))
+                spent[way].append(await one_way(server.local_dsn, jobs, WAYS[way]))
     print(
         f"\n{'a completion notifies':<26}{'backend':>10}{'listening backends':>20}{'listening process':>19}{'sum':>8}"
     )

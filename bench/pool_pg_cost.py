@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT)]
 import asyncpg  # noqa: E402
 import psutil  # noqa: E402
 
-from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.pool_dispatcher.repository import Owner, PoolRepository  # noqa: E402
 from thermostat.store.db import create_pool  # noqa: E402
@@ -130,7 +130,7 @@ class SteadyState:
 
 async def database(admin: asyncpg.Connection, dsn: str, name: str, through: int | None) -> str:
     await admin.execute(f'CREATE DATABASE "{name}"')
-    url = dsn.rsplit("/", 1)[0] + "/" + name
+    url = database_dsn(dsn, name)
     connection = await asyncpg.connect(url)
     try:
         await migrate(connection, [m for m in discover_migrations() if through is None or m.version <= through])
@@ -143,12 +143,12 @@ async def main(before: int, jobs: int, rounds: int) -> None:
     latest = discover_migrations()[-1].version
     names = {f"through {before:04d}": before, f"as shipped ({latest:04d})": None}
     with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as server:
-        admin = await asyncpg.connect(server.dsn)
+        admin = await asyncpg.connect(server.local_dsn)
         states: dict[str, SteadyState] = {}
         closers = []
         try:
             for i, (label, through) in enumerate(names.items()):
-                url = await database(admin, server.dsn, f"cost{i}", through)
+                url = await database(admin, server.local_dsn, f"cost{i}", through)
                 pool = await create_pool(url, min_size=1, max_size=2)
                 listener = await asyncpg.connect(url)
                 closers += [pool.close, listener.close]

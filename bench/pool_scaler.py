@@ -140,7 +140,7 @@ def cli() -> None:
     parser.add_argument("--black-holed", type=float, default=0.1, help="share that never answers (default 0.1)")
     args = parser.parse_args()
     with embedded_data_dir() as data_dir, EmbeddedPostgres(data_dir, durable=False) as server:
-        asyncio.run(main(server.dsn, args.machines, args.black_holed))
+        asyncio.run(main(server.local_dsn, args.machines, args.black_holed))
 
 
 if __name__ == "__main__":

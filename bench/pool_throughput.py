@@ -63,7 +63,7 @@ import pool_calibration as calibration  # noqa: E402
 import psutil  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
-from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
+from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
 from thermostat.chassis.event_loop import choose_loop  # noqa: E402
 from thermostat.chassis.event_loop import run as run_on  # noqa: E402
 from thermostat.chassis.ports import free_port  # noqa: E402
@@ -223,20 +223,23 @@ async def _start_envoy(rig: PoolRig, workdir: Path, config_of: EdgeConfig = edge
 
 @contextlib.asynccontextmanager
 async def pool_rig(
-    *, processes: int, workers: int, edge: bool, edge_config_of: EdgeConfig = edge_config
+    *, processes: int, workers: int, edge: bool, edge_config_of: EdgeConfig = edge_config, over_tcp: bool = False
 ) -> AsyncIterator[PoolRig]:
     """Postgres, `processes` dispatcher subprocesses sharing `workers` warm echo workers, and the edge (its
-    config from `edge_config_of`, given the dispatchers' ports)."""
+    config from `edge_config_of`, given the dispatchers' ports).
+
+    Everything reaches Postgres over its Unix socket, as `make run`'s services do (`over_tcp`: TCP loopback)."""
     with (
         embedded_data_dir() as data_dir,
         EmbeddedPostgres(data_dir, durable=False) as server,
         tempfile.TemporaryDirectory(prefix="pool-bench-") as tmp,
     ):
-        await apply_migrations(server.dsn)
-        rig = PoolRig(dsn=server.dsn)
+        dsn = server.dsn if over_tcp else server.local_dsn
+        await apply_migrations(dsn)
+        rig = PoolRig(dsn=dsn)
         try:
             for i in range(processes):
-                rig.dispatchers.append(await _spawn_dispatcher(server.dsn, f"bench-{'abcdefgh'[i]}", workers))
+                rig.dispatchers.append(await _spawn_dispatcher(dsn, f"bench-{'abcdefgh'[i]}", workers))
             await _warm(rig, workers)
             if edge:
                 rig.envoy = await _start_envoy(rig, Path(tmp), edge_config_of)
@@ -425,7 +428,7 @@ async def calibration_loop(dsn: str, lanes: int) -> AsyncIterator[tuple[Runner, 
             reply = await client.execute(handle.endpoint, calibration.TOKEN, data, deadline_seconds=30)
             return reply.body
 
-        scratch = dsn.rsplit("/", 1)[0] + f"/{calibration.SCRATCH}"
+        scratch = database_dsn(dsn, calibration.SCRATCH)
         pool = await asyncpg.create_pool(scratch, min_size=lanes, max_size=lanes)
         try:
             async with pool.acquire() as connection:

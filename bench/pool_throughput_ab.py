@@ -1,19 +1,22 @@
 """Pool throughput A/B: the gRPC or REST path on two revisions of the dispatcher, side by side in one run.
 
-Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--jobs 1500] [--rounds 6] [--clients 32]
-     [--path grpc|rest]
+Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--paths services,...] [--jobs 1500]
+     [--rounds 6] [--clients 32] [--path grpc|rest] [--a-over tcp]
 
 How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
 builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
 service code of `--baseline` (default: where this branch left main, `git merge-base main HEAD`; `git archive`
-of its services/ and of the chassis and edge libraries put first on the dispatchers' PYTHONPATH), B the
-working tree's. Rounds of `--jobs` calls alternate A B, B A, ... so load drifts hit both alike; each round
-prints its rate and the CPU each process group spent per job. The verdict is the medians, and how many rounds
-of B beat every round of A. `--path grpc` (default) calls SubmitJobSync on the dispatchers; `--path rest`
-posts /v1/jobs/sync through each rig's own Envoy, whose config the rig's revision of thermostat.edge builds,
-and adds Envoy's column. Only that code differs between the rigs (the other libraries, workers, schema and
-callers are the working tree's), so a baseline must work with the working tree's libraries and migrations: a
-merge base does, a main that moved on may not.
+of its `--paths`, by default services/ and the chassis and edge libraries, put first on the dispatchers'
+PYTHONPATH; `--paths services,libs` takes all of the revision's libraries, for a change to the libraries the
+dispatchers run), B the working tree's. Rounds of `--jobs` calls alternate A B, B A, ... so load drifts hit both
+alike; each round prints its rate and the CPU each process group spent per job. The verdict is the medians, and
+how many rounds of B beat every round of A. `--path grpc` (default) calls SubmitJobSync on the dispatchers;
+`--path rest` posts /v1/jobs/sync through each rig's own Envoy, whose config the rig's revision of
+thermostat.edge builds, and adds Envoy's column. Only the `--paths` differ between the rigs (the other
+libraries, workers, schema and callers are the working tree's; the generated protos always are), so a baseline
+must work with the working tree's migrations and libraries: a merge base does, a main that moved on may not.
+`--a-over tcp`: A's rig reaches Postgres over TCP loopback rather than the Unix socket (with `--baseline HEAD`,
+the only difference between the rigs).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import aiohttp  # noqa: E402
 import pool_throughput as throughput  # noqa: E402
 
 ROLES = ("dispatchers", "postgres", "bench process", "workers")
-# the revision's code a rig runs: what a dispatcher serves with, and what builds the edge's config
+# the revision's code a rig runs by default: what a dispatcher serves with, and what builds the edge's config
 COMPARED = ("services", "libs/thermostat/chassis", "libs/thermostat/edge")
 
 
@@ -47,15 +50,20 @@ def git(*args: str) -> str:
 
 
 @contextlib.contextmanager
-def code_of(revision: str) -> Any:
-    """The revision's compared code in a scratch directory, as a PYTHONPATH that puts it before the working tree's
-    (thermostat is a namespace package: its chassis and edge packages are then found there first)."""
+def code_of(revision: str, paths: list[str]) -> Any:
+    """The revision's `paths` (folders such as services, libs/thermostat/edge) in a scratch directory, as a
+    PYTHONPATH of the top-level folders they sit in.
+
+    `thermostat` is a namespace package over libs/, services/ and dev/, and so are the folders of generated
+    protos (libs/thermostat/*/v1, ignored by git): a folder here shadows the working tree's copy of each
+    regular package it holds, and the rest (the generated code too) is still found in the working tree."""
     with tempfile.TemporaryDirectory(prefix="pool-ab-") as tmp:
         archive = subprocess.run(
-            ["git", "archive", revision, *COMPARED], cwd=throughput.ROOT, check=True, capture_output=True
+            ["git", "archive", revision, *paths], cwd=throughput.ROOT, check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield os.pathsep.join((str(Path(tmp) / "services"), str(Path(tmp) / "libs")))
+        tops = dict.fromkeys(path.split("/")[0] for path in paths)
+        yield os.pathsep.join(str(Path(tmp) / top) for top in tops)
 
 
 def edge_config_on(code: str) -> throughput.EdgeConfig:
@@ -72,9 +80,9 @@ def edge_config_on(code: str) -> throughput.EdgeConfig:
 
 
 @contextlib.asynccontextmanager
-async def rig_on(code: str | None, *, edge: bool) -> Any:
-    """bench/pool_throughput.py's rig; with `code`, its dispatchers import the service code from there, and its
-    edge's config is that code's."""
+async def rig_on(code: str | None, *, edge: bool, over_tcp: bool = False) -> Any:
+    """bench/pool_throughput.py's rig; with `code` (a PYTHONPATH), its dispatchers import code from there first,
+    and its edge's config is that code's."""
     spawn = asyncio.create_subprocess_exec
 
     async def spawn_on(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
@@ -85,25 +93,28 @@ async def rig_on(code: str | None, *, edge: bool) -> Any:
     configured = throughput.edge_config if code is None else edge_config_on(code)
     asyncio.create_subprocess_exec = spawn_on  # type: ignore[assignment]
     try:
-        async with throughput.pool_rig(processes=2, workers=4, edge=edge, edge_config_of=configured) as rig:
+        async with throughput.pool_rig(
+            processes=2, workers=4, edge=edge, edge_config_of=configured, over_tcp=over_tcp
+        ) as rig:
             asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
             yield rig
     finally:
         asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
 
 
-async def main(baseline: str, jobs: int, rounds: int, lanes: int, path: str) -> None:
+async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int, path: str, a_over: str) -> None:
     print(
-        f"A = {baseline[:12]}, B = the working tree; {path}: {jobs} jobs a round, {rounds} rounds each, {lanes} callers"
+        f"A = {baseline[:12]}'s {', '.join(paths)} (Postgres over {a_over}), B = the working tree (over socket); "
+        f"{path}: {jobs} jobs a round, {rounds} rounds each, {lanes} callers"
     )
     print(f"at start: {throughput.load_line()}", flush=True)
     rates: dict[str, list[float]] = {"A": [], "B": []}
     spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     rest = path == "rest"
     roles = (*ROLES, "envoy") if rest else ROLES
-    with code_of(baseline) as code:
+    with code_of(baseline, paths) as code:
         async with (
-            rig_on(code, edge=rest) as rig_a,
+            rig_on(code, edge=rest, over_tcp=a_over == "tcp") as rig_a,
             rig_on(None, edge=rest) as rig_b,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
         ):
@@ -137,6 +148,14 @@ async def main(baseline: str, jobs: int, rounds: int, lanes: int, path: str) -> 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="the git revision A runs (default: git merge-base main HEAD)")
+    parser.add_argument(
+        "--paths",
+        default=",".join(COMPARED),
+        help=f"comma-separated folders A takes from the baseline (default {','.join(COMPARED)}; e.g. services,libs)",
+    )
+    parser.add_argument(
+        "--a-over", choices=("socket", "tcp"), default="socket", help="how A's rig reaches Postgres (default socket)"
+    )
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per round (default 1500)")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
@@ -145,7 +164,8 @@ def cli() -> None:
     )
     args = parser.parse_args()
     baseline = args.baseline or git("merge-base", "main", "HEAD")
-    asyncio.run(main(baseline, args.jobs, args.rounds, args.clients, args.path))
+    paths = [path.strip().strip("/") for path in args.paths.split(",") if path.strip()]
+    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients, args.path, args.a_over))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ before the RunPod secret exists, when it comes up unconfigured instead of exitin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import re
@@ -14,6 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import asyncpg
 import grpc
 import httpx
 import psutil
@@ -145,6 +147,14 @@ class DevStack:
             lines.append(self._lines.get_nowait())
         return lines
 
+    def postgres_port(self) -> int:
+        """The embedded Postgres's TCP port, as the summary prints it."""
+        for line in self.output:
+            match = re.match(r"\s+postgres \(embedded\)\s+127\.0\.0\.1:(\d+)", line)
+            if match:
+                return int(match.group(1))
+        raise AssertionError("no postgres line in the summary:\n" + "".join(self.output[-40:]))
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             # a failed assertion must not orphan the children (each runs in its own session): stop them first
@@ -159,6 +169,19 @@ class DevStack:
         if self.proc.stdout is not None:
             # also when the stack exited on its own before wait_up finished: the pipe must not outlive the test
             self.proc.stdout.close()
+
+
+async def client_addresses(port: int) -> set[str | None]:
+    """The client address of every other client backend of the server on `port` (None: a Unix socket)."""
+    connection = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    try:
+        rows = await connection.fetch(
+            "SELECT host(client_addr) AS addr FROM pg_stat_activity"
+            " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await connection.close()
+    return {row["addr"] for row in rows}
 
 
 @pytest.mark.e2e
@@ -179,6 +202,8 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
             assert any("thermostat.worker" in n for n in names)
             assert any("thermostat.dev.simulators.runpod" in n for n in names)
             assert httpx.get(f"{edge}/health", timeout=5).status_code == 200
+            # every service reaches the embedded Postgres over its Unix socket (no client address), not TCP
+            assert asyncio.run(client_addresses(stack.postgres_port())) == {None}, "".join(stack.output[-40:])
             # make run prints where each service's /metrics is and the edge's stats; each answers
             assert sorted(stack.metrics) == sorted(s.name for s in SERVICES), "".join(stack.output[-40:])
             for name, url in stack.metrics.items():

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
+from urllib.parse import quote
 
 from thermostat.chassis.ports import free_port
 
@@ -92,6 +93,12 @@ class EmbeddedPostgres:
     `start()` returns the DSN `postgresql://postgres@127.0.0.1:PORT/postgres` (trust authentication, so
     only loopback listens); `stop()` stops it and waits until no process of it is left. Usable as a
     (synchronous) context manager. `durable=False` turns fsync and friends off, for test clusters.
+
+    The server also listens on a Unix socket in its data directory when that path is short enough for one
+    (`socket_dir`); `local_dsn` reaches it there, which costs both ends less CPU per statement than TCP
+    loopback. `dsn` stays TCP, for whatever cannot use the socket: a client in a container or another
+    network namespace, or running as a user who may not enter the data directory (when this process is
+    root, the server runs as `SYSTEM_USER` and only that user and root may).
     """
 
     def __init__(
@@ -133,7 +140,23 @@ class EmbeddedPostgres:
 
     @property
     def dsn(self) -> str:
+        """Over TCP on 127.0.0.1: any client on this host reaches it."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def socket_dir(self) -> Path | None:
+        """Where the server's Unix socket is: the data directory, unless its path is too long for a socket
+        path (107 bytes with the socket's own name), in which case the server listens on TCP only."""
+        return self.data_dir if len(str(self.data_dir)) <= _MAX_SOCKET_DIR_LEN else None
+
+    @property
+    def local_dsn(self) -> str:
+        """Over the Unix socket when there is one, else `dsn`: for clients on this host running as this
+        process's user (or as root)."""
+        socket_dir = self.socket_dir
+        if socket_dir is None:
+            return self.dsn
+        return f"postgresql://postgres@/postgres?host={quote(str(socket_dir), safe='/')}&port={self.port}"
 
     def start(self) -> str:
         """Initialise the data directory if needed, start the server, wait until ready; return the DSN."""
@@ -240,7 +263,7 @@ class EmbeddedPostgres:
     def _launch(self, port: int, user: pwd.struct_passwd | None) -> None:
         settings = {} if self._durable else dict(_FAST_SETTINGS)
         settings.update(self._settings)
-        socket_dir = str(self.data_dir) if len(str(self.data_dir)) <= _MAX_SOCKET_DIR_LEN else ""
+        socket_dir = str(self.socket_dir or "")  # "": no Unix socket
         argv = [
             str(POSTGRES_BIN_PATH / "postgres"),
             "-D", str(self.data_dir),

@@ -174,3 +174,34 @@ def test_a_directory_holding_something_else_is_refused(data_dir):
     with pytest.raises(EmbeddedPostgresError, match="neither empty nor a PostgreSQL data directory"):
         EmbeddedPostgres(data_dir).start()
     assert (data_dir / "notes.txt").read_text() == "mine"
+
+
+async def test_the_local_dsn_reaches_the_server_over_its_unix_socket_and_again_after_a_restart(data_dir):
+    """A client on this host gets the socket in the data directory (no server address: not TCP)."""
+    server = EmbeddedPostgres(data_dir, durable=False)
+    try:
+        await asyncio.to_thread(server.start)
+        assert server.socket_dir == data_dir
+        assert await fetch_one(server.local_dsn, "SELECT inet_server_addr() IS NULL") is True
+        assert await fetch_one(server.dsn, "SELECT host(inet_server_addr())") == "127.0.0.1"
+        local_dsn = server.local_dsn
+        await asyncio.to_thread(server.restart)
+        assert server.local_dsn == local_dsn
+        assert await fetch_one(local_dsn, "SELECT 1") == 1
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def test_a_data_directory_too_long_for_a_socket_path_gets_the_tcp_dsn(data_dir):
+    """A socket path is limited to 107 bytes: past that the server listens on TCP only, and local_dsn is TCP."""
+    deep = data_dir.parent / ("long-" * 16) / "data"
+    assert len(str(deep)) > 90
+    server = EmbeddedPostgres(deep, durable=False)
+    try:
+        await asyncio.to_thread(server.start)
+        assert server.socket_dir is None
+        assert server.local_dsn == server.dsn
+        assert await fetch_one(server.local_dsn, "SELECT host(inet_server_addr())") == "127.0.0.1"
+        assert list(deep.glob(".s.PGSQL.*")) == []
+    finally:
+        await asyncio.to_thread(server.stop)

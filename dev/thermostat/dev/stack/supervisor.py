@@ -237,9 +237,17 @@ class Stack:
 
     def _start_postgres(self) -> str:
         self.postgres = EmbeddedPostgres(self.config.data_dir / "pg", durable=self.config.durable_db)
-        dsn = self.postgres.start()
-        log.info("embedded Postgres on 127.0.0.1:%d (data in %s)", self.postgres.port, self.postgres.data_dir)
-        return dsn
+        self.postgres.start()
+        # Every process of the stack runs on this host as this user: the Unix socket, cheaper per statement
+        # than TCP loopback, where the data directory's path allows one.
+        socket = f", socket in {self.postgres.socket_dir}" if self.postgres.socket_dir else ""
+        log.info(
+            "embedded Postgres on 127.0.0.1:%d%s (data in %s)",
+            self.postgres.port,
+            socket,
+            self.postgres.data_dir,
+        )
+        return self.postgres.local_dsn
 
     async def _start_simulator(self, env: dict[str, str]) -> None:
         port = self.config.simulator_port or free_port()
@@ -496,7 +504,10 @@ class Stack:
         for kind, where in self.demo_urls.items():
             lines.append(f"  pool demo backend    {kind:<7} {where}   (machine type demo-{kind})")
         if self.postgres is not None:
-            lines.append(f"  postgres (embedded)  127.0.0.1:{self.postgres.port}   data in {self.postgres.data_dir}")
+            via = "  (services: Unix socket there)" if self.postgres.socket_dir else ""
+            lines.append(
+                f"  postgres (embedded)  127.0.0.1:{self.postgres.port}   data in {self.postgres.data_dir}{via}"
+            )
         else:
             lines.append("  postgres             DATABASE_URL")
         lines += [
