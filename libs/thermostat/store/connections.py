@@ -87,7 +87,9 @@ class LendingPool(asyncpg.Pool):
         self._lend_held = 0
         self._lend_closing = False
         self._lend_generation = 0
-        self._lend_direct: set[int] = set()  # ids of connections lent through acquire()
+        # connections lent through acquire(), by id: one that dies while lent (asyncpg takes its holder back) frees its
+        # slot when released, or when a lend finds the pool full (a caller that never releases a dead one: a LISTEN)
+        self._lend_direct: dict[int, PoolConnectionProxy] = {}
 
     # --- lending ---------------------------------------------------------------------------------------
 
@@ -102,6 +104,8 @@ class LendingPool(asyncpg.Pool):
             self._lend_held -= 1
         if self._lend_closing:
             raise asyncpg.InterfaceError("pool is closing")
+        if self._lend_held >= self.get_max_size():
+            self._reclaim_dead()
         if self._lend_held < self.get_max_size():
             self._lend_held += 1
             return await self._open(timeout)
@@ -169,6 +173,14 @@ class LendingPool(asyncpg.Pool):
     def _free_slot(self) -> None:
         self._hand_on(_SLOT)
 
+    def _reclaim_dead(self) -> None:
+        """Free the slots of connections lent through acquire() that died while lent: asyncpg has taken their
+        holders back, and a caller may never release them (a LISTEN connection lost with the store)."""
+        for key, connection in list(self._lend_direct.items()):
+            if _dead(connection):
+                del self._lend_direct[key]  # a later release of it is asyncpg's no-op for a detached proxy
+                self._free_slot()  # to the first waiter, who came first
+
     # --- asyncpg's surface -----------------------------------------------------------------------------
 
     def acquire(self, *, timeout: float | None = None) -> _Acquire:  # type: ignore[override]
@@ -179,7 +191,7 @@ class LendingPool(asyncpg.Pool):
         if key not in self._lend_direct:  # released twice, or not this pool's: asyncpg says which
             await asyncpg.Pool.release(self, connection, timeout=timeout)
             return
-        self._lend_direct.remove(key)
+        del self._lend_direct[key]
         try:
             await asyncpg.Pool.release(self, connection, timeout=timeout)
         finally:
@@ -229,7 +241,7 @@ class _Acquire:
 
     async def _lend(self) -> PoolConnectionProxy:
         connection = await self._pool.lend(self._timeout)
-        self._pool._lend_direct.add(id(connection))
+        self._pool._lend_direct[id(connection)] = connection
         return connection
 
     def __await__(self) -> Any:
@@ -302,6 +314,15 @@ def _usable(connection: PoolConnectionProxy) -> bool:
         return not connection.is_closed() and not connection.is_in_transaction()
     except asyncpg.InterfaceError:
         return False
+
+
+def _dead(connection: PoolConnectionProxy) -> bool:
+    """Closed, or detached from its proxy by asyncpg when its link died (its methods then raise InterfaceError).
+    Unlike `_usable`, a connection inside a transaction is alive."""
+    try:
+        return connection.is_closed()
+    except asyncpg.InterfaceError:
+        return True
 
 
 def _terminate(connection: PoolConnectionProxy) -> None:

@@ -376,6 +376,10 @@ class Dispatcher:
         """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
         if self._listener is not None and not self._listener.is_closed():
             return
+        if self._listener is not None:  # lost with the store: its connection goes back to the pool
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
         self._listener = await self.repo.listen(
             {JOBS_DONE: self._on_job_done, self.channel: self._on_job_done, "pool_catalogue": self._on_catalogue}
         )

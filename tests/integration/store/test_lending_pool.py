@@ -271,3 +271,34 @@ async def test_a_pool_of_one_opens_a_fresh_connection_after_each_drop(database_u
     finally:
         await asyncio.wait_for(pool.close(), GUARD)
     assert len(set(seen)) == 3
+
+
+async def _dead(connection: object) -> bool:
+    try:
+        return bool(connection.is_closed())  # type: ignore[attr-defined]
+    except asyncpg.InterfaceError:  # detached by asyncpg when its link died
+        return True
+
+
+async def test_a_connection_lent_through_acquire_that_dies_unreleased_gives_its_place_back(database_url, admin):
+    """As a LISTEN connection lost with the store, twice: its holder never releases it, yet the pool of one still
+    lends, and a late release of the dead one does not free a second place."""
+    pool = await create_pool(database_url, min_size=1, max_size=1, application_name="lending-test")
+    try:
+        lost = []
+        for _ in range(2):
+            listening = await asyncio.wait_for(pool.acquire(), GUARD)
+            lost.append(listening)
+            await admin.execute("SELECT pg_terminate_backend($1)", await backend(listening))
+            async with asyncio.timeout(GUARD):
+                while not await _dead(listening):
+                    await asyncio.sleep(0.01)  # until the client has read the server's goodbye
+            async with asyncio.timeout(GUARD), borrow(pool) as connection:
+                assert await connection.fetchval("SELECT 1") == 1
+        await pool.release(lost[0])
+        async with borrow(pool):
+            with pytest.raises(TimeoutError):  # still one place: the late release freed nothing
+                async with asyncio.timeout(0.1), borrow(pool):
+                    pass
+    finally:
+        await asyncio.wait_for(pool.close(), GUARD)
