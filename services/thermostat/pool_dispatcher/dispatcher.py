@@ -548,8 +548,8 @@ class Dispatcher:
         self, key: _Key, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool
     ) -> JobView:
         """Join the key's batch and answer with its statement. A caller gone (cancelled, its deadline) before
-        the batch goes out leaves it, and nothing of it is queued; once the batch has gone out its job is
-        queued, as a single submit's whose statement was sent."""
+        the batch's statement is written (the window, or a wait for a connection) leaves it, and nothing of it is
+        queued; once the statement is written its job is queued, as a single submit's whose statement was sent."""
         job = QueuedSubmit(
             job_id=str(uuid.uuid4()),
             priority=options.priority,
@@ -601,19 +601,24 @@ class Dispatcher:
 
     async def _write_batch(self, key: _Key, members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]]) -> None:
         """One submit_queued statement for the batch. Each member gets its own job, or the statement's error as
-        a single submit would (its job may have been queued with the answer lost: counted unanswered)."""
+        a single submit would (its job may have been queued with the answer lost: it runs, as a lost single submit's)."""
         tenant_id, type_name, _ = key
         jobs = [job for job, _ in members]
+        answers = {job.job_id: answer for job, answer in members}
         try:
             if self.hooks.before_submit_batch is not None:
                 await self.hooks.before_submit_batch([job.job_id for job in jobs])
             machine_type = self.catalogue.get(type_name)
             max_workers = machine_type.max_workers if machine_type is not None else None
             count = queued_to_count(max_workers=max_workers, limits=self.batch_limits)
-            batch = await self.repo.submit_queued(tenant_id, type_name, jobs, count_queued=count)
+            # a caller gone before the statement (its deadline, while the batch waited for a connection) has
+            # nothing queued, as a single submit cancelled before its statement
+            batch = await self.repo.submit_queued(
+                tenant_id, type_name, jobs, count_queued=count, wanted=lambda job_id: not answers[job_id].done()
+            )
         except BaseException as error:
-            for job, answer in members:
-                self._unanswered_submit(job.job_id)
+            # no claim to look for later (a batch claims no machine): nothing joins the unanswered set
+            for answer in answers.values():
                 if answer.done():
                     continue
                 if isinstance(error, asyncio.CancelledError):
@@ -623,9 +628,11 @@ class Dispatcher:
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, answer), view in zip(members, batch.jobs, strict=True):
-            if not answer.done():
-                answer.set_result(view)
+        if batch is None:
+            return
+        for view in batch.jobs:
+            if not answers[view.id].done():
+                answers[view.id].set_result(view)
         self._outlook[key] = outlook_after_submit(
             claimed=False,
             live_machines=batch.live_machines,

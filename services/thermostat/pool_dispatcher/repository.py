@@ -417,11 +417,23 @@ class PoolRepository:
         )
 
     async def submit_queued(
-        self, tenant_id: str, machine_type: str, jobs: Sequence[QueuedSubmit], *, count_queued: int = 0
-    ) -> QueuedBatch:
+        self,
+        tenant_id: str,
+        machine_type: str,
+        jobs: Sequence[QueuedSubmit],
+        *,
+        count_queued: int = 0,
+        wanted: Callable[[str], bool] | None = None,
+    ) -> QueuedBatch | None:
         """Queue several jobs of one tenant and type in one statement, in the order given (no claim: see
-        thermostat.policy.pool.submit_batch). The jobs come back in that order."""
+        thermostat.policy.pool.submit_batch). The jobs come back in that order. `wanted(job_id)` is asked of each
+        once a connection is in hand, right before the statement: a job whose caller left meanwhile (its deadline
+        passed while the batch waited for a connection) is not queued. None: no job was still wanted."""
         async with borrow(self.pool) as c:
+            if wanted is not None:
+                jobs = [job for job in jobs if wanted(job.job_id)]
+                if not jobs:
+                    return None
             rows = await c.fetch(
                 Q["submit_queued"],
                 tenant_id,
