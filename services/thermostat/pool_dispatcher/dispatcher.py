@@ -162,6 +162,9 @@ a sync wait in another process answers without reading the job back; a larger on
 RECENT_DONE = 4096
 """Job ids whose notification arrived lately, so a wait that registers after its job's NOTIFY reads at once."""
 
+ABANDONED = "the pool lost track of the job while it ran (its sender here ended unexpectedly); not retried"
+"""A running job's error when no task of its process drives it any more (reconcile)."""
+
 UNANSWERED_CLAIMS = 65536
 """Submits whose statement did not answer that the scaler pass still looks for (their claim may land late)."""
 
@@ -1382,7 +1385,8 @@ class Dispatcher:
         """Requeue the unsent jobs on this process's busy machines that no task of it drives: a claim whose
         answer was lost (a submit's, when the store went away as it landed) would otherwise hold the machine
         under this live owner, which no reclaim touches. Dispatched means never sent; running means never sent
-        only for a submit that did not answer (its sender never started), so only those are requeued running."""
+        only for a submit that did not answer (its sender never started), so only those are requeued running. Any
+        other running job no task drives (its sender ended on an unexpected error) fails, and its machine retires."""
         own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
         await asyncio.gather(*(event.wait() for event in list(self._submitting)))  # claims the read may have seen
         for row in own:
@@ -1399,6 +1403,17 @@ class Dispatcher:
             if requeued:
                 log.warning("job %s: its claim of machine %s had no sender; requeued", row.job_id, row.machine.id)
                 self._poke_placement()
+                continue
+            # running with no sender here that may be requeued: nobody will report it, and the machine would stay
+            # busy (billed, holding a cap slot) until this process's rows are reclaimed
+            failed, retired, provider_id = await self.repo.abandon_running(
+                row.job_id, row.machine.id, self.owner, ABANDONED
+            )
+            if failed:
+                log.warning("job %s on machine %s: %s; failed, machine retired", row.job_id, row.machine.id, ABANDONED)
+                self._waiters.wake(row.job_id)
+            if retired:
+                self._spawn(self._finish_stop(row.machine.id, provider_id), f"pool-stop-{row.machine.id}")
 
     async def boot_unbooted(self) -> None:
         """Boot this process's starting machines that no task drives and no provider started: a placement

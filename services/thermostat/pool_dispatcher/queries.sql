@@ -229,6 +229,25 @@ WITH job AS (
 )
 SELECT EXISTS (SELECT 1 FROM job) AS requeued, EXISTS (SELECT 1 FROM freed) AS freed;
 
+-- name: abandon_running
+-- A running job on a busy machine of this process that no task here drives (its sender ended on an unexpected
+-- error, or a reconcile no longer knows its claim went unanswered, so requeue_unsent kept it): nobody will report
+-- it, so it fails with the reason (no usage: it never reported, as a reclaimed job's) and its machine, whose state
+-- is unknown, is retired. $1 job, $2 machine, $3 me, $4 term, $5 reason.
+WITH failed AS (
+    UPDATE pool_jobs
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = $5
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'running'
+    RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
+), retired AS (
+    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = $5
+    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+      AND EXISTS (SELECT 1 FROM failed)
+    RETURNING provider_id
+)
+SELECT EXISTS (SELECT 1 FROM failed) AS failed, EXISTS (SELECT 1 FROM retired) AS retired,
+       (SELECT provider_id FROM retired) AS provider_id;
+
 -- name: machine_hold
 -- A machine of this process after a write whose answer was lost: its state and the live job it holds under
 -- this owner and term (with the payload, to resume it); no row when the machine is no longer this process's.

@@ -638,6 +638,18 @@ class PoolRepository:
             )
         return bool(row["requeued"])
 
+    async def abandon_running(
+        self, job_id: str, machine_id: str, owner: Owner, reason: str
+    ) -> tuple[bool, bool, str | None]:
+        """Fail a running job no task drives and retire its machine (see the SQL); (failed, retired, provider id)."""
+        async with borrow(self.pool) as c:
+            row = _one(
+                await c.fetchrow(
+                    Q["abandon_running"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, reason
+                )
+            )
+        return bool(row["failed"]), bool(row["retired"]), row["provider_id"]
+
     async def machine_hold(self, machine_id: str, owner: Owner) -> MachineHold | None:
         """The machine and its live job under this owner (None: the machine is no longer ours)."""
         async with borrow(self.pool) as c:
