@@ -604,7 +604,7 @@ class Dispatcher:
 
     async def _write_batch(self, key: _Key, members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]]) -> None:
         """One submit_queued statement for the batch. Each member gets its own job, or the statement's error as
-        a single submit would (its job may have been queued with the answer lost: it runs, as a lost single submit's)."""
+        a single submit would (its job may have been queued with the answer lost: it runs, as a lost single's)."""
         tenant_id, type_name, _ = key
         jobs = [job for job, _ in members]
         answers = {job.job_id: answer for job, answer in members}
