@@ -24,7 +24,9 @@ import grpc
 from google.api import httpbody_pb2
 
 from thermostat.chassis import tracing
+from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.text_fields import Refused
+from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
@@ -53,8 +55,9 @@ HEALTH_STATES = (MachineState.STARTING, MachineState.WARM, MachineState.BUSY, Ma
 CANCEL_BODY = (BodyField("build_id", JsonKind.STRING),)
 HINT_BODY = (BodyField("machine_type", JsonKind.STRING),)
 STREAM_JOBS = 64
-INTERNAL_ERROR = "internal error (logged by the pool)"
 """Requests of one RunJobs stream in flight (read, not yet answered): at the cap the stream is not read."""
+INTERNAL_ERROR = internal_error(POOL_DISPATCHER.name)
+"""A RunJobs message's answer to an unexpected error, worded as the chassis answers a call's."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 

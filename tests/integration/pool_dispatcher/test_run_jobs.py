@@ -135,7 +135,7 @@ async def test_an_unexpected_error_answers_its_own_tag_with_no_detail_and_the_st
         await call.write(job(7, b"first"))
         failed: pool_pb2.RunJobsResponse = await call.read()
     assert (failed.tag, failed.error.code) == (7, grpc.StatusCode.UNKNOWN.value[0])
-    assert failed.error.detail == "internal error (logged by the pool)" and "hunter2" not in str(failed)
+    assert failed.error.detail == "internal error (logged by pool-dispatcher)" and "hunter2" not in str(failed)
     rows = [r["id"] for r in await d.repo.pool.fetch("SELECT id::text AS id FROM pool_jobs")]
     if step == "submit":
         assert (failed.job_id, rows) == ("", [])
