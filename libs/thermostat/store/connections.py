@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from types import TracebackType
 from typing import Any
 
@@ -74,15 +75,28 @@ class LendingPool(asyncpg.Pool):
     - `close()` gives the idle ones back and then closes asyncpg's pool, which waits for the lent ones;
       `terminate()` and `expire_connections()` reach the idle ones too.
 
-    Unlike asyncpg's pool, an idle connection here is not closed after `max_inactive_connection_lifetime`
-    (a pool stays at the size its busiest moment needed) nor after `max_queries` statements.
+    Unlike asyncpg's pool, an idle connection here is not closed on a timer after
+    `max_inactive_connection_lifetime` (a pool stays at the size its busiest moment needed) nor after
+    `max_queries` statements; but one idle here for longer than that lifetime is never lent again: it is closed
+    and a fresh one opened, as a link a NAT or load balancer dropped while idle would hang its next statement.
     """
 
-    __slots__ = ("_lend_closing", "_lend_direct", "_lend_free", "_lend_generation", "_lend_held", "_lend_waiters")
+    __slots__ = (
+        "_lend_closing",
+        "_lend_direct",
+        "_lend_free",
+        "_lend_generation",
+        "_lend_held",
+        "_lend_idle_limit",
+        "_lend_since",
+        "_lend_waiters",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._lend_free: collections.deque[PoolConnectionProxy] = collections.deque()
+        self._lend_since: collections.deque[float] = collections.deque()  # when each in _lend_free came back
+        self._lend_idle_limit = float(kwargs.get("max_inactive_connection_lifetime") or 0.0)  # 0: no limit
         self._lend_waiters: collections.deque[asyncio.Future[PoolConnectionProxy | None]] = collections.deque()
         self._lend_held = 0
         self._lend_closing = False
@@ -98,7 +112,9 @@ class LendingPool(asyncpg.Pool):
         free = self._lend_free
         while free:  # only ever non-empty while nobody waits
             connection = free.pop()  # the most recently used: its backend is warm
-            if _usable(connection):
+            since = self._lend_since.pop()
+            fresh = not self._lend_idle_limit or time.monotonic() - since <= self._lend_idle_limit
+            if fresh and _usable(connection):
                 return connection
             _terminate(connection)  # died idle: asyncpg has (or now takes) its holder back
             self._lend_held -= 1
@@ -169,6 +185,7 @@ class LendingPool(asyncpg.Pool):
             _terminate(connection)
         else:
             self._lend_free.append(connection)
+            self._lend_since.append(time.monotonic())
 
     def _free_slot(self) -> None:
         self._hand_on(_SLOT)
@@ -200,6 +217,7 @@ class LendingPool(asyncpg.Pool):
     async def close(self) -> None:
         self._shut()
         idle, self._lend_free = list(self._lend_free), collections.deque()
+        self._lend_since.clear()
         self._lend_held -= len(idle)
         try:
             await asyncio.gather(*(asyncpg.Pool.release(self, connection) for connection in idle))
@@ -211,12 +229,14 @@ class LendingPool(asyncpg.Pool):
     def terminate(self) -> None:
         self._shut()
         idle, self._lend_free = list(self._lend_free), collections.deque()
+        self._lend_since.clear()
         self._lend_held -= len(idle)
         super().terminate()
 
     async def expire_connections(self) -> None:
         self._lend_generation += 1
         idle, self._lend_free = list(self._lend_free), collections.deque()
+        self._lend_since.clear()
         await super().expire_connections()
         for connection in idle:  # back through asyncpg, which replaces an expired connection on its next checkout
             await self.give_back_slowly(connection)
