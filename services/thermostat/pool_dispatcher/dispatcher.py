@@ -302,6 +302,7 @@ class Dispatcher:
         self._gathering: dict[_Key, _Batch] = {}
         self._batches_out: dict[_Key, set[asyncio.Task[None]]] = {}
         self._batches_sent: dict[_Key, int] = {}  # how many went out, for a completion racing one (_run_jobs)
+        self._singles_waiting: dict[_Key, int] = {}  # single submits waiting for the key's batches to answer
 
     # lifecycle
 
@@ -488,10 +489,21 @@ class Dispatcher:
         deadline). A submit of a key expected to queue joins that key's batch (_submit_batched)."""
         machine_type = options.machine_type
         key = (tenant_id, machine_type.name, machine_type.image)
-        if joins_batch(outlook=self._outlook.get(key), remaining_seconds=remaining, limits=self.batch_limits):
+        if joins_batch(
+            outlook=self._outlook.get(key),
+            remaining_seconds=remaining,
+            limits=self.batch_limits,
+            single_waiting=key in self._singles_waiting,
+        ):
             return await self._submit_batched(key, options, payload, trace, waiting)
         if key in self._gathering or self._batches_out.get(key):
-            await self._batches_answered(key)
+            self._singles_waiting[key] = self._singles_waiting.get(key, 0) + 1
+            try:
+                await self._batches_answered(key)
+            finally:
+                self._singles_waiting[key] -= 1
+                if not self._singles_waiting[key]:
+                    del self._singles_waiting[key]
         job_id = str(uuid.uuid4())
         answered = asyncio.Event()
         self._submitting.add(answered)

@@ -146,6 +146,26 @@ async def test_a_single_submit_sends_the_gathering_batch_out_first_so_priority_a
         assert await b.run_order() == [b.first, early.id, late.id, *b.queued]
 
 
+async def test_a_submit_arriving_while_a_single_submit_waits_for_a_batch_does_not_batch_ahead_of_it(
+    pool_store: Store,
+) -> None:
+    """A batch formed behind the waiting single submit could be written before it: the later arrival goes
+    single too, after the same batch, rather than gather a batch of its own."""
+    async with backlog(pool_store) as b:
+        b.gate.armed = True
+        gathering = b.submitting()
+        await joined()
+        single = asyncio.create_task(b.submit(remaining=0.02))  # too little time to gather: goes alone
+        await b.gate.arrived.wait()  # the single sent the gathering batch out, and waits for it
+        later = b.submitting()
+        await joined()
+        assert b.dispatcher._gathering == {}  # the later one did not start a batch behind the single
+        b.gate.release.set()
+        early, alone, after = await gathering, await single, await later
+        assert b.gate.batches == [[early.id]]
+        assert [early.state, alone.state, after.state] == ["queued"] * 3
+
+
 async def test_a_caller_gone_while_its_batch_gathers_has_nothing_queued(pool_store: Store) -> None:
     async with backlog(pool_store) as b:
         gone = b.submitting()

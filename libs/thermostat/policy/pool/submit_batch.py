@@ -80,10 +80,14 @@ def outlook_after_submit(
     return Outlook.WILL_QUEUE
 
 
-def joins_batch(*, outlook: Outlook | None, remaining_seconds: float | None, limits: BatchLimits) -> bool:
-    """Whether a submit joins its key's batch: the key is expected to queue (nothing known: it is not), and
-    the call has room for the whole window before its deadline (None: no deadline)."""
-    if outlook is not Outlook.WILL_QUEUE or limits.max_jobs < 2:
+def joins_batch(
+    *, outlook: Outlook | None, remaining_seconds: float | None, limits: BatchLimits, single_waiting: bool = False
+) -> bool:
+    """Whether a submit joins its key's batch: the key is expected to queue (nothing known: it is not), the
+    call has room for the whole window before its deadline (None: no deadline), and no single submit of the key
+    is waiting for the key's batches to answer (`single_waiting`): a batch formed behind it could land first and
+    queue a later arrival ahead of it, so later submits go single too, after the same batches."""
+    if outlook is not Outlook.WILL_QUEUE or limits.max_jobs < 2 or single_waiting:
         return False
     return remaining_seconds is None or remaining_seconds >= limits.max_delay_seconds + limits.deadline_margin_seconds
 

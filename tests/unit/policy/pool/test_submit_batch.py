@@ -70,6 +70,10 @@ def test_a_submit_joins_its_keys_batch_only_when_expected_to_queue_and_its_deadl
     assert joins_batch(outlook=expected_outlook, remaining_seconds=remaining, limits=LIMITS) is joins
 
 
+def test_a_submit_behind_a_single_submit_waiting_for_the_keys_batches_goes_single_too() -> None:
+    assert not joins_batch(outlook=Outlook.WILL_QUEUE, remaining_seconds=None, limits=LIMITS, single_waiting=True)
+
+
 def test_batches_of_one_job_are_no_batches() -> None:
     single = BatchLimits(max_jobs=1)
     assert not joins_batch(outlook=Outlook.WILL_QUEUE, remaining_seconds=None, limits=single)
