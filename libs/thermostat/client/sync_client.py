@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from types import TracebackType
@@ -28,6 +29,59 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
+# How long an interrupted call, or a stream's close, may take to unwind on the loop before the caller gives up on it.
+_SETTLE_SECONDS = 5.0
+
+
+class _Call(Generic[R]):
+    """One coroutine run on the loop for a caller blocked in another thread.
+
+    The caller waits on a bare lock the loop releases when the task ends, never on a lock the two threads share
+    (a concurrent Future's condition): Ctrl-C can land between any two bytecodes of the waiting thread, even just
+    after it took such a lock and before the `with` that releases it, and the loop thread would then block on it
+    for good. A bare lock the caller only acquires leaves nothing held behind whatever the interrupt cut short.
+    """
+
+    def __init__(self, work: Callable[[], Coroutine[Any, Any, R]]) -> None:
+        self._work = work
+        self._task: asyncio.Task[R] | None = None
+        self._unmade: Exception | None = None  # what making the coroutine raised (bad arguments)
+        self._ended = threading.Lock()
+        self._ended.acquire()
+        self.finished = False
+
+    def start(self) -> None:  # on the loop
+        if self.finished:  # cancelled before it was started
+            return
+        try:
+            self._task = asyncio.ensure_future(self._work())
+        except Exception as error:
+            self._unmade = error
+            self._finish()
+            return
+        self._task.add_done_callback(lambda _: self._finish())
+
+    def cancel(self) -> None:  # on the loop; scheduled after start(), so a task exists unless start() never was
+        if self._task is not None:
+            self._task.cancel()
+        elif not self.finished:
+            self._finish()
+
+    def _finish(self) -> None:
+        self.finished = True
+        self._ended.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once the task has ended; False when `timeout` passed first."""
+        return self.finished or self._ended.acquire(timeout=-1 if timeout is None else timeout)
+
+    def result(self) -> R:
+        if self._unmade is not None:
+            raise self._unmade
+        assert self._task is not None, "result() follows a wait that saw the task end"
+        return self._task.result()
+
+
 class _Loop:
     """A private event loop running in its own daemon thread."""
 
@@ -36,27 +90,23 @@ class _Loop:
         self._thread = threading.Thread(target=self.loop.run_forever, name="thermostat-client", daemon=True)
         self._thread.start()
 
-    def run(self, work: Coroutine[Any, Any, R]) -> R:
-        running: list[asyncio.Task[Any]] = []
-
-        async def tracked() -> R:
-            task = asyncio.current_task()
-            if task is not None:
-                running.append(task)
-            return await work
-
-        future = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+    def run(self, work: Callable[[], Coroutine[Any, Any, R]], *, timeout: float | None = None) -> R:
+        """The result of the coroutine `work()` makes, run on the loop; TimeoutError (that coroutine cancelled) when
+        it takes longer than `timeout`. The coroutine is made on the loop: one made here could be dropped unawaited
+        by an interrupt landing before it was handed over."""
+        call = _Call(work)
         try:
-            return future.result()
+            self.loop.call_soon_threadsafe(call.start)
+            if not call.wait(timeout):
+                raise TimeoutError(f"the call did not end within {timeout} s")
         except BaseException:
-            future.cancel()  # an interrupted caller must not leave the call running on the loop
-            # ... and must not run on while it unwinds: closing a stream whose step is still being cancelled would
-            # meet a generator that is still running (Ctrl-C during `pods watch`)
-            if running and self.loop.is_running():
-                settled = asyncio.run_coroutine_threadsafe(asyncio.wait(running), self.loop)
-                with contextlib.suppress(BaseException):
-                    settled.result(timeout=5)
+            # An interrupted caller must not leave the call running on the loop, nor run on while it unwinds:
+            # closing a stream whose step is still being cancelled would meet a generator that is still running
+            # (Ctrl-C during `pods watch`). The loop runs callbacks in order, so this cancel comes after start.
+            self.loop.call_soon_threadsafe(call.cancel)
+            call.wait(_SETTLE_SECONDS)
             raise
+        return call.result()
 
     def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
         steps: list[asyncio.Task[Any]] = []
@@ -85,7 +135,7 @@ class _Loop:
 
         try:
             while True:
-                more, item = self.run(step())
+                more, item = self.run(step)
                 if not more:
                     return
                 yield item  # type: ignore[misc]  # `more` says item is a T
@@ -96,7 +146,9 @@ class _Loop:
                     # collected on the loop's own thread: blocking here would wait on ourselves
                     self.loop.create_task(close_after_steps(close))
                 else:
-                    self.run(close_after_steps(close))
+                    # bounded: a stream that will not close must not hang a Ctrl-C (it is cancelled instead)
+                    with contextlib.suppress(TimeoutError):
+                        self.run(functools.partial(close_after_steps, close), timeout=_SETTLE_SECONDS)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -129,7 +181,7 @@ class blocking(Generic[A, P, R]):
         method = self._method
 
         def call(*args: P.args, **kwargs: P.kwargs) -> R:
-            return part._loop.run(method(part._inner, *args, **kwargs))
+            return part._loop.run(functools.partial(method, part._inner, *args, **kwargs))
 
         call.__doc__ = method.__doc__
         return call
@@ -203,7 +255,7 @@ class Thermostat:
             return AsyncThermostat(config, retry=retry)
 
         try:
-            self._async = self._loop.run(build())
+            self._async = self._loop.run(build)
         except BaseException:
             self._loop.close()
             raise
@@ -222,7 +274,7 @@ class Thermostat:
         if self._loop.loop.is_closed():
             return
         try:
-            self._loop.run(self._async.close())
+            self._loop.run(self._async.close)
         finally:
             self._loop.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import Gauge
 
@@ -57,9 +57,11 @@ class MonitorMetrics:
         with contextlib.suppress(KeyError):  # never set on this replica
             gauge.remove(*labels)
 
-    async def timed_scrape(self, scrape: Awaitable[str | None]) -> str | None:
+    async def timed_scrape(self, scrape: Callable[[], Awaitable[str | None]]) -> str | None:
+        # `scrape` makes the coroutine here, once this one runs: a coroutine made by the caller would be dropped
+        # unawaited when a cancelled tick ends this one before its first step (gather at shutdown)
         started = time.perf_counter()
-        text = await scrape
+        text = await scrape()
         self.scrape_seconds.labels(result="unreadable" if text is None else "answered").observe(
             time.perf_counter() - started
         )

@@ -9,6 +9,7 @@ unreadable volume — Unknown, which holds every counter (fail closed: a blip is
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -145,7 +146,9 @@ class PodTicker:
         self.heard(ControllerAnswer.CONFIGURED, "")
         scrapes = await asyncio.gather(
             *(
-                self.metrics.timed_scrape(self.scrapes.scrape(p.pod_id, p.proxy_url, timeout=self.scrape_timeout))
+                self.metrics.timed_scrape(
+                    functools.partial(self.scrapes.scrape, p.pod_id, p.proxy_url, timeout=self.scrape_timeout)
+                )
                 for p in volume.pods
             )
         )

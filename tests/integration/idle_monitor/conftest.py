@@ -99,8 +99,8 @@ class MonitorRig:
         return PodTicker(
             pod_name=POD,
             controller=self.internal,
-            scrapes=scrapes or self.scrapes,
-            states=states or self.states,
+            scrapes=self.scrapes if scrapes is None else scrapes,  # `or` would skip an empty one: it has a len()
+            states=self.states if states is None else states,
             options=self.options,
             replica=replica,
             scrape_timeout=self.scrape_timeout,

@@ -4,9 +4,12 @@ when one is dropped."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +20,7 @@ from tests.fixtures.services import INTERNAL_TOKEN, SIM_API_KEY
 from tests.integration.idle_monitor.conftest import FRESH_ID, POD_ID, STALE_ID, MakeRig, MonitorRig
 from thermostat.chassis.internal_auth import InternalTokenInterceptor
 from thermostat.dev.simulators.serving import RecordedRequest
+from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.idle.pod_signal import PodSignal
 
@@ -139,3 +143,34 @@ async def test_a_pod_that_left_the_volume_is_forgotten_with_its_scrape_client(ri
     assert [v.pod_id for v in decision.verdicts] == [FRESH_ID]
     assert set(decision.state.pods) == {FRESH_ID}
     assert len(rig.scrapes) == 1
+
+
+class _CancelTheTickOnFirstScrape(ScrapeClients):
+    """Scrape clients that cancel the tick the moment the first scrape is asked for: the tick ends (as at
+    shutdown) while its scrapes are being launched, before any of them has run a step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tick: asyncio.Task[Any] | None = None
+
+    def scrape(self, pod_id: str, proxy_url: str, *, timeout: float) -> Coroutine[Any, Any, str | None]:
+        if self.tick is not None:
+            self.tick.cancel()
+            self.tick = None
+        return super().scrape(pod_id, proxy_url, timeout=timeout)
+
+
+async def test_a_tick_cancelled_while_its_scrapes_start_leaves_no_scrape_unawaited(rig: MonitorRig) -> None:
+    """Every scrape coroutine made is awaited: none is made for a scrape cancelled before it starts."""
+    for i in range(3):
+        rig.add_pod(f"cancelpod000{i}")
+    async with _CancelTheTickOnFirstScrape() as scrapes:
+        ticker = rig.new_ticker("replica-a", scrapes=scrapes)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tick = asyncio.ensure_future(ticker.tick_once(rig.now))
+            scrapes.tick = tick
+            with pytest.raises(asyncio.CancelledError):
+                await tick
+            gc.collect()  # a coroutine dropped unawaited warns when it is collected
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
