@@ -39,6 +39,8 @@ import grpc
 import httpx
 from grpc import aio
 
+from thermostat.chassis.method_handlers import rewrapped
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate
@@ -175,21 +177,7 @@ def _traced_handler(handler: grpc.RpcMethodHandler, method: str, parent: Any) ->
 
         return traced
 
-    kinds = (
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, unary),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, streaming),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, unary),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, streaming),
-    )
-    for kind, build, wrap in kinds:
-        behaviour = getattr(handler, kind)
-        if behaviour is not None:
-            return build(
-                wrap(behaviour),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    return handler
+    return rewrapped(handler, unary=unary, streaming=streaming)
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}

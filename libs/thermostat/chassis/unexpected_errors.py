@@ -22,6 +22,8 @@ import grpc
 from grpc import aio
 from grpc._cython import cygrpc
 
+from thermostat.chassis.method_handlers import rewrapped
+
 log = logging.getLogger("thermostat.chassis.unexpected_errors")
 
 _GRPCS_OWN = cygrpc.BaseError
@@ -85,18 +87,4 @@ def guarded_handler(
 
         return guarded
 
-    kinds = (
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, unary),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, streaming),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, unary),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, streaming),
-    )
-    for kind, build, wrap in kinds:
-        behaviour = getattr(handler, kind)
-        if behaviour is not None:
-            return build(
-                wrap(behaviour),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    return handler
+    return rewrapped(handler, unary=unary, streaming=streaming)
