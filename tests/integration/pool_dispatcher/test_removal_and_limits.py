@@ -109,11 +109,12 @@ async def test_a_started_machine_whose_row_cannot_be_recorded_is_stopped_not_lea
         assert hint.started
 
         async def stopped() -> bool | None:
-            return True if started and all(p.returncode is not None for p in started) else None
+            # the child's exit is seen before stop() forgets it, so both are awaited
+            exited = started and all(p.returncode is not None for p in started)
+            return True if exited and pool.backend._children == {} else None
 
         await eventually(stopped, timeout=15, every=0.02)
         assert len(started) == 1
-        assert pool.backend._children == {}  # nothing of ours left running
         row = await pool_store.pool.fetchrow("SELECT owner, provider_id FROM pool_machines")
         assert row["owner"] == "someone-else" and row["provider_id"] is None  # not recorded as ours
 
