@@ -29,6 +29,7 @@ from thermostat.chassis.text_fields import Refused
 from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
+from thermostat.policy.pool.job_batch import BatchJob, answer_entry, read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
 from thermostat.policy.pool.machines import MachineState
@@ -412,27 +413,74 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         metadata: Mapping[str, str],
         context: grpc.aio.ServicerContext,
     ) -> pool_pb2.RunJobsResponse:
-        """One request's answer, by its tag. An unexpected error is this job's answer alone (UNKNOWN, as a unary
-        call ends), with the job's id once it is queued so the caller can follow it; the error itself is logged
-        here with that id, never sent (its text may hold what a caller must not see). The stream goes on."""
+        """One request's answer, by its tag (see _run_one)."""
         if isinstance(request, Refused):  # the text-field check's, naming the field
             return _refused(request.request.tag, grpc.StatusCode.INVALID_ARGUMENT, request.detail)
+        ran = await self._run_one(request.job, tenant, metadata, context, "RunJobs", f"tag {request.tag}")
+        if isinstance(ran, Refusal):
+            return _refused(request.tag, ran.code, ran.detail, ran.job_id)
+        job, result = ran
+        if result is not None:
+            return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, result=result)
+        return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, job=job_message(job))
+
+    async def _run_one(
+        self,
+        request: pool_pb2.SubmitJobSyncRequest,
+        tenant: str,
+        metadata: Mapping[str, str],
+        context: grpc.aio.ServicerContext,
+        method: str,
+        place: str,
+    ) -> Refusal | tuple[JobView, bytes | None]:
+        """One job of a stream or a batch, as SubmitJobSync: the refusal, or the job and its result once completed
+        (None for a job that ended another way or still runs). An unexpected error is this job's answer alone
+        (UNKNOWN, as a unary call ends), with the job's id once it is queued so the caller can follow it; the error
+        itself is logged here with the job's `place` in the call, never sent (its text may hold what a caller must
+        not see). The other jobs go on."""
         job_id: str | None = None
         try:
-            admitted = await self._admit(request.job, tenant, metadata, sync=True, remaining=context.time_remaining)
+            admitted = await self._admit(request, tenant, metadata, sync=True, remaining=context.time_remaining)
             if isinstance(admitted, Refusal):
-                return _refused(request.tag, admitted.code, admitted.detail, admitted.job_id)
+                return admitted
             job_id = admitted[0].id
             finished = await self._wait_admitted(*admitted, context.time_remaining)
             job = finished.job
             if JobState(job.state) is JobState.COMPLETED:
-                return pool_pb2.RunJobsResponse(
-                    tag=request.tag, job_id=job.id, result=await self._result(job, finished.result)
-                )
-            return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, job=job_message(job))
+                return job, await self._result(job, finished.result)
+            return job, None
         except Exception:
-            log.exception("RunJobs: job %s (tag %d) failed in the pool", job_id or "(none queued)", request.tag)
-            return _refused(request.tag, grpc.StatusCode.UNKNOWN, INTERNAL_ERROR, job_id)
+            log.exception("%s: job %s (%s) failed in the pool", method, job_id or "(none queued)", place)
+            return Refusal(grpc.StatusCode.UNKNOWN, INTERNAL_ERROR, 500, job_id)
+
+    async def RunJobsJson(
+        self, request: pool_pb2.RunJobsJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        """A batch of sync jobs over REST (policy/pool/job_batch.py): the body read whole before anything is
+        queued (400 naming what was wrong), then every job as SubmitJobSync, all at once; 200 with each job's
+        answer in the batch's order. A caller that goes away stops the waits; the jobs run to their end."""
+        caller = await self._caller(context)
+        tenant = await self._tenant(context, caller)
+        batch = read_job_batch(request.payload.data)
+        if isinstance(batch, BodyError):
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, batch.detail, 400)
+        entries = await asyncio.gather(
+            *(self._batch_answer(job, index, tenant, caller.metadata, context) for index, job in enumerate(batch))
+        )
+        return _json_body(entries)
+
+    async def _batch_answer(
+        self, job: BatchJob, index: int, tenant: str, metadata: Mapping[str, str], context: grpc.aio.ServicerContext
+    ) -> dict[str, Any]:
+        request = pool_pb2.SubmitJobSyncRequest(payload=httpbody_pb2.HttpBody(data=job.payload), **job.query)
+        ran = await self._run_one(request, tenant, metadata, context, "RunJobsJson", f"jobs[{index}]")
+        if isinstance(ran, Refusal):
+            return answer_entry(ran.http, ran.job_id, detail=ran.detail)
+        finished, result = ran
+        state = JobState(finished.state)
+        if result is not None:
+            return answer_entry(200, finished.id, result=result)
+        return answer_entry(_FAILED_STATUS.get(state, 202), finished.id, job=job_json(finished))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         return job_message(await self._own_job(request.id, context))

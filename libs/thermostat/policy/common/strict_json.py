@@ -31,12 +31,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TypeGuard
 
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class JsonKind(StrEnum):
     NUMBER = "number"
+    INTEGER = "integer"  # a JSON number written without a fraction or exponent, read exactly (an int64)
     STRING = "string"
 
 
@@ -63,7 +65,7 @@ class BodyError:
 class BodyValues:
     """What a body set, by proto name; a field it left out is absent."""
 
-    values: Mapping[str, float | str]
+    values: Mapping[str, float | int | str]
 
 
 def lower_camel(name: str) -> str:
@@ -80,11 +82,32 @@ def _pairs(items: list[tuple[str, object]]) -> _Pairs:
     return _Pairs(items)
 
 
+class _IntLiteral(float):
+    """A JSON number written as an integer: a float to every NUMBER field, and its exact value to an INTEGER one
+    (a priority past 2**53 must not round)."""
+
+    exact: int
+
+
+def _int_literal(text: str) -> _IntLiteral:
+    literal = _IntLiteral(float(text)) if len(text) < 400 else _IntLiteral(math.inf)
+    literal.exact = int(text) if len(text) < 400 else 0
+    return literal
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def _kind_of(value: object) -> str:
+def is_object(value: object) -> TypeGuard[Sequence[tuple[str, object]]]:
+    """A decoded JSON object (its pairs, for read_pairs)."""
+    return isinstance(value, _Pairs)
+
+
+def kind_of(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -102,11 +125,23 @@ KEY_ECHO_CHARS = 64
 """The most of a body key a detail repeats: a key is the caller's bytes, and the detail travels in a header."""
 
 
-def _key(key: str) -> str:
-    """A key as the detail names it: plain when it is a short word, else JSON-quoted in ASCII (so nothing in it
-    misleads, and a lone surrogate cannot break the status it travels in), cut to KEY_ECHO_CHARS."""
+def _key(key: str, where: str = "body") -> str:
+    """A key as the detail names it, under `where` (the body, or an object inside it): plain when it is a short
+    word, else JSON-quoted in ASCII (so nothing in it misleads, and a lone surrogate cannot break the status it
+    travels in), cut to KEY_ECHO_CHARS."""
     shown = key if len(key) <= KEY_ECHO_CHARS else key[:KEY_ECHO_CHARS] + "…"
-    return f"body.{shown}" if _WORD.fullmatch(key) else f"body[{json.dumps(shown)}]"
+    return f"{where}.{shown}" if _WORD.fullmatch(key) else f"{where}[{json.dumps(shown)}]"
+
+
+def unknown_field(key: str, fields: Sequence[BodyField], where: str = "body") -> BodyError:
+    """A key no field of `fields` has, named under `where`."""
+    known = ", ".join(f.name for f in fields) or "none"
+    return BodyError(f"{_key(key, where)}: unknown field; known: {known}")
+
+
+def decode_json(data: bytes) -> object | BodyError:
+    """The body decoded, objects as their pairs in order (is_object), or why it is not JSON."""
+    return _decode(data)
 
 
 def _decode(data: bytes) -> object | BodyError:
@@ -117,7 +152,9 @@ def _decode(data: bytes) -> object | BodyError:
     if not text.strip():
         return BodyError("body: empty; a JSON object is expected")
     try:
-        decoded: object = json.loads(text, object_pairs_hook=_pairs, parse_int=float, parse_constant=_no_constant)
+        decoded: object = json.loads(
+            text, object_pairs_hook=_pairs, parse_int=_int_literal, parse_constant=_no_constant
+        )
     except json.JSONDecodeError as error:
         return BodyError(f"body: not JSON ({error.msg} at line {error.lineno} column {error.colno})")
     except RecursionError:
@@ -127,23 +164,30 @@ def _decode(data: bytes) -> object | BodyError:
     return decoded
 
 
-def _checked(key: str, value: object, field: BodyField) -> float | str | BodyError:
+def _checked(key: str, value: object, field: BodyField, where: str = "body") -> float | int | str | BodyError:
+    named = _key(key, where)
     if value is None:
-        return BodyError(f"{_key(key)}: null is not a value; leave the field out to leave it unset")
+        return BodyError(f"{named}: null is not a value; leave the field out to leave it unset")
+    if field.kind is JsonKind.INTEGER:
+        if not isinstance(value, _IntLiteral):
+            return BodyError(f"{named}: must be a JSON integer, not {kind_of(value)}")
+        if not INT64_MIN <= value.exact <= INT64_MAX:
+            return BodyError(f"{named}: must be a 64-bit integer")
+        return value.exact
     if field.kind is JsonKind.NUMBER:
         if not isinstance(value, float) or isinstance(value, bool):
-            return BodyError(f"{_key(key)}: must be a JSON number, not {_kind_of(value)}")
+            return BodyError(f"{named}: must be a JSON number, not {kind_of(value)}")
         if not math.isfinite(value):
-            return BodyError(f"{_key(key)}: must be a finite number")
-        return value
+            return BodyError(f"{named}: must be a finite number")
+        return float(value)
     if not isinstance(value, str):
-        return BodyError(f"{_key(key)}: must be a JSON string, not {_kind_of(value)}")
+        return BodyError(f"{named}: must be a JSON string, not {kind_of(value)}")
     if "\x00" in value:  # as the typed RPCs refuse it (chassis/text_fields.py): Postgres text cannot hold one
-        return BodyError(f"{_key(key)}: must not contain a NUL character (U+0000)")
+        return BodyError(f"{named}: must not contain a NUL character (U+0000)")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (a "\ud800" escape): not text, and not sendable in a status
-        return BodyError(f"{_key(key)}: is not valid Unicode text (a lone surrogate)")
+        return BodyError(f"{named}: is not valid Unicode text (a lone surrogate)")
     return value
 
 
@@ -168,27 +212,40 @@ def read_json_object(
     if isinstance(decoded, BodyError):
         return decoded
     if not isinstance(decoded, _Pairs):
-        return BodyError(f"body: must be a JSON object, not {_kind_of(decoded)}")
+        return BodyError(f"body: must be a JSON object, not {kind_of(decoded)}")
+    return read_pairs(decoded, fields, bound=bound, folded=folded)
+
+
+def read_pairs(
+    decoded: object,
+    fields: Sequence[BodyField],
+    *,
+    where: str = "body",
+    bound: Mapping[str, str] | None = None,
+    folded: Collection[str] = (),
+) -> BodyValues | BodyError:
+    """An object decode_json gave (the body, or one inside it that the detail names `where`) read as
+    read_json_object reads a body."""
+    if not isinstance(decoded, _Pairs):
+        return BodyError(f"{where}: must be a JSON object, not {kind_of(decoded)}")
     by_spelling = {spelling: f for f in fields for spelling in (f.name, f.json_name)}
     bound_by_spelling = {spelling: n for n in (bound or {}) for spelling in (n, lower_camel(n))}
-    values: dict[str, float | str] = {}
+    values: dict[str, float | int | str] = {}
     seen: dict[str, str] = {}  # proto name → the key it was given as
     for key, value in decoded:
         name = by_spelling[key].name if key in by_spelling else bound_by_spelling.get(key)
         if name is None:
-            known = ", ".join(f.name for f in fields) or "none"
-            return BodyError(f"{_key(key)}: unknown field; known: {known}")
+            return unknown_field(key, fields, where)
         if name in seen:
-            return BodyError(f"{_key(key)}: given twice (as {seen[name]} and {key})")
+            return BodyError(f"{_key(key, where)}: given twice (as {seen[name]} and {key})")
         seen[name] = key
         if key not in by_spelling:  # a field the path binds: the path's value or nothing
             path_value = (bound or {})[name]
             if not _same_as_path(value, path_value, folded=name in folded):
-                return BodyError(
-                    f"{_key(key)}: conflicts with the path's {name} {json.dumps(path_value)}; leave it out of the body"
-                )
+                shown = f"{_key(key, where)}: conflicts with the path's {name} {json.dumps(path_value)}"
+                return BodyError(f"{shown}; leave it out of the body")
             continue
-        checked = _checked(key, value, by_spelling[key])
+        checked = _checked(key, value, by_spelling[key], where)
         if isinstance(checked, BodyError):
             return checked
         values[name] = checked
