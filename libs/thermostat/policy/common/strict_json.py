@@ -89,9 +89,20 @@ class _IntLiteral(float):
     exact: int
 
 
+_LONG_LITERAL = 400
+"""Digits past which an integer literal is not converted (int() refuses over 4,300): far outside an int64 and a
+double, so it reads as an infinity to a NUMBER field and as just past the int64 range, by its sign, to an INTEGER
+one."""
+
+
 def _int_literal(text: str) -> _IntLiteral:
-    literal = _IntLiteral(float(text)) if len(text) < 400 else _IntLiteral(math.inf)
-    literal.exact = int(text) if len(text) < 400 else 0
+    if len(text) < _LONG_LITERAL:
+        literal = _IntLiteral(float(text))
+        literal.exact = int(text)
+    else:
+        negative = text.startswith("-")
+        literal = _IntLiteral(-math.inf if negative else math.inf)
+        literal.exact = INT64_MIN - 1 if negative else INT64_MAX + 1
     return literal
 
 

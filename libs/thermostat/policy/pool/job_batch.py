@@ -72,15 +72,19 @@ def read_job_batch(data: bytes, *, max_jobs: int = MAX_BATCH_JOBS) -> tuple[Batc
         return decoded
     if not is_object(decoded):
         return BodyError(f"body: must be a JSON object, not {kind_of(decoded)}")
-    jobs: object = None
+    jobs: list[object] = []  # each value given for `jobs` (a null one included)
     for key, value in decoded:
         if key != "jobs":
             return unknown_field(key, BATCH_BODY)
-        if jobs is not None:
+        if jobs:
             return BodyError("body.jobs: given twice")
-        jobs = value
-    if jobs is None:
+        jobs.append(value)
+    if not jobs:
         return BodyError("body.jobs: required: a list of jobs")
+    return _jobs(jobs[0], max_jobs)
+
+
+def _jobs(jobs: object, max_jobs: int) -> tuple[BatchJob, ...] | BodyError:
     if not isinstance(jobs, list):
         return BodyError(f"body.jobs: must be a JSON list of job objects, not {kind_of(jobs)}")
     if not jobs:
@@ -117,10 +121,14 @@ def _job(job: object, where: str) -> BatchJob | BodyError:
 
 
 def _base64(text: str) -> bytes | None:
+    """The bytes `text` is the one encoding of (so "aGl=", which decoders also read as "hi", is refused: its pad bits
+    are not zero), or None."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        encoded = text.encode("ascii")
+        decoded = base64.b64decode(encoded, validate=True)
     except (binascii.Error, UnicodeEncodeError):
         return None
+    return decoded if base64.b64encode(decoded) == encoded else None
 
 
 def answer_entry(

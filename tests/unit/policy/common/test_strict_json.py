@@ -10,12 +10,17 @@ from thermostat.policy.common.strict_json import (
     BodyField,
     BodyValues,
     JsonKind,
+    decode_json,
+    is_object,
     lower_camel,
     read_json_object,
+    read_pairs,
+    unknown_field,
 )
 
 BUDGET = (BodyField("daily_usd", JsonKind.NUMBER), BodyField("monthly_usd", JsonKind.NUMBER))
 CANCEL = (BodyField("build_id", JsonKind.STRING),)
+RANKED = (BodyField("priority", JsonKind.INTEGER), BodyField("daily_usd", JsonKind.NUMBER))
 
 
 def values(body: bytes, fields: tuple[BodyField, ...] = BUDGET, **bound: str) -> dict[str, float | str]:
@@ -208,3 +213,112 @@ def test_the_first_fault_in_the_bodys_order_is_the_one_named() -> None:
 @pytest.mark.parametrize(("name", "camel"), [("daily_usd", "dailyUsd"), ("build_id", "buildId"), ("name", "name")])
 def test_lower_camel_is_protocs_default_json_name(name: str, camel: str) -> None:
     assert lower_camel(name) == camel
+
+
+# --- INTEGER: a JSON number written without a fraction or exponent, read exactly as an int64 -------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(2**53 + 1, id="past-2**53-where-a-double-rounds"),
+        pytest.param(2**63 - 1, id="int64-max"),
+        pytest.param(-(2**63), id="int64-min"),
+        pytest.param(0, id="zero"),
+    ],
+)
+def test_an_integer_field_is_read_exactly_as_an_int(value: int) -> None:
+    read = values(f'{{"priority": {value}}}'.encode(), RANKED)
+    assert read == {"priority": value} and type(read["priority"]) is int
+
+
+@pytest.mark.parametrize(
+    ("literal", "kind"),
+    [
+        pytest.param("1.0", "a number", id="written-with-a-fraction"),
+        pytest.param("1e3", "a number", id="written-with-an-exponent"),
+        pytest.param('"5"', "a string", id="string"),
+        pytest.param("true", "a boolean", id="boolean"),
+    ],
+)
+def test_an_integer_field_refuses_anything_but_an_integer_literal_naming_it(literal: str, kind: str) -> None:
+    assert (
+        refusal(f'{{"priority": {literal}}}'.encode(), RANKED) == f"body.priority: must be a JSON integer, not {kind}"
+    )
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [str(2**63), str(-(2**63) - 1), "9" * 399, "9" * 400, "-" + "9" * 400, "9" * 5000],
+)
+def test_an_integer_outside_int64_is_refused_naming_it_however_many_digits(literal: str) -> None:
+    """Past 400 digits the literal is not converted (int() refuses past 4,300): it still reads as out of range,
+    never as some other value."""
+    assert refusal(f'{{"priority": {literal}}}'.encode(), RANKED) == "body.priority: must be a 64-bit integer"
+
+
+def test_an_integer_literal_is_a_plain_float_to_a_number_field() -> None:
+    read = values(b'{"daily_usd": 5}')
+    assert read == {"daily_usd": 5.0} and type(read["daily_usd"]) is float
+
+
+@pytest.mark.parametrize("literal", ["9" * 400, "-" + "9" * 400])
+def test_a_long_integer_literal_is_not_finite_to_a_number_field_whatever_its_sign(literal: str) -> None:
+    assert refusal(f'{{"daily_usd": {literal}}}'.encode()) == "body.daily_usd: must be a finite number"
+
+
+# --- where: an object inside the body, named by its place ------------------------------------------------------
+
+
+def inner(text: bytes) -> object:
+    decoded = decode_json(text)
+    assert not isinstance(decoded, BodyError) and is_object(decoded), decoded
+    (only,) = [value for _, value in decoded]
+    return only
+
+
+def test_an_object_inside_the_body_is_read_as_a_body_is() -> None:
+    read = read_pairs(inner(b'{"x": {"dailyUsd": 5, "priority": 3}}'), RANKED, where="body.x[0]")
+    assert read == BodyValues(values={"daily_usd": 5.0, "priority": 3})
+
+
+@pytest.mark.parametrize(
+    ("text", "detail"),
+    [
+        pytest.param(
+            b'{"x": {"bogus": 1}}', "body.jobs[3].bogus: unknown field; known: priority, daily_usd", id="unknown"
+        ),
+        pytest.param(
+            b'{"x": {"a b": 1}}', 'body.jobs[3]["a b"]: unknown field; known: priority, daily_usd', id="quoted"
+        ),
+        pytest.param(
+            b'{"x": {"priority": "1"}}', "body.jobs[3].priority: must be a JSON integer, not a string", id="type"
+        ),
+        pytest.param(b'{"x": {"daily_usd": null}}', "body.jobs[3].daily_usd: null is not a value", id="null"),
+        pytest.param(b'{"x": {"priority": 1, "priority": 2}}', "body.jobs[3].priority: given twice", id="twice"),
+        pytest.param(b'{"x": [1]}', "body.jobs[3]: must be a JSON object, not an array", id="not-an-object"),
+    ],
+)
+def test_a_fault_inside_an_object_is_named_by_its_place_in_the_body(text: bytes, detail: str) -> None:
+    read = read_pairs(inner(text), RANKED, where="body.jobs[3]")
+    assert isinstance(read, BodyError) and read.detail.startswith(detail), read
+
+
+def test_where_defaults_to_the_body() -> None:
+    assert unknown_field("x", CANCEL) == BodyError("body.x: unknown field; known: build_id")
+    assert unknown_field("x", ()) == BodyError("body.x: unknown field; known: none")
+
+
+@pytest.mark.parametrize(
+    ("text", "object_"),
+    [(b"{}", True), (b'{"a": 1}', True), (b"[]", False), (b"null", False), (b'"{}"', False)],
+)
+def test_decode_json_keeps_objects_as_their_pairs_which_is_object_tells_apart(text: bytes, object_: bool) -> None:
+    assert is_object(decode_json(text)) is object_
+
+
+def test_decode_json_names_a_body_that_cannot_be_read() -> None:
+    assert decode_json(b"{") == BodyError(
+        "body: not JSON (Expecting property name enclosed in double quotes at line 1 column 2)"
+    )
+    assert decode_json(b"") == BodyError("body: empty; a JSON object is expected")
