@@ -4,7 +4,9 @@ unreachable refuses (fail closed). Budgets are set with the pool admin token and
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -177,6 +179,39 @@ async def test_a_budget_refusal_on_a_run_jobs_stream_answers_that_message_as_the
     assert (ran.WhichOneof("outcome"), ran.job_id != "") == ("result", True)
     await call.done_writing()
     assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_budget_refusal_in_a_rest_batch_is_each_jobs_entry_as_the_unary_call_answers_it(rig: Rig) -> None:
+    """RunJobsJson (POST /v1/jobs/batch) for a tenant over budget: every job of the batch is its own entry with
+    SubmitJobSync's refusal (409, its detail, the failed job on record named by job_id); nothing queued. Once the
+    ceiling is lifted the same batch runs."""
+    await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    await rig.caught_up()
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=0.01), metadata=ADMIN
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as unary:
+        await rig.pool.run(b"0", tenant="acme", machine_type="sleepy")
+    request = pool_pb2.RunJobsJsonRequest()
+    request.payload.data = json.dumps({"jobs": [{"machine_type": "sleepy", "payload": "MA=="}] * 2}).encode()
+
+    answer = await rig.pool.stub.RunJobsJson(request, metadata=caller("acme"))
+    entries = json.loads(answer.data)
+    assert [(e["status"], set(e)) for e in entries] == [(409, {"status", "job_id", "detail"})] * 2
+    assert len({e["job_id"] for e in entries}) == 2
+    for entry in entries:
+        recorded = await rig.store.pool.fetchrow(
+            "SELECT state, error FROM pool_jobs WHERE id::text = $1", entry["job_id"]
+        )
+        assert (recorded["state"], entry["detail"]) == ("failed", f"{recorded['error']} (job {entry['job_id']})")
+        assert wording(entry["detail"]) == wording(unary.value.details() or "")
+    assert await rig.store.pool.fetchval("SELECT count(*) FROM pool_jobs WHERE state = 'queued'") == 0
+
+    await rig.metering.SetTenantBudget(
+        metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=1_000_000), metadata=ADMIN
+    )
+    ran = json.loads((await rig.pool.stub.RunJobsJson(request, metadata=caller("acme"))).data)
+    assert [(e["status"], base64.b64decode(e["result"])) for e in ran] == [(200, b"slept 0")] * 2
 
 
 async def test_a_tenant_without_a_budget_has_no_ceiling(rig: Rig) -> None:
