@@ -10,6 +10,7 @@ child processes) behind one Envoy for the module; tests keep apart by tenant.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import re
 import time
@@ -268,6 +269,139 @@ async def test_a_job_that_times_out_is_504_with_state_and_error(edge) -> None:
     assert body["state"] == "timed_out" and body["error"]
 
 
+# --- POST /v1/jobs/batch ----------------------------------------------------------------------------------------
+
+BATCH_JOB_KNOWN = "known: machine_type, payload, priority, session_id, timeout_seconds, wait_seconds"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def test_a_batch_is_200_with_each_jobs_entry_in_order_and_a_binary_payload_round_trips_byte_for_byte(
+    edge, store
+) -> None:
+    """Entries as JSON exactly: status and job_id always (null when nothing was queued), then the result as base64,
+    the seed's job JSON (priority a bare number, exact past 2**53) or the refusal's detail."""
+    tenant = fresh_tenant()
+    priority = 2**62 + 1
+    reply = await edge.post(
+        "/v1/jobs/batch",
+        json={
+            "jobs": [
+                {"machine_type": "local", "payload": b64(BINARY)},
+                {"machine_type": "failing", "payload": b64(b"x"), "priority": priority, "session_id": "nb-1"},
+                {"machineType": "nope"},
+                {"machine_type": "local"},
+            ]
+        },
+        headers=tenant_headers(tenant),
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    done, failed, refused, empty = reply.json()
+    assert set(done) == {"status", "job_id", "result"} and done["status"] == 200 and isinstance(done["job_id"], str)
+    assert base64.b64decode(done["result"], validate=True) == BINARY
+    assert (empty["status"], empty["result"]) == (200, "")
+    assert set(failed) == {"status", "job_id", "job"} and failed["status"] == 502
+    job = failed["job"]
+    assert set(job) == JOB_FIELDS and failed["job_id"] == job["id"]
+    assert (job["state"], job["tenant_id"], job["priority"], job["session_id"]) == ("failed", tenant, priority, "nb-1")
+    assert "cell raised" in job["error"] and isinstance(job["submitted_at"], float) and job["has_result"] is False
+    assert re.search(rf'"priority":\s*{priority}[,}}]', reply.text), "a bare JSON number, not a string"
+    assert set(refused) == {"status", "job_id", "detail"}
+    assert (refused["status"], refused["job_id"]) == (422, None) and "machine_type" in refused["detail"]
+    assert re.search(r'"job_id":\s*null', reply.text)
+    assert await queued_for(store, tenant) == 3
+    result = await edge.get(f"/v1/jobs/{done['job_id']}/result", headers=tenant_headers(tenant))
+    assert (result.status_code, result.content) == (200, BINARY)
+
+
+async def test_a_batch_entry_whose_wait_runs_out_is_202_with_the_job_which_runs_on(edge) -> None:
+    tenant = fresh_tenant()
+    reply = await edge.post(
+        "/v1/jobs/batch",
+        json={
+            "jobs": [
+                {"machine_type": "sleepy", "payload": b64(b'{"seconds": 2}'), "wait_seconds": 0.2},
+                {"machine_type": "quick", "payload": b64(b'{"seconds": 5}')},
+            ]
+        },
+        headers=tenant_headers(tenant),
+    )
+    assert reply.status_code == 200, reply.text
+    running, timed_out = reply.json()
+    assert (running["status"], set(running["job"])) == (202, JOB_FIELDS)
+    assert running["job"]["state"] in ("queued", "dispatched", "running")
+    assert (timed_out["status"], timed_out["job"]["state"]) == (504, "timed_out")
+    assert (await finished(edge, running["job_id"], tenant))["state"] == "completed"
+    result = await edge.get(f"/v1/jobs/{running['job_id']}/result", headers=tenant_headers(tenant))
+    assert (result.status_code, result.content) == (200, b"slept 2")
+
+
+async def test_a_batch_body_error_is_a_problem_400_naming_the_field_and_nothing_is_queued(edge, store) -> None:
+    tenant = fresh_tenant()
+    good = {"machine_type": "local", "payload": b64(b"x")}
+    for content, detail in (
+        ({"jobs": [good, {**good, "bogus": 1}]}, f"body.jobs[1].bogus: unknown field; {BATCH_JOB_KNOWN}"),
+        ({"jobs": [good, {**good, "priority": "5"}]}, "body.jobs[1].priority: must be a JSON integer, not a string"),
+        (
+            {"jobs": [{**good, "payload": "aGk"}]},
+            "body.jobs[0].payload: must be base64 (RFC 4648, standard alphabet, padded)",
+        ),
+        ({"jobs": [good] * 65}, "body.jobs: 65 jobs is over the limit of 64 per batch"),
+        ({"jobs": []}, "body.jobs: empty; a batch holds at least one job"),
+        ({"job": [good]}, "body.job: unknown field; known: jobs"),
+        ([good], "body: must be a JSON object, not an array"),
+    ):
+        answer = await edge.post("/v1/jobs/batch", json=content, headers=tenant_headers(tenant))
+        assert problem(answer, 400) == detail
+    assert problem(await edge.post("/v1/jobs/batch", headers=tenant_headers(tenant)), 400).startswith("body: empty")
+    assert await queued_for(store, tenant) == 0
+
+
+async def test_a_batch_checks_the_token_before_the_tenant_header_before_the_body(edge, store) -> None:
+    tenant = fresh_tenant()
+    bad = {"jobs": [{"bogus": 1}]}
+    assert "bearer" in problem(await edge.post("/v1/jobs/batch", json=bad), 401)
+    wrong = {"Authorization": "Bearer wrong", "X-Strata-Tenant": tenant}
+    problem(await edge.post("/v1/jobs/batch", json=bad, headers=wrong), 401)
+    no_tenant = {"Authorization": f"Bearer {API_TOKEN}"}
+    assert "X-Strata-Tenant" in problem(await edge.post("/v1/jobs/batch", json=bad, headers=no_tenant), 400)
+    assert problem(await edge.post("/v1/jobs/batch", json=bad, headers=tenant_headers(tenant)), 400).startswith(
+        "body.jobs[0].bogus"
+    )
+    admin = await edge.post(
+        "/v1/jobs/batch", json={"jobs": [{"machine_type": "local"}]}, headers=tenant_headers(tenant, ADMIN_TOKEN)
+    )
+    assert (admin.status_code, [e["status"] for e in admin.json()]) == (200, [200])
+    assert await queued_for(store, tenant) == 1
+
+
+async def test_a_batch_takes_no_query_parameters_the_jobs_options_are_in_the_body(edge, store) -> None:
+    tenant = fresh_tenant()
+    body = {"jobs": [{"machine_type": "local"}]}
+    for name in ("machine_type", "wait_seconds", "jobs"):
+        refused = await edge.post(f"/v1/jobs/batch?{name}=1", json=body, headers=tenant_headers(tenant))
+        assert f'Could not find field "{name}"' in problem(refused, 400)  # the transcoder's own words
+    assert await queued_for(store, tenant) == 0
+
+
+async def test_a_batch_body_over_the_edges_limit_is_413_and_nothing_is_queued(edge, store) -> None:
+    """As a payload far over the limit on /v1/jobs/sync: Envoy's own 413 (the transcoder's body limit, the pool's
+    gRPC message limit), before the pool reads anything."""
+    tenant = fresh_tenant()
+    filler = "A" * (2 * MAX_PAYLOAD_BYTES)
+    content = b'{"jobs": [{"machine_type": "local", "payload": "' + filler.encode() + b'"}]}'
+    try:
+        over = await edge.post("/v1/jobs/batch", content=content, headers=tenant_headers(tenant))
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        pass  # Envoy answered 413 and closed while the client was still writing: refused all the same
+    else:
+        problem(over, 413)
+    assert await queued_for(store, tenant) == 0
+
+
 async def test_cancel_is_200_with_the_job_again_when_repeated_409_when_finished_404_when_not_yours(edge) -> None:
     """A sync wait on the job returns 409 {"state": "cancelled"} at once; the cancel route answers 200 with the
     job twice, 409 for a job that completed, 404 for an unknown id or another tenant's job."""
@@ -448,13 +582,13 @@ async def test_a_payload_at_the_limit_round_trips_and_one_byte_over_is_413_with_
 
 
 def test_the_edge_gives_the_sync_submit_wait_job_and_run_jobs_routes_the_longest_wait_a_catalogue_allows() -> None:
-    """Envoy's default route timeout is 15 s and its stream idle timeout 5 min: both are lifted on the long calls,
-    above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and transcoded REST alike."""
+    """Envoy's default route timeout is 15 s and its stream idle timeout 5 min: both are lifted on the long calls
+    (a REST batch's included), above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and transcoded REST alike."""
     spec = EdgeSpec(upstreams=upstreams((POOL_DISPATCHER,), host="127.0.0.1"), descriptor_set=DESCRIPTORS)
     hcm = build_envoy_config(spec)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     by_path = {r["match"]["path"]: r["route"] for r in routes if "path" in r["match"] and "route" in r}
-    for method in ("SubmitJobSync", "WaitJob", "RunJobs"):
+    for method in ("SubmitJobSync", "WaitJob", "RunJobs", "RunJobsJson"):
         route = by_path[f"/thermostat.pool.v1.PoolDispatcher/{method}"]
         assert float(route["timeout"].rstrip("s")) > MAX_WAIT_SECONDS
         assert float(route["idle_timeout"].rstrip("s")) > MAX_WAIT_SECONDS
