@@ -77,6 +77,20 @@ def _fill(route: Route, values: list[str]) -> str:
     return path
 
 
+def batch_body(field_names: tuple[str, ...]) -> st.SearchStrategy[tuple[str, Any]]:
+    """A batch of jobs (POST /v1/jobs/batch) near enough to valid that some run: each job's keys from the route's
+    field names, values either random or the kind the field takes."""
+    plausible = st.one_of(
+        st.sampled_from(["local", "nope", "aGk=", "aGl=", "", "\x00"]),
+        st.integers(min_value=-(2**64), max_value=2**64),
+        st.floats(min_value=0.001, max_value=2.0),
+    )
+    job = st.dictionaries(
+        st.sampled_from([n for n in field_names if n != "jobs"]), st.one_of(plausible, JSON_VALUE), max_size=6
+    )
+    return st.lists(job, max_size=4).map(lambda jobs: ("json", {"jobs": jobs}))
+
+
 def rest_cases(route: Route, auth: list[dict[str, str]], field_names: tuple[str, ...]) -> st.SearchStrategy[RestCase]:
     """Requests on `route`: its bound segments fuzzed (sometimes a junk suffix), the request message's own field
     names and random ones as query keys, one of the callers' credentials (or none, or garbage), random headers,
@@ -89,6 +103,7 @@ def rest_cases(route: Route, auth: list[dict[str, str]], field_names: tuple[str,
     body = st.one_of(
         st.none(),
         json_body.map(lambda d: ("json", d)),
+        *([batch_body(field_names)] if "jobs" in field_names else []),
         JSON_VALUE.map(lambda v: ("json", v)),
         st.text(max_size=200).map(lambda t: ("text", t)),
         st.binary(max_size=2048).map(lambda b: ("bytes", b)),

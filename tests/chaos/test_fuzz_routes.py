@@ -10,6 +10,7 @@ public service), so a route added later is fuzzed without touching this file.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections import Counter
@@ -19,6 +20,7 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
+from google.api import httpbody_pb2
 from google.protobuf import descriptor_pb2, descriptor_pool, message
 from hypothesis import strategies as st
 
@@ -34,6 +36,7 @@ from tests.fixtures.postgres import database_dsn
 from tests.fixtures.services import SIM_API_KEY
 from thermostat.chassis.registry import SERVICES, public_services
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.policy.pool.job_batch import BATCH_BODY, JOB_FIELDS
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
@@ -52,6 +55,12 @@ DESIGNED_5XX: dict[str, set[int]] = {
 CRASH_CODES = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS}
 CRASH_NUMBERS = {code.value[0] for code in CRASH_CODES}
 RUN_JOBS = "/thermostat.pool.v1.PoolDispatcher/RunJobs"
+RUN_JOBS_JSON = "PoolDispatcher/RunJobsJson"
+# a batch's 200 holds each job's answer: a job's 5xx is designed where its sync submit's is
+BATCH_ENTRY_5XX = DESIGNED_5XX["PoolDispatcher/SubmitJobSync"]
+# the keys of a JSON body the service reads itself that its typed twin does not name (the twin of a batch is a
+# stream of typed requests)
+BODY_KEYS = {RUN_JOBS_JSON: tuple(f.name for f in (*BATCH_BODY, *JOB_FIELDS))}
 # a 400 not about one field: the body as a whole could not be read
 WHOLE_BODY = (
     "body",
@@ -106,6 +115,8 @@ def _request_fields(route: Route) -> tuple[str, ...]:
     """The request message's field names as a client may spell them: proto and JSON names. A REST twin whose
     body is the raw payload (`FooJson`, read strictly by the service) also gets its typed twin's (`Foo`) field
     names, the keys its JSON body really takes."""
+    if route.method in BODY_KEYS:
+        return BODY_KEYS[route.method]
     service, method = route.method.split("/")
     pool = descriptor_pool.Default()
     for name in public_services():
@@ -116,6 +127,14 @@ def _request_fields(route: Route) -> tuple[str, ...]:
                 requests.append(methods[method[: -len("Json")]].input_type)
             return tuple(sorted({n for r in requests for f in r.fields for n in (f.name, f.json_name)}))
     return ()
+
+
+def assert_batch_entries_designed(body: bytes) -> None:
+    """Every entry of a batch's answer: no 5xx but a sync submit's designed ones, every refusal saying why."""
+    for entry in json.loads(body):
+        assert entry["status"] < 500 or entry["status"] in BATCH_ENTRY_5XX, entry
+        if entry["status"] >= 400 and "job" not in entry:
+            assert isinstance(entry.get("detail"), str) and entry["detail"].strip(), entry
 
 
 def _auth(tokens: Tokens) -> list[dict[str, str]]:
@@ -152,6 +171,8 @@ async def test_fuzzed_requests_on_a_route_get_no_undesigned_5xx_and_4xx_name_wha
         EXAMPLES["rest"] += 1
         if answer.status_code >= 500:
             assert answer.status_code in allowed_5xx, (answer.status_code, answer.text[:500])
+        if route.method == RUN_JOBS_JSON and answer.status_code == 200:
+            assert_batch_entries_designed(answer.content)
         if 400 <= answer.status_code < 500:
             assert answer.headers.get("content-type", "").startswith("application/problem+json"), answer.text[:300]
             detail = answer.json().get("detail")
@@ -207,9 +228,11 @@ async def test_fuzzed_messages_to_a_public_rpc_never_crash_it(
                     call.cancel()
                     code = grpc.StatusCode.OK
                 else:
-                    await channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString())(
+                    answer = await channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString())(
                         request, metadata=metadata, timeout=30
                     )
+                    if path == f"/thermostat.pool.v1.{RUN_JOBS_JSON}":  # as a stream's job: a crash is its entry's
+                        assert_batch_entries_designed(httpbody_pb2.HttpBody.FromString(answer).data)
                     code = grpc.StatusCode.OK
             except grpc.aio.AioRpcError as error:
                 code, details = error.code(), error.details() or ""
