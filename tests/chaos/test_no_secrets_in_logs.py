@@ -81,6 +81,10 @@ async def _traffic(stack: FullStack, sim: RunPodSimulator, operations: int, jobs
     sim.fail_at_random(None)
     for job in range(jobs):
         await call("POST", "/v1/jobs/sync?machine_type=local", content=f"job {job}".encode(), headers=pool)
+    batch = {"jobs": [{"machine_type": "local", "payload": "am9i"}, {"machine_type": "local", "bogus": 1}]}
+    await call("POST", "/v1/jobs/batch", json=batch, headers=pool)  # a 400 naming body.jobs[1].bogus
+    batch["jobs"].pop()
+    await call("POST", "/v1/jobs/batch", json=batch, headers=pool)
     for path, headers in (
         ("/v1/usage", admin),
         ("/v1/workers", pool),
