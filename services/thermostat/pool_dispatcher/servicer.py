@@ -29,7 +29,13 @@ from thermostat.chassis.text_fields import Refused
 from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
-from thermostat.policy.pool.job_batch import BatchJob, answer_entry, read_job_batch
+from thermostat.policy.pool.job_batch import (
+    BatchJob,
+    answer_entry,
+    read_job_batch,
+    result_left_out,
+    results_carried,
+)
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
 from thermostat.policy.pool.machines import MachineState
@@ -41,6 +47,7 @@ from .dispatcher import Dispatcher
 from .metering_repository import PoolMeteringRepository
 from .orphan_sweep import OrphanSweeper
 from .repository import Finished, JobView, UsageView, WorkerView
+from .settings import GRPC_MESSAGE_BYTES
 
 log = logging.getLogger("thermostat.pool_dispatcher.servicer")
 
@@ -59,6 +66,10 @@ STREAM_JOBS = 64
 """Requests of one RunJobs stream in flight (read, not yet answered): at the cap the stream is not read."""
 INTERNAL_ERROR = internal_error(POOL_DISPATCHER.name)
 """A RunJobs message's answer to an unexpected error, worded as the chassis answers a call's."""
+BATCH_RESULT_BYTES = GRPC_MESSAGE_BYTES - 2 * 1024 * 1024
+"""The base64 results one batch's answer carries (job_batch.results_carried), 31 MiB: the answer's other fields
+fit the message's last 2 MiB (64 entries, each at most a job JSON with a 1,000-character error and a 256-character
+tenant and session, every character escaped: under 20 KiB)."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 
@@ -181,8 +192,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         *,
         stream_jobs: int = STREAM_JOBS,
         stream_full: Callable[[], Awaitable[None]] | None = None,
+        batch_result_bytes: int = BATCH_RESULT_BYTES,
     ) -> None:
         self.d = dispatcher
+        self.batch_result_bytes = batch_result_bytes
         self.stream_jobs = stream_jobs
         self.stream_full = stream_full  # a test seam: awaited when a RunJobs stream's reader waits at its cap
         self.orphans = orphans
@@ -464,23 +477,29 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         batch = read_job_batch(request.payload.data)
         if isinstance(batch, BodyError):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, batch.detail, 400)
-        entries = await asyncio.gather(
-            *(self._batch_answer(job, index, tenant, caller.metadata, context) for index, job in enumerate(batch))
+        ran = await asyncio.gather(
+            *(self._batch_job(job, index, tenant, caller.metadata, context) for index, job in enumerate(batch))
         )
-        return _json_body(entries)
+        sizes = [None if isinstance(one, Refusal) or one[1] is None else len(one[1]) for one in ran]
+        carried = results_carried(sizes, self.batch_result_bytes)
+        return _json_body([self._batch_entry(one, keep) for one, keep in zip(ran, carried, strict=True)])
 
-    async def _batch_answer(
+    async def _batch_job(
         self, job: BatchJob, index: int, tenant: str, metadata: Mapping[str, str], context: grpc.aio.ServicerContext
-    ) -> dict[str, Any]:
+    ) -> Refusal | tuple[JobView, bytes | None]:
         request = pool_pb2.SubmitJobSyncRequest(payload=httpbody_pb2.HttpBody(data=job.payload), **job.query)
-        ran = await self._run_one(request, tenant, metadata, context, "RunJobsJson", f"jobs[{index}]")
+        return await self._run_one(request, tenant, metadata, context, "RunJobsJson", f"jobs[{index}]")
+
+    def _batch_entry(self, ran: Refusal | tuple[JobView, bytes | None], carried: bool) -> dict[str, Any]:
         if isinstance(ran, Refusal):
             return answer_entry(ran.http, ran.job_id, detail=ran.detail)
-        finished, result = ran
-        state = JobState(finished.state)
-        if result is not None:
-            return answer_entry(200, finished.id, result=result)
-        return answer_entry(_FAILED_STATUS.get(state, 202), finished.id, job=job_json(finished))
+        job, result = ran
+        if result is not None and carried:
+            return answer_entry(200, job.id, result=result)
+        if result is not None:  # completed, its result past the answer's budget
+            detail = result_left_out(job.id, len(result), self.batch_result_bytes)
+            return answer_entry(200, job.id, job=job_json(job), detail=detail)
+        return answer_entry(_FAILED_STATUS.get(JobState(job.state), 202), job.id, job=job_json(job))
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         return job_message(await self._own_job(request.id, context))

@@ -21,6 +21,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN_TOKEN,
+    API_TOKEN,
     RunningPool,
     caller,
     local_type,
@@ -29,8 +30,10 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from tests.integration.pool_dispatcher.test_run_jobs import Held
-from thermostat.pool.v1 import pool_pb2
+from thermostat.chassis.server import ServiceHost, ServiceSpec
+from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.dispatcher import Hooks
+from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer, Tokens
 from thermostat.store.db import Store
 
 CATALOGUE = [
@@ -304,3 +307,40 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
         for job_id in rows:
             assert (await pool.finished(job_id)).state == "completed"
         assert sorted(e.job_id for e in await pool.usage()) == sorted(rows)
+
+
+async def test_results_past_the_answers_budget_are_left_out_and_read_by_their_job_ids(pool: RunningPool) -> None:
+    """The answer is one message however much the workers return. With a budget of 16 base64 bytes the first two
+    results (8 each) fill it; the third is answered with its job and where to read its result; an empty one after
+    it is still carried."""
+    servicer = PoolDispatcherServicer(pool.dispatcher, Tokens(api=API_TOKEN, admin=ADMIN_TOKEN), batch_result_bytes=16)
+    host = ServiceHost(
+        ServiceSpec(
+            name="pool-small-answers",
+            service_names=[pool_pb2.DESCRIPTOR.services_by_name["PoolDispatcher"].full_name],
+            register=lambda server: pool_pb2_grpc.add_PoolDispatcherServicer_to_server(servicer, server),
+        )
+    )
+    port = await host.start("127.0.0.1", 0)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            answer = await pool_pb2_grpc.PoolDispatcherStub(channel).RunJobsJson(
+                batch_of(*({"machine_type": "local", "payload": b64(p)} for p in (b"aaaa", b"bbbb", b"cccc", b""))),
+                metadata=caller(),
+            )
+    finally:
+        await host.stop(1.0)
+    first, second, left_out, empty = json.loads(answer.data)
+    assert [base64.b64decode(e["result"]) for e in (first, second, empty)] == [b"aaaa", b"bbbb", b""]
+    assert set(left_out) == {"status", "job_id", "job", "detail"} and left_out["status"] == 200
+    assert (left_out["job"]["state"], left_out["job"]["has_result"], left_out["job_id"]) == (
+        "completed",
+        True,
+        left_out["job"]["id"],
+    )
+    assert left_out["detail"] == (
+        "result of 4 bytes left out: a batch's answer carries at most 16 bytes of base64 results; "
+        f"read it with GET /v1/jobs/{left_out['job_id']}/result"
+    )
+    result = await pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=left_out["job_id"]), metadata=caller())
+    assert result.data == b"cccc"

@@ -18,6 +18,11 @@ would have answered for that job:
     202  {"status": 202, "job_id": "...", "job": {...}}           still running when its wait ran out
     409 / 502 / 504  {"status": ..., "job_id": "...", "job": {...}}   cancelled / failed / timed out
     refused  {"status": 4xx or 5xx, "job_id": null or the failed job a budget refusal recorded, "detail": "..."}
+    200 without its result  {"status": 200, "job_id": "...", "job": {...}, "detail": "..."}   see below
+
+The answer is one gRPC message, bounded as a request is (the edge's body limit), whatever the workers return:
+the results it carries, as base64, fit a budget (results_carried); a completed job whose result does not fit is
+answered with its job and a detail, and its result is read with `GET /v1/jobs/{id}/result`.
 
 Pure: bytes in, frozen values out.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -148,3 +153,25 @@ def answer_entry(
     if detail is not None:
         entry["detail"] = detail
     return entry
+
+
+def results_carried(sizes: Sequence[int | None], budget: int) -> tuple[bool, ...]:
+    """For each entry (its result's size in bytes, None for no result) whether the answer carries the result: in the
+    batch's order, each whose base64 still fits `budget` with the results carried before it. One that does not is
+    left out and the next ones are still tried, so one large result does not push the small ones after it out."""
+    carried: list[bool] = []
+    used = 0
+    for size in sizes:
+        encoded = None if size is None else 4 * ((size + 2) // 3)
+        fits = encoded is not None and used + encoded <= budget
+        used += encoded if encoded is not None and fits else 0
+        carried.append(fits)
+    return tuple(carried)
+
+
+def result_left_out(job_id: str, size: int, budget: int) -> str:
+    """The detail of a completed job whose result the answer does not carry."""
+    return (
+        f"result of {size} bytes left out: a batch's answer carries at most {budget} bytes of base64 results; "
+        f"read it with GET /v1/jobs/{job_id}/result"
+    )

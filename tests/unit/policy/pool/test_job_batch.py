@@ -11,7 +11,14 @@ import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu
 from thermostat.policy.common.strict_json import BodyError
-from thermostat.policy.pool.job_batch import MAX_BATCH_JOBS, BatchJob, answer_entry, read_job_batch
+from thermostat.policy.pool.job_batch import (
+    MAX_BATCH_JOBS,
+    BatchJob,
+    answer_entry,
+    read_job_batch,
+    result_left_out,
+    results_carried,
+)
 from thermostat.policy.pool.submit_options import SubmitOptions, parse_submit_query
 
 JOB_KNOWN = "known: machine_type, payload, priority, session_id, timeout_seconds, wait_seconds"
@@ -350,3 +357,35 @@ def test_a_refused_job_is_its_status_its_job_id_or_null_and_the_detail(status: i
 def test_an_entry_is_json_as_it_stands() -> None:
     entry = answer_entry(200, "j", result=bytes(range(256)))
     assert base64.b64decode(json.loads(json.dumps(entry))["result"]) == bytes(range(256))
+
+
+# --- which results the answer carries ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sizes", "budget", "carried"),
+    [
+        pytest.param([3, 3, 3], 12, (True, True, True), id="all-fit-exactly"),
+        pytest.param([3, 3, 4], 12, (True, True, False), id="the-one-past-the-budget-is-left-out"),
+        pytest.param([9, 3], 8, (False, True), id="a-large-one-does-not-push-out-the-small-ones-after-it"),
+        pytest.param([None, 0, None], 0, (False, True, False), id="no-result-is-never-carried-an-empty-one-always"),
+        pytest.param([1, 2, 3], 4, (True, False, False), id="sized-as-base64-padded"),
+    ],
+)
+def test_results_are_carried_in_the_batchs_order_while_their_base64_fits_the_budget(
+    sizes: list[int | None], budget: int, carried: tuple[bool, ...]
+) -> None:
+    assert results_carried(sizes, budget) == carried
+
+
+def test_the_sizes_counted_are_the_base64_the_answer_holds() -> None:
+    for size in range(0, 40):
+        assert 4 * ((size + 2) // 3) == len(base64.b64encode(b"x" * size))
+        assert results_carried([size], len(base64.b64encode(b"x" * size))) == (True,)
+
+
+def test_a_result_left_out_says_how_large_the_budget_and_where_to_read_it() -> None:
+    assert result_left_out("j-1", 100, 64) == (
+        "result of 100 bytes left out: a batch's answer carries at most 64 bytes of base64 results; "
+        "read it with GET /v1/jobs/j-1/result"
+    )
