@@ -3,7 +3,8 @@
 REST pays its per-request cost (the edge's transcoding, a gRPC call to the dispatcher) once per batch instead of
 once per job, as the RunJobs stream does for gRPC. The body is an object with one field, `jobs`: a list of at
 most MAX_BATCH_JOBS job objects, each taking what `POST /v1/jobs/sync` takes as query parameters, with the
-payload inside as base64 (RFC 4648, standard alphabet, padded; empty or absent: no bytes):
+payload inside as base64 (RFC 4648, standard alphabet, padded, the bytes' one encoding; empty or absent: no
+bytes):
 
     {"jobs": [{"machine_type": "echo", "payload": "aGk=", "priority": 5, "session_id": "nb-1",
                "timeout_seconds": 20, "wait_seconds": 30}, ...]}
