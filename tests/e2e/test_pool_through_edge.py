@@ -583,7 +583,8 @@ async def test_a_payload_at_the_limit_round_trips_and_one_byte_over_is_413_with_
 
 def test_the_edge_gives_the_sync_submit_wait_job_and_run_jobs_routes_the_longest_wait_a_catalogue_allows() -> None:
     """Envoy's default route timeout is 15 s and its stream idle timeout 5 min: both are lifted on the long calls
-    (a REST batch's included), above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and transcoded REST alike."""
+    (a REST batch's included), above MAX_WAIT_SECONDS (boot + job timeout at their largest), for native gRPC and
+    transcoded REST alike."""
     spec = EdgeSpec(upstreams=upstreams((POOL_DISPATCHER,), host="127.0.0.1"), descriptor_set=DESCRIPTORS)
     hcm = build_envoy_config(spec)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
