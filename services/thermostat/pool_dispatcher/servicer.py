@@ -32,6 +32,7 @@ from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.job_batch import (
     BatchJob,
     answer_entry,
+    carried_bytes,
     read_job_batch,
     result_left_out,
     results_carried,
@@ -67,9 +68,13 @@ STREAM_JOBS = 64
 INTERNAL_ERROR = internal_error(POOL_DISPATCHER.name)
 """A RunJobs message's answer to an unexpected error, worded as the chassis answers a call's."""
 BATCH_RESULT_BYTES = GRPC_MESSAGE_BYTES - 2 * 1024 * 1024
-"""The base64 results one batch's answer carries (job_batch.results_carried), 31 MiB: the answer's other fields
-fit the message's last 2 MiB (64 entries, each at most a job JSON with a 1,000-character error and a 256-character
-tenant and session, every character escaped: under 20 KiB)."""
+"""The base64 results one batch's answer carries at first (job_batch.results_carried), 31 MiB: the answer's other
+fields usually fit the message's last 2 MiB (64 entries, each a job JSON with a 1,000-character error and a
+256-character tenant and session, every character escaped: under 20 KiB)."""
+BATCH_ANSWER_BYTES = GRPC_MESSAGE_BYTES - 64 * 1024
+"""The most a batch's JSON answer may be (the HttpBody's other fields fit the rest of the message): an answer over
+it, the other fields having outgrown their 2 MiB (a refusal's detail lists the whole catalogue), carries fewer
+results until it fits."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
 
 
@@ -193,9 +198,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         stream_jobs: int = STREAM_JOBS,
         stream_full: Callable[[], Awaitable[None]] | None = None,
         batch_result_bytes: int = BATCH_RESULT_BYTES,
+        batch_answer_bytes: int = BATCH_ANSWER_BYTES,
     ) -> None:
         self.d = dispatcher
         self.batch_result_bytes = batch_result_bytes
+        self.batch_answer_bytes = batch_answer_bytes
         self.stream_jobs = stream_jobs
         self.stream_full = stream_full  # a test seam: awaited when a RunJobs stream's reader waits at its cap
         self.orphans = orphans
@@ -481,8 +488,16 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             *(self._batch_job(job, index, tenant, caller.metadata, context) for index, job in enumerate(batch))
         )
         sizes = [None if isinstance(one, Refusal) or one[1] is None else len(one[1]) for one in ran]
-        carried = results_carried(sizes, self.batch_result_bytes)
-        return _json_body([self._batch_entry(one, keep) for one, keep in zip(ran, carried, strict=True)])
+        budget = self.batch_result_bytes
+        while True:
+            carried = results_carried(sizes, budget)
+            entries = [self._batch_entry(one, keep, budget) for one, keep in zip(ran, carried, strict=True)]
+            answer = json.dumps(entries).encode()
+            over = len(answer) - self.batch_answer_bytes
+            if over <= 0 or not any(carried):
+                return _body(answer, JSON)
+            # the results carried shrink by what the answer is over (the details of those left out add a little)
+            budget = max(0, carried_bytes(sizes, carried) - over)
 
     async def _batch_job(
         self, job: BatchJob, index: int, tenant: str, metadata: Mapping[str, str], context: grpc.aio.ServicerContext
@@ -490,14 +505,14 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         request = pool_pb2.SubmitJobSyncRequest(payload=httpbody_pb2.HttpBody(data=job.payload), **job.query)
         return await self._run_one(request, tenant, metadata, context, "RunJobsJson", f"jobs[{index}]")
 
-    def _batch_entry(self, ran: Refusal | tuple[JobView, bytes | None], carried: bool) -> dict[str, Any]:
+    def _batch_entry(self, ran: Refusal | tuple[JobView, bytes | None], carried: bool, budget: int) -> dict[str, Any]:
         if isinstance(ran, Refusal):
             return answer_entry(ran.http, ran.job_id, detail=ran.detail)
         job, result = ran
         if result is not None and carried:
             return answer_entry(200, job.id, result=result)
         if result is not None:  # completed, its result past the answer's budget
-            detail = result_left_out(job.id, len(result), self.batch_result_bytes)
+            detail = result_left_out(job.id, len(result), budget)
             return answer_entry(200, job.id, job=job_json(job), detail=detail)
         return answer_entry(_FAILED_STATUS.get(JobState(job.state), 202), job.id, job=job_json(job))
 

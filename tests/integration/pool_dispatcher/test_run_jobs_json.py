@@ -10,6 +10,7 @@ waits while the jobs run on.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -309,11 +310,10 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
         assert sorted(e.job_id for e in await pool.usage()) == sorted(rows)
 
 
-async def test_results_past_the_answers_budget_are_left_out_and_read_by_their_job_ids(pool: RunningPool) -> None:
-    """The answer is one message however much the workers return. With a budget of 16 base64 bytes the first two
-    results (8 each) fill it; the third is answered with its job and where to read its result; an empty one after
-    it is still carried."""
-    servicer = PoolDispatcherServicer(pool.dispatcher, Tokens(api=API_TOKEN, admin=ADMIN_TOKEN), batch_result_bytes=16)
+@contextlib.asynccontextmanager
+async def answers_of(pool: RunningPool, **limits: int) -> AsyncIterator[pool_pb2_grpc.PoolDispatcherStub]:
+    """A stub of a second server over the pool's dispatcher whose servicer answers batches within `limits`."""
+    servicer = PoolDispatcherServicer(pool.dispatcher, Tokens(api=API_TOKEN, admin=ADMIN_TOKEN), **limits)
     host = ServiceHost(
         ServiceSpec(
             name="pool-small-answers",
@@ -324,12 +324,20 @@ async def test_results_past_the_answers_budget_are_left_out_and_read_by_their_jo
     port = await host.start("127.0.0.1", 0)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            answer = await pool_pb2_grpc.PoolDispatcherStub(channel).RunJobsJson(
-                batch_of(*({"machine_type": "local", "payload": b64(p)} for p in (b"aaaa", b"bbbb", b"cccc", b""))),
-                metadata=caller(),
-            )
+            yield pool_pb2_grpc.PoolDispatcherStub(channel)
     finally:
         await host.stop(1.0)
+
+
+async def test_results_past_the_answers_budget_are_left_out_and_read_by_their_job_ids(pool: RunningPool) -> None:
+    """The answer is one message however much the workers return. With a budget of 16 base64 bytes the first two
+    results (8 each) fill it; the third is answered with its job and where to read its result; an empty one after
+    it is still carried."""
+    async with answers_of(pool, batch_result_bytes=16) as stub:
+        answer = await stub.RunJobsJson(
+            batch_of(*({"machine_type": "local", "payload": b64(p)} for p in (b"aaaa", b"bbbb", b"cccc", b""))),
+            metadata=caller(),
+        )
     first, second, left_out, empty = json.loads(answer.data)
     assert [base64.b64decode(e["result"]) for e in (first, second, empty)] == [b"aaaa", b"bbbb", b""]
     assert set(left_out) == {"status", "job_id", "job", "detail"} and left_out["status"] == 200
@@ -344,3 +352,39 @@ async def test_results_past_the_answers_budget_are_left_out_and_read_by_their_jo
     )
     result = await pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=left_out["job_id"]), metadata=caller())
     assert result.data == b"cccc"
+
+
+async def test_an_answer_whose_other_fields_outgrow_their_share_carries_fewer_results_until_it_fits(
+    pool: RunningPool,
+) -> None:
+    """The results' budget alone would carry all three 3,000-byte results (12,000 base64 bytes), but the answer may
+    be at most 9,000 bytes: it carries the first two and answers the third with its job and where to read it."""
+    payloads = [bytes([n]) * 3000 for n in (1, 2, 3)]
+    async with answers_of(pool, batch_result_bytes=1_000_000, batch_answer_bytes=9000) as stub:
+        answer = await stub.RunJobsJson(
+            batch_of(*({"machine_type": "local", "payload": b64(p)} for p in payloads)), metadata=caller()
+        )
+    assert len(answer.data) <= 9000
+    first, second, left_out = json.loads(answer.data)
+    assert [base64.b64decode(e["result"]) for e in (first, second)] == payloads[:2]
+    assert "result" not in left_out and left_out["detail"].startswith("result of 3000 bytes left out")
+    result = await pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=left_out["job_id"]), metadata=caller())
+    assert result.data == payloads[2]
+
+
+async def test_the_calls_deadline_bounds_every_jobs_wait(pool: RunningPool) -> None:
+    """A direct gRPC caller's deadline (here 3 s) cuts each job's wait short of its own wait_seconds: the call
+    answers in time, the slow job's entry a 202 with the job still running, the quick one's (on a machine warmed
+    first) its result."""
+    assert [e["status"] for e in await run_batch(pool, {"machine_type": "local"})] == [200]
+    entries_answer = await pool.stub.RunJobsJson(
+        batch_of(
+            {"machine_type": "sleepy", "payload": b64(b'{"seconds": 5}'), "wait_seconds": 60},
+            {"machine_type": "local", "payload": b64(b"quick"), "wait_seconds": 60},
+        ),
+        metadata=caller(),
+        timeout=3,
+    )
+    slow, quick = json.loads(entries_answer.data)
+    assert slow["status"] == 202 and slow["job"]["state"] in ("queued", "dispatched", "running")
+    assert (quick["status"], base64.b64decode(quick["result"])) == (200, b"quick")

@@ -82,28 +82,22 @@ def _pairs(items: list[tuple[str, object]]) -> _Pairs:
     return _Pairs(items)
 
 
-class _IntLiteral(float):
-    """A JSON number written as an integer: a float to every NUMBER field, and its exact value to an INTEGER one
-    (a priority past 2**53 must not round)."""
+class _LongInteger:
+    """An integer literal too long to convert (int() refuses over 4,300 digits): far outside an int64 and a double,
+    so it is not finite to a NUMBER field and past the int64 range to an INTEGER one."""
 
-    exact: int
+    __slots__ = ()
 
 
 _LONG_LITERAL = 400
-"""Digits past which an integer literal is not converted (int() refuses over 4,300): far outside an int64 and a
-double, so it reads as an infinity to a NUMBER field and as just past the int64 range, by its sign, to an INTEGER
-one."""
+"""Digits from which an integer literal is not converted. Shorter ones become plain ints: a body may hold
+millions of them, so nothing heavier than an int is made for each (a float subclass with the exact value
+cost ~12x the memory)."""
+_LONG = _LongInteger()
 
 
-def _int_literal(text: str) -> _IntLiteral:
-    if len(text) < _LONG_LITERAL:
-        literal = _IntLiteral(float(text))
-        literal.exact = int(text)
-    else:
-        negative = text.startswith("-")
-        literal = _IntLiteral(-math.inf if negative else math.inf)
-        literal.exact = INT64_MIN - 1 if negative else INT64_MAX + 1
-    return literal
+def _int_literal(text: str) -> int | _LongInteger:
+    return int(text) if len(text) < _LONG_LITERAL else _LONG
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -123,7 +117,7 @@ def kind_of(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    if isinstance(value, float):
+    if isinstance(value, float | int | _LongInteger):
         return "a number"
     if isinstance(value, str):
         return "a string"
@@ -180,17 +174,25 @@ def _checked(key: str, value: object, field: BodyField, where: str = "body") -> 
     if value is None:
         return BodyError(f"{named}: null is not a value; leave the field out to leave it unset")
     if field.kind is JsonKind.INTEGER:
-        if not isinstance(value, _IntLiteral):
-            return BodyError(f"{named}: must be a JSON integer, not {kind_of(value)}")
-        if not INT64_MIN <= value.exact <= INT64_MAX:
+        if isinstance(value, _LongInteger) or (
+            isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
+        ):
             return BodyError(f"{named}: must be a 64-bit integer")
-        return value.exact
+        if not isinstance(value, int) or isinstance(value, bool):
+            return BodyError(f"{named}: must be a JSON integer, not {kind_of(value)}")
+        return value
     if field.kind is JsonKind.NUMBER:
-        if not isinstance(value, float) or isinstance(value, bool):
-            return BodyError(f"{named}: must be a JSON number, not {kind_of(value)}")
-        if not math.isfinite(value):
+        if isinstance(value, _LongInteger):
             return BodyError(f"{named}: must be a finite number")
-        return float(value)
+        if not isinstance(value, float | int) or isinstance(value, bool):
+            return BodyError(f"{named}: must be a JSON number, not {kind_of(value)}")
+        try:
+            number = float(value)
+        except OverflowError:  # an integer literal past a double's range
+            return BodyError(f"{named}: must be a finite number")
+        if not math.isfinite(number):
+            return BodyError(f"{named}: must be a finite number")
+        return number
     if not isinstance(value, str):
         return BodyError(f"{named}: must be a JSON string, not {kind_of(value)}")
     if "\x00" in value:  # as the typed RPCs refuse it (chassis/text_fields.py): Postgres text cannot hold one

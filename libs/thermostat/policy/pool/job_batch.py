@@ -163,11 +163,20 @@ def results_carried(sizes: Sequence[int | None], budget: int) -> tuple[bool, ...
     carried: list[bool] = []
     used = 0
     for size in sizes:
-        encoded = None if size is None else 4 * ((size + 2) // 3)
+        encoded = None if size is None else _base64_length(size)
         fits = encoded is not None and used + encoded <= budget
         used += encoded if encoded is not None and fits else 0
         carried.append(fits)
     return tuple(carried)
+
+
+def carried_bytes(sizes: Sequence[int | None], carried: Sequence[bool]) -> int:
+    """The base64 bytes of the results `carried` (results_carried's answer for `sizes`)."""
+    return sum(_base64_length(size) for size, keep in zip(sizes, carried, strict=True) if keep and size is not None)
+
+
+def _base64_length(size: int) -> int:
+    return 4 * ((size + 2) // 3)
 
 
 def result_left_out(job_id: str, size: int, budget: int) -> str:

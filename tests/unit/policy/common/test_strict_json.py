@@ -262,6 +262,20 @@ def test_an_integer_literal_is_a_plain_float_to_a_number_field() -> None:
     assert read == {"daily_usd": 5.0} and type(read["daily_usd"]) is float
 
 
+@pytest.mark.parametrize("literal", ["1" + "0" * 309, "-1" + "0" * 309])
+def test_an_integer_literal_past_a_doubles_range_is_not_finite_to_a_number_field(literal: str) -> None:
+    assert refusal(f'{{"daily_usd": {literal}}}'.encode()) == "body.daily_usd: must be a finite number"
+
+
+def test_a_bodys_integers_decode_as_plain_ints_so_a_body_of_millions_costs_no_more_than_ints() -> None:
+    """An authenticated caller may send tens of MiB of integers under any key: nothing heavier than an int is made
+    for each before the body is refused (a float subclass carrying the exact value cost ~12x the memory)."""
+    decoded = decode_json(b'{"x": [1, -2, 12345678901234567890]}')
+    assert is_object(decoded)
+    [(_, numbers)] = decoded
+    assert [type(n) for n in numbers] == [int, int, int]  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("literal", ["9" * 400, "-" + "9" * 400])
 def test_a_long_integer_literal_is_not_finite_to_a_number_field_whatever_its_sign(literal: str) -> None:
     assert refusal(f'{{"daily_usd": {literal}}}'.encode()) == "body.daily_usd: must be a finite number"

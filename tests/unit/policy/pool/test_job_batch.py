@@ -15,6 +15,7 @@ from thermostat.policy.pool.job_batch import (
     MAX_BATCH_JOBS,
     BatchJob,
     answer_entry,
+    carried_bytes,
     read_job_batch,
     result_left_out,
     results_carried,
@@ -389,3 +390,10 @@ def test_a_result_left_out_says_how_large_the_budget_and_where_to_read_it() -> N
         "result of 100 bytes left out: a batch's answer carries at most 64 bytes of base64 results; "
         "read it with GET /v1/jobs/j-1/result"
     )
+
+
+def test_the_bytes_carried_are_the_base64_lengths_of_the_results_carried_only() -> None:
+    sizes = [3, None, 4, 0, 10]
+    carried = (True, False, False, True, True)
+    assert carried_bytes(sizes, carried) == 4 + 0 + 16
+    assert carried_bytes(sizes, results_carried(sizes, 1000)) == 4 + 8 + 0 + 16
