@@ -1,12 +1,12 @@
 """Where a pool dispatcher's CPU goes per job: the interpreter, the kernel, gRPC's core, uvloop, asyncpg.
 
 The rig is bench/pool_throughput.py's (Postgres, two dispatcher processes, four warm workers, the Envoy edge).
-Each path (gRPC SubmitJobSync, REST through the edge, gRPC Health.Check as the floor) runs while `perf record`
-samples both dispatcher processes' CPU; the table gives each shared object's share of their samples, and the
-CPU per call those samples stand for. `--py-spy DIR` also writes py-spy raw stacks (GIL holder only, the
-Python lines) per path for a flame graph.
+Each path (gRPC SubmitJobSync, REST through the edge, REST batches of `--batch` jobs through the edge, gRPC
+Health.Check as the floor) runs while `perf record` samples both dispatcher processes' CPU; the table gives each
+shared object's share of their samples, and the CPU per call (per job on the batch path) those samples stand
+for. `--py-spy DIR` also writes py-spy raw stacks (GIL holder only, the Python lines) per path for a flame graph.
 
-    .venv/bin/python bench/pool_dispatcher_profile.py [--seconds 10] [--py-spy /tmp/spy]
+    .venv/bin/python bench/pool_dispatcher_profile.py [--seconds 10] [--batch 16] [--py-spy /tmp/spy]
 
 Needs `perf` (linux-tools) allowed to attach to a child process (root, or kernel.perf_event_paranoid <= 1).
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ BATCH = 500
 
 
 async def _profiled(
-    call: rig_bench.Call, first: int, pids: list[int], seconds: float, out: Path, spy: Path | None
+    run: rig_bench.Runner, first: int, pids: list[int], seconds: float, out: Path, spy: Path | None
 ) -> int:
     """Calls made while perf sampled `pids` (and py-spy the first) for `seconds`."""
     samplers = [
@@ -62,7 +63,7 @@ async def _profiled(
     deadline = loop.time() + seconds
     made = 0
     while loop.time() < deadline:
-        await rig_bench.run_lanes(call, first + made, BATCH, LANES)
+        await run(first + made, BATCH)
         made += BATCH
     samplers[0].send_signal(2)  # SIGINT: perf writes its file and exits
     for sampler in samplers:
@@ -87,25 +88,32 @@ def _by_object(data: Path) -> tuple[int, list[tuple[float, str]]]:
     return samples, shares
 
 
-async def main(seconds: float, spy_dir: Path | None, work: Path) -> None:
+async def main(seconds: float, batch: int, spy_dir: Path | None, work: Path) -> None:
     async with (
         rig_bench.pool_rig(processes=2, workers=4, edge=True) as rig,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
     ):
-        paths = {
-            "grpc": rig_bench.grpc_caller(rig),
-            "rest": rig_bench.rest_caller(rig, session),
-            "health": rig_bench.health_caller(rig),
+        paths: dict[str, rig_bench.Runner] = {
+            name: functools.partial(rig_bench.run_lanes, call, lanes=LANES)
+            for name, call in (
+                ("grpc", rig_bench.grpc_caller(rig)),
+                ("rest", rig_bench.rest_caller(rig, session)),
+                ("health", rig_bench.health_caller(rig)),
+            )
         }
+        batch_call = rig_bench.rest_batch_caller(rig, session)
+        paths[f"rest-batch-{batch}"] = functools.partial(
+            rig_bench.run_batched_lanes, batch_call, lanes=LANES, size=batch
+        )
         numbered = 0
-        for call in paths.values():
-            await rig_bench.run_lanes(call, numbered, 300, LANES)
+        for run in paths.values():
+            await run(numbered, 300)
             numbered += 300
         pids = [d.process.pid for d in rig.dispatchers]
-        for name, call in paths.items():
+        for name, run in paths.items():
             out = work / f"{name}.perf"
             made = await _profiled(
-                call, numbered, pids, seconds, out, spy_dir / f"{name}.raw" if spy_dir is not None else None
+                run, numbered, pids, seconds, out, spy_dir / f"{name}.raw" if spy_dir is not None else None
             )
             numbered += made
             samples, shares = _by_object(out)
@@ -118,6 +126,9 @@ async def main(seconds: float, spy_dir: Path | None, work: Path) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="sampled seconds per path (default 10)")
+    parser.add_argument(
+        "--batch", type=int, default=rig_bench.DEFAULT_BATCH, help="jobs a request on the REST batch path (default 16)"
+    )
     parser.add_argument("--py-spy", type=Path, default=None, help="also write py-spy raw stacks per path here")
     args = parser.parse_args()
     if shutil.which("perf") is None:
@@ -126,7 +137,7 @@ def cli() -> None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="pool-profile-"))
     try:
-        asyncio.run(main(args.seconds, args.py_spy, work))
+        asyncio.run(main(args.seconds, args.batch, args.py_spy, work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

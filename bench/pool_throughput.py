@@ -1,6 +1,7 @@
 """Pool throughput: trivial jobs end to end (submit → result), two dispatcher processes, four warm workers.
 
-Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--streams 4] [--rounds 3]
+Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--streams 4] [--batch 16]
+     [--rounds 3]
 
 Issue 10's first measure. One embedded Postgres (fsync off), two `python -m thermostat.pool_dispatcher`
 processes on it (real subprocesses, instance ids bench-a and bench-b), one machine type `echo` running the
@@ -13,6 +14,10 @@ callers, in `--rounds` rounds whose order rotates (the median round is printed, 
   stream  RunJobs straight to the dispatchers: the same callers share `--streams` long-lived streams spread
           over both processes (each caller writes its job on its stream and awaits the answer by its tag)
   REST    POST /v1/jobs/sync?machine_type=echo through Envoy (aiohttp client, kept-alive connections)
+  REST batch
+          POST /v1/jobs/batch through Envoy, the same callers on the same kept-alive connections, each request
+          carrying `--batch` jobs (a comma-separated list of sizes measures each as a path of its own), each
+          job its own payload in base64, each entry of the answer checked to be 200 and echo its job's payload
   calib.  bench/pool_calibration.py's bare loop (four statements + one worker call, one process) at the
           same concurrency, against a worker of its own: what this machine does without the service
   +NOTIFY the same loop whose completion also NOTIFYs two listening connections, as the pool's complete
@@ -39,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -71,6 +78,7 @@ from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.dev.envoy import EnvoyProcess, start_envoy  # noqa: E402
 from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams  # noqa: E402
+from thermostat.policy.pool.job_batch import MAX_BATCH_JOBS  # noqa: E402
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc  # noqa: E402
 from thermostat.providers.pool.local import LocalBackend  # noqa: E402
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
@@ -80,6 +88,7 @@ API_TOKEN = "bench-pool-token"  # noqa: S105 - a throw-away token for loopback p
 TENANT = "bench"
 TYPE = "echo"
 WARMUP = 200
+DEFAULT_BATCH = 16  # the REST batch path's jobs per request
 
 
 def load_line() -> str:
@@ -286,6 +295,9 @@ Call = Callable[[int], Awaitable[None]]
 Runner = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jobs per second
 
 
+BatchCall = Callable[[range], Awaitable[None]]
+
+
 async def run_lanes(call: Call, first: int, jobs: int, lanes: int) -> float:
     """Jobs per second of `jobs` calls numbered from `first`, `lanes` at a time."""
     numbers = iter(range(first, first + jobs))
@@ -293,6 +305,21 @@ async def run_lanes(call: Call, first: int, jobs: int, lanes: int) -> float:
     async def lane() -> None:
         for n in numbers:
             await call(n)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(lanes)))
+    return jobs / (time.perf_counter() - started)
+
+
+async def run_batched_lanes(call: BatchCall, first: int, jobs: int, lanes: int, size: int) -> float:
+    """Jobs per second of `jobs` jobs numbered from `first`, in batches of `size` (the last one may be smaller),
+    `lanes` batches at a time."""
+    end = first + jobs
+    batches = iter(range(n, min(n + size, end)) for n in range(first, end, size))
+
+    async def lane() -> None:
+        for numbers in batches:
+            await call(numbers)
 
     started = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(lanes)))
@@ -387,6 +414,34 @@ def rest_caller(rig: PoolRig, session: aiohttp.ClientSession) -> Call:
     return call
 
 
+def rest_batch_caller(rig: PoolRig, session: aiohttp.ClientSession) -> BatchCall:
+    """POST /v1/jobs/batch: the jobs numbered `numbers` in one request, each answer checked against its job."""
+    url = f"{rig.edge_url}/v1/jobs/batch"
+    headers = {
+        "Authorization": f"Bearer {API_TOKEN}",
+        "X-Strata-Tenant": TENANT,
+        "Content-Type": "application/json",
+    }
+
+    async def call(numbers: range) -> None:
+        jobs = [
+            {"machine_type": TYPE, "payload": base64.b64encode(payload(n)).decode(), "wait_seconds": 60}
+            for n in numbers
+        ]
+        async with session.post(url, data=json.dumps({"jobs": jobs}), headers=headers) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise SystemExit(f"REST batch {numbers}: HTTP {response.status} {body[:200]!r}")
+        entries = json.loads(body)
+        if len(entries) != len(numbers):
+            raise SystemExit(f"REST batch {numbers}: {len(entries)} answers for {len(numbers)} jobs")
+        for n, entry in zip(numbers, entries, strict=True):
+            if entry.get("status") != 200 or base64.b64decode(entry.get("result", "")) != payload(n):
+                raise SystemExit(f"REST batch job {n}: {str(entry)[:200]}")
+
+    return call
+
+
 async def check_exactly_once(dsn: str, expected: int) -> str:
     """Every job completed once: one usage event per job, nothing left in another state."""
     connection = await asyncpg.connect(dsn)
@@ -463,12 +518,18 @@ FLOOR = "gRPC Health.Check (no job), 2 processes"
 
 
 STREAM = "gRPC RunJobs stream, 2 processes"
+REST = "REST /v1/jobs/sync via Envoy"
 
 
-async def main(jobs: int, lanes: int, rounds: int, calibrate: bool, streams: int) -> None:
+def rest_batch_path(size: int) -> str:
+    return f"REST /v1/jobs/batch of {size} via Envoy"
+
+
+async def main(jobs: int, lanes: int, rounds: int, calibrate: bool, streams: int, batches: list[int]) -> None:
     print(
         f"{jobs} jobs per path in {rounds} interleaved rounds, {lanes} concurrent callers "
-        f"({streams} RunJobs streams shared by them on the stream path); at start: {load_line()}",
+        f"({streams} RunJobs streams shared by them on the stream path; on the REST batch paths each caller "
+        f"posts {' / '.join(map(str, batches))} jobs a request); at start: {load_line()}",
         flush=True,
     )
     rates: dict[str, list[float]] = {}
@@ -486,9 +547,12 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool, streams: int
         paths: dict[str, Runner] = {
             "gRPC SubmitJobSync, 2 processes": lanes_of(grpc_caller(rig)),
             STREAM: lanes_of(await stack.enter_async_context(stream_caller(rig, streams))),
-            "REST /v1/jobs/sync via Envoy": lanes_of(rest_caller(rig, session)),
-            FLOOR: lanes_of(health_caller(rig)),
+            REST: lanes_of(rest_caller(rig, session)),
         }
+        batch_call = rest_batch_caller(rig, session)
+        for size in batches:
+            paths[rest_batch_path(size)] = functools.partial(run_batched_lanes, batch_call, lanes=lanes, size=size)
+        paths[FLOOR] = lanes_of(health_caller(rig))
         if calibrate:
             paths[CALIBRATION], paths[NOTIFYING] = await stack.enter_async_context(calibration_loop(rig.dsn, lanes))
         numbered = 0
@@ -539,6 +603,17 @@ async def main(jobs: int, lanes: int, rounds: int, calibrate: bool, streams: int
     print(f"at end: {load_line()}")
 
 
+def batch_sizes(text: str) -> list[int]:
+    """`--batch`: one size or a comma-separated list, each 1 to MAX_BATCH_JOBS."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be integers, e.g. 16 or 4,8,16") from None
+    if not all(1 <= size <= MAX_BATCH_JOBS for size in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: each size must be 1 to {MAX_BATCH_JOBS}")
+    return list(dict.fromkeys(sizes))
+
+
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000, help="measured jobs per path (default 3000)")
@@ -546,6 +621,13 @@ def cli() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per path (default 3)")
     parser.add_argument(
         "--streams", type=int, default=4, help="RunJobs streams the callers share, over both processes (default 4)"
+    )
+    parser.add_argument(
+        "--batch",
+        type=batch_sizes,
+        default=[DEFAULT_BATCH],
+        help=f"jobs per request on the REST batch path; a comma-separated list measures each size as a path "
+        f"(default {DEFAULT_BATCH}; at most {MAX_BATCH_JOBS})",
     )
     parser.add_argument("--no-calibration", action="store_true", help="skip the calibration loop")
     parser.add_argument(
@@ -557,7 +639,7 @@ def cli() -> None:
     args = parser.parse_args()
     choice = choose_loop(args.loop)
     print(f"callers on {choice.name}" + (f" ({choice.fallback})" if choice.fallback else ""), flush=True)
-    run_on(main(args.jobs, args.clients, args.rounds, not args.no_calibration, args.streams), choice)
+    run_on(main(args.jobs, args.clients, args.rounds, not args.no_calibration, args.streams, args.batch), choice)
 
 
 if __name__ == "__main__":

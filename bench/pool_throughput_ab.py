@@ -1,7 +1,7 @@
 """Pool throughput A/B: the gRPC or REST path on two revisions of the dispatcher, side by side in one run.
 
 Run: .venv/bin/python bench/pool_throughput_ab.py [--baseline REV] [--paths services,...] [--jobs 1500]
-     [--rounds 6] [--clients 32] [--path grpc|rest] [--a-over tcp]
+     [--rounds 6] [--clients 32] [--path grpc|rest|rest-batch] [--batch 16] [--a-over tcp]
 
 How bench/ chooses between designs of the dispatcher on a shared machine. Two rigs as bench/pool_throughput.py
 builds them (each its own embedded Postgres, two dispatcher processes, four warm echo workers): A runs the
@@ -12,7 +12,8 @@ dispatchers run), B the working tree's. Rounds of `--jobs` calls alternate A B, 
 alike; each round prints its rate and the CPU each process group spent per job. The verdict is the medians, and
 how many rounds of B beat every round of A. `--path grpc` (default) calls SubmitJobSync on the dispatchers;
 `--path rest` posts /v1/jobs/sync through each rig's own Envoy, whose config the rig's revision of
-thermostat.edge builds, and adds Envoy's column. Only the `--paths` differ between the rigs (the other
+thermostat.edge builds, and adds Envoy's column; `--path rest-batch` posts /v1/jobs/batch there instead, `--batch`
+jobs a request (a baseline without that route fails at warm-up). Only the `--paths` differ between the rigs (the other
 libraries, workers, schema and callers are the working tree's; the generated protos always are), so a baseline
 must work with the working tree's migrations and libraries: a merge base does, a main that moved on may not.
 `--a-over tcp`: A's rig reaches Postgres over TCP loopback rather than the Unix socket (with `--baseline HEAD`,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -102,15 +104,18 @@ async def rig_on(code: str | None, *, edge: bool, over_tcp: bool = False) -> Any
         asyncio.create_subprocess_exec = spawn  # type: ignore[assignment]
 
 
-async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int, path: str, a_over: str) -> None:
+async def main(
+    baseline: str, paths: list[str], jobs: int, rounds: int, lanes: int, path: str, a_over: str, batch: int
+) -> None:
+    batched = f" posting {batch} jobs a request" if path == "rest-batch" else ""
     print(
         f"A = {baseline[:12]}'s {', '.join(paths)} (Postgres over {a_over}), B = the working tree (over socket); "
-        f"{path}: {jobs} jobs a round, {rounds} rounds each, {lanes} callers"
+        f"{path}: {jobs} jobs a round, {rounds} rounds each, {lanes} callers{batched}"
     )
     print(f"at start: {throughput.load_line()}", flush=True)
     rates: dict[str, list[float]] = {"A": [], "B": []}
     spent: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    rest = path == "rest"
+    rest = path in ("rest", "rest-batch")
     roles = (*ROLES, "envoy") if rest else ROLES
     with code_of(baseline, paths) as code:
         async with (
@@ -118,18 +123,22 @@ async def main(baseline: str, paths: list[str], jobs: int, rounds: int, lanes: i
             rig_on(None, edge=rest) as rig_b,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
         ):
-            if rest:
-                calls = {"A": throughput.rest_caller(rig_a, session), "B": throughput.rest_caller(rig_b, session)}
-            else:
-                calls = {"A": throughput.grpc_caller(rig_a), "B": throughput.grpc_caller(rig_b)}
-            for call in calls.values():
-                await throughput.run_lanes(call, 0, throughput.WARMUP, lanes)
+            runs: dict[str, throughput.Runner] = {}
+            for design, rig in (("A", rig_a), ("B", rig_b)):
+                if path == "rest-batch":
+                    batch_call = throughput.rest_batch_caller(rig, session)
+                    runs[design] = functools.partial(throughput.run_batched_lanes, batch_call, lanes=lanes, size=batch)
+                else:
+                    call = throughput.rest_caller(rig, session) if rest else throughput.grpc_caller(rig)
+                    runs[design] = functools.partial(throughput.run_lanes, call, lanes=lanes)
+            for run in runs.values():
+                await run(0, throughput.WARMUP)
             numbered = throughput.WARMUP
             print(f"\n{'round':<8}{'jobs/s':>8}" + "".join(f"{role + ' µs/job':>24}" for role in roles))
             for r in range(rounds):
                 for design in ("A", "B") if r % 2 == 0 else ("B", "A"):
                     before = throughput.cpu_seconds()
-                    rate = await throughput.run_lanes(calls[design], numbered, jobs, lanes)
+                    rate = await runs[design](numbered, jobs)
                     after = throughput.cpu_seconds()
                     numbered += jobs
                     per_job = {role: (after.get(role, 0.0) - before.get(role, 0.0)) / jobs * 1e6 for role in roles}
@@ -160,12 +169,23 @@ def cli() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds per design (default 6)")
     parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
     parser.add_argument(
-        "--path", choices=("grpc", "rest"), default="grpc", help="gRPC SubmitJobSync, or REST through each rig's Envoy"
+        "--path",
+        choices=("grpc", "rest", "rest-batch"),
+        default="grpc",
+        help="gRPC SubmitJobSync, REST /v1/jobs/sync through each rig's Envoy, or REST /v1/jobs/batch there",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        choices=range(1, throughput.MAX_BATCH_JOBS + 1),
+        default=throughput.DEFAULT_BATCH,
+        metavar="N",
+        help=f"jobs a request on --path rest-batch (default {throughput.DEFAULT_BATCH})",
     )
     args = parser.parse_args()
     baseline = args.baseline or git("merge-base", "main", "HEAD")
     paths = [path.strip().strip("/") for path in args.paths.split(",") if path.strip()]
-    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients, args.path, args.a_over))
+    asyncio.run(main(baseline, paths, args.jobs, args.rounds, args.clients, args.path, args.a_over, args.batch))
 
 
 if __name__ == "__main__":
