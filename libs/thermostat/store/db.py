@@ -136,9 +136,11 @@ class Store:
         return cls(pool, lease_pool, ping_timeout=ping_timeout)
 
     async def ping(self) -> bool:
-        """True when a pooled connection answered `SELECT 1` within the ping timeout."""
+        """True when a connection of the lease pool answered `SELECT 1` within the ping timeout. Not the main pool:
+        under load every one of its connections is busy and its waiters queue, so a ping there timed out behind
+        the jobs' statements and turned a busy service NOT_SERVING (the edge then routed around it)."""
         try:
-            async with asyncio.timeout(self._ping_timeout), borrow(self.pool) as connection:
+            async with asyncio.timeout(self._ping_timeout), borrow(self._lease_pool) as connection:
                 await connection.fetchval("SELECT 1")
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
             _log.debug("store ping failed: %r", error)

@@ -74,3 +74,16 @@ async def test_leases_keep_working_while_the_main_pool_is_exhausted(database_url
                 await store.pool.release(connection)
     assert lease is not None
     assert renewed is not None
+
+
+async def test_ping_answers_while_the_main_pool_is_exhausted(database_url):
+    """A busy service is a reachable one: with every connection of the main pool held (the jobs' statements under
+    load), the ping still answers True within its timeout."""
+    async with await Store.open(database_url, run_migrations=False, max_size=2, ping_timeout=PING_TIMEOUT) as store:
+        held = [await store.pool.acquire() for _ in range(2)]
+        try:
+            answered = await store.ping()
+        finally:
+            for connection in held:
+                await store.pool.release(connection)
+    assert answered is True
