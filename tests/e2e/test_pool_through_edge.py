@@ -28,6 +28,7 @@ from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN_TOKEN,
     API_TOKEN,
+    JOB_FIELDS,
     RunningPool,
     local_type,
     pool_env,
@@ -43,21 +44,6 @@ from thermostat.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
-JOB_FIELDS = {
-    "id",
-    "tenant_id",
-    "machine_type",
-    "state",
-    "submitted_at",
-    "priority",
-    "session_id",
-    "worker_id",
-    "timeout_seconds",
-    "error",
-    "started_at",
-    "completed_at",
-    "has_result",
-}
 WORKER_FIELDS = {
     "id",
     "tenant_id",

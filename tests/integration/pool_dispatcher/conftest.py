@@ -28,6 +28,24 @@ from thermostat.store.db import Store
 
 API_TOKEN = "pool-api-token-for-tests"
 ADMIN_TOKEN = "pool-admin-token-for-tests"
+JOB_FIELDS = frozenset(
+    {
+        "id",
+        "tenant_id",
+        "machine_type",
+        "state",
+        "submitted_at",
+        "priority",
+        "session_id",
+        "worker_id",
+        "timeout_seconds",
+        "error",
+        "started_at",
+        "completed_at",
+        "has_result",
+    }
+)
+"""The seed's job JSON fields (and the Job message's): exactly these, never a payload, result or credential."""
 REFERENCE_WORKER = f"{sys.executable} -m thermostat.worker"
 
 

@@ -23,6 +23,7 @@ from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN_TOKEN,
     API_TOKEN,
+    JOB_FIELDS,
     RunningPool,
     caller,
     local_type,
@@ -43,21 +44,6 @@ CATALOGUE = [
     sleepy_type("sleepy", max_workers=3),
 ]
 BINARY = bytes(range(256)) * 4 + b"\x00\r\n\xff"
-JOB_FIELDS = {
-    "id",
-    "tenant_id",
-    "machine_type",
-    "state",
-    "submitted_at",
-    "priority",
-    "session_id",
-    "worker_id",
-    "timeout_seconds",
-    "error",
-    "started_at",
-    "completed_at",
-    "has_result",
-}
 INTERNAL_ERROR = "internal error (logged by pool-dispatcher)"
 
 
