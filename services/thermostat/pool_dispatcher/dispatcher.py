@@ -715,9 +715,10 @@ class Dispatcher:
                         return read
                     if state is JobState.QUEUED:
                         self._poke_placement()
+                    remaining = deadline - self.clock()  # the read took a while: the wait is that much shorter
                 stale = True  # a wake-up, or a second without one: read again
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(remaining, self.repoll_seconds)):
+                    async with asyncio.timeout(max(0.0, min(remaining, self.repoll_seconds))):
                         await waiter.event.wait()
         finally:
             self._waiters.remove(job.id, waiter)

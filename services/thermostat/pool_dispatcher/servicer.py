@@ -76,6 +76,10 @@ BATCH_ANSWER_BYTES = GRPC_MESSAGE_BYTES - 64 * 1024
 it, the other fields having outgrown their 2 MiB (a refusal's detail lists the whole catalogue), carries fewer
 results until it fits."""
 _FAILED_STATUS = {JobState.FAILED: 502, JobState.TIMED_OUT: 504, JobState.CANCELLED: 409}
+DEADLINE_ANSWER_SECONDS = 0.5
+"""A sync wait bounded by the caller's deadline ends this much before it: the job's last read and the answer must
+still reach the caller in time. 50 ms was missed on a loaded machine, and the caller then read DEADLINE_EXCEEDED
+without the 202 entries naming its jobs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +320,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         wait = options.wait_seconds or 0.0  # always set for a sync submit
         left = remaining()
         if left is not None:  # the caller's gRPC deadline bounds the wait too
-            wait = max(0.0, min(wait, left - 0.05))
+            wait = max(0.0, min(wait, left - DEADLINE_ANSWER_SECONDS))
         return await self.d.wait_finished(job, wait)
 
     # jobs

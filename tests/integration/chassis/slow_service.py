@@ -10,6 +10,7 @@ from thermostat.chassis.server import ServiceHost, ServiceSpec, serve_until_sign
 
 
 async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    print("sleeping", flush=True)  # the test signals only once the RPC is in flight, not after a guessed delay
     await asyncio.sleep(float(request.decode()))
     return b"finished"
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -247,12 +248,21 @@ async def test_a_missing_request_id_is_minted_and_a_malformed_traceparent_droppe
     assert "traceparent" not in seen[-1]
 
 
+def _line_within(proc: subprocess.Popen[str], seconds: float) -> str:
+    """The child's next stdout line, or a failure if none comes in time (never a hang on a silent child)."""
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], seconds)
+    assert readable, f"no line from the child within {seconds} s"
+    return proc.stdout.readline().strip()
+
+
 def test_sigterm_drains_in_flight_rpcs_and_refuses_new_ones() -> None:
     """On SIGTERM an in-flight RPC finishes, the server turns NOT_SERVING and the process exits cleanly."""
     port = free_port()
     script = Path(__file__).with_name("slow_service.py")
     proc = subprocess.Popen(
         [sys.executable, str(script), str(port)],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -261,7 +271,7 @@ def test_sigterm_drains_in_flight_rpcs_and_refuses_new_ones() -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             grpc.channel_ready_future(channel).result(timeout=15)
             in_flight = channel.unary_unary("/test.Slow/Sleep").future(b"1.0", timeout=10)
-            time.sleep(0.3)
+            assert _line_within(proc, 15) == "sleeping"  # the handler runs: the signal finds the RPC in flight
             proc.send_signal(signal.SIGTERM)
             assert in_flight.result() == b"finished"
         _, stderr = proc.communicate(timeout=10)

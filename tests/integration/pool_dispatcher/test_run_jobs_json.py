@@ -9,6 +9,7 @@ waits while the jobs run on.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -356,6 +357,27 @@ async def test_an_answer_whose_other_fields_outgrow_their_share_carries_fewer_re
     assert "result" not in left_out and left_out["detail"].startswith("result of 3000 bytes left out")
     result = await pool.stub.GetJobResult(pool_pb2.GetJobResultRequest(id=left_out["job_id"]), metadata=caller())
     assert result.data == payloads[2]
+
+
+async def test_a_slow_last_read_still_answers_before_the_calls_deadline(
+    pool: RunningPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait cut short by the deadline reads its job once more before answering: on a loaded store that read
+    takes a while (here 0.25 s, longer than the old 50 ms margin), and the 202 naming the job still arrives."""
+    read = pool.dispatcher.repo.get_job_result
+
+    async def slow_read(job_id: str, tenant_id: str) -> Any:
+        await asyncio.sleep(0.25)
+        return await read(job_id, tenant_id)
+
+    monkeypatch.setattr(pool.dispatcher.repo, "get_job_result", slow_read)
+    entries_answer = await pool.stub.RunJobsJson(
+        batch_of({"machine_type": "sleepy", "payload": b64(b'{"seconds": 30}'), "wait_seconds": 60}),
+        metadata=caller(),
+        timeout=3,
+    )
+    (slow,) = json.loads(entries_answer.data)
+    assert slow["status"] == 202 and slow["job"]["state"] in ("queued", "dispatched", "running")
 
 
 async def test_the_calls_deadline_bounds_every_jobs_wait(pool: RunningPool) -> None:

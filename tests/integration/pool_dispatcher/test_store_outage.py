@@ -56,7 +56,10 @@ class Outage:
 async def proxied(database_url: str) -> AsyncIterator[tuple[Store, FreezableProxy]]:
     target = urlsplit(database_url)
     async with FreezableProxy(target.hostname or "127.0.0.1", target.port or 5432) as proxy:
-        store = await Store.open(through(proxy, database_url), run_migrations=False, max_size=12, connect_timeout=2)
+        # A cut closes every connection, and refuses new ones, at once: no connect waits out its timeout to meet
+        # the outage. After the restore a connect makes a few round trips through this process's own proxy to a
+        # Postgres forking a backend; on two loaded cores that took over 2 s (GetJob then failed UNKNOWN).
+        store = await Store.open(through(proxy, database_url), run_migrations=False, max_size=12, connect_timeout=10)
         try:
             yield store, proxy
         finally:
