@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import grpc
 import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import INTERNAL_TOKEN
@@ -62,6 +63,24 @@ async def run_jobs(stub: pool_pb2_grpc.PoolDispatcherStub, count: int) -> None:
         await stub.SubmitJobSync(request, metadata=caller("acme"), wait_for_ready=True, timeout=60)
 
 
+async def serving_again(channel: grpc.aio.Channel) -> None:
+    """Until the restarted process answers on `channel`. The channel's transport to the killed process may not have
+    seen the kill yet (nothing was sent on it since): the first call then fails UNAVAILABLE ("Stream removed",
+    EPIPE) with wait_for_ready, so an idempotent health check takes that failure, never a submit."""
+    health = health_pb2_grpc.HealthStub(channel)
+
+    async def answered() -> bool | None:
+        try:
+            await health.Check(health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=5)
+        except grpc.aio.AioRpcError as error:
+            if error.code() is not grpc.StatusCode.UNAVAILABLE:
+                raise
+            return None
+        return True
+
+    await eventually(answered, timeout=60, every=0.1)
+
+
 async def test_kill_9_of_the_pool_mid_job_loses_nothing_and_doubles_nothing(db_store: Store, database_url: str) -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -100,6 +119,7 @@ async def test_kill_9_of_the_pool_mid_job_loses_nothing_and_doubles_nothing(db_s
 
             with pool_process(database_url, port):
                 feed.timeout = 30
+                await serving_again(channel)
                 await run_jobs(stub, 2)
                 await ledger.run_once()
     finally:
