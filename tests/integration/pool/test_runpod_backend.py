@@ -239,6 +239,16 @@ async def test_create_answered_5xx_after_commit_terminates_the_pod_it_placed(
     assert calls[2][0] == "DELETE"
 
 
+async def test_create_answered_2xx_without_a_pod_id_terminates_the_pod_it_placed(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """A 2xx is a create RunPod committed: with no id in the answer the backend still finds the pod and ends it."""
+    runpod.inject("POST", "/v2/pods", status=201, body="json", json_body={}, commit_then_fail=True)
+    with pytest.raises(BackendError, match=r"create: the answer carried no pod id; terminated pod \w+ it had created"):
+        await backend.start(spec(runpod_type()))
+    assert billing(runpod) == []
+
+
 async def test_create_without_an_answer_terminates_the_pod_it_placed(
     runpod: RunPodSimulator, client: WorkerClient
 ) -> None:

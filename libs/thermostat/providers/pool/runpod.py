@@ -13,8 +13,8 @@ Theory of operation (worker-pool seed, "The RunPod backend"; notes/provider-apis
 - The endpoint is the pod's proxy URL (RUNPOD_PROXY_URL_TEMPLATE, shared with the pod controller) on the
   worker port; region is the create answer's `dataCenterId`, None until the scheduler places the pod.
 - A create that got no answer, a 5xx, or was cancelled in flight may still have placed a pod (a gateway
-  error after the commit): the pods are listed, and any named as this machine is terminated before the start
-  fails, so nothing bills.
+  error after the commit), and a 2xx without a pod id did place one: the pods are listed, and any named as
+  this machine is terminated before the start fails, so nothing bills.
 - stop terminates (`DELETE /v2/pods/{id}`); RunPod's own 404 means already gone, which is success.
 - health is the worker's `GET /health` through the proxy: the proxy answers only for a RUNNING pod whose
   port listens, and an API read per probe would spend RunPod's rate limit on every scaler pass.
@@ -157,7 +157,9 @@ class RunPodBackend:
                 "runpod", subject, f"create HTTP {created.http_status}", created.detail or "", secrets=secrets
             )
         if created.pod_id is None:
-            raise provider_error("runpod", subject, "create", "the answer carried no pod id", secrets=secrets)
+            # a 2xx is a create RunPod committed: the pod bills whether or not its id came back, so find it by name
+            swept = await self._sweep(body["name"])
+            raise provider_error("runpod", subject, "create", f"the answer carried no pod id; {swept}", secrets=secrets)
         return MachineHandle(
             provider_id=created.pod_id,
             endpoint=self._runpod.proxy_url(created.pod_id, self._worker_port),
