@@ -202,6 +202,22 @@ async def test_create_answered_5xx_after_commit_destroys_the_machine_it_made(
     assert fly.live() == []
 
 
+async def test_create_answered_200_without_a_machine_id_destroys_the_machine_it_made(
+    fly: FlySimulator, backend: FlyBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 200 is a create Fly acted on: with no id in the answer the machine is still found by name and destroyed."""
+    original = fly._handle
+
+    def answer_without_id(request: RecordedRequest) -> Any:
+        result = original(request)
+        return (200, {"Content-Type": "application/json"}, b"{}") if request.method == "POST" else result
+
+    monkeypatch.setattr(fly, "_handle", answer_without_id)
+    with pytest.raises(BackendError, match=r"create answered without a machine id; destroyed machine \w+ it had"):
+        await backend.start(spec(fly_type()))
+    assert fly.live() == []
+
+
 async def test_create_5xx_that_made_nothing_says_so(fly: FlySimulator, backend: FlyBackend) -> None:
     """A 503 before Fly acted: the error says no machine was created."""
     fly.refuse_next_create(503, "service unavailable")

@@ -9,8 +9,9 @@ Theory of operation (worker-pool seed, "The Fly Machines backend"; notes/provide
   `provider_options` overrides anything in the config (dict values such as `guest` merge); an `env`
   override merges too, the worker token always put back, and one that is not an object of strings cannot
   hold the token and is refused before any request is sent.
-- A create that got no answer, a 5xx, or was cancelled in flight may still have made a machine: the app's
-  machines are listed and any named as this one is destroyed before the start fails, so nothing bills.
+- A create that got no answer, a 5xx, or was cancelled in flight may still have made a machine, and a 200
+  without a machine id did make one: the app's machines are listed and any named as this one is destroyed
+  before the start fails, so nothing bills.
 - The endpoint is `http://{id}.vm.{app}.internal:{port}` (POOL_FLY_ENDPOINT_TEMPLATE overrides it, for the
   simulator); region is the answer's `region`.
 - stop destroys by force (`DELETE …/machines/{id}?force=true`); a 404 is already gone.
@@ -150,7 +151,10 @@ class FlyBackend:
         machine = json_object(response)
         machine_id = machine.get("id")
         if not isinstance(machine_id, str) or not machine_id:
-            raise BackendError(f"fly: {subject}: create answered without a machine id")
+            # a 200 is a create Fly acted on: the machine exists whether or not its id came back
+            raise BackendError(
+                f"fly: {subject}: create answered without a machine id; {await self._sweep(body['name'])}"
+            )
         region = machine.get("region")
         return MachineHandle(
             provider_id=machine_id,
