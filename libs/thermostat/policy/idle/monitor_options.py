@@ -94,10 +94,14 @@ def _read(env: Mapping[str, str], name: str, default: float, *, positive: bool, 
     if raw is None or not raw.strip():
         return default
     try:
-        value = float(Decimal(raw.strip()))
+        exact = Decimal(raw.strip())
     except InvalidOperation:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        exact = Decimal("NaN")
+    # float() of a signalling NaN raises; any NaN or infinity is refused below either way
+    value = float(exact) if exact.is_finite() else math.nan
+    # A positive value too small for a float must not read as 0, which disables the cap and the boot grace.
+    underflow = math.isfinite(value) and value == 0 and exact > 0
+    if not math.isfinite(value) or value < 0 or (positive and value == 0) or underflow:
         kind = "positive" if positive else "non-negative"
         warnings.append(f"{name}={json.dumps(raw)} is not a {kind} number; using {default:g}")
         return default

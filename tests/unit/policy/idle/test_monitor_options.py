@@ -77,6 +77,21 @@ def test_zero_boot_grace_disables_the_dead_model_guard() -> None:
             {"IDLE_MINUTES": "1e400"}, 'IDLE_MINUTES="1e400" is not a non-negative number; using 15', id="overflows"
         ),
         pytest.param(
+            {"MAX_RUNTIME_MINUTES": "1e-400"},
+            'MAX_RUNTIME_MINUTES="1e-400" is not a non-negative number; using 360',
+            id="positive-cap-underflowing-to-zero-does-not-disable-it",
+        ),
+        pytest.param(
+            {"RUNPOD_BOOT_GRACE_MINUTES": "1e-400"},
+            'RUNPOD_BOOT_GRACE_MINUTES="1e-400" is not a non-negative number; using 20',
+            id="positive-grace-underflowing-to-zero-does-not-disable-it",
+        ),
+        pytest.param(
+            {"IDLE_MINUTES": "sNaN"},
+            'IDLE_MINUTES="sNaN" is not a non-negative number; using 15',
+            id="signalling-nan-is-a-warning-not-a-crash",
+        ),
+        pytest.param(
             {"RUNPOD_BOOT_GRACE_MINUTES": "20m"},
             'RUNPOD_BOOT_GRACE_MINUTES="20m" is not a non-negative number; using 20',
             id="unit-suffix",
