@@ -25,10 +25,13 @@ _lock = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
-    """Never let `value` reach a log line from now on."""
-    if value and len(value) >= _MIN_SECRET_LENGTH:
-        with _lock:
-            _secrets.add(value)
+    """Never let `value` reach a log line from now on, nor its stripped form: a secret mounted from a file often
+    ends in a newline, and the clients send it stripped (the RunPod key, the Fly token), so that is the form a
+    leak would carry."""
+    for form in {value or "", (value or "").strip()}:
+        if len(form) >= _MIN_SECRET_LENGTH:
+            with _lock:
+                _secrets.add(form)
 
 
 def redact(text: str) -> str:

@@ -94,3 +94,11 @@ def test_short_values_are_not_treated_as_secrets() -> None:
 
     register_secret("a")
     assert redact("a cat") == "a cat"
+
+
+def test_a_secret_mounted_with_a_trailing_newline_is_redacted_as_the_clients_send_it() -> None:
+    """RUNPOD_API_KEY from a Secret file ends in a newline; the client strips it, and the stripped key is masked."""
+    from thermostat.chassis.logs import redact
+
+    register_secret("rpa_MOUNTED_KEY_fedcba9876\n")
+    assert redact("Authorization: Bearer rpa_MOUNTED_KEY_fedcba9876") == f"Authorization: Bearer {REDACTED}"
