@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,24 @@ async def test_container_that_will_not_start_is_removed(daemon: DockerSimulator,
     assert MACHINE_TOKEN not in str(refused.value)
     assert daemon.containers() == []
     assert calls(daemon)[-1][0] == "DELETE"
+
+
+async def test_container_created_without_an_id_in_the_answer_is_removed_by_name(
+    daemon: DockerSimulator, backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 201 whose body lost the id still made a container: it is force-removed by the name the pool gave it."""
+    original = daemon._handle
+
+    def answer_without_id(request: RecordedRequest) -> Any:
+        result = original(request)
+        if request.path.endswith("/containers/create"):
+            return (201, {"Content-Type": "application/json"}, b"{}")
+        return result
+
+    monkeypatch.setattr(daemon, "_handle", answer_without_id)
+    with pytest.raises(BackendError, match="create answered without a container id"):
+        await backend.start(spec(docker_type()))
+    assert daemon.containers() == []
 
 
 async def test_daemon_message_is_bounded_and_never_carries_the_token(

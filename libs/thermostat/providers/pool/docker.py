@@ -11,7 +11,8 @@ Theory of operation:
   out, never sent as 0). Then `POST /containers/{id}/start`, then `GET /containers/{id}/json` for the host
   port the daemon chose. The pool does not pull: an image not on the host fails with the daemon's own
   "No such image" message. A container that was created but would not start (or whose port cannot be read,
-  or whose start was cancelled) is force-removed before the error is raised, so nothing is left behind.
+  or whose start was cancelled, or whose create answered without its id: removed by name) is force-removed
+  before the error is raised, so nothing is left behind.
 - stop: `POST /containers/{id}/stop?t=5`, then `DELETE /containers/{id}?force=true`; a 404 from either (the
   container is already gone) and a 304 from stop (already stopped) are success.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
@@ -128,6 +129,9 @@ class DockerBackend:
             raise _refused(created, subject, "create", secrets)
         container_id = json_object(created).get("Id")
         if not isinstance(container_id, str) or not container_id:
+            # the 201 says the daemon made it: removed by the name the pool gave it, so nothing is left behind
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._remove(name))
             raise BackendError(f"docker: {subject}: create answered without a container id")
         try:
             started = await self._call("POST", f"/containers/{container_id}/start", subject, "start", secrets)
