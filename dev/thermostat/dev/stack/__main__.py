@@ -117,6 +117,8 @@ async def main() -> int:
         await stop.wait()
     else:
         start.cancel()
+        # a cancelled start stops what it started itself; waited for, so two stops never run side by side
+        await asyncio.wait({start})
     print("devstack       | stopping ...", flush=True)
     await stack.stop()
     print("devstack       | stopped; no process left behind", flush=True)

@@ -164,6 +164,8 @@ class Stack:
         self.edge_url = ""
         self._stopping = asyncio.Event()
         self._watchers: list[asyncio.Task[None]] = []
+        # the embedded server's start, in a thread: kept so a stop waits for it (a thread cannot be cancelled)
+        self._postgres_starting: asyncio.Future[str] | None = None
 
     # ---------------------------------------------------------------------------------------------- start
 
@@ -177,7 +179,13 @@ class Stack:
     async def _start(self) -> None:
         cfg = self.config
         started = time.monotonic()
-        self.database_url = cfg.database_url if cfg.database_url else await asyncio.to_thread(self._start_postgres)
+        if cfg.database_url:
+            self.database_url = cfg.database_url
+        else:
+            # Shielded and kept: a start cancelled meanwhile (Ctrl-C during initdb) cannot stop the thread, which
+            # goes on to launch the server; stop() waits for it and stops that server instead of leaving it behind.
+            self._postgres_starting = asyncio.get_running_loop().run_in_executor(None, self._start_postgres)
+            self.database_url = await asyncio.shield(self._postgres_starting)
         applied = await apply_migrations(self.database_url)
         log.info("store ready (%d migration(s) applied)", len(applied))
 
@@ -488,6 +496,11 @@ class Stack:
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
         self.children.clear()
+        starting, self._postgres_starting = self._postgres_starting, None
+        if starting is not None:
+            await asyncio.wait({starting})  # bounded by the server's own start timeout
+            if not starting.cancelled():
+                starting.exception()  # retrieved: a failed start was already raised to start()'s caller
         if self.postgres is not None:
             await asyncio.to_thread(self.postgres.stop)
             self.postgres = None
