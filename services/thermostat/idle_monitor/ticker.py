@@ -200,6 +200,18 @@ class PodTicker:
             log.warning("pod %s: %s", self.pod_name, order.message)
             outcomes = await self._stop(order.pod_ids, order.trigger)
             aftermath = after_stop(state, StopResult(trigger=order.trigger, outcomes=outcomes), now)
+            if not may_act():
+                # The lease lapsed while the stop was at RunPod (it may take two controller timeouts, longer than
+                # a lease): the new holder owns the state and sees the stop on its own tick; writing this
+                # aftermath over its state could roll it back. The controller clears a stopped pod's readiness.
+                log.warning(
+                    "pod %s: lease no longer trusted after the %s stop of %s (%s); its aftermath is the new holder's",
+                    self.pod_name,
+                    order.trigger,
+                    ", ".join(order.pod_ids),
+                    "accepted" if aftermath.accepted else "refused",
+                )
+                return decision
             await self._save(aftermath.state, decision, now)
             await self._report(aftermath.readiness)
             self._log_events(aftermath.events)

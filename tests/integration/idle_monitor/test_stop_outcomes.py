@@ -3,6 +3,8 @@ Down edge, so a re-wake inside one tick starts a new boot and a new readySince (
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 
 import pytest
@@ -102,3 +104,25 @@ async def test_a_replica_that_lost_its_lease_mid_tick_does_not_stop_and_the_next
     _, _, decision = await rig.tick_until_stop(limit=1)
     assert decision.stop is not None and decision.stop.trigger is StopTrigger.IDLE
     assert rig.status(POD_ID) == "EXITED"
+
+
+async def test_a_replica_whose_lease_lapsed_while_its_stop_was_at_runpod_leaves_the_new_holders_state(
+    rig: MonitorRig, monitor_log: pytest.LogCaptureFixture
+) -> None:
+    """The stop went out under a trusted lease, which lapsed before RunPod answered, and replica B ticked in the
+    meantime: the stop's aftermath is B's to write, so A's does not overwrite B's state."""
+    rig.add_pod(POD_ID)
+    await rig.ticks(15)
+    held = rig.sim.hold("POST", f"/v2/pods/{POD_ID}/action")
+    trusted = [True]
+    stopping = asyncio.create_task(rig.ticker.tick_once(rig.now, may_act=lambda: trusted[0]))
+    await held.reached()
+    trusted[0] = False
+    by_b = dataclasses.replace(await rig.saved(), ticked_by="replica-b", last_signal="BUSY")
+    await rig.states.save(POD, by_b)
+    held.release()
+    decision = await stopping
+    assert decision is not None and decision.stop is not None and decision.stop.trigger is StopTrigger.IDLE
+    assert rig.status(POD_ID) == "EXITED", "the stop issued under the lease still happens"
+    assert await rig.saved() == by_b
+    assert messages(monitor_log, "its aftermath is the new holder's", logging.WARNING)
