@@ -21,6 +21,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def plain(value: Any) -> Any:
@@ -86,6 +87,12 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def _literal(value: Any) -> Text:
+    """A cell as the text it is: a table's plain string would be read as rich markup, so a server's words in
+    brackets (a budget refusal's `[budget=daily limit_usd=…]`) vanished as a style and a `[/…]` crashed the CLI."""
+    return Text(cell(value))
+
+
 def usd(value: Any) -> str:
     """An amount of money in USD, to the cent; empty when absent."""
     return "" if value is None else f"{float(value):.2f}"
@@ -141,7 +148,7 @@ class Output:
         for column in columns:
             table.add_column(column)
         for row in rows:
-            table.add_row(*(cell(v) for v in row))
+            table.add_row(*(_literal(v) for v in row))
         self.stdout.print(table)
 
     def fields(self, pairs: Iterable[tuple[str, Any]], *, title: str | None = None) -> None:
@@ -150,7 +157,7 @@ class Output:
         table.add_column(style="bold")
         table.add_column()
         for name, value in pairs:
-            table.add_row(name, cell(value))
+            table.add_row(name, _literal(value))
         self.stdout.print(table)
 
     def note(self, text: str) -> None:

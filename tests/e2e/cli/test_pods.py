@@ -120,6 +120,20 @@ async def test_budgets_set_then_get_for_a_pod_and_a_wake_over_it_exits_refused(s
     assert "daily_usd" not in cleared and "monthly_usd" not in cleared
 
 
+async def test_pods_status_prints_the_numbers_of_a_refused_wake_as_they_were_written(stack: CliStack) -> None:
+    """The refusal's reason ends in `[budget=daily limit_usd=…]`: the table shows it, not a rich style of that
+    name (a table cell's text is not markup)."""
+    await stack.cli("--json", "budgets", "set", "pod", "gemma", "--daily", "0")
+    try:
+        await stack.cli("pods", "stop", "gemma")
+        assert (await stack.cli("--json", "pods", "start", "gemma")).exit_code == ExitCode.REFUSED
+        shown = await stack.cli("pods", "status", "gemma")
+    finally:
+        await stack.cli("--json", "budgets", "set", "pod", "gemma")
+    assert shown.exit_code == 0, shown.stderr
+    assert "[budget=daily limit_usd=0.0000" in " ".join(shown.stdout.split())
+
+
 async def test_budgets_set_without_the_operator_token_exits_unauthenticated(stack: CliStack) -> None:
     ran = await stack.cli("--json", "budgets", "set", "pod", "qwen", "--daily", "5", operator=False)
     assert ran.exit_code == ExitCode.UNAUTHENTICATED
