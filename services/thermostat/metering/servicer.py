@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -25,6 +26,7 @@ from .repository import FeedState, MeteringRepository
 
 DEFAULT_SPEND_PAGE = 100
 MAX_SPEND_PAGE = 1000
+_PAGE_TOKEN = re.compile(r"[0-9]{1,18}")  # an offset this service returned
 
 
 class MeteringCore:
@@ -229,7 +231,8 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         tenant = await tenant_scope(self.c.pool_tokens, request.tenant_id, context)
         if request.page_size < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size must not be negative")
-        if request.page_token and not request.page_token.isdigit():
+        # ASCII digits, bounded: str.isdigit() also admits "²", which int() refuses (an UNKNOWN, a 500)
+        if request.page_token and not _PAGE_TOKEN.fullmatch(request.page_token):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this service returned")
         now = self.c.clock.now()
         since, until = await _range(request, now, context)

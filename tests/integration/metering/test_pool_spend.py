@@ -140,6 +140,14 @@ async def test_a_range_before_the_machines_booted_holds_nothing(spend_rig: meter
         pytest.param(
             ADMIN, metering_pb2.GetPoolSpendRequest(page_token="x"), grpc.StatusCode.INVALID_ARGUMENT, id="bad-token"
         ),
+        pytest.param(  # str.isdigit() says yes to a superscript, int() then raised (UNKNOWN, a 500)
+            ADMIN, metering_pb2.GetPoolSpendRequest(page_token="\u00b2"), grpc.StatusCode.INVALID_ARGUMENT,
+            id="superscript-token",
+        ),
+        pytest.param(  # past int()'s 4,300-digit limit: the same ValueError
+            ADMIN, metering_pb2.GetPoolSpendRequest(page_token="9" * 5000), grpc.StatusCode.INVALID_ARGUMENT,
+            id="endless-token",
+        ),
         pytest.param(  # found by the chaos fuzzing: year 10000 was an unhandled ValueError (UNKNOWN, a 500)
             ADMIN, metering_pb2.GetPoolSpendRequest(until=1e12), grpc.StatusCode.INVALID_ARGUMENT, id="until-past-9999"
         ),
