@@ -14,7 +14,10 @@ Rule, documented in README ("Budgets"):
 The projection (policy/metering/budget.py) is the cheapest acceptable GPU's rate (the catalogue read the
 create walk would make, a read and never a write) times the time until the earliest automatic stop of a pod
 nobody uses: its boot (the median of measured boots, else the boot grace) plus the idle window, bounded by
-the runtime cap — the monitor's own IDLE_MINUTES, RUNPOD_BOOT_GRACE_MINUTES and MAX_RUNTIME_MINUTES.
+the runtime cap — the monitor's own IDLE_MINUTES, RUNPOD_BOOT_GRACE_MINUTES and MAX_RUNTIME_MINUTES. With no
+acceptable GPU in the catalogue (unreadable, or none eligible) the rate is the one the write bills at: for a
+start the pod's observed cost, else its newest recorded rate; for a create the candidate's price. With none
+known the wake is refused (fail closed), never projected at 0.
 """
 
 from __future__ import annotations
@@ -64,9 +67,16 @@ class BudgetGuard:
     def enabled(self) -> bool:
         return self.stub is not None
 
-    async def projection(self, pod: PodOptions, client: RunPodV2Client, records: PodRepository) -> Projection:
+    async def projection(
+        self, pod: PodOptions, client: RunPodV2Client, records: PodRepository, *, fallback_rate: float | None = None
+    ) -> Projection | None:
+        """The wake's projected spend; None when no rate is known (fits() then refuses: fail closed)."""
         selection = select_gpus(await client.get_catalog(), pod.gpu_criteria())
-        cheapest = selection.candidates[0].price_per_hour if selection.candidates else None
+        # No acceptable GPU in the catalogue (unreadable, or none eligible) is no rate, not a free one: the rate
+        # the write will bill at (the pod's own for a start, the candidate's for a create) stands in for it.
+        cheapest = selection.candidates[0].price_per_hour if selection.candidates else fallback_rate
+        if cheapest is None:
+            return None
         try:
             boots = await records.recent_boots(pod.name)
         except STORE_ERRORS:
@@ -114,10 +124,23 @@ class BudgetGuard:
         return _refusal(headroom.judge(pod, 0.0), None) or headroom
 
     async def fits(
-        self, pod: PodOptions, headroom: Headroom, client: RunPodV2Client, records: PodRepository
+        self,
+        pod: PodOptions,
+        headroom: Headroom,
+        client: RunPodV2Client,
+        records: PodRepository,
+        *,
+        fallback_rate: float | None = None,
     ) -> BudgetRefusal | None:
-        """None when the wake's projected spend fits in the headroom; else why not."""
-        projected = await self.projection(pod, client, records)
+        """None when the wake's projected spend fits in the headroom; else why not. `fallback_rate` is the rate
+        the write bills at when the catalogue offers no acceptable GPU; with neither, the spend cannot be
+        projected and the wake is refused (fail closed: an unknown projection is not a free one)."""
+        projected = await self.projection(pod, client, records, fallback_rate=fallback_rate)
+        if projected is None:
+            return BudgetRefusal(
+                reason=f"pod {pod.name}: projected spend unknown: no acceptable GPU in the catalogue (unreadable, or "
+                "none eligible) and no rate known for the pod; the wake is refused while a budget is set (fail closed)"
+            )
         return _refusal(headroom.judge(pod, projected.usd), projected)
 
 

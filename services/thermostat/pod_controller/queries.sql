@@ -114,6 +114,12 @@ ORDER BY at DESC LIMIT 1;
 SELECT action FROM pod_actions WHERE pod_name = $1 AND pod_id = $2 AND ok
 ORDER BY at DESC, position DESC NULLS LAST LIMIT 1;
 
+-- name: last_rate
+-- The newest rate recorded for a pod id (its create's price, a start's cost): what metering prices its next start at.
+SELECT price_per_hour FROM pod_actions
+WHERE pod_name = $1 AND pod_id = $2 AND ok AND price_per_hour IS NOT NULL AND price_per_hour > 0
+ORDER BY position DESC NULLS LAST, at DESC LIMIT 1;
+
 -- name: insert_boot
 INSERT INTO pod_boots (pod_name, pod_id, gpu_id, attempt_id, ready_at, duration_seconds)
 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING;

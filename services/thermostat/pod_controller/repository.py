@@ -275,6 +275,11 @@ class PodRepository:
         )
         return action
 
+    async def last_rate(self, pod_name: str, pod_id: str) -> float | None:
+        """The newest rate (USD/h) on record for `pod_id`, the one metering prices its next start at."""
+        rate: float | None = await self._run(lambda c: c.fetchval(Q["last_rate"], pod_name, pod_id), self.timeout)
+        return rate
+
     async def abandon_wakes(self, pod_name: str) -> list[uuid.UUID]:
         """Close the pod's wakes left open by a replica that stopped; their attempt ids."""
         rows = await self._run(lambda c: c.fetch(Q["abandon_wakes"], pod_name), self.timeout)

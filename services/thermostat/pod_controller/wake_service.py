@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from thermostat.policy.wake.wake_round import (
     decide_round,
 )
 from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
+from thermostat.store.connections import STORE_ERRORS
 
 from .budget_guard import BudgetGuard, Headroom
 from .metrics import PodMetrics
@@ -135,15 +137,16 @@ class WakeService:
                 result = _failed(WakeFailureKind.STOPPED_DURING_WAKE, halted.halt.reason)
         return replace(result, billed=run.billed)
 
-    async def _check(self, pod: PodOptions, what: str) -> None:
-        """Before a start or a create: the fence, then (once per wake) the projected spend against the budget."""
+    async def _check(self, pod: PodOptions, what: str, *, rate: Callable[[], Awaitable[float | None]]) -> None:
+        """Before a start or a create: the fence, then (once per wake) the projected spend against the budget;
+        `rate` is what the write bills at, asked only for the projection and only when the catalogue has none."""
         run = _run.get()
         halt = await run.fence()
         if halt is not None:
             raise _Halted(Halt(in_flight=halt.in_flight, reason=f"{halt.reason} (before {what})"))
         if run.headroom is not None and self.budget is not None:
             headroom, run.headroom = run.headroom, None
-            refusal = await self.budget.fits(pod, headroom, self.client, self.records)
+            refusal = await self.budget.fits(pod, headroom, self.client, self.records, fallback_rate=await rate())
             if refusal is not None:
                 raise _OverBudget(refusal.reason)
 
@@ -211,10 +214,14 @@ class WakeService:
                     pod_ids = recheck.pod_ids
                 case RoundVerdict.START:
                     assert decision.pod_id is not None
-                    await self._check(pod, f"starting {decision.pod_id}")
+                    seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
+                    await self._check(
+                        pod,
+                        f"starting {decision.pod_id}",
+                        rate=functools.partial(self._pod_rate, pod, decision.pod_id, seen),
+                    )
                     result = await self.client.start(decision.pod_id)
                     started.add(decision.pod_id)
-                    seen = next((o for o in observations if o.pod_id == decision.pod_id), None)
                     rate, gpu_id = started_rate(result, seen)
                     await self._record(
                         ActionEntry(
@@ -240,6 +247,16 @@ class WakeService:
             proxy_url=pod.proxy_url(waiting_on) if waiting_on else None,
             message=f"not RUNNING within {pod.max_polls} polls; poll again",
         )
+
+    async def _pod_rate(self, pod: PodOptions, pod_id: str, seen: PodObservation | None) -> float | None:
+        """What a start of `pod_id` bills at: its observed cost, else its newest recorded rate (None: unknown)."""
+        if seen is not None and seen.cost_per_hour:
+            return seen.cost_per_hour
+        try:
+            return await self.records.last_rate(pod.name, pod_id)
+        except STORE_ERRORS as error:
+            log.warning("pod %s: recorded rate of %s unreadable (%s)", pod.name, pod_id, type(error).__name__)
+            return None
 
     async def _adopt(self, pod: PodOptions, pod_id: str, observations: Sequence[PodObservation]) -> None:
         """Record the call an abandoned wake issued and never recorded, when the record misses one for `pod_id`."""
@@ -281,7 +298,9 @@ class WakeService:
                 case walk.Failed():
                     return self._walk_failed(pod, step, selection)
                 case walk.Post(candidate=candidate):
-                    await self._check(pod, f"creating on {candidate.gpu_id}")
+                    await self._check(
+                        pod, f"creating on {candidate.gpu_id}", rate=functools.partial(_known, candidate.price_per_hour)
+                    )
                     result = await self._create(pod, candidate)
                     step = walk.advance(
                         step.walk,
@@ -463,6 +482,10 @@ def started_rate(answer: ActionResult, seen: PodObservation | None) -> tuple[flo
         answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour else None)
     )
     return rate, answer.gpu_id or (seen.gpu_id if seen else None)
+
+
+async def _known(rate: float | None) -> float | None:
+    return rate
 
 
 def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:

@@ -143,6 +143,46 @@ async def test_a_wake_of_a_running_pod_under_its_budget_projects_nothing(
     assert [path for _, path in api_calls(runpod_sim) if path.startswith("/v2/catalog")] == []
 
 
+async def test_a_start_whose_rate_is_unknown_is_refused_not_projected_free(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    """The catalogue is unreadable and the stopped pod has no rate on record: its spend cannot be projected, so the
+    wake is refused with zero RunPod writes (fail closed) instead of starting the pod as if it cost nothing."""
+    runpod_sim.add_pod(pod_id="stoppedpod0001", status="EXITED", volume_id=VOLUME)
+    runpod_sim.inject("GET", "/v2/catalog/gpus", status=500, count=None)
+    async with stack(runpod_sim, db_store) as s:
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.05), metadata=OPERATOR
+        )
+        answer = await start(s.controller.public)
+    assert (answer.code, answer.http_code) == (grpc.StatusCode.ABORTED, "409")
+    assert "projected spend unknown" in answer.details and "fail closed" in answer.details
+    assert writes(runpod_sim) == []
+
+
+async def test_a_start_with_the_catalogue_unreadable_is_projected_at_the_pods_recorded_rate(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    """A pod this controller created has its rate on record: with the catalogue unreadable its start is projected
+    at that rate, so a budget it does not fit refuses it and one it fits lets it start."""
+    async with stack(runpod_sim, db_store) as s:
+        created = await start(s.controller.public)
+        assert created.reply.outcome == "Created"
+        await s.controller.public.StopPod(pods_pb2.StopPodRequest(name="qwen"), metadata=OPERATOR)
+        runpod_sim.inject("GET", "/v2/catalog/gpus", status=500, count=None)
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.05), metadata=OPERATOR
+        )
+        refused = await start(s.controller.public)
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=100.0), metadata=OPERATOR
+        )
+        started = await start(s.controller.public)
+    assert (refused.code, refused.http_code) == (grpc.StatusCode.ABORTED, "409")
+    assert f"rate_per_hour={created.reply.price_per_hour:.4f}" in refused.details
+    assert started.reply.outcome == "Started"
+
+
 async def test_metering_configured_but_unreachable_refuses_the_wake(
     runpod_sim: RunPodSimulator, db_store: Store
 ) -> None:
