@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from thermostat.policy.common.echo import ECHO_CHARS, cut, listed
 from thermostat.policy.pool.machine_type import Catalogue, MachineType
 
 DEFAULT_PRIORITY = 0
@@ -130,13 +131,14 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
     )
 
 
-NAME_ECHO_CHARS = 64
+NAME_ECHO_CHARS = ECHO_CHARS
 """The most of an unknown name an error repeats: it is the caller's text, and the error travels in a header."""
 
 
 def unknown_machine_type(name: str, catalogue: Catalogue) -> SubmitError:
-    known = ", ".join(catalogue.names) or "none"
-    shown = name if len(name) <= NAME_ECHO_CHARS else name[:NAME_ECHO_CHARS] + "…"
+    """Refused naming the types there are: the first few, as a catalogue of hundreds would outgrow the header."""
+    known = listed(catalogue.names) or "none"
+    shown = cut(name, NAME_ECHO_CHARS)
     return SubmitError(
         kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
         parameter="machine_type",
