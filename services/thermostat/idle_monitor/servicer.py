@@ -11,6 +11,7 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.idle.idle_phase import Phase
 from thermostat.policy.idle.monitor_options import MonitorOptions
@@ -52,7 +53,9 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
     async def GetMonitorState(
         self, request: monitor_pb2.GetMonitorStateRequest, context: grpc.aio.ServicerContext
     ) -> monitor_pb2.GetMonitorStateResponse:
-        pod = await found_or_abort(find_pod(self.pods, request.name), context, f"unknown pod name {request.name!r}")
+        pod = await found_or_abort(
+            find_pod(self.pods, request.name), context, f"unknown pod name {quoted(request.name)}"
+        )
         saved = await self.states.load(pod.name)
         o, state = self.options, saved.state
         response = monitor_pb2.GetMonitorStateResponse(

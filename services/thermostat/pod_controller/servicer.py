@@ -22,6 +22,7 @@ from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_model import Lookup
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
@@ -78,7 +79,7 @@ class PodControl:
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         """The named pod, or NOT_FOUND — always before any RunPod call."""
-        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
+        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {quoted(name)}")
 
     def configured(self, pod: PodOptions) -> bool:
         return self.client.is_configured and pod.configured

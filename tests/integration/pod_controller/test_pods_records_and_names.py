@@ -141,6 +141,16 @@ async def test_an_unknown_name_is_not_found_on_every_route_before_any_runpod_cal
     assert runpod_sim.requests() == []
 
 
+async def test_an_unknown_name_of_any_length_is_repeated_cut_so_the_not_found_reaches_the_caller(
+    pods_stub, runpod_sim
+) -> None:
+    """The name is the caller's text, and the status it is repeated in is refused by clients past 16 KiB."""
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await pods_stub.GetPod(pods_pb2.GetPodRequest(name="é" * 20_000), timeout=10)
+    assert error.value.code() is grpc.StatusCode.NOT_FOUND
+    assert error.value.details() == "unknown pod name '" + "\\xe9" * 64 + "'…"
+
+
 async def test_names_are_case_insensitive(pods_stub, runpod_sim) -> None:
     """QWEN, Qwen and qwen are one pod, reported under its configured name."""
     runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
