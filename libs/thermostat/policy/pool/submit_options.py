@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from thermostat.policy.common.echo import ECHO_CHARS, cut, listed
+from thermostat.policy.common.echo import ECHO_CHARS, cut, listed, quoted
 from thermostat.policy.pool.machine_type import Catalogue, MachineType
 
 DEFAULT_PRIORITY = 0
@@ -111,14 +111,15 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
     if "priority" in query:
         raw = query["priority"].strip()
         if not _INTEGER.fullmatch(raw) or not INT64_MIN <= int(raw) <= INT64_MAX:
-            return _invalid("priority", f"must be a 64-bit integer, got {query['priority']!r}")
+            return _invalid("priority", f"must be a 64-bit integer, got {quoted(query['priority'])}")
         priority = int(raw)
     times: dict[str, float | None] = {"timeout_seconds": None, "wait_seconds": None}
     for parameter in times:
         if parameter in query:
-            parsed = _seconds(query[parameter])
+            raw_time = query[parameter]
+            parsed = _seconds(raw_time)
             if parsed is None:
-                return _invalid(parameter, f"must be a positive finite number of seconds, got {query[parameter]!r}")
+                return _invalid(parameter, f"must be a positive finite number of seconds, got {quoted(raw_time)}")
             times[parameter] = parsed
     return decide_submit_options(
         catalogue=catalogue,

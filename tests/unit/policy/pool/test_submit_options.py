@@ -154,3 +154,11 @@ def test_an_unknown_machine_type_names_the_first_types_of_a_large_catalogue_and_
     assert result.message == (
         f"'nope' is not in the catalogue (known: {', '.join(names[:LISTED_ITEMS])}, … and {400 - LISTED_ITEMS} more)"
     )
+
+
+@pytest.mark.parametrize("parameter", ["priority", "timeout_seconds", "wait_seconds"])
+def test_a_bad_value_is_repeated_cut_to_a_bounded_length(parameter: str) -> None:
+    """The value is the caller's text and the error travels in a header: a body-sized value is not echoed whole."""
+    failure = error({"machine_type": "cpu", parameter: "9x" * 10_000})
+    assert failure.parameter == parameter
+    assert failure.message.endswith("got '" + "9x" * 32 + "'…") and len(failure.message) < 200
