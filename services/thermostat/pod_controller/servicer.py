@@ -20,7 +20,9 @@ import grpc
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
+from thermostat.chassis.registry import POD_CONTROLLER
 from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
+from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_model import Lookup
@@ -129,9 +131,10 @@ class PodControl:
         ) -> tuple[WakeResult, WakeCompletion]:
             try:
                 result = await self.wake_service.wake(pod, fence, adopt=after_abandoned)
-            except Exception as error:
+            except Exception:
                 log.exception("pod %s: wake raised", pod.name)
-                last = last_wake_of_exception(f"{type(error).__name__}: {error}")
+                # the reason is public (the open GET, the 409): an exception's text is the log's alone
+                last = last_wake_of_exception(internal_error(POD_CONTROLLER.name))
                 result = WakeResult(
                     outcome=WakeOutcome.FAILED, failure_kind=WakeFailureKind.EXCEPTION, message=last.reason
                 )

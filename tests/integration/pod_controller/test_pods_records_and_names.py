@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, api_calls, controller, history, pods_on, start
+from thermostat.pod_controller.wake_service import WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.store.db import Store
 
@@ -202,3 +203,22 @@ def test_a_wake_lease_shorter_than_a_runpod_call_stops_the_service_at_start(monk
     err = capsys.readouterr().err
     assert "WAKE_LEASE_SECONDS" in err
     assert "RUNPOD_TIMEOUT_SECONDS" in err
+
+
+async def test_a_wake_that_raises_records_and_answers_no_exception_text(
+    runpod_sim, db_store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception's text may carry what a caller must not see (a URL with a key, a row): the wake's reason,
+    shown on the open GET and in the 409, is the internal-error detail, and the text goes to the log only."""
+
+    async def raises(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("GET https://rest.runpod.io/v1/pods?api_key=rp_s3cr3t failed")
+
+    monkeypatch.setattr(WakeService, "wake", raises)
+    async with controller(runpod_sim, db_store) as c:
+        answer = await start(c.public)
+        view = await c.public.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)
+    assert answer.code is grpc.StatusCode.ABORTED
+    for shown in (answer.details, view.last_wake.reason):
+        assert shown == "internal error (logged by pod-controller)"
+    assert "rp_s3cr3t failed" in caplog.text  # the operator still finds it (the key itself is masked if configured)
