@@ -116,7 +116,7 @@ def edge_tracing_from_env(environ: Mapping[str, str]) -> EdgeTracing | None:
     if not value:
         return None
     host, _, port = value.removeprefix("http://").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not _digits(port, 5) or not 0 < int(port) < 65536:
         raise ValueError(f"EDGE_OTLP_ENDPOINT must be host:port of an OTLP/gRPC collector, got {value!r}")
     return EdgeTracing(collector_host=host.strip("[]"), collector_port=int(port))
 
@@ -650,3 +650,8 @@ def write_envoy_config(spec: EdgeSpec, path: Path = DEFAULT_CONFIG_PATH) -> Path
     tmp.write_text(render_envoy_config(spec), encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def _digits(text: str, most: int) -> bool:
+    """ASCII digits only, at most `most` of them: str.isdigit() admits '²' and other digits int() refuses."""
+    return text.isascii() and text.isdigit() and len(text) <= most

@@ -171,6 +171,7 @@ async def build(
                 pods_pb2_grpc.PodControllerStub(channel),
                 settings.controller_timeout_seconds,
                 watch_of=watch_of,
+                store_read_timeout=settings.store_read_timeout_seconds,
             ),
             server,
         )

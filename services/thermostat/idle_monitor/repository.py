@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 
 from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
 _Q = load_sql(Path(__file__).with_name("queries.sql"))
@@ -38,7 +39,9 @@ class MonitorRepository:
 
     async def load(self, pod_name: str) -> SavedState:
         """The pod's saved state; a fresh one for a pod never ticked."""
-        row = await self._pool.fetchrow(_Q["load_state"], pod_name)
+        # borrowed: an interrupted read (a caller's bound) drops its connection rather than wait on a dead link
+        async with borrow(self._pool) as connection:
+            row = await connection.fetchrow(_Q["load_state"], pod_name)
         return SavedState(state=MonitorState()) if row is None else _saved_state(row)
 
     async def save(self, pod_name: str, saved: SavedState) -> None:

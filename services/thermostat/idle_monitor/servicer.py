@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -11,11 +12,13 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.idle.idle_phase import Phase
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_watch import Watch, watch_reason
 from thermostat.policy.idle.projected_stop import project_stop
+from thermostat.store.connections import STORE_ERRORS
 
 from .repository import MonitorRepository
 
@@ -41,6 +44,7 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         controller_timeout: float,
         *,
         watch_of: Callable[[str], Watch],
+        store_read_timeout: float = 1.5,
     ) -> None:
         self.pods = pods
         self.watch_of = watch_of  # pod name -> whether this replica watches it
@@ -48,12 +52,19 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         self.options = options
         self.controller = controller
         self.controller_timeout = controller_timeout
+        self.store_read_timeout = store_read_timeout
 
     async def GetMonitorState(
         self, request: monitor_pb2.GetMonitorStateRequest, context: grpc.aio.ServicerContext
     ) -> monitor_pb2.GetMonitorStateResponse:
-        pod = await found_or_abort(find_pod(self.pods, request.name), context, f"unknown pod name {request.name!r}")
-        saved = await self.states.load(pod.name)
+        pod = await found_or_abort(
+            find_pod(self.pods, request.name), context, f"unknown pod name {quoted(request.name)}"
+        )
+        try:  # bounded as the controller's reads are: a frozen store answers 503 now, not 500 after 30 s
+            async with asyncio.timeout(self.store_read_timeout):
+                saved = await self.states.load(pod.name)
+        except STORE_ERRORS:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the store could not be read; no state to show")
         o, state = self.options, saved.state
         response = monitor_pb2.GetMonitorStateResponse(
             name=pod.name,

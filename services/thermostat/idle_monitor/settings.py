@@ -15,6 +15,7 @@ class IdleMonitorSettings(ServiceSettings):
     monitor_lease_seconds: float = Field(default=30.0, gt=0.2, le=3600)
     scrape_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     controller_timeout_seconds: float = Field(default=30.0, gt=0, le=300)
+    store_read_timeout_seconds: float = Field(default=1.5, gt=0, le=30)  # GetMonitorState's read of the state
     # how often the controller is asked again about a pod not watched yet (unconfigured, unknown, no answer)
     monitor_recheck_seconds: float = Field(default=5.0, gt=0, le=3600)
     # set: each tick of a billing pod asks metering whether its budget is exhausted (then: a budget stop)

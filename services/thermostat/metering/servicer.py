@@ -15,6 +15,7 @@ from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.timestamps import stamp
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
+from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind, read_json_object
 from thermostat.policy.metering.budget import BudgetVerdict, PodBudget, judge_budget
@@ -61,7 +62,7 @@ class MeteringCore:
         return budget, today, month
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
-        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
+        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {quoted(name)}")
 
     async def spend(self, pod: PodOptions, now: datetime) -> PodSpend:
         return spend(await self.repository.pod_events(pod.name), now)

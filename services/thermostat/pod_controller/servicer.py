@@ -20,8 +20,11 @@ import grpc
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
+from thermostat.chassis.registry import POD_CONTROLLER
 from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
+from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
+from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_model import Lookup
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.wake.last_wake import last_wake_of, last_wake_of_exception
@@ -78,7 +81,7 @@ class PodControl:
 
     async def pod(self, name: str, context: grpc.aio.ServicerContext) -> PodOptions:
         """The named pod, or NOT_FOUND — always before any RunPod call."""
-        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {name!r}")
+        return await found_or_abort(find_pod(self.pods, name), context, f"unknown pod name {quoted(name)}")
 
     def configured(self, pod: PodOptions) -> bool:
         return self.client.is_configured and pod.configured
@@ -128,9 +131,10 @@ class PodControl:
         ) -> tuple[WakeResult, WakeCompletion]:
             try:
                 result = await self.wake_service.wake(pod, fence, adopt=after_abandoned)
-            except Exception as error:
+            except Exception:
                 log.exception("pod %s: wake raised", pod.name)
-                last = last_wake_of_exception(f"{type(error).__name__}: {error}")
+                # the reason is public (the open GET, the 409): an exception's text is the log's alone
+                last = last_wake_of_exception(internal_error(POD_CONTROLLER.name))
                 result = WakeResult(
                     outcome=WakeOutcome.FAILED, failure_kind=WakeFailureKind.EXCEPTION, message=last.reason
                 )

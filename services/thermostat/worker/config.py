@@ -53,7 +53,7 @@ def read_config(env: Mapping[str, str]) -> WorkerConfig:
         )
     port_name = "STRATA_WORKER_PORT" if env.get("STRATA_WORKER_PORT", "").strip() else "PORT"
     raw_port = env.get(port_name, "").strip() or str(DEFAULT_PORT)
-    if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
+    if not _digits(raw_port, 5) or not 0 < int(raw_port) < 65536:
         raise ConfigError(f"{port_name}={raw_port!r} is not a TCP port (1-65535)")
     handler = env.get("STRATA_WORKER_HANDLER", "").strip() or "echo"
     if handler not in HANDLERS:
@@ -63,7 +63,7 @@ def read_config(env: Mapping[str, str]) -> WorkerConfig:
     if sleep_seconds is None:
         raise ConfigError(f"STRATA_WORKER_SLEEP_SECONDS={raw_sleep!r} is not a non-negative number of seconds")
     raw_max = env.get("STRATA_WORKER_MAX_PAYLOAD_BYTES", "").strip() or str(DEFAULT_MAX_PAYLOAD_BYTES)
-    if not raw_max.isdigit() or int(raw_max) < 1:
+    if not _digits(raw_max, 18) or int(raw_max) < 1:
         raise ConfigError(f"STRATA_WORKER_MAX_PAYLOAD_BYTES={raw_max!r} is not a positive integer")
     return WorkerConfig(
         token=token,
@@ -83,3 +83,8 @@ def _seconds(raw: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def _digits(text: str, most: int) -> bool:
+    """ASCII digits only, at most `most` of them: str.isdigit() admits '²' and other digits int() refuses."""
+    return text.isascii() and text.isdigit() and len(text) <= most

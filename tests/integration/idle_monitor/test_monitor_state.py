@@ -9,23 +9,30 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from tests.fixtures.postgres import EmbeddedPostgres, frozen
 from tests.fixtures.services import OPERATOR, pod_controller_env
 from tests.integration.idle_monitor.conftest import POD, POD_ID, MakeRig, MonitorRig, minutes
 from thermostat.chassis.registry import IDLE_MONITOR
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.chassis.timestamps import from_timestamp as at
+from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.servicer import IdleMonitorServicer
 from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.policy.idle.monitor_watch import Watch
+from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
-async def monitor_service(rig: MonitorRig) -> AsyncIterator[monitor_pb2_grpc.IdleMonitorStub]:
-    """The monitor's GetMonitorState served on loopback over the rig's state store and controller."""
+async def monitor_service(
+    rig: MonitorRig, states: MonitorRepository | None = None, **options: float
+) -> AsyncIterator[monitor_pb2_grpc.IdleMonitorStub]:
+    """The monitor's GetMonitorState served on loopback over the rig's state store (or `states`) and controller."""
     pods = parse_pod_options(pod_controller_env(rig.sim)).pods
-    servicer = IdleMonitorServicer(pods, rig.states, rig.options, rig.pods, 10, watch_of=lambda _: Watch.WATCHING)
+    servicer = IdleMonitorServicer(
+        pods, states or rig.states, rig.options, rig.pods, 10, watch_of=lambda _: Watch.WATCHING, **options
+    )
     host = ServiceHost(
         ServiceSpec(
             name=IDLE_MONITOR.name,
@@ -163,3 +170,19 @@ async def test_a_booting_pod_shows_the_wake_eta_from_its_measured_boots(rig: Mon
         ready = await state_of(stub)
         assert ready.phase == "Ready"
         assert not ready.HasField("eta_seconds") and not (await rig.view()).HasField("eta_seconds")
+
+
+async def test_a_frozen_store_answers_unavailable_within_the_read_bound(
+    rig: MonitorRig, dedicated_postgres: EmbeddedPostgres
+) -> None:
+    """The state read is bounded by STORE_READ_TIMEOUT_SECONDS, as the controller's GET is: a hung store is a 503
+    within the bound (here 0.5 s, against a 6 s deadline), not a 500 once the pool's 30 s statement timeout ends."""
+    async with (
+        await Store.open(dedicated_postgres.dsn, max_size=2, application_name="frozen-monitor") as store,
+        monitor_service(rig, MonitorRepository(store.pool), store_read_timeout=0.5) as stub,
+    ):
+        assert (await state_of(stub)).phase == "Down"  # answered while the store answers
+        with frozen(dedicated_postgres), pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.GetMonitorState(monitor_pb2.GetMonitorStateRequest(name=POD), timeout=6)
+        assert error.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert (await state_of(stub)).phase == "Down"  # and again once it thaws

@@ -12,6 +12,7 @@ from thermostat.idle_monitor.leader import PodLeader
 from thermostat.idle_monitor.repository import SavedState
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.providers.vllm.scrape import MAX_METRICS_BYTES
 from thermostat.store.db import Store
 
 
@@ -96,3 +97,35 @@ async def test_a_store_blip_when_leadership_starts_does_not_end_the_leader(db_st
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_metrics_body_past_the_bound_is_unreadable_and_not_read_whole() -> None:
+    """A proxy answering 64 MiB for /metrics (an exposition is tens of KB) reads as unreachable, and the scrape stops
+    reading at MAX_METRICS_BYTES rather than holding the whole body in the monitor's memory."""
+    sent = 0
+    finished = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        line = b"# padding\n" * 6554  # 64 KiB a chunk
+        try:
+            while sent < 64 * 1024 * 1024:
+                writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+                await writer.drain()
+                sent += len(line)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            finished.set()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, ScrapeClients() as scrapes:
+        assert await scrapes.scrape("p1", f"http://127.0.0.1:{port}", timeout=60.0) is None
+        await asyncio.wait_for(finished.wait(), 30)
+    assert sent < MAX_METRICS_BYTES + 16 * 1024 * 1024  # what the sockets' buffers took beyond what was read

@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, api_calls, controller, history, pods_on, start
+from thermostat.pod_controller.wake_service import WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.store.db import Store
 
@@ -141,6 +142,16 @@ async def test_an_unknown_name_is_not_found_on_every_route_before_any_runpod_cal
     assert runpod_sim.requests() == []
 
 
+async def test_an_unknown_name_of_any_length_is_repeated_cut_so_the_not_found_reaches_the_caller(
+    pods_stub, runpod_sim
+) -> None:
+    """The name is the caller's text, and the status it is repeated in is refused by clients past 16 KiB."""
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await pods_stub.GetPod(pods_pb2.GetPodRequest(name="é" * 20_000), timeout=10)
+    assert error.value.code() is grpc.StatusCode.NOT_FOUND
+    assert error.value.details() == "unknown pod name '" + "\\xe9" * 64 + "'…"
+
+
 async def test_names_are_case_insensitive(pods_stub, runpod_sim) -> None:
     """QWEN, Qwen and qwen are one pod, reported under its configured name."""
     runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
@@ -192,3 +203,22 @@ def test_a_wake_lease_shorter_than_a_runpod_call_stops_the_service_at_start(monk
     err = capsys.readouterr().err
     assert "WAKE_LEASE_SECONDS" in err
     assert "RUNPOD_TIMEOUT_SECONDS" in err
+
+
+async def test_a_wake_that_raises_records_and_answers_no_exception_text(
+    runpod_sim, db_store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception's text may carry what a caller must not see (a URL with a key, a row): the wake's reason,
+    shown on the open GET and in the 409, is the internal-error detail, and the text goes to the log only."""
+
+    async def raises(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("GET https://rest.runpod.io/v1/pods?api_key=rp_s3cr3t failed")
+
+    monkeypatch.setattr(WakeService, "wake", raises)
+    async with controller(runpod_sim, db_store) as c:
+        answer = await start(c.public)
+        view = await c.public.GetPod(pods_pb2.GetPodRequest(name="qwen"), timeout=10)
+    assert answer.code is grpc.StatusCode.ABORTED
+    for shown in (answer.details, view.last_wake.reason):
+        assert shown == "internal error (logged by pod-controller)"
+    assert "rp_s3cr3t failed" in caplog.text  # the operator still finds it (the key itself is masked if configured)

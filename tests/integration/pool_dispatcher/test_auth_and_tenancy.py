@@ -196,3 +196,29 @@ async def test_the_rest_listings_are_top_level_json_arrays_with_nulls(pool: Runn
     assert "endpoint" not in workers[0] and "token" not in workers[0]
     usage = json.loads((await pool.stub.ListUsageJson(pool_pb2.ListUsageJsonRequest(), metadata=caller())).data)
     assert [e["terminal_state"] for e in usage] == ["completed"] and usage[0]["position"] >= 1
+
+
+async def test_an_unknown_type_in_a_catalogue_of_hundreds_is_still_422_naming_machine_type(pool_store: Store) -> None:
+    """The refusal names the first types only: listing 400 would outgrow the status trailer (16 KiB), and the caller
+    would get RESOURCE_EXHAUSTED "Stream removed" instead."""
+    types = [local_type(f"type-{i:03d}-" + "x" * 50) for i in range(400)]
+    async with start_pool(pool_store, pool_env(types)) as big:
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await big.stub.SubmitJob(submit_request(machine_type="nope"), metadata=caller())
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(error.value.initial_metadata()).get("x-http-code") == "422"
+    assert error.value.details().startswith("machine_type: 'nope' is not in the catalogue (known: type-000-")
+    assert error.value.details().endswith("… and 380 more)")
+
+
+async def test_a_catalogue_of_thousands_of_bad_entries_is_still_400_and_stores_nothing(
+    pool: RunningPool, pool_store: Store
+) -> None:
+    request = pool_pb2.PutMachineTypesRequest()
+    request.catalogue.data = json.dumps([local_type(f"t{i}", bogus="x" * 100) for i in range(2000)]).encode()
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await pool.stub.PutMachineTypes(request, metadata=ADMIN)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith("machine_types[0] ('t0').bogus: is not a machine type field; ")
+    assert error.value.details().endswith("; … and 1980 more errors")
+    assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_catalogue") == 0

@@ -158,11 +158,21 @@ async def test_refuses_to_start_without_a_token() -> None:
     assert b"STRATA_WORKER_TOKEN is not set" in stderr
 
 
+LIMIT = "STRATA_WORKER_MAX_PAYLOAD_BYTES"
+
+
 @pytest.mark.parametrize(
     ("settings", "variable"),
     [
         pytest.param({"STRATA_WORKER_PORT": "http"}, "STRATA_WORKER_PORT", id="port-not-a-number"),
         pytest.param({"PORT": "70000"}, "PORT", id="port-out-of-range"),
+        pytest.param({"STRATA_WORKER_PORT": "80²"}, "STRATA_WORKER_PORT", id="port-of-non-ascii-digits"),
+        pytest.param(
+            {"STRATA_WORKER_MAX_PAYLOAD_BYTES": "1²"}, "STRATA_WORKER_MAX_PAYLOAD_BYTES", id="limit-non-ascii"
+        ),
+        pytest.param(
+            {"STRATA_WORKER_MAX_PAYLOAD_BYTES": "9" * 5000}, "STRATA_WORKER_MAX_PAYLOAD_BYTES", id="limit-huge"
+        ),
         pytest.param({"STRATA_WORKER_HANDLER": "shell"}, "STRATA_WORKER_HANDLER", id="unknown-handler"),
     ],
 )

@@ -76,7 +76,9 @@ def test_edge_otlp_endpoint_names_the_collector(value: str | None, expected: tup
     assert (None if tracing is None else (tracing.collector_host, tracing.collector_port)) == expected
 
 
-@pytest.mark.parametrize("value", ["otel-collector", "otel-collector:http", ":4317", "collector:70000"])
+@pytest.mark.parametrize(
+    "value", ["otel-collector", "otel-collector:http", ":4317", "collector:70000", "collector:4³17", "c:" + "9" * 5000]
+)
 def test_a_malformed_edge_otlp_endpoint_is_refused_naming_the_variable(value: str) -> None:
     with pytest.raises(ValueError, match="EDGE_OTLP_ENDPOINT"):
         edge_tracing_from_env({"EDGE_OTLP_ENDPOINT": value})

@@ -41,7 +41,7 @@ MAX_SECONDS_LIMIT = 600.0
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _NAME_RULE = "[A-Za-z0-9][A-Za-z0-9._-]*"
-_DIGITS = re.compile(r"[0-9]+")
+_DIGITS = re.compile(r"[0-9]{1,18}")  # bounded: int() refuses a literal past 4,300 digits
 _DOT_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 T = TypeVar("T")

@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TypeGuard
 
-_WORD = re.compile(r"[A-Za-z0-9_-]+")
+from thermostat.policy.common.echo import ECHO_CHARS, key_path
 
 
 class JsonKind(StrEnum):
@@ -126,22 +125,14 @@ def kind_of(value: object) -> str:
     return "an array"
 
 
-KEY_ECHO_CHARS = 64
+KEY_ECHO_CHARS = ECHO_CHARS
 """The most of a body key a detail repeats: a key is the caller's bytes, and the detail travels in a header."""
-
-
-def _key(key: str, where: str = "body") -> str:
-    """A key as the detail names it, under `where` (the body, or an object inside it): plain when it is a short
-    word, else JSON-quoted in ASCII (so nothing in it misleads, and a lone surrogate cannot break the status it
-    travels in), cut to KEY_ECHO_CHARS."""
-    shown = key if len(key) <= KEY_ECHO_CHARS else key[:KEY_ECHO_CHARS] + "…"
-    return f"{where}.{shown}" if _WORD.fullmatch(key) else f"{where}[{json.dumps(shown)}]"
 
 
 def unknown_field(key: str, fields: Sequence[BodyField], where: str = "body") -> BodyError:
     """A key no field of `fields` has, named under `where`."""
     known = ", ".join(f.name for f in fields) or "none"
-    return BodyError(f"{_key(key, where)}: unknown field; known: {known}")
+    return BodyError(f"{key_path(key, where)}: unknown field; known: {known}")
 
 
 def decode_json(data: bytes) -> object | BodyError:
@@ -170,7 +161,7 @@ def _decode(data: bytes) -> object | BodyError:
 
 
 def _checked(key: str, value: object, field: BodyField, where: str = "body") -> float | int | str | BodyError:
-    named = _key(key, where)
+    named = key_path(key, where)
     if value is None:
         return BodyError(f"{named}: null is not a value; leave the field out to leave it unset")
     if field.kind is JsonKind.INTEGER:
@@ -250,12 +241,12 @@ def read_pairs(
         if name is None:
             return unknown_field(key, fields, where)
         if name in seen:
-            return BodyError(f"{_key(key, where)}: given twice (as {seen[name]} and {key})")
+            return BodyError(f"{key_path(key, where)}: given twice (as {seen[name]} and {key})")
         seen[name] = key
         if key not in by_spelling:  # a field the path binds: the path's value or nothing
             path_value = (bound or {})[name]
             if not _same_as_path(value, path_value, folded=name in folded):
-                shown = f"{_key(key, where)}: conflicts with the path's {name} {json.dumps(path_value)}"
+                shown = f"{key_path(key, where)}: conflicts with the path's {name} {json.dumps(path_value)}"
                 return BodyError(f"{shown}; leave it out of the body")
             continue
         checked = _checked(key, value, by_spelling[key], where)

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from thermostat.policy.common.echo import cut, key_path, listed, quoted
+
 REDACTED = "<redacted>"
 
 DEFAULT_GPU_COUNT = 1
@@ -108,10 +110,10 @@ class CatalogueError:
 
     def __str__(self) -> str:
         where = "machine_types" if self.index is None else f"machine_types[{self.index}]"
-        if self.name is not None:
-            where += f" ({self.name!r})"
+        if self.name is not None:  # the caller's text: an entry's name is read before it is validated
+            where += f" ({quoted(self.name)})"
         if self.field is not None:
-            where += f".{self.field}"
+            where = key_path(self.field, where)
         return f"{where}: {self.message}"
 
 
@@ -123,7 +125,8 @@ class CatalogueRejected:
 
     @property
     def detail(self) -> str:
-        return "; ".join(str(error) for error in self.errors)
+        """The errors found, the first few spelt out: a body of thousands of bad entries still gets its 400."""
+        return listed([str(error) for error in self.errors], sep="; ", noun="more errors")
 
 
 def parse_catalogue_json(text: str | bytes) -> Catalogue | CatalogueRejected:
@@ -302,13 +305,16 @@ def _number(entry: dict[str, Any], key: str, positive: bool, required: bool) -> 
         return None
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise _Invalid(f"must be a number, not {_json_type(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer literal of hundreds of digits
+        raise _Invalid("must be a finite number") from None
     if not math.isfinite(number):
         raise _Invalid("must be a finite number")
     if positive and number <= 0:
-        raise _Invalid(f"must be greater than 0, got {value}")
+        raise _Invalid(f"must be greater than 0, got {_got(value)}")
     if number < 0:
-        raise _Invalid(f"must not be negative, got {value}")
+        raise _Invalid(f"must not be negative, got {_got(value)}")
     return number
 
 
@@ -318,7 +324,7 @@ def _seconds(entry: dict[str, Any], key: str, positive: bool) -> float | None:
     number = _number(entry, key, positive, True)
     assert number is not None
     if number > MAX_TIMEOUT_SECONDS:
-        raise _Invalid(f"must be at most {MAX_TIMEOUT_SECONDS:g} seconds, got {entry[key]}")
+        raise _Invalid(f"must be at most {MAX_TIMEOUT_SECONDS:g} seconds, got {_got(entry[key])}")
     return number
 
 
@@ -332,10 +338,15 @@ def _integer(entry: dict[str, Any], key: str, minimum: int, nullable: bool) -> i
         raise _Invalid(f"must be an integer, not {_json_type(value)}")
     if value < minimum:
         rule = "must not be negative" if minimum == 0 else f"must be at least {minimum}"
-        raise _Invalid(f"{rule}, got {value}")
+        raise _Invalid(f"{rule}, got {_got(value)}")
     if value > MAX_INT:
-        raise _Invalid(f"must be at most {MAX_INT}, got {value}")
+        raise _Invalid(f"must be at most {MAX_INT}, got {_got(value)}")
     return value
+
+
+def _got(value: float) -> str:
+    """A number as given, cut: a JSON integer may run to thousands of digits."""
+    return cut(str(value), 24)
 
 
 def _env(entry: dict[str, Any], key: str) -> dict[str, str] | None:
@@ -346,9 +357,9 @@ def _env(entry: dict[str, Any], key: str) -> dict[str, str] | None:
         raise _Invalid(f"must be an object of strings, not {_json_type(value)}")
     for name, setting in value.items():
         if not name or "=" in name or "\0" in name:
-            raise _Invalid(f"has an invalid variable name {name!r}")
+            raise _Invalid(f"has an invalid variable name {quoted(name)}")
         if not isinstance(setting, str) or "\0" in setting:
-            raise _Invalid(f"{name!r} must be a string")  # the value itself is never echoed
+            raise _Invalid(f"{quoted(name)} must be a string")  # the value itself is never echoed
     return dict(value)
 
 

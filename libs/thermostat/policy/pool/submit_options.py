@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from thermostat.policy.common.echo import ECHO_CHARS, cut, listed, quoted
 from thermostat.policy.pool.machine_type import Catalogue, MachineType
 
 DEFAULT_PRIORITY = 0
@@ -110,14 +111,15 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
     if "priority" in query:
         raw = query["priority"].strip()
         if not _INTEGER.fullmatch(raw) or not INT64_MIN <= int(raw) <= INT64_MAX:
-            return _invalid("priority", f"must be a 64-bit integer, got {query['priority']!r}")
+            return _invalid("priority", f"must be a 64-bit integer, got {quoted(query['priority'])}")
         priority = int(raw)
     times: dict[str, float | None] = {"timeout_seconds": None, "wait_seconds": None}
     for parameter in times:
         if parameter in query:
-            parsed = _seconds(query[parameter])
+            raw_time = query[parameter]
+            parsed = _seconds(raw_time)
             if parsed is None:
-                return _invalid(parameter, f"must be a positive finite number of seconds, got {query[parameter]!r}")
+                return _invalid(parameter, f"must be a positive finite number of seconds, got {quoted(raw_time)}")
             times[parameter] = parsed
     return decide_submit_options(
         catalogue=catalogue,
@@ -130,13 +132,14 @@ def parse_submit_query(query: Mapping[str, str], *, catalogue: Catalogue, sync: 
     )
 
 
-NAME_ECHO_CHARS = 64
+NAME_ECHO_CHARS = ECHO_CHARS
 """The most of an unknown name an error repeats: it is the caller's text, and the error travels in a header."""
 
 
 def unknown_machine_type(name: str, catalogue: Catalogue) -> SubmitError:
-    known = ", ".join(catalogue.names) or "none"
-    shown = name if len(name) <= NAME_ECHO_CHARS else name[:NAME_ECHO_CHARS] + "…"
+    """Refused naming the types there are: the first few, as a catalogue of hundreds would outgrow the header."""
+    known = listed(catalogue.names) or "none"
+    shown = cut(name, NAME_ECHO_CHARS)
     return SubmitError(
         kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
         parameter="machine_type",

@@ -154,7 +154,7 @@ class DockerBackend:
         bindings = ports.get(f"{self._worker_port}/tcp") if isinstance(ports, dict) else None
         for binding in bindings if isinstance(bindings, list) else []:
             host_port = binding.get("HostPort") if isinstance(binding, dict) else None
-            if isinstance(host_port, str) and host_port.isdigit():
+            if isinstance(host_port, str) and host_port.isascii() and host_port.isdigit() and len(host_port) <= 5:
                 return int(host_port)
         raise BackendError(f"docker: {subject}: the daemon published no host port for {self._worker_port}/tcp")
 

@@ -176,7 +176,7 @@ def _conforms(backend: LocalBackend) -> Backend:
 
 def _foreign_pid(provider_id: str) -> int | None:
     prefix, _, number = provider_id.partition("-")
-    if prefix != "local" or not number.isdigit() or int(number) <= 1:
+    if prefix != "local" or not (number.isascii() and number.isdigit() and len(number) <= 10) or int(number) <= 1:
         return None
     return int(number)
 

@@ -16,6 +16,9 @@ import httpx
 
 _log = logging.getLogger(__name__)
 
+MAX_METRICS_BYTES: Final = 8 * 1024 * 1024
+"""A vLLM exposition is tens of KB; a body past this is not one, and is not read into the monitor's memory."""
+
 BROWSER_USER_AGENT: Final = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36"
 )
@@ -45,15 +48,26 @@ async def _get_metrics(http: httpx.AsyncClient, proxy_base_url: str, *, timeout:
         )
         # A shared client may carry default headers; the scrape must not inherit a credential.
         request.headers.pop("Authorization", None)
-        response = await http.send(request, follow_redirects=False)
+        response = await http.send(request, follow_redirects=False, stream=True)
     except Exception as error:
         # Per-tick outcomes stay at DEBUG: scrape chatter is what once rotated billable lines away (#2050).
         _log.debug("metrics scrape of %s failed: %s", proxy_base_url, type(error).__name__)
         return None
-    if not response.is_success:
-        _log.debug("metrics scrape of %s -> %d", proxy_base_url, response.status_code)
-        return None
     try:
-        return response.text
+        if not response.is_success:
+            _log.debug("metrics scrape of %s -> %d", proxy_base_url, response.status_code)
+            return None
+        body = bytearray()
+        async for chunk in response.aiter_bytes():  # decoded: a small gzip body may inflate past the bound
+            body += chunk
+            if len(body) > MAX_METRICS_BYTES:
+                _log.debug("metrics scrape of %s: body over %d bytes", proxy_base_url, MAX_METRICS_BYTES)
+                return None
+        return bytes(body).decode(response.encoding or "utf-8")
     except (UnicodeDecodeError, LookupError):
         return None
+    except Exception as error:  # the body broke off
+        _log.debug("metrics scrape of %s failed reading: %s", proxy_base_url, type(error).__name__)
+        return None
+    finally:
+        await response.aclose()

@@ -194,6 +194,7 @@ def test_the_price_cap_parses_dot_decimal_only_and_never_widens(raw: str, value:
         pytest.param("0", 8000, True, id="zero"),
         pytest.param("65536", 8000, True, id="too-high"),
         pytest.param("http", 8000, True, id="word"),
+        pytest.param("9" * 5000, 8000, True, id="thousands-of-digits"),
     ],
 )
 def test_the_pod_port_must_be_in_1_to_65535(raw: str, value: int, warns: bool) -> None:

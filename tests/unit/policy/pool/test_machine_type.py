@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from thermostat.policy.common.echo import ECHO_CHARS, LISTED_CHARS, LISTED_ITEMS
 from thermostat.policy.pool.machine_type import (
     REDACTED,
     BackendKind,
@@ -238,3 +239,33 @@ def test_env_and_provider_options_values_are_redacted_without_admin(
     assert shown["env"] == env
     assert shown["provider_options"] == options
     assert ("s3cr3t" in json.dumps(shown)) is admin
+
+
+def test_a_body_of_thousands_of_bad_entries_names_the_first_errors_and_counts_the_rest() -> None:
+    """Every error is found, but the detail spells out only the first ones: it travels as a gRPC status, which a
+    client refuses past 16 KiB, so a longer one would reach the caller as "Stream removed" instead of a 400."""
+    result = rejected([entry(name=f"t{i}", bogus=1) for i in range(2000)])
+    assert len(result.errors) == 2000
+    assert result.detail.startswith("machine_types[0] ('t0').bogus: is not a machine type field; ")
+    assert result.detail.endswith(f"; … and {2000 - LISTED_ITEMS} more errors")
+    assert len(result.detail) <= LISTED_CHARS + 100
+
+
+@pytest.mark.parametrize(
+    ("fields", "echo"),
+    [
+        pytest.param({"name": "é" * 10_000}, "('" + "\\xe9" * ECHO_CHARS + "'…)", id="unvalidated-name"),
+        pytest.param({"ü" * 10_000: 1}, '["' + "\\u00fc" * ECHO_CHARS + '"…]', id="unknown-key"),
+        pytest.param({"env": {"=" * 10_000: "v"}}, "'" + "=" * ECHO_CHARS + "'…", id="env-variable-name"),
+        pytest.param({"memory_mb": 10**4000}, "got " + "1" + "0" * 23 + "…", id="integer-of-4000-digits"),
+    ],
+)
+def test_the_callers_text_in_an_error_is_cut_and_ascii(fields: dict[str, Any], echo: str) -> None:
+    (error,) = rejected([entry(**fields)]).errors
+    assert echo in str(error) and str(error).replace("…", "").isascii() and len(str(error)) < 600
+
+
+def test_an_integer_too_large_for_a_float_is_not_a_finite_number() -> None:
+    """`cpus` as an integer literal of 400 digits is refused naming the field (float() of it overflows)."""
+    (error,) = rejected([entry(cpus=10**400)]).errors
+    assert (error.field, error.message) == ("cpus", "must be a finite number")
