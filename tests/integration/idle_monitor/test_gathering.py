@@ -25,6 +25,11 @@ from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.idle.pod_signal import PodSignal
 
 DELAY = 1.0
+# A hung scrape's answer comes this late: far past any tick on a loaded machine, so a tick that waited for it
+# (the timeout not applied) cannot pass for one that timed out after a slow start.
+HANG = 30.0
+# Long enough for the busy sibling's scrape to answer on a loaded machine, short next to the hang.
+HUNG_SCRAPE_TIMEOUT = 2.0
 
 
 async def timed(tick: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
@@ -74,15 +79,15 @@ async def test_tick_time_does_not_grow_with_the_pods_on_the_volume(rig: MonitorR
 
 async def test_a_scrape_that_hangs_times_out_and_that_pod_falls_back_to_the_control_plane(make_rig: MakeRig) -> None:
     """A hung proxy costs one scrape timeout; the pod reads UnreachableButRunning, its busy sibling still wins."""
-    rig = await make_rig(scrape_timeout=0.5)
-    rig.sim.configure(hang_seconds=5)
+    rig = await make_rig(scrape_timeout=HUNG_SCRAPE_TIMEOUT)
+    rig.sim.configure(hang_seconds=HANG)
     rig.add_pod(STALE_ID)
     rig.add_pod(FRESH_ID)
     await rig.tick()
     rig.sim.record_turn(FRESH_ID, prompt_tokens=100, gen_tokens=10)
     rig.sim.inject("GET", f"/proxy/{STALE_ID}-8000/metrics", hang=True, count=1)
     took, decision = await timed(rig.tick)
-    assert 0.5 <= took < 4.0, "one scrape timeout (0.5 s), never the 5 s hang"
+    assert HUNG_SCRAPE_TIMEOUT <= took < HANG / 2, "one scrape timeout, never the hang"
     assert [v.signal for v in decision.verdicts] == [PodSignal.UNREACHABLE_BUT_RUNNING, PodSignal.BUSY]
     assert (decision.signal.signal, decision.signal.pod_id) == (PodSignal.BUSY, FRESH_ID)
     assert decision.state.pods[STALE_ID].baseline is not None, "a blip keeps the baseline"

@@ -26,7 +26,14 @@ import pytest
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, RunningService
-from tests.integration.idle_monitor.conftest import POD, POD_ID, monitor_env, monitor_options, monitor_process
+from tests.integration.idle_monitor.conftest import (
+    POD,
+    POD_ID,
+    SCRAPE_TIMEOUT,
+    monitor_env,
+    monitor_options,
+    monitor_process,
+)
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.idle_monitor.leader import PodLeader
 from thermostat.idle_monitor.repository import MonitorRepository, SavedState
@@ -90,7 +97,7 @@ async def replica(name: str, database_url: str, controller: RunningService, cloc
                 states=states,
                 options=monitor_options(**TIMINGS),
                 replica=name,
-                scrape_timeout=1.0,
+                scrape_timeout=SCRAPE_TIMEOUT,
                 controller_timeout=5.0,
             )
             one = Replica(

@@ -214,7 +214,7 @@ async def test_a_budget_reached_mid_run_stops_the_pod_on_the_next_monitor_tick(
             states=MonitorRepository(db_store.pool),
             options=MonitorOptions(),
             replica="test-monitor",
-            scrape_timeout=1,
+            scrape_timeout=10,  # a hang guard only: the simulator answers at once
             controller_timeout=5,
             budget=budget_check(s.internal_stub, 5),
         )

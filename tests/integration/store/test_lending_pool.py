@@ -112,9 +112,9 @@ async def test_a_connection_that_died_while_idle_is_replaced_on_the_next_borrow(
     async with borrow(pool) as connection:
         idle = await backend(connection)
     await admin.execute("SELECT pg_terminate_backend($1)", idle)
-    while idle in await open_backends(admin):
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)  # the client reads the server's goodbye
+    async with asyncio.timeout(GUARD):
+        while not await _dead(connection):
+            await asyncio.sleep(0.01)  # until the client has read the server's goodbye, however slow the machine
     async with asyncio.timeout(GUARD), borrow(pool) as connection:
         assert await connection.fetchval("SELECT 1") == 1
         assert await backend(connection) != idle

@@ -138,16 +138,23 @@ def test_ctrl_c_landing_anywhere_in_a_step_raises_keyboard_interrupt_and_leaves_
     """At every line a step passes through: KeyboardInterrupt, never a hang or a lock error; the stream not
     started, cancelled and closed, or closed after its item; no coroutine made and dropped unawaited."""
     outcomes: dict[int, tuple[str, list[str], list[str]]] = {}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for n in itertools.count(1):
-            fired, ended, closed = _next_interrupted_at(n)
-            if not fired:
-                assert ended == "item", "uninterrupted, the step answers"
-                break
-            gc.collect()  # a coroutine dropped unawaited warns when it is collected
-            outcomes[n] = (ended, closed, [str(w.message) for w in caught])
-            caught.clear()
+    # A full collection per traced line (about 60) scans the whole heap each time: in the full suite's process,
+    # under load, that alone outlasted pytest's 120 s timeout. Frozen, the heap the test found is not scanned;
+    # what the steps make (the coroutines to find) still is.
+    gc.freeze()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in itertools.count(1):
+                fired, ended, closed = _next_interrupted_at(n)
+                if not fired:
+                    assert ended == "item", "uninterrupted, the step answers"
+                    break
+                gc.collect()  # a coroutine dropped unawaited warns when it is collected
+                outcomes[n] = (ended, closed, [str(w.message) for w in caught])
+                caught.clear()
+    finally:
+        gc.unfreeze()
     assert n > 20, "the trace reached the wrapper's wait"
     # the stream not started; cut mid-step; closed after its item
     stream_ends: list[list[str]] = [[], ["cancelled", "closed"], ["closed"]]

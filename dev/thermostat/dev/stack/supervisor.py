@@ -23,6 +23,7 @@ pick-first policy moves to the next address when one stops answering, as a clust
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -92,6 +93,7 @@ def edge_concurrency_from(value: str | None) -> int:
 RESTART_FIRST_DELAY = 1.0
 RESTART_MAX_DELAY = 30.0
 RESTART_STEADY_SECONDS = 60.0  # a child up this long restarts after the first delay again
+LAST_LINES = 20  # of each child's output, kept to say why it died
 
 
 @dataclass
@@ -104,6 +106,9 @@ class Child:
     port: int | None = None  # a service's gRPC port; None for the simulators
     started: float = field(default_factory=time.monotonic)
     restarts: int = 0  # in a row, since it last stayed up RESTART_STEADY_SECONDS
+    # its last output lines, relayed or not: why a child that died while the stack started did (a test's stack
+    # relays nothing, and "exited with status 1" alone left a CI failure unexplained)
+    last_lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LAST_LINES))
 
 
 def restart_delay(restarts: int, uptime: float) -> float:
@@ -334,7 +339,7 @@ class Stack:
 
         deadline = time.monotonic() + timeout
         while True:
-            self._check_alive()
+            await self._check_alive()
             if await asyncio.to_thread(os.path.exists, path):
                 with contextlib.suppress(httpx.HTTPError):
                     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=path), timeout=1) as client:
@@ -427,8 +432,10 @@ class Stack:
         assert process.stdout is not None
         width = max(len(c.name) for c in self.children) if self.children else len(child.name)
         async for raw in process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            child.last_lines.append(line)
             if self.config.relay_logs:
-                print(f"{child.name:<{max(width, 14)}} | {raw.decode(errors='replace').rstrip()}", flush=True)
+                print(f"{child.name:<{max(width, 14)}} | {line}", flush=True)
 
     async def wait_serving(self, child: Child, service: ServiceDef, timeout: float = 30) -> None:
         """Until `child`, a process of `service`, reports SERVING (it or another child exiting first raises)."""
@@ -440,7 +447,7 @@ class Stack:
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
-                self._check_alive()
+                await self._check_alive()
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     reply = await stub.Check(health_pb2.HealthCheckRequest(service=service.health_service), timeout=1)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -455,7 +462,7 @@ class Stack:
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient(timeout=1, headers=dict(headers or {})) as client:
             while True:
-                self._check_alive()
+                await self._check_alive()
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(url)).status_code == 200:
                         return
@@ -463,10 +470,14 @@ class Stack:
                     raise RuntimeError(f"{url} did not answer 200 within {timeout:.0f}s")
                 await asyncio.sleep(0.1)
 
-    def _check_alive(self) -> None:
+    async def _check_alive(self) -> None:
         for child in self.children:
             if child.process.returncode is not None:
-                raise RuntimeError(f"{child.name} exited with status {child.process.returncode}")
+                if child.relay is not None:  # its last words may still be in the pipe
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await asyncio.wait_for(asyncio.shield(child.relay), 2)
+                said = "".join(f"\n  | {line}" for line in child.last_lines) or " (no output)"
+                raise RuntimeError(f"{child.name} {exit_description(child.process.returncode)}; its last lines:{said}")
 
     # ----------------------------------------------------------------------------------------------- stop
 
