@@ -124,9 +124,12 @@ class PodTicker:
         self.budget = budget
 
     def republish(self, state: MonitorState) -> None:
-        """Report the stored readiness again on the next tick (a new leader; reports are idempotent)."""
-        for pod_id, ready_since in state.readiness.items():
-            self._unpublished.setdefault(pod_id, ReadinessChange(pod_id=pod_id, ready_since=ready_since))
+        """Report the stored readiness again on the next tick (a new leader; reports are idempotent), each with
+        the incarnation it was taken under: the controller refuses it if that process has ended since."""
+        for pod_id, memory in state.pods.items():
+            if memory.ready_since is not None:
+                change = ReadinessChange(pod_id=pod_id, ready_since=memory.ready_since, incarnation=memory.incarnation)
+                self._unpublished.setdefault(pod_id, change)
 
     async def observe(self) -> tuple[TickObservation, bool]:
         """The volume and a reading per pod; False when the controller says the pod is unconfigured."""
@@ -281,6 +284,8 @@ class PodTicker:
             request = pods_pb2.ReportReadinessRequest(name=self.pod_name, pod_id=change.pod_id)
             if change.ready_since is not None:
                 stamp(request.ready_since, change.ready_since)
+                if change.incarnation is not None:
+                    request.incarnation = change.incarnation
             try:
                 await self.controller.ReportReadiness(
                     request, timeout=self.controller_timeout, metadata=outgoing_metadata()

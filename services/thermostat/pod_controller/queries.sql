@@ -81,10 +81,15 @@ WHERE pod_name = $1 AND action = 'Stop' AND ok AND stop_id IS NULL AND at >= $2;
 SELECT now();
 
 -- name: set_readiness
+-- Under feed_lock, once the report's incarnation was checked against the record (readiness_fence).
 INSERT INTO pod_readiness (pod_name, pod_id, ready_since) VALUES ($1, $2, $3)
 ON CONFLICT (pod_name, pod_id) DO UPDATE SET ready_since = excluded.ready_since
 WHERE pod_readiness.ready_since IS DISTINCT FROM excluded.ready_since
 RETURNING pod_name;
+
+-- name: incarnation
+-- One pod id's incarnation (see incarnations); 0 when no accepted action names it.
+SELECT COALESCE(max(position), 0) FROM pod_actions WHERE pod_name = $1 AND pod_id = $2 AND ok;
 
 -- name: clear_readiness
 DELETE FROM pod_readiness WHERE pod_name = $1 AND ($2::text IS NULL OR pod_id = $2);

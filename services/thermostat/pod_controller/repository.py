@@ -19,12 +19,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from thermostat.policy.wake.readiness_fence import readiness_report_stands
 from thermostat.policy.wake.stop_order import StopEntry
 from thermostat.policy.wake.wake_eta import BootRecord
 from thermostat.policy.wake.wake_result import WakeFailureKind, WakeOutcome, WakeResult
@@ -118,6 +120,21 @@ class StopsAround:
 
     now: datetime
     stops: tuple[StopEntry, ...]
+
+
+class ReadinessOutcome(StrEnum):
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"
+    # the report was about a process that ended: RunPod accepted an action of the pod since its observe
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadinessWrite:
+    """ReadinessWrite is what a readiness publish did, and the pod's incarnation on record when it was checked."""
+
+    outcome: ReadinessOutcome
+    on_record: int
 
 
 class WakeResultCodec:
@@ -340,11 +357,22 @@ class PodRepository:
 
     # ---- readiness and boots
 
-    async def set_readiness(self, pod_name: str, pod_id: str, ready_since: datetime) -> bool:
-        """Publish readiness; True when it changed (then the boot it ends is measured)."""
+    async def set_readiness(
+        self, pod_name: str, pod_id: str, ready_since: datetime, incarnation: int | None
+    ) -> ReadinessWrite:
+        """Publish readiness observed at `incarnation` unless the pod's process ended since (readiness_fence);
+        when it changed, the boot it ends is measured."""
 
-        async def write(conn: PoolConnectionProxy) -> bool:
+        async def write(conn: PoolConnectionProxy) -> ReadinessWrite:
             async with conn.transaction():
+                # Actions are inserted under the feed lock: holding it, no accepted stop or start of the pod can
+                # commit between the check and the write, and one that committed before is read below. (Without
+                # it a stop committing meanwhile, and its readiness clear running before this write commits,
+                # would leave the stale readiness in place.)
+                await conn.execute(Q["feed_lock"])
+                on_record = await conn.fetchval(Q["incarnation"], pod_name, pod_id)
+                if not readiness_report_stands(incarnation, on_record):
+                    return ReadinessWrite(outcome=ReadinessOutcome.REFUSED, on_record=on_record)
                 changed = await conn.fetchval(Q["set_readiness"], pod_name, pod_id, ready_since)
                 if changed:
                     wake = await conn.fetchrow(Q["latest_wake_before"], pod_name, ready_since, pod_id)
@@ -355,7 +383,9 @@ class PodRepository:
                             await conn.execute(
                                 Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"], ready_since, duration
                             )
-                return bool(changed)
+                return ReadinessWrite(
+                    outcome=ReadinessOutcome.WRITTEN if changed else ReadinessOutcome.UNCHANGED, on_record=on_record
+                )
 
         return await self._run(write, self.timeout)
 

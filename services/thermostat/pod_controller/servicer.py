@@ -35,7 +35,7 @@ from thermostat.store.connections import STORE_ERRORS
 from .metrics import PodMetrics
 from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
 from .pod_view import build_view, observe_volume, wake_record
-from .repository import ActionEntry, ActionRow, PodRepository, WakeCompletion
+from .repository import ActionEntry, ActionRow, PodRepository, ReadinessOutcome, WakeCompletion
 from .wake_gate import WakeGate, WakeGateUnavailable
 from .wake_service import Fence, WakeService, unconfigured
 from .watch_hub import WatchHub
@@ -409,7 +409,19 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if request.HasField("ready_since"):
             if not request.pod_id:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required to publish readiness")
-            await self.c.records.set_readiness(pod.name, request.pod_id, from_timestamp(request.ready_since))
+            reported = request.incarnation if request.HasField("incarnation") else None
+            written = await self.c.records.set_readiness(
+                pod.name, request.pod_id, from_timestamp(request.ready_since), reported
+            )
+            if written.outcome is ReadinessOutcome.REFUSED:
+                log.info(
+                    "pod %s: stale readiness report for %s refused: observed at incarnation %s, the record is at %s "
+                    "(stopped or restarted since)",
+                    pod.name,
+                    request.pod_id,
+                    reported,
+                    written.on_record,
+                )
         else:
             await self.c.records.clear_readiness(pod.name, request.pod_id or None)
         return pods_pb2.ReportReadinessResponse()

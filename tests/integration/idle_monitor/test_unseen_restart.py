@@ -130,8 +130,9 @@ async def test_a_wake_that_replaces_the_stopped_pod_boots_the_replacement_instea
 
 
 async def test_a_stop_and_wake_while_a_tick_is_scraping_are_corrected_on_the_next_tick(rig: MonitorRig) -> None:
-    """The tick read the old process answering, then published after the stop: the next tick clears that
-    stale readySince and boots the new process, which publishes its own once its model answers."""
+    """The tick read the old process answering, then published after the stop: the controller refuses that
+    stale report (its observe predates the stop), the next tick boots the new process, which publishes its own
+    once its model answers."""
     rig.add_pod(POD_ID, model_ready_seconds=0)
     scrape = rig.sim.hold("GET", f"/proxy/{POD_ID}-*/metrics", after_commit=True)
     ticking = asyncio.create_task(rig.ticker.tick_once(rig.now))
@@ -142,11 +143,11 @@ async def test_a_stop_and_wake_while_a_tick_is_scraping_are_corrected_on_the_nex
     scrape.release()
     assert (await ticking) is not None
     rig.advance(rig.options.check_seconds)
-    assert await rig.ready_since() is not None, "the stale report landed after the stop"
+    assert await rig.ready_since() is None, "the stale report landed after the stop and was refused"
 
     decision = await rig.tick()
     assert (decision.state.phase, decision.state.counters.booting_ticks) == (Phase.BOOTING, 1)
-    assert await rig.ready_since() is None, "the next tick saw the new incarnation and cleared it"
+    assert await rig.ready_since() is None, "the next tick saw the new incarnation: a fresh boot"
     ready_tick = rig.now  # two minutes after the wake: the new model answers
     assert (await rig.tick()).state.phase is Phase.READY
     assert await rig.ready_since() == ready_tick

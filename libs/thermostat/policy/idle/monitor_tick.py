@@ -106,10 +106,16 @@ class StopOrder:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadinessChange:
-    """ReadinessChange publishes a pod's readySince, or clears it when `ready_since` is None."""
+    """ReadinessChange publishes a pod's readySince, or clears it when `ready_since` is None.
+
+    A publish carries the pod's incarnation on the observe that saw it answer (None: the controller gave none),
+    so the controller refuses it once that process has ended — a report that lands after a stop, or after a
+    stop and a re-wake of the same id, must not bring readiness back (policy/wake/readiness_fence).
+    """
 
     pod_id: str
     ready_since: datetime | None
+    incarnation: int | None = None
 
 
 class EventKind(StrEnum):
@@ -284,12 +290,13 @@ def _remember(
     for verdict in verdicts:
         before = _memory(state, verdict.pod_id)
         # what is remembered belongs to the incarnation observed now, so the next tick can tell a new process
-        incarnation = incarnations.get(verdict.pod_id)
-        incarnation = before.incarnation if incarnation is None else incarnation
+        observed = incarnations.get(verdict.pod_id)
+        incarnation = before.incarnation if observed is None else observed
         if verdict.answered:
             after = PodMemory(baseline=verdict.baseline, ready_since=before.ready_since or now, incarnation=incarnation)
             if before.ready_since is None:
-                readiness.append(ReadinessChange(pod_id=verdict.pod_id, ready_since=now))
+                # only this tick's observe vouches for the process that answered: none observed, none sent
+                readiness.append(ReadinessChange(pod_id=verdict.pod_id, ready_since=now, incarnation=observed))
         elif verdict.process_ended:
             after = PodMemory(incarnation=incarnation)
             if before.ready_since is not None:

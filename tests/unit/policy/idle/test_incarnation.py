@@ -115,8 +115,8 @@ def test_a_restarted_pod_that_answers_is_ready_again_with_a_new_ready_since() ->
     assert decision.state.counters.idle_streak == 0, "the new process's first scrape seeds its baseline"
     assert decision.readiness == (
         ReadinessChange(pod_id="a", ready_since=None),
-        ReadinessChange(pod_id="a", ready_since=LATER),
-    )
+        ReadinessChange(pod_id="a", ready_since=LATER, incarnation=9),
+    ), "the publish names the new process's incarnation: the controller refuses it once that one ends"
     assert decision.state.pods["a"] == PodMemory(baseline=0.0, ready_since=LATER, incarnation=9)
     assert [e.kind for e in decision.events] == [EventKind.RESTARTED_UNSEEN, EventKind.READY]
 
@@ -131,8 +131,20 @@ def test_a_restarted_pod_still_loading_boots_instead_of_accruing_idle() -> None:
     assert decision.state.pods["a"] == PodMemory(incarnation=9)
 
     ready = tick(decision.state, on_volume(answering("a", 9)), LATER + timedelta(minutes=1), MonitorOptions())
-    assert ready.readiness == (ReadinessChange(pod_id="a", ready_since=LATER + timedelta(minutes=1)),)
+    assert ready.readiness == (ReadinessChange(pod_id="a", ready_since=LATER + timedelta(minutes=1), incarnation=9),)
     assert ready.state.phase is Phase.READY
+
+
+def test_a_publish_observed_without_an_incarnation_names_none() -> None:
+    """The controller could not read its records this tick: only this observe vouches for the process that
+    answered, so the remembered incarnation (an earlier observe's) is not sent in its place."""
+    booting = MonitorState(
+        counters=PhaseCounters(phase=Phase.BOOTING, booting_ticks=3), pods={"a": PodMemory(incarnation=7)}
+    )
+    unread = PodReading(pod_id="a", scrape=PodActivity(active=0, completed=0.0), incarnation=None)
+    decision = tick(booting, on_volume(unread), LATER, MonitorOptions())
+    assert decision.readiness == (ReadinessChange(pod_id="a", ready_since=LATER, incarnation=None),)
+    assert decision.state.pods["a"].incarnation == 7, "the memory keeps what it knew"
 
 
 def test_the_same_process_unreachable_after_ready_still_accrues_idle() -> None:
