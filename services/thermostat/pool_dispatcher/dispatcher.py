@@ -25,6 +25,9 @@ stops acting before anyone reclaims.
 Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old process of the same instance
 id that is merely stalled is fenced off by term while the new one takes its rows back at once.
 
+A machine that could not be reached before any byte of a job was sent (it died while warm) is retired and its job
+handed back to the queue in its place, at most once (thermostat.policy.pool.hand_back; hand_back.py; issue 29).
+
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 notifications for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a second. A
 completion notifies only where a wait may be in another process: the channel of the process whose sync
