@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from tests.fixtures.metrics import scrape
+from tests.fixtures.metrics import assert_documented, scrape
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     RunningPool,
@@ -121,6 +121,7 @@ async def test_a_job_sent_to_a_warm_machine_that_died_runs_on_a_new_machine(
         assert (event.worker_id, event.terminal_state) == (job.worker_id, "completed")
         await no_machine_but(pool_store, {job.worker_id})
         families = await scrape(pool.metrics_port)
+        assert_documented(families)
         refused = families["thermostat_pool_jobs_refused_total"]
         labels = {"machine_type": "local", "backend": "local", "cause": "refused"}
         assert refused.value(**labels, decision="hand_back") == 1
