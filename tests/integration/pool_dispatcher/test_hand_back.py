@@ -215,7 +215,11 @@ async def test_a_cancel_landing_before_the_hand_back_stands_and_no_machine_is_st
         await kill(pool, pool_store, dead)
         job = await pool.finished((await pool.submit(b"cancelled meanwhile")).id)
         assert (job.state, job.handed_to_machines, job.has_result) == ("cancelled", 1, False)
-        [event] = await usage_of(pool, job.id)
+
+        async def metered() -> list[pool_pb2.UsageEvent] | None:  # the cancel is at once, its usage at the runner's end
+            return await usage_of(pool, job.id) or None
+
+        [event] = await eventually(metered, timeout=20, every=0.05)
         assert event.terminal_state == "cancelled"
         await no_machine_but(pool_store, set())
         await pool.dispatcher.place()
