@@ -255,6 +255,42 @@ async def test_a_job_that_times_out_is_504_with_state_and_error(edge) -> None:
     assert body["state"] == "timed_out" and body["error"]
 
 
+async def test_a_warm_machine_killed_and_a_job_submitted_at_once_is_200_from_a_new_machine(
+    served: tuple[RunningPool, httpx.AsyncClient], store: Store
+) -> None:
+    """Issue 29 through the edge: the tenant's warm machine dies behind the pool's back and the next sync submit,
+    sent at once (inside the probes' window), comes back 200 with its result from a new machine, the job saying
+    it was handed to two; the dead machine is retired."""
+    pool, edge = served
+    tenant = fresh_tenant()
+    warm = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "local"}, content=b"warm", headers=tenant_headers(tenant)
+    )
+    assert warm.status_code == 200, warm.text
+    [dead] = [w["id"] for w in (await edge.get("/v1/workers", headers=tenant_headers(tenant))).json()]
+    async with store.pool.acquire() as connection:
+        provider = await connection.fetchval("SELECT provider_id FROM pool_machines WHERE id = $1::uuid", dead)
+    process = pool.backend._children[provider]
+    process.kill()
+    await process.wait()
+    reply = await edge.post(
+        "/v1/jobs/sync", params={"machine_type": "local"}, content=BINARY, headers=tenant_headers(tenant)
+    )
+    assert (reply.status_code, reply.content) == (200, BINARY), reply.text[:200]
+    usage = (await edge.get("/v1/usage", headers=tenant_headers(tenant))).json()
+    assert [e["worker_id"] == dead for e in usage] == [True, False]  # one event per job, none for the hand-back
+    job = await finished(edge, usage[1]["job_id"], tenant)
+    assert set(job) == JOB_FIELDS
+    assert (job["state"], job["handed_to_machines"], job["error"]) == ("completed", 2, None)
+    assert job["worker_id"] not in (None, dead)
+
+    async def retired() -> bool | None:
+        workers = (await edge.get("/v1/workers", headers=tenant_headers(tenant))).json()
+        return True if [w["id"] for w in workers] == [job["worker_id"]] else None
+
+    await eventually(retired, timeout=20, every=0.05)
+
+
 # --- POST /v1/jobs/batch ----------------------------------------------------------------------------------------
 
 BATCH_JOB_KNOWN = "known: machine_type, payload, priority, session_id, timeout_seconds, wait_seconds"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.live.conftest import live_spec, until_healthy
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
@@ -58,8 +59,14 @@ def daemon() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def worker_image(daemon: Any) -> Iterator[str]:
-    """deploy/worker/Dockerfile built from a context holding only what it copies."""
+    """deploy/worker/Dockerfile built from a context holding only what it copies (POOL_LIVE_WORKER_IMAGE names an
+    image of it built already instead, for a daemon that cannot pull the Dockerfile's base image)."""
     from testcontainers.core.image import DockerImage
+
+    prebuilt = os.environ.get("POOL_LIVE_WORKER_IMAGE", "").strip()
+    if prebuilt:
+        yield prebuilt
+        return
 
     context = Path(tempfile.mkdtemp(prefix="worker-image"))
     try:
@@ -137,3 +144,40 @@ async def test_missing_image_is_the_daemons_message_and_nothing_is_left(backend:
     with pytest.raises(BackendError, match="No such image"):
         await backend.start(live_spec(live_type(image="thermostat-no-such-image:never")))
     assert ours(daemon) == []
+
+
+@pytest.mark.timeout(600)
+async def test_a_warm_container_killed_hands_the_next_job_to_a_new_one(
+    worker_image: str, daemon: Any, database_url: str
+) -> None:
+    """Issue 29 on a real daemon, as it was found: a dispatcher with a docker type (1 CPU, 256 MiB), its warm
+    container killed behind its back, and a job submitted at once completes on a new container; the dead one is
+    removed and nothing of the pool is left after shutdown."""
+    from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
+    from thermostat.store.db import Store
+
+    docker_type = {"name": "docker-cpu", "image": worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
+                   "boot_timeout_seconds": 120}  # fmt: skip
+    env = pool_env([docker_type], POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=POOL)
+    store = await Store.open(database_url, max_size=12, application_name="pool-docker-live")
+    try:
+        async with start_pool(store, env) as pool:
+            first, _ = await pool.run(b"warm", machine_type="docker-cpu", wait_seconds="120")
+            assert first == b"warm"
+            [(dead, container)] = await store.pool.fetch("SELECT id::text, provider_id FROM pool_machines")
+            daemon.client.containers.get(container).kill()
+            body, metadata = await pool.run(b"after the kill", machine_type="docker-cpu", wait_seconds="120")
+            assert (body, metadata["x-pool-job-state"]) == (b"after the kill", "completed")
+            job = await pool.job(metadata["x-pool-job-id"])
+            assert job.worker_id != dead and job.handed_to_machines == 2
+            kept = await store.pool.fetchval("SELECT provider_id FROM pool_machines WHERE id = $1::uuid", job.worker_id)
+
+            async def dead_removed() -> bool | None:
+                return True if [c.id for c in ours(daemon)] == [kept] else None
+
+            await eventually(dead_removed, timeout=30, every=0.2)
+        assert ours(daemon) == []
+    finally:
+        for leftover in ours(daemon):
+            leftover.remove(force=True)
+        await store.close()

@@ -25,6 +25,9 @@ stops acting before anyone reclaims.
 Each start takes a new lease term (LeaseKeeper `new_incarnation`), so an old process of the same instance
 id that is merely stalled is fenced off by term while the new one takes its rows back at once.
 
+A machine that could not be reached before any byte of a job was sent (it died while warm) is retired and its job
+handed back to the queue in its place, at most once (thermostat.policy.pool.hand_back; hand_back.py; issue 29).
+
 Waiting (sync submit, WaitJob) uses in-process events, set by this process's completions and by
 notifications for other processes'; NOTIFY is a hint, so every wait also re-reads the job once a second. A
 completion notifies only where a wait may be in another process: the channel of the process whose sync
@@ -57,7 +60,7 @@ from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
 from thermostat.policy.pool.hint import HintDecision, decide_hint
-from thermostat.policy.pool.job_outcome import decide_job_outcome
+from thermostat.policy.pool.job_outcome import ReplyKind, decide_job_outcome
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import (
     BackendKind,
@@ -87,6 +90,7 @@ from thermostat.store.connections import TRANSIENT_STORE_ERRORS, borrow
 from thermostat.store.keeper import LeaseKeeper
 from thermostat.store.lease import LeaseStore
 
+from .hand_back import hand_back_refused
 from .metrics import PoolMetrics
 from .repository import (
     JOBS_DONE,
@@ -145,6 +149,9 @@ class Hooks:
     before_take_next: Callable[[str], Awaitable[None]] | None = None  # by machine id
     before_wait: Callable[[str], Awaitable[None]] | None = None  # a sync or WaitJob wait, before it registers
     before_submit_batch: Callable[[list[str]], Awaitable[None]] | None = None  # by the batch's job ids
+    before_hand_back: Callable[[str], Awaitable[None]] | None = None  # a refused job, before it is queued again
+    before_place: Callable[[], Awaitable[None]] | None = None  # every placement pass, before it takes the lock
+    before_provider_stop: Callable[[str], Awaitable[None]] | None = None  # a retired machine, by id
 
 
 @dataclass(eq=False)
@@ -908,9 +915,17 @@ class Dispatcher:
                     deadline_seconds=assignment.timeout_seconds,
                     trace=tracing.current_headers(assignment.trace),
                 )
+            refused = None
+            if reply.kind is ReplyKind.UNREACHABLE:  # no byte went out: the job may go to another machine
+                refused = await hand_back_refused(self, assignment, reply, machine_type)
+                if refused.handed_back:
+                    tracing.end_span(span, f"handed back: {reply.error or 'worker unreachable'}")
+                    return
             ended = self.clock()  # idle from here: a reap racing the completion below reads the same instant
             duration = max(0.0, ended - started)
-            outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=assignment.timeout_seconds)
+            outcome = (refused and refused.outcome) or decide_job_outcome(
+                reply, cancelled=False, timeout_seconds=assignment.timeout_seconds
+            )
             tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.hooks.before_complete is not None:
                 await self.hooks.before_complete(assignment.job_id)
@@ -1000,6 +1015,8 @@ class Dispatcher:
 
         Hitting the fleet cap logs one warning per call, however often the pass places again: a capped
         fleet looks exactly like a slow queue from the outside, but a log line per submit would drown it."""
+        if self.hooks.before_place is not None:
+            await self.hooks.before_place()
         held: int | None = None
         async with self._placing:
             self._place_again = True
@@ -1306,6 +1323,8 @@ class Dispatcher:
                     machine_id,
                 )
                 return
+            if self.hooks.before_provider_stop is not None:
+                await self.hooks.before_provider_stop(machine_id)
             try:
                 await self._backend(await self.repo.machine_backend(machine_id) or BackendKind.LOCAL).stop(provider_id)
             except (BackendError, OSError) as error:

@@ -47,6 +47,14 @@ class PoolMetrics:
             "Machines by state (starting, warm, busy, stopping) and backend (local, docker, runpod, fly), pool-wide.",
             ["state", "backend"],
         )
+        self.refused = self.metrics.counter(
+            "thermostat_pool_jobs_refused_total",
+            "Jobs whose machine could not be reached before any byte was sent (a machine that died while warm), by "
+            "machine type, backend, cause (refused, connect_timeout, no_route, unknown_name, tls, network) and "
+            "decision: hand_back (the machine retired, the job queued again in its place) or give_up (the job "
+            "failed: too many machines refused it). The log line names the machine.",
+            ["machine_type", "backend", "cause", "decision"],
+        )
         self.takeover = takeover_counter(self.metrics)
         # The series each job updates, looked up once per label values rather than per job (a family's labels()
         # validates and locks on every call). These families are never cleared, so a child stays theirs.
@@ -71,6 +79,10 @@ class PoolMetrics:
         count, seconds_to_end = ended
         count.inc()
         seconds_to_end.observe(max(0.0, seconds))
+
+    def refusal(self, machine_type: str, backend: str, cause: str, decision: str) -> None:
+        """A machine refused a job (thermostat.policy.pool.hand_back): rare, so the series is looked up each time."""
+        self.refused.labels(machine_type=machine_type, backend=backend, cause=cause, decision=decision).inc()
 
     def count_on_scrape(self, repository: PoolRepository, backends: Iterable[str]) -> None:
         """Refresh jobs and machines by state before each scrape (two small reads, bounded by the scrape); every

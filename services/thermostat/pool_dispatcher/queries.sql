@@ -113,7 +113,8 @@ WITH job AS (
         payload = NULL, owner = NULL, owner_term = NULL
     WHERE id = $1 AND worker_id = $2 AND owner = $7 AND owner_term = $8 AND state IN ('running', 'cancelled')
     RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at, submitted_at, priority,
-              session_id, timeout_seconds, error, result IS NOT NULL AS has_result, done_channel, watched
+              session_id, timeout_seconds, error, result IS NOT NULL AS has_result, done_channel, watched,
+              COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
@@ -146,6 +147,7 @@ WITH job AS (
 SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priority AS job_priority,
        job.session_id AS job_session_id, job.timeout_seconds AS job_timeout_seconds, job.error AS job_error,
        job.started_at AS job_started_at, job.completed_at AS job_completed_at, job.has_result AS job_has_result,
+       job.handed_back AS job_handed_back,
        (SELECT state FROM machine) AS machine_state,
        (SELECT provider_id FROM machine) AS provider_id,
        (SELECT position FROM usage) AS position,
@@ -228,6 +230,41 @@ WITH job AS (
     RETURNING id
 )
 SELECT EXISTS (SELECT 1 FROM job) AS requeued, EXISTS (SELECT 1 FROM freed) AS freed;
+
+-- name: refused_by
+-- The machines that refused a job before now and handed it back, with why (thermostat.policy.pool.hand_back).
+SELECT handed_back_from::text FROM pool_jobs WHERE id = $1;
+
+-- name: hand_back
+-- The running job's machine could not be reached before any byte was sent (thermostat.policy.pool.hand_back):
+-- the machine is retired at once (stopping, as a failed probe streak retires one) and the job goes back to the
+-- queue in its old place (its priority and queue_seq are untouched), this refusal appended to handed_back_from,
+-- with no usage event (it ran for no time). A cancel that landed first (cancelled, still owned: it was running)
+-- or a reclaim wins: nothing changes here and the caller records the end as a completion would. Written again
+-- after a lost answer, it answers handed back once more: the job names this machine among its refusals and is
+-- no longer on it. $1 job, $2 machine, $3 me, $4 term, $5 reason, $6 the machine's last error.
+WITH job AS (
+    UPDATE pool_jobs
+    SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL,
+        handed_back_from = COALESCE(handed_back_from, '[]'::jsonb)
+                           || jsonb_build_array(jsonb_build_object('machine', worker_id::text, 'reason', $5::text))
+    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'running'
+    RETURNING id
+), earlier AS (
+    SELECT 1 FROM pool_jobs
+    WHERE id = $1 AND worker_id IS DISTINCT FROM $2
+      AND handed_back_from @> jsonb_build_array(jsonb_build_object('machine', $2::uuid::text))
+), retired AS (
+    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = $6
+    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+      AND EXISTS (SELECT 1 FROM job)
+    RETURNING provider_id
+)
+SELECT EXISTS (SELECT 1 FROM job) OR EXISTS (SELECT 1 FROM earlier) AS handed_back,
+       COALESCE((SELECT provider_id FROM retired), (
+           SELECT provider_id FROM pool_machines
+           WHERE id = $2 AND owner = $3 AND owner_term = $4 AND state = 'stopping' AND EXISTS (SELECT 1 FROM earlier)
+       )) AS provider_id;
 
 -- name: abandon_running
 -- A running job on a busy machine of this process that no task here drives (its sender ended on an unexpected
@@ -419,23 +456,27 @@ WITH marked AS (
     UPDATE pool_jobs SET watched = true
     WHERE id = $1 AND tenant_id = $2 AND NOT watched
     RETURNING id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
-              error, started_at, completed_at, result IS NOT NULL AS has_result, true AS marked
+              error, started_at, completed_at, result IS NOT NULL AS has_result,
+              COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, true AS marked
 )
 SELECT * FROM marked
 UNION ALL
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
-       error, started_at, completed_at, result IS NOT NULL AS has_result, false AS marked
+       error, started_at, completed_at, result IS NOT NULL AS has_result,
+       COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, false AS marked
 FROM pool_jobs WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM marked);
 
 -- name: get_job
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
-       error, started_at, completed_at, result IS NOT NULL AS has_result
+       error, started_at, completed_at, result IS NOT NULL AS has_result,
+       COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
 FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 
 -- name: get_job_result
 -- The job as callers see it and, once it has one, its result: what a sync wait answers, in one read.
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
-       error, started_at, completed_at, result IS NOT NULL AS has_result, result
+       error, started_at, completed_at, result IS NOT NULL AS has_result,
+       COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, result
 FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 
 -- name: get_result

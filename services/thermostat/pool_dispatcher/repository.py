@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from thermostat.policy.pool.hand_back import Refusal, handed_to_machines
 from thermostat.policy.pool.machines import Machine, MachineState
 from thermostat.policy.pool.queue_order import QueuedJob
 from thermostat.store.connections import borrow
@@ -65,6 +66,21 @@ class JobView:
     started_at: datetime | None
     completed_at: datetime | None
     has_result: bool
+    handed_back: int = 0  # machines that could not be reached with it and handed it back (issue 29)
+
+    @property
+    def handed_to_machines(self) -> int:
+        """How many machines the job was handed to (thermostat.policy.pool.hand_back)."""
+        return handed_to_machines(refused=self.handed_back, on_machine=self.worker_id is not None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandedBack:
+    """A hand-back's answer: whether the job is queued again (else a cancel or a reclaim won) and, its machine
+    being retired, where to stop it (None: no provider machine, or the machine is no longer this process's)."""
+
+    handed_back: bool
+    provider_id: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,6 +273,7 @@ def _job(row: asyncpg.Record) -> JobView:
         started_at=row["started_at"],
         completed_at=row["completed_at"],
         has_result=row["has_result"],
+        handed_back=row.get("handed_back") or 0,  # a statement that names no column: a new job, never handed back
     )
 
 
@@ -518,6 +535,7 @@ class PoolRepository:
                 started_at=row["job_started_at"],
                 completed_at=row["job_completed_at"],
                 has_result=row["job_has_result"],
+                handed_back=row["job_handed_back"],
             )
         return Completion(
             job_state=row["job_state"],
@@ -637,6 +655,28 @@ class PoolRepository:
                 )
             )
         return bool(row["requeued"])
+
+    async def refused_by(self, job_id: str) -> tuple[Refusal, ...]:
+        """The machines that refused the job before now and handed it back (thermostat.policy.pool.hand_back)."""
+        async with borrow(self.pool) as c:
+            raw = await c.fetchval(Q["refused_by"], uuid.UUID(job_id))
+        return tuple(Refusal(machine_id=r["machine"], reason=r["reason"]) for r in json.loads(raw or "[]"))
+
+    async def hand_back(self, job_id: str, machine_id: str, owner: Owner, refusal: Refusal) -> HandedBack:
+        """Retire the machine that refused the running job and queue the job again in its place (see the SQL)."""
+        async with borrow(self.pool) as c:
+            row = _one(
+                await c.fetchrow(
+                    Q["hand_back"],
+                    uuid.UUID(job_id),
+                    uuid.UUID(machine_id),
+                    owner.instance,
+                    owner.term,
+                    refusal.reason,
+                    f"could not be reached with job {job_id}: {refusal.reason}",
+                )
+            )
+        return HandedBack(handed_back=bool(row["handed_back"]), provider_id=row["provider_id"])
 
     async def abandon_running(
         self, job_id: str, machine_id: str, owner: Owner, reason: str

@@ -125,6 +125,7 @@ def job_json(job: JobView) -> dict[str, Any]:
         "started_at": _epoch(job.started_at),
         "completed_at": _epoch(job.completed_at),
         "has_result": job.has_result,
+        "handed_to_machines": job.handed_to_machines,
     }
 
 
@@ -171,6 +172,7 @@ def job_message(job: JobView) -> pool_pb2.Job:
         priority=job.priority,
         timeout_seconds=job.timeout_seconds,
         has_result=job.has_result,
+        handed_to_machines=job.handed_to_machines,
     )
     for name in ("session_id", "worker_id", "error"):
         if getattr(job, name) is not None:

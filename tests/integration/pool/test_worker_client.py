@@ -134,11 +134,10 @@ async def test_deadline_is_wall_clock_not_per_read() -> None:
 
 
 async def test_closed_port_is_unreachable_with_the_os_reason_and_never_the_token() -> None:
-    """Nothing listening: UNREACHABLE (the policy retires the machine)."""
+    """Nothing listening: UNREACHABLE, cause refused (the hand-back policy sends the job elsewhere)."""
     async with WorkerClient() as client:
         reply = await client.execute(f"http://127.0.0.1:{free_port()}", MACHINE_TOKEN, b"", deadline_seconds=5)
-    assert reply.kind is ReplyKind.UNREACHABLE
-    assert reply.error == "Connection refused"
+    assert (reply.kind, reply.error, reply.cause) == (ReplyKind.UNREACHABLE, "Connection refused", "refused")
 
 
 async def test_connection_dropped_mid_reply_is_broken() -> None:
@@ -190,6 +189,12 @@ async def test_cancel_reaches_the_running_build(backend: LocalBackend, client: W
         assert (reply.kind, reply.status) == (ReplyKind.ANSWERED, 409)
         wrong = await client.cancel(handle.endpoint, "not-the-token", "build-7")
         assert wrong.status == 401
+
+
+async def test_an_unknown_host_name_is_unreachable_with_its_cause() -> None:
+    async with WorkerClient() as client:
+        reply = await client.execute("http://no-such-host.invalid:8080", MACHINE_TOKEN, b"", deadline_seconds=5)
+    assert (reply.kind, reply.cause) == (ReplyKind.UNREACHABLE, "unknown_name")
 
 
 async def test_cancel_to_an_unreachable_machine_reports_no_status() -> None:

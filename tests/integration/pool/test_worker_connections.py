@@ -447,6 +447,7 @@ async def test_no_connection_within_the_connect_timeout_is_unreachable_and_withi
             unreachable = await client.execute(url, TOKEN, b"{}", deadline_seconds=30)
             deadline = await client.execute(url, TOKEN, b"{}", deadline_seconds=0.1)  # the job's deadline first
     assert (unreachable.kind, unreachable.error) == (ReplyKind.UNREACHABLE, "no connection within 0.3 s")
+    assert unreachable.cause == "connect_timeout"
     assert deadline.kind is ReplyKind.DEADLINE
 
 
@@ -503,5 +504,5 @@ async def test_an_https_worker_whose_certificate_is_not_trusted_is_unreachable(c
     """The default context (the system's CAs) refuses a self-signed certificate: the payload never leaves."""
     async with tls_worker(certificate) as url, WorkerClient() as client:
         reply = await client.execute(url, TOKEN, b"payload", deadline_seconds=5)
-    assert reply.kind is ReplyKind.UNREACHABLE
+    assert (reply.kind, reply.cause) == (ReplyKind.UNREACHABLE, "tls")
     assert "certificate verify failed" in reply.error and TOKEN not in reply.error

@@ -43,6 +43,7 @@ JOB_FIELDS = frozenset(
         "started_at",
         "completed_at",
         "has_result",
+        "handed_to_machines",
     }
 )
 """The seed's job JSON fields (and the Job message's): exactly these, never a payload, result or credential."""

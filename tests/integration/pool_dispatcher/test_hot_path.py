@@ -149,21 +149,6 @@ async def test_a_worker_500_fails_the_job_and_keeps_the_machine(pool_store: Stor
         assert [e.terminal_state for e in await pool.usage()] == ["failed"]
 
 
-async def test_an_unreachable_machine_fails_the_job_and_is_retired(pool: RunningPool) -> None:
-    _, metadata = await pool.run(b"warm up")
-    machine = (await pool.job(metadata["x-pool-job-id"])).worker_id
-    [worker] = await pool.workers()
-    provider = next(iter(pool.backend._children))  # the one child this backend started
-    pool.backend._children[provider].kill()
-    await pool.backend._children[provider].wait()
-    body, failed = await pool.run(b"lost")
-    assert failed["x-pool-job-state"] == "failed"
-    assert b"unreachable" in body or b"failed" in body
-    assert machine == (await pool.job(failed["x-pool-job-id"])).worker_id
-    await no_workers(pool)
-    assert worker.id == machine
-
-
 async def test_job_views_never_carry_payload_result_or_credentials(pool: RunningPool) -> None:
     _, metadata = await pool.run(b"secret-payload")
     job = await pool.job(metadata["x-pool-job-id"])

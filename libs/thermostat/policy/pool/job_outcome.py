@@ -9,7 +9,9 @@ The worker-pool seed: "The caller has to be able to tell 'your code raised' from
   so it cannot take the next one. The deadline is wall-clock for the whole call (the job's
   timeout_seconds), not a per-read timeout a worker streaming a byte a minute would never trip.
 - The worker could not be reached, the connection broke mid-reply, or anything unexpected: the job failed,
-  and the machine is retired; a machine in an unknown state is not trusted with the next job.
+  and the machine is retired; a machine in an unknown state is not trusted with the next job. (Unreachable is
+  first offered to thermostat.policy.pool.hand_back: no byte was sent, so the job goes to another machine, and
+  fails here only once it may not be handed back again.)
 - A gateway status (502, 503, 504, or Cloudflare's 520-524) is the provider's proxy in front of the machine
   saying it could not reach the worker (RunPod's pod proxy, a Fly or Docker front door): unreachable, as
   above, with the machine retired. The reference worker answers a failed job with 500, never a gateway
@@ -53,6 +55,7 @@ class WorkerReply:
     status: int | None = None
     body: bytes = b""
     error: str = ""
+    cause: str = ""  # UNREACHABLE's kind in a word: refused, connect_timeout, no_route, unknown_name, tls, network
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

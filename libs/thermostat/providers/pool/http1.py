@@ -33,6 +33,7 @@ Their texts never carry a request header (the caller's token).
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import select
 import socket
@@ -55,7 +56,12 @@ _AGENT = "User-Agent: thermostat-pool\r\n"  # as aiohttp sent one: a provider's 
 
 
 class Unreachable(Exception):
-    """No connection could be made; the text is the OS's (or the TLS library's) reason."""
+    """No connection could be made; the text is the OS's (or the TLS library's) reason, `cause` its kind in a word
+    (refused, connect_timeout, no_route, unknown_name, tls, network): no byte of a request was sent."""
+
+    def __init__(self, reason: str, *, cause: str = "network") -> None:
+        super().__init__(reason)
+        self.cause = cause
 
 
 class Broken(Exception):
@@ -218,9 +224,9 @@ class Http1Pool:
                     server_hostname=origin.host if tls is not None else None,
                 )
         except TimeoutError:
-            raise Unreachable(f"no connection within {self._connect_timeout:g} s") from None
+            raise Unreachable(f"no connection within {self._connect_timeout:g} s", cause="connect_timeout") from None
         except OSError as error:  # refused, unreachable, unknown name; ssl.SSLError (a refused certificate) too
-            raise Unreachable(_reason(error)) from None
+            raise Unreachable(_reason(error), cause=_cause(error)) from None
         return connection
 
     def _tls(self) -> ssl.SSLContext:
@@ -243,6 +249,22 @@ def _reason(error: OSError) -> str:
     if error.errno and not isinstance(error, (ssl.SSLError, socket.gaierror)):
         return os.strerror(error.errno)
     return error.strerror or str(error) or type(error).__name__
+
+
+_NO_ROUTE = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN})
+
+
+def _cause(error: OSError) -> str:
+    """A failed connect's kind in a word, for a metric's label (the OS's text is the log's)."""
+    if isinstance(error, ssl.SSLError):
+        return "tls"
+    if isinstance(error, socket.gaierror):
+        return "unknown_name"
+    if isinstance(error, ConnectionRefusedError):
+        return "refused"
+    if error.errno in _NO_ROUTE:
+        return "no_route"
+    return "network"
 
 
 class _Connection(asyncio.Protocol):

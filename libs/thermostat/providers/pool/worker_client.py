@@ -15,7 +15,8 @@ Theory of operation:
 - `execute` has one wall-clock deadline for the whole call, connect to last byte: the job's timeout. A
   per-read timeout would let a worker trickling a byte a minute hold a job forever. It reports a typed
   `WorkerReply` that the job-outcome policy maps; it never raises for what the worker did: no connection
-  (refused, connect timeout, a TLS certificate refused) is UNREACHABLE with the OS's reason, a connection lost
+  (refused, connect timeout, a TLS certificate refused) is UNREACHABLE with the OS's reason and its kind in a word
+  (`cause`: no byte of the request went out, so the dispatcher may hand the job to another machine), a connection lost
   or an answer that is not HTTP is BROKEN, the deadline is DEADLINE.
 - The payload goes out verbatim with no Content-Type (worker-pool seed: "the pool forwards it verbatim and sets no
   content type"); W3C `traceparent` / `tracestate` given with the job are forwarded (inside a recorded trace,
@@ -135,7 +136,7 @@ class WorkerClient:
                 return WorkerReply(kind=ReplyKind.DEADLINE)
             return WorkerReply(kind=ReplyKind.BROKEN, error=type(error).__name__)
         except Unreachable as error:
-            return WorkerReply(kind=ReplyKind.UNREACHABLE, error=str(error))
+            return WorkerReply(kind=ReplyKind.UNREACHABLE, error=str(error), cause=error.cause)
         except (Broken, ValueError) as error:
             return WorkerReply(kind=ReplyKind.BROKEN, error=str(error))
         if answer.too_large:
