@@ -24,38 +24,18 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import asyncpg
 import pytest
 
+from tests.integration.pool_dispatcher.pool_sql import pool_blocks, statement
 from thermostat.policy.pool.jobs import JOB_TRANSITIONS, JobEvent, JobState
 from thermostat.policy.pool.machines import MACHINE_TRANSITIONS, MachineEvent, MachineState
-from thermostat.store.sql import load_sql
 
-ROOT = Path(__file__).resolve().parents[3]
-POOL_SQL = ROOT / "services" / "thermostat" / "pool_dispatcher"
 _WRITES = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+pool_(jobs|machines)\b", re.IGNORECASE)
-
-
-def pool_blocks() -> dict[str, str]:
-    """Every named block of every `.sql` file of the pool dispatcher."""
-    blocks: dict[str, str] = {}
-    for path in sorted(POOL_SQL.rglob("*.sql")):
-        for name, sql in load_sql(path).items():
-            assert name not in blocks, f"block {name!r} is defined in two pool SQL files"
-            blocks[name] = sql
-    return blocks
-
-
-def _statement(sql: str) -> str:
-    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-
-
 BLOCKS = pool_blocks()
-WRITERS = sorted(name for name, sql in BLOCKS.items() if _WRITES.search(_statement(sql)))
+WRITERS = sorted(name for name, sql in BLOCKS.items() if _WRITES.search(statement(sql)))
 
-J, M, N = JobState, MachineState, None
 JE, ME_ = JobEvent, MachineEvent
 ME = ("me", 3)
 OLD_TERM = ("me", 2)
