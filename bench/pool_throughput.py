@@ -82,7 +82,13 @@ from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc  # noqa: E402
 from thermostat.providers.pool.local import LocalBackend  # noqa: E402
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
 from thermostat.store.db import apply_migrations  # noqa: E402
-from tools.envoy_config import EdgeSpec, build_envoy_config, upstreams  # noqa: E402
+
+# bench/pool_throughput_ab.py also runs this module on a baseline from before the edge's config generator moved to
+# tools/ (issue 22): on that baseline's PYTHONPATH its libs/thermostat/edge is found, and builds A's edge
+try:
+    from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams
+except ModuleNotFoundError:
+    from tools.envoy_config import EdgeSpec, build_envoy_config, upstreams
 
 API_TOKEN = "bench-pool-token"  # noqa: S105 - a throw-away token for loopback processes
 TENANT = "bench"
