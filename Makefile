@@ -40,7 +40,7 @@ node_modules/.bin/buf: package.json
 	@touch $@
 
 k8s: proto ## write deploy/k8s/ (kustomize base), deploy/edge/envoy.yaml and deploy/compose.yaml from the registry
-	@$(BIN)/python tools/k8s_manifests.py
+	@$(BIN)/python -m tools.k8s_manifests
 
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
 	@$(BIN)/python -m thermostat.dev.stack

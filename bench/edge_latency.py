@@ -40,8 +40,8 @@ import httpx  # noqa: E402
 
 from tests.e2e.edge_server import SERVICE, start_edge_test_server  # noqa: E402
 from thermostat.dev.envoy import EnvoyProcess, start_envoy  # noqa: E402
-from thermostat.edge.envoy_config import REST_FILTER, EdgeSpec, Upstream, build_envoy_config  # noqa: E402
 from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc  # noqa: E402
+from tools.envoy_config import REST_FILTER, EdgeSpec, Upstream, build_envoy_config  # noqa: E402
 
 WARMUP = 200
 BUDGET_S = 300.0

@@ -42,7 +42,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # noqa: E402
 from thermostat.chassis.ports import free_port  # noqa: E402
 from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.dev.envoy import EnvoyProcess, start_envoy  # noqa: E402
-from thermostat.edge.envoy_config import (  # noqa: E402
+from tools.envoy_config import (  # noqa: E402
     HEALTH_FILTER,
     REST_FILTER,
     TRANSCODER,

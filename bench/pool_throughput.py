@@ -6,7 +6,7 @@ Run: .venv/bin/python bench/pool_throughput.py [--jobs 3000] [--clients 32] [--s
 Issue 10's first measure. One embedded Postgres (fsync off), two `python -m thermostat.pool_dispatcher`
 processes on it (real subprocesses, instance ids bench-a and bench-b), one machine type `echo` running the
 reference worker (`python -m thermostat.worker`, echo handler) through the local backend with
-`max_workers: 4`, warmed before measuring, and the real Envoy edge (thermostat.edge.envoy_config, started
+`max_workers: 4`, warmed before measuring, and the real Envoy edge (tools.envoy_config, started
 with thermostat.dev.envoy) whose pool cluster holds both processes. Paths, each with `--clients` concurrent
 callers, in `--rounds` rounds whose order rotates (the median round is printed, every round beside it):
 
@@ -77,12 +77,18 @@ from thermostat.chassis.ports import free_port  # noqa: E402
 from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.dev.envoy import EnvoyProcess, start_envoy  # noqa: E402
-from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams  # noqa: E402
 from thermostat.policy.pool.job_batch import MAX_BATCH_JOBS  # noqa: E402
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc  # noqa: E402
 from thermostat.providers.pool.local import LocalBackend  # noqa: E402
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
 from thermostat.store.db import apply_migrations  # noqa: E402
+
+# bench/pool_throughput_ab.py also runs this module on a baseline from before the edge's config generator moved to
+# tools/ (issue 22): on that baseline's PYTHONPATH its libs/thermostat/edge is found, and builds A's edge
+try:
+    from thermostat.edge.envoy_config import EdgeSpec, build_envoy_config, upstreams
+except ModuleNotFoundError:
+    from tools.envoy_config import EdgeSpec, build_envoy_config, upstreams
 
 API_TOKEN = "bench-pool-token"  # noqa: S105 - a throw-away token for loopback processes
 TENANT = "bench"

@@ -8,13 +8,13 @@
   gRPC startup/readiness/liveness probes on grpc.health.v1, resources, Secrets by reference), a headless Service,
   a PodDisruptionBudget and a NetworkPolicy admitting only the edge and the services to its port;
 - `edge.yaml`: Envoy as the ingress (Deployment, Service, PodDisruptionBudget) and `edge-config.yaml`, the
-  ConfigMap holding its config (thermostat.edge.envoy_config.deployment_spec, the generator `make run` uses)
+  ConfigMap holding its config (tools.envoy_config.deployment_spec, the generator `make run` uses)
   and the descriptor set from build/ (`make proto`) as binaryData.
 `deploy/edge/envoy.yaml` is the same config for the compose edge image, and `deploy/compose.yaml` runs the same
 services on one host over a real Postgres. Everything is committed; `tools/deploy_check.py` (`make lint`, and
 tests/unit/deploy) fails when a file differs from what this writes or disagrees with the registry.
 
-`python tools/k8s_manifests.py --check` exits 1 when a committed file is stale.
+`python -m tools.k8s_manifests --check` exits 1 when a committed file is stale.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from google.protobuf import descriptor_pb2
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.registry import SERVICES, ServiceDef
 from thermostat.chassis.server import LIVENESS
-from thermostat.edge.envoy_config import DEFAULT_LISTEN_PORT, DEFAULT_STATS_PORT, deployment_spec, render_envoy_config
+from tools.envoy_config import DEFAULT_LISTEN_PORT, DEFAULT_STATS_PORT, deployment_spec, render_envoy_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -37,8 +37,8 @@ from thermostat.chassis.logs import JsonFormatter, RedactingFilter
 from thermostat.chassis.registry import IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER, SERVICES
 from thermostat.dev.envoy import start_envoy
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, build_envoy_config, upstreams
 from thermostat.store.db import Store
+from tools.envoy_config import EdgeSpec, HealthCheckTiming, build_envoy_config, upstreams
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTORS = ROOT / "build" / "thermostat.pb"

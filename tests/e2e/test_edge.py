@@ -19,7 +19,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
 from thermostat.chassis.ports import free_port
 from thermostat.dev.envoy import EnvoyError, EnvoyProcess, start_envoy, validate_config
-from thermostat.edge.envoy_config import (
+from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc
+from tools.envoy_config import (
     DEFAULT_LISTEN_PORT,
     HEALTH_FILTER,
     PLUMBING_FILTER,
@@ -30,7 +31,6 @@ from thermostat.edge.envoy_config import (
     listen_port_from_env,
     write_envoy_config,
 )
-from thermostat.edgetest.v1 import edgetest_pb2, edgetest_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTORS = ROOT / "build" / "edgetest.pb"

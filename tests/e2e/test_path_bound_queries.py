@@ -20,7 +20,7 @@ from tests.e2e.edge_server import SERVICE, RunningServer, start_edge_test_server
 from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, public_services
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
-from thermostat.edge.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, upstreams, write_envoy_config
+from tools.envoy_config import EdgeSpec, HealthCheckTiming, Upstream, upstreams, write_envoy_config
 
 ROOT = Path(__file__).resolve().parents[2]
 HOUSE = ROOT / "build" / "thermostat.pb"

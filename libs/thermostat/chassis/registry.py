@@ -1,7 +1,7 @@
 """Thermostat's services, once: the registry the rest of the house is driven from.
 
 Each entry names a service's process, port, package and gRPC surface. From it come the dev stack's
-processes and ports (thermostat.dev.stack), the edge's upstreams and routes (thermostat.edge.envoy_config),
+processes and ports (thermostat.dev.stack), the edge's upstreams and routes (tools.envoy_config),
 each service's default port (its settings) and the addresses services reach each other on, the
 Prometheus metrics ports (`metrics_port_env`, `default_metrics_port`), the
 Kubernetes manifests (`make k8s`, tools/k8s_manifests.py) and the import-linter contracts' module lists

@@ -11,11 +11,11 @@ Time is the injected `clock` (the lease keeper's too): a test steps it and count
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.store.keeper import LeaseKeeper
+from thermostat.store.leader import LeaseLeader
 from thermostat.store.lease import LeaseStore
 
 from .metrics import MonitorMetrics
@@ -40,49 +40,34 @@ class PodLeader:
     ) -> None:
         self.metrics = metrics  # the pod's series, dropped when this replica stops ticking it
         self.ticker = ticker
-        self.leases = leases
         self.states = states
-        self.replica = replica
-        self.lease_seconds = lease_seconds
         self.check_seconds = check_seconds
         self.clock = clock
-        self.keeper: LeaseKeeper | None = None
+        name = ticker.pod_name
+        self.leader = LeaseLeader(
+            leases,
+            name=f"monitor:{name.casefold()}",
+            holder=replica,
+            ttl=lease_seconds,
+            # a store blip right after winning pauses this long, then campaigns anew: nobody else would tick it
+            retry_seconds=min(lease_seconds / 3, check_seconds),
+            lead=self._lead,
+            log=log,
+            what=f"pod {name}",
+            clock=clock,
+            stepped_down=self._stepped_down,
+        )
 
     @property
     def leading(self) -> bool:
-        return self.keeper is not None and self.keeper.is_trusted()
+        return self.leader.leading
 
     async def run(self) -> None:
-        name = self.ticker.pod_name
-        while True:
-            keeper = LeaseKeeper(
-                self.leases,
-                name=f"monitor:{name.casefold()}",
-                holder=self.replica,
-                ttl=self.lease_seconds,
-                clock=self.clock,
-            )
-            lease = await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.check_seconds))
-            self.keeper = keeper
-            log.info("pod %s: this replica ticks it (lease term %d)", name, lease.term)
-            try:
-                await self._lead(keeper)
-            except Exception:
-                # a store blip right after winning must not end this pod's leader task for good: nobody would
-                # tick (and stop) the pod again; release, pause, campaign anew
-                log.exception("pod %s: leading failed; campaigning again", name)
-                await self.clock.sleep(min(self.lease_seconds / 3, self.check_seconds))
-            finally:
-                self.keeper = None
-                if self.metrics is not None:
-                    self.metrics.forget(name)  # the next holder reports the pod from here
-                with contextlib.suppress(Exception):
-                    await keeper.release()
-            log.warning(
-                "pod %s: lease lost (%s); another replica ticks it",
-                name,
-                keeper.loss.reason if keeper.loss else "released",
-            )
+        await self.leader.run()
+
+    def _stepped_down(self) -> None:
+        if self.metrics is not None:
+            self.metrics.forget(self.ticker.pod_name)  # the next holder reports the pod from here
 
     async def _lead(self, keeper: LeaseKeeper) -> None:
         saved = await self.states.load(self.ticker.pod_name)

@@ -30,6 +30,7 @@ from thermostat.chassis.timestamps import from_timestamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.store.keeper import LeaseKeeper
+from thermostat.store.leader import LeaseLeader
 from thermostat.store.lease import LeaseStore
 
 from .metrics import MeteringMetrics
@@ -239,7 +240,7 @@ class Ledger:
 
 
 class LedgerLeader:
-    """Runs the ledger on the one replica that holds the ingest lease."""
+    """Runs the ledger on the one replica that holds the ingest lease (`metering:ingest`, a LeaseLeader)."""
 
     def __init__(
         self,
@@ -252,26 +253,28 @@ class LedgerLeader:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.ledger = ledger
-        self.leases = leases
-        self.replica = replica
-        self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self.clock = clock
+        self.leader = LeaseLeader(
+            leases,
+            name="metering:ingest",
+            holder=replica,
+            ttl=lease_seconds,
+            retry_seconds=min(lease_seconds / 3, poll_seconds),
+            lead=self._ingest,
+            log=log,
+            what="ledger ingest",
+            clock=clock,
+        )
 
     async def run(self) -> None:
-        while True:
-            keeper = LeaseKeeper(
-                self.leases, name="metering:ingest", holder=self.replica, ttl=self.lease_seconds, clock=self.clock
-            )
-            await keeper.campaign(retry_interval=min(self.lease_seconds / 3, self.poll_seconds))
-            log.info("this replica ingests the ledger")
+        await self.leader.run()
+
+    async def _ingest(self, keeper: LeaseKeeper) -> None:
+        """While the lease is trusted: catch the feeds up, then wait a poll interval."""
+        while keeper.is_trusted():
             try:
-                while keeper.is_trusted():
-                    try:
-                        await self.ledger.run_once()
-                    except Exception:
-                        log.exception("ledger ingest failed; retrying")
-                    await self.clock.sleep(self.poll_seconds)
-            finally:
-                with contextlib.suppress(Exception):
-                    await keeper.release()
+                await self.ledger.run_once()
+            except Exception:
+                log.exception("ledger ingest failed; retrying")
+            await self.clock.sleep(self.poll_seconds)

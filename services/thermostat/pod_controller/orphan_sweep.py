@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.periodic import Periodic
 from thermostat.policy.common.orphan_sweep import OrphanSweep
 from thermostat.policy.common.pod_options import PodOptions
@@ -51,6 +52,7 @@ class PodOrphanSweeper:
         every_seconds: float,
         replica: str,
         metrics: PodMetrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._metrics = metrics or PodMetrics()
         self._client = client
@@ -61,8 +63,9 @@ class PodOrphanSweeper:
         self.every_seconds = every_seconds
         self._replica = replica
         self._previous: tuple[PodOrphan, ...] = ()
-        # on the event loop's clock, like the pool's sweep: minutes apart, no test steps through them
-        self._loop = Periodic("pod-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep")
+        # the system clock unless a test injects one (assemble does not pass the controller's: its tests step that
+        # clock through wakes, and a sweep minutes apart must not run at each step)
+        self._loop = Periodic("pod-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep", clock=clock)
 
     async def scan(self) -> tuple[PodOrphan, ...]:
         """The orphans as of now, judged without acting; ListingUnreadable when RunPod cannot be listed."""

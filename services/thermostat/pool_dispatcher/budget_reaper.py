@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.periodic import Periodic
 from thermostat.policy.pool.machines import MachineState
 
@@ -21,12 +22,14 @@ log = logging.getLogger("thermostat.pool_dispatcher.budget")
 
 
 class BudgetReaper:
-    def __init__(self, dispatcher: Dispatcher, gate: BudgetGate, *, every_seconds: float) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, gate: BudgetGate, *, every_seconds: float, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.dispatcher = dispatcher
         self.gate = gate
         self.every_seconds = every_seconds
         self._loop = Periodic(
-            "pool-budget-reaper", every_seconds, self.reap_over_budget, log=log, what="budget reaping"
+            "pool-budget-reaper", every_seconds, self.reap_over_budget, log=log, what="budget reaping", clock=clock
         )
 
     async def reap_over_budget(self) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.periodic import Periodic
 from thermostat.policy.pool.orphans import ListedMachine, Orphan, OrphanSweep, find_orphans, to_terminate
 from thermostat.providers.pool.backend import BackendError
@@ -33,14 +34,22 @@ class FoundOrphan:
 
 
 class OrphanSweeper:
-    def __init__(self, dispatcher: Dispatcher, *, mode: OrphanSweep, prefix: str, every_seconds: float) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        mode: OrphanSweep,
+        prefix: str,
+        every_seconds: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.dispatcher = dispatcher
         self.mode = mode
         self.prefix = prefix
         self.every_seconds = every_seconds
         self.last: tuple[FoundOrphan, ...] = ()
         self.found_total = 0
-        self._loop = Periodic("pool-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep")
+        self._loop = Periodic("pool-orphan-sweep", every_seconds, self.sweep, log=log, what="orphan sweep", clock=clock)
 
     async def sweep(self) -> tuple[FoundOrphan, ...]:
         """One pass over every listing backend: the orphans found (and, in terminate mode, which were ended)."""

@@ -3,7 +3,9 @@
 
 -- name: submit
 -- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
--- current image (session affinity first, then most recently active) unless a queued job of that tenant and
+-- current image (session affinity first, then most recently active, then the id: the one rule for which warm
+-- machine takes a job, tests/integration/pool_dispatcher/test_warm_choice.py; `IS TRUE`: a machine with no
+-- session compares NULL, which DESC would sort before the affine one) unless a queued job of that tenant and
 -- type with at least this priority is ahead of it. Claimed, the job is this process's on that machine and
 -- goes out right after the answer. $13 (send now: the lease was trusted for the call before the statement):
 -- this statement is the job's conditional send, `running` from here with no mark_sent. About as safe (the
@@ -25,7 +27,7 @@ WITH ahead AS (
     SELECT id FROM pool_machines
     WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4
       AND NOT EXISTS (SELECT 1 FROM ahead)
-    ORDER BY ($6::text IS NOT NULL AND session_id = $6) DESC, last_active_at DESC NULLS LAST, id
+    ORDER BY ($6::text IS NOT NULL AND session_id = $6) IS TRUE DESC, last_active_at DESC NULLS LAST, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), taken AS (

@@ -23,6 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.services import (
     INTERNAL_TOKEN,
     SIM_API_KEY,
@@ -58,19 +59,6 @@ SCRAPE_TIMEOUT = 10.0
 MONITOR_LOG = "thermostat.idle_monitor"
 
 
-class ManualClock:
-    """ManualClock stands still until the rig advances it: lifecycle and model-load delays need no sleeping.
-
-    It starts at the current minute, so readiness and wakes (stamped by the database clock) line up.
-    """
-
-    def __init__(self) -> None:
-        self.now = float(int(time.time()) // 60 * 60)
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def monitor_options(**env: str) -> MonitorOptions:
     options, warnings = parse_monitor_options(env)
     assert not warnings, warnings
@@ -82,7 +70,7 @@ class MonitorRig:
     """One named pod's monitor, its controller and the simulated account behind both."""
 
     sim: RunPodSimulator
-    clock: ManualClock
+    clock: FakeClock
     controller: RunningService
     internal: pods_pb2_grpc.PodControllerInternalStub
     pods: pods_pb2_grpc.PodControllerStub
@@ -112,10 +100,10 @@ class MonitorRig:
 
     @property
     def now(self) -> datetime:
-        return datetime.fromtimestamp(self.clock.now, UTC)
+        return datetime.fromtimestamp(self.clock(), UTC)
 
     def advance(self, seconds: float) -> None:
-        self.clock.now += seconds
+        self.clock.advance(seconds)
 
     async def tick(self) -> TickDecision:
         """One monitor tick at `now`; then one check interval passes."""
@@ -167,12 +155,15 @@ MakeRig = Callable[..., Awaitable[MonitorRig]]
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> FakeClock:
+    """The simulator's clock, standing still until the rig advances it (lifecycle and model-load delays need no
+    sleeping), in epoch seconds from the current minute, so readiness and wakes (stamped by the database clock) line
+    up."""
+    return FakeClock(monotonic=float(int(time.time()) // 60 * 60))
 
 
 @pytest.fixture
-def sim(clock: ManualClock) -> Iterator[RunPodSimulator]:
+def sim(clock: FakeClock) -> Iterator[RunPodSimulator]:
     """A RunPod simulator on the rig's manual clock."""
     with RunPodSimulator(api_key=SIM_API_KEY, clock=clock) as simulator:
         yield simulator
@@ -186,7 +177,7 @@ async def controller(sim: RunPodSimulator, db_store: Store) -> AsyncIterator[Run
 
 @pytest.fixture
 async def make_rig(
-    sim: RunPodSimulator, clock: ManualClock, controller: RunningService, db_store: Store
+    sim: RunPodSimulator, clock: FakeClock, controller: RunningService, db_store: Store
 ) -> AsyncIterator[MakeRig]:
     """make_rig(**MONITOR_ENV) builds the rig with those monitor timings (defaults otherwise)."""
     async with contextlib.AsyncExitStack() as stack:

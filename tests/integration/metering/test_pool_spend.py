@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import INTERNAL_TOKEN, metering_env, start_metering
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN,
     ADMIN_TOKEN,
     API_TOKEN,
-    FakeClock,
     caller,
     pool_env,
     sleepy_type,

@@ -73,19 +73,6 @@ def caller(tenant: str | None = "acme", token: str | None = API_TOKEN, **extra: 
 ADMIN = caller(tenant=None, token=ADMIN_TOKEN)
 
 
-class FakeClock:
-    """A monotonic clock the test moves (cool-downs read elapsed time only)."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @dataclass
 class RunningPool:
     address: str

@@ -17,10 +17,10 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN,
-    FakeClock,
     RunningPool,
     caller,
     local_type,

@@ -7,32 +7,21 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 API_KEY = "rpa_SIMTEST_0d4e8b"
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"
 
 
-class ManualClock:
-    """ManualClock stands still until a test advances it, so lifecycle delays need no sleeping."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+@pytest.fixture(scope="module")
+def module_clock() -> FakeClock:
+    """Stands still until a test advances it, so lifecycle delays need no sleeping (epoch seconds, in 2027)."""
+    return FakeClock(monotonic=1_800_000_000.0)
 
 
 @pytest.fixture(scope="module")
-def module_clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture(scope="module")
-def running_simulator(module_clock: ManualClock) -> Iterator[RunPodSimulator]:
+def running_simulator(module_clock: FakeClock) -> Iterator[RunPodSimulator]:
     with RunPodSimulator(api_key=API_KEY, clock=module_clock) as simulator:
         yield simulator
 
@@ -44,7 +33,7 @@ def sim(running_simulator: RunPodSimulator) -> RunPodSimulator:
 
 
 @pytest.fixture
-def clock(module_clock: ManualClock, sim: RunPodSimulator) -> ManualClock:
+def clock(module_clock: FakeClock, sim: RunPodSimulator) -> FakeClock:
     return module_clock
 
 

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from thermostat.store import connections
 from thermostat.store.connections import LendingPool, borrow
 from thermostat.store.db import create_pool
@@ -305,26 +306,18 @@ async def test_a_connection_lent_through_acquire_that_dies_unreleased_gives_its_
         await asyncio.wait_for(pool.close(), GUARD)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 async def test_a_connection_idle_longer_than_the_inactive_lifetime_is_never_lent_again(
     pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A link a NAT dropped while idle would hang its next statement: past asyncpg's idle lifetime (300 s by
     default) a fresh connection is opened instead; within it, the idle one is lent again."""
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(connections, "time", clock)
     async with borrow(pool) as connection:
         first = await backend(connection)
-    clock.now += 299
+    clock.advance(299)
     async with borrow(pool) as connection:
         assert await backend(connection) == first
-    clock.now += 301
+    clock.advance(301)
     async with asyncio.timeout(GUARD), borrow(pool) as connection:
         assert await backend(connection) != first

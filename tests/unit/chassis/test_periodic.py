@@ -42,7 +42,7 @@ def periodic(clock: FakeClock, one_pass: Callable[[], Awaitable[None]], *, grace
         one_pass,
         log=logging.getLogger(LOGGER),
         what="test sweep",
-        sleep=clock.sleep,
+        clock=clock,
         stop_grace=grace,
     )
 

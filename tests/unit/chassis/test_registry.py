@@ -13,8 +13,8 @@ from google.protobuf import descriptor_pool
 
 from thermostat.chassis.registry import PROGRAMS, SERVICES, ServiceDef, public_services, reflecting
 from thermostat.chassis.settings import ServiceSettings
-from thermostat.edge.envoy_config import SEED_FAMILIES, upstreams
 from tools import k8s_manifests
+from tools.envoy_config import SEED_FAMILIES, upstreams
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = sorted(s.package for s in SERVICES)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from thermostat.chassis.registry import SERVICES
-from thermostat.edge.envoy_config import (
+from tools.envoy_config import (
     COLLECTOR_CLUSTER,
     EdgeSpec,
     EdgeTracing,

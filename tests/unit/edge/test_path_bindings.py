@@ -8,7 +8,7 @@ import pytest
 from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
-from thermostat.edge.path_bindings import json_name, path_bindings, template_regex
+from tools.path_bindings import json_name, path_bindings, template_regex
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from pathlib import Path
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
-from thermostat.edge.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
+from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 DEMO_CATALOGUE = [
     {

@@ -43,8 +43,8 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
-from thermostat.edge.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 from thermostat.store.db import apply_migrations
+from tools.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 
 log = logging.getLogger("thermostat.dev.stack")
 

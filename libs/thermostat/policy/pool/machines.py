@@ -1,15 +1,38 @@
-"""What the pool's decisions see of a machine: one frozen observation per row, in one monotonic clock.
+"""A machine's state machine, and what the pool's decisions see of a machine: one frozen observation per row.
 
-A machine belongs to one tenant for its life and runs one machine type's image. Its states:
+Theory of operation. A machine belongs to one tenant for its life and runs one machine type's image. It is
+placed (`starting`), answers its boot health check (`warm`: idle and trusted with work, or straight to `busy`
+with the job handed to it at placement), runs exactly one job at a time (`busy`), and is retired (`stopping`)
+until its provider stop succeeds; then its row goes (`stopped`). The SQL in services/thermostat/pool_dispatcher/
+makes every move, fenced by the owning process's instance id and lease term; this table is what those
+statements may do, and tests/integration/pool_dispatcher/test_state_conformance.py runs every statement that
+writes a machine on real Postgres and checks each change it makes against it.
 
-    starting ──boot health ok──▶ warm ◀──job done── busy
-        │                         │  └──job handed──▶ ┘
-        └──boot failed──▶ stopping ◀──retired (cool-down, health, stale image, job outcome)
-                              │
-                              └──stop succeeded──▶ stopped (a stop that fails stays `stopping`)
+    state     event            → state    statements (queries.sql)
+    --------  ---------------  ---------  ---------------------------------------------------------------
+    (no row)  PLACE            starting   insert_machine (the first queued job in line may be handed to it)
+    starting  BOOTED           warm       machine_ready, no job handed (or it was cancelled meanwhile)
+    starting  BOOTED_WITH_JOB  busy       machine_ready, its dispatched job handed to it
+    starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own
+    starting  BOOT_FAILED      stopped    boot_failed (its job waits in the queue again)
+    warm      CLAIM            busy       submit, take_next
+    warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim
+    busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
+                                          (nothing was sent)
+    busy      RETIRE           stopping   complete (the job's outcome retires it), abandon_running, retire
+                                          (shutdown), reclaim, recover_own
+    stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 
-`warm` means idle and trusted with work; `busy` means running exactly one job. A `stopping` machine still
-exists at the provider, so it still counts against the fleet cap until its stop succeeds.
+Why each row:
+- A machine that dies mid-job is a busy one whose worker call broke: the job fails (REPORTED_FAILED in
+  jobs.py) and the same statement retires the machine (busy RETIRE): one in an unknown state is not trusted
+  with the next job (job_outcome.py). A busy machine whose job completes takes the next queued job of its
+  tenant and type in that statement, staying busy.
+- `stopping` still exists at the provider, so it counts against the fleet cap until its stop succeeds; a
+  stop that fails stays `stopping` and is retried. reclaim takes a lapsed process's machines in any state to
+  stop them (a stopping one stays stopping, now this process's to finish).
+- recover_own, on start under an id that owned rows, keeps warm machines (the caller probes them) and
+  retires the rest: their jobs were lost with the old process.
 
 `idle_since` and the `now` the policies take are readings of one monotonic clock, never wall time, so a
 clock step cannot reap a machine early or keep one forever (the service supplies both).
@@ -17,9 +40,10 @@ clock step cannot reap a machine early or keep one forever (the service supplies
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
 
 from thermostat.policy.pool.machine_type import Catalogue
 
@@ -29,7 +53,51 @@ class MachineState(StrEnum):
     WARM = "warm"
     BUSY = "busy"
     STOPPING = "stopping"
+    STOPPED = "stopped"  # the row is gone: the store has no such state
+
+
+class MachineEvent(StrEnum):
+    """MachineEvent is what happens to a machine; the table says from which state it may happen and where it leads."""
+
+    PLACE = "place"
+    BOOTED = "booted"
+    BOOTED_WITH_JOB = "booted_with_job"
+    BOOT_FAILED = "boot_failed"
+    CLAIM = "claim"
+    FREE = "free"
+    RETIRE = "retire"
     STOPPED = "stopped"
+
+
+_S, _W, _B, _X = MachineState.STARTING, MachineState.WARM, MachineState.BUSY, MachineState.STOPPING
+_M = MachineEvent
+
+# The table of the module docstring, row for row. None is "no row yet".
+MACHINE_TRANSITIONS: Final[Mapping[tuple[MachineState | None, MachineEvent], MachineState]] = {
+    (None, _M.PLACE): _S,
+    (_S, _M.BOOTED): _W,
+    (_S, _M.BOOTED_WITH_JOB): _B,
+    (_S, _M.RETIRE): _X,
+    (_S, _M.BOOT_FAILED): MachineState.STOPPED,
+    (_W, _M.CLAIM): _B,
+    (_W, _M.RETIRE): _X,
+    (_B, _M.FREE): _W,
+    (_B, _M.RETIRE): _X,
+    (_X, _M.STOPPED): MachineState.STOPPED,
+}
+
+
+class RefusedMachineTransition(ValueError):
+    """The event may not happen to a machine in that state (the table has no row for the pair)."""
+
+
+def machine_after(state: MachineState | None, event: MachineEvent) -> MachineState:
+    """The state `event` moves a machine in `state` (None: no row yet) to; RefusedMachineTransition when it may
+    not."""
+    try:
+        return MACHINE_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise RefusedMachineTransition(f"a machine {state or '(no row)'} cannot {event}") from None
 
 
 LIVE_STATES = frozenset({MachineState.STARTING, MachineState.WARM, MachineState.BUSY})

@@ -4,6 +4,11 @@ worker-pool seed: "priority ... higher runs first".
 
 `sequence` is the order jobs were queued in (a store sequence, never a wall clock two processes would have
 to agree on); the job id breaks a tie so the order is total and every process reads the same one.
+
+This is the one statement of the rule: placement sorts demand by it, and each SQL block that takes from the
+queue inside its own statement (`ORDER BY priority DESC, queue_seq`: take_next, complete's hand-off,
+insert_machine, demand; submit's check for a job ahead) is run against it on real Postgres
+(tests/integration/pool_dispatcher/test_queue_order_sql.py, which also fails for such a block it does not check).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
-from thermostat.edge.path_bindings import PathBinding, path_bindings
+from tools.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
 DEFAULT_LISTEN_PORT: Final = 8080
@@ -32,7 +32,7 @@ DEFAULT_STATS_PORT: Final = 9902
 STATS_PATH: Final = "/stats/prometheus"
 ADMIN_CLUSTER: Final = "envoy-admin"
 _GET_ONLY: Final = [{"name": ":method", "string_match": {"exact": "GET"}}]
-DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[3] / "deploy" / "envoy" / "envoy.yaml"
+DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[1] / "deploy" / "envoy" / "envoy.yaml"
 REFLECTION_SERVICES: Final = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 
 MAX_REGEX_PROGRAM_SIZE: Final = 4096

@@ -1,0 +1,414 @@
+"""Every pool SQL block that writes a job or a machine moves it only as the state tables allow, on real Postgres.
+
+The tables are policy/pool/jobs.py (`JOB_TRANSITIONS`) and policy/pool/machines.py (`MACHINE_TRANSITIONS`). The
+blocks are found by reading every `.sql` file of the pool dispatcher: any block whose statement (comments aside)
+inserts, updates or deletes `pool_jobs` or `pool_machines` must have a scenario here, or
+`test_every_block_that_writes_a_job_or_a_machine_has_a_scenario` fails (a new block, or one renamed or moved, is
+never left unchecked).
+
+A scenario runs its block from every consistent world (below: a job in each state, a machine in each state, the
+machine holding the job where the pool's invariants put it there, and another job queued for the same tenant and
+type or not), with each variant of its parameters, in a transaction rolled back afterwards. A test-only trigger
+logs each row's state change (an insert is a change from no row, a machine row's delete is `stopped`); each
+logged change must be a row of the table under one of the events the scenario declares for that variant. The
+reverse also holds: every row of both tables is made by some block (the tables are no wider than the SQL).
+
+Preconditions a block's callers keep, where its statement does not check them, are written beside its scenario:
+boot_failed is called for a starting machine only, complete never for a machine a shutdown retired.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import asyncpg
+import pytest
+
+from tests.integration.pool_dispatcher.pool_sql import pool_blocks, statement
+from thermostat.policy.pool.jobs import JOB_TRANSITIONS, JobEvent, JobState
+from thermostat.policy.pool.machines import MACHINE_TRANSITIONS, MachineEvent, MachineState
+
+_WRITES = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+pool_(jobs|machines)\b", re.IGNORECASE)
+BLOCKS = pool_blocks()
+WRITERS = sorted(name for name, sql in BLOCKS.items() if _WRITES.search(statement(sql)))
+
+JE, ME_ = JobEvent, MachineEvent
+ME = ("me", 3)
+OLD_TERM = ("me", 2)
+LAPSED = ("gone", 7)
+JOB = uuid.UUID(int=1)
+MACHINE = uuid.UUID(int=2)
+NEXT = uuid.UUID(int=3)
+NEW = uuid.UUID(int=4)
+NEW_2 = uuid.UUID(int=5)
+NEW_MACHINE = uuid.UUID(int=6)
+CANCELLED_RUNNING = "cancelled-running"  # cancelled while running: the owner is kept for the usage record
+
+_LOG = """
+CREATE TABLE conformance_log (seq bigserial, kind text NOT NULL, id uuid NOT NULL, before text, after text);
+CREATE FUNCTION conformance_log() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO conformance_log (kind, id, before, after) VALUES (TG_ARGV[0], NEW.id, NULL, NEW.state);
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO conformance_log (kind, id, before, after) VALUES (TG_ARGV[0], OLD.id, OLD.state, 'stopped');
+    ELSIF OLD.state IS DISTINCT FROM NEW.state THEN
+        INSERT INTO conformance_log (kind, id, before, after) VALUES (TG_ARGV[0], NEW.id, OLD.state, NEW.state);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER conformance_jobs AFTER INSERT OR UPDATE OR DELETE ON pool_jobs
+    FOR EACH ROW EXECUTE FUNCTION conformance_log('job');
+CREATE TRIGGER conformance_machines AFTER INSERT OR UPDATE OR DELETE ON pool_machines
+    FOR EACH ROW EXECUTE FUNCTION conformance_log('machine');
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """The rows a block meets: the job (JOB) and machine (MACHINE) it is called for, and maybe a job queued next."""
+
+    job: str | None  # a JobState value, CANCELLED_RUNNING, or None (no row)
+    machine: str | None  # a stored MachineState value, or None (no row)
+    holds: bool  # the machine's job_id is the job
+    queued_next: bool
+    owner: tuple[str, int] = ME
+    catalogue: tuple[str, ...] | None = None  # the stored catalogue's type names (None: none stored)
+    lease: bool = False  # the owner's instance lease is held and current
+
+    def __str__(self) -> str:
+        holding = "holding it" if self.holds else "not holding it"
+        return (
+            f"job {self.job or '(no row)'}, machine {self.machine or '(no row)'} {holding}, "
+            f"{'a job queued next' if self.queued_next else 'nothing queued'}, owner {self.owner}"
+        )
+
+
+_LIVE = {"dispatched", "running"}
+
+
+def consistent_worlds(
+    *, owner: tuple[str, int] = ME, machines: tuple[str | None, ...] = ("starting", "warm", "busy", "stopping", None)
+) -> Iterator[World]:
+    """Every world the pool's invariants allow: a dispatched job is on a starting or busy machine holding it (or
+    a stopping one a shutdown retired), a running job on a busy (or stopping) one; a job cancelled before it was
+    sent may still be held by its machine; a warm machine holds no job, a busy one always holds one."""
+    jobs = [None, *(s.value for s in JobState), CANCELLED_RUNNING]
+    for job, machine, holds, queued_next in itertools.product(jobs, machines, (False, True), (False, True)):
+        if holds and (job is None or machine is None):
+            continue
+        if job == "dispatched" and not (holds and machine in ("starting", "busy", "stopping")):
+            continue
+        if job in ("running", CANCELLED_RUNNING) and not (holds and machine in ("busy", "stopping")):
+            continue
+        if job == "cancelled" and holds and machine not in ("starting", "busy"):
+            continue
+        if job in ("queued", "completed", "failed", "timed_out") and holds:
+            continue
+        if machine == "busy" and not holds:
+            continue
+        if machine == "warm" and holds:
+            continue
+        yield World(job=job, machine=machine, holds=holds, queued_next=queued_next, owner=owner)
+
+
+async def seed(conn: asyncpg.Connection, world: World) -> None:
+    instance, term = world.owner
+    if world.machine is not None:
+        await conn.execute(
+            "INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, job_id, owner,"
+            " owner_term, cool_down_seconds, last_active_at)"
+            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now())",
+            MACHINE,
+            world.machine,
+            JOB if world.holds else None,
+            instance,
+            term,
+        )
+    if world.job is not None:
+        state = "cancelled" if world.job == CANCELLED_RUNNING else world.job
+        owned = world.job in _LIVE or world.job == CANCELLED_RUNNING
+        started = world.job not in ("queued", "dispatched", "cancelled")
+        await conn.execute(
+            "INSERT INTO pool_jobs (id, tenant_id, machine_type, state, timeout_seconds, payload, worker_id, owner,"
+            " owner_term, started_at) VALUES ($1, 't', 'cpu', $2, 30, 'x', $3, $4, $5, CASE WHEN $6 THEN now() END)",
+            JOB,
+            state,
+            None if world.job == "queued" else MACHINE,
+            instance if owned else None,
+            term if owned else None,
+            started,
+        )
+    if world.queued_next:
+        await conn.execute(
+            "INSERT INTO pool_jobs (id, tenant_id, machine_type, state, timeout_seconds, payload)"
+            " VALUES ($1, 't', 'cpu', 'queued', 30, 'y')",
+            NEXT,
+        )
+    if world.catalogue is not None:
+        types = "[" + ",".join(f'{{"name": "{name}"}}' for name in world.catalogue) + "]"
+        await conn.execute("INSERT INTO pool_catalogue (id, version, types) VALUES (1, 1, $1::jsonb)", types)
+    if world.lease:
+        await conn.execute(
+            "INSERT INTO leases (name, holder, term, acquired_at, renewed_at, expires_at)"
+            " VALUES ('pool-instance:' || $1::text, $1, $2, now(), now(), now() + interval '1 hour')",
+            instance,
+            term,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One call of a block: the world it meets, its arguments, and the events the call may carry out."""
+
+    world: World
+    args: tuple[object, ...]
+    jobs: frozenset[JobEvent] = frozenset()
+    machines: frozenset[MachineEvent] = frozenset()
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    kind: str
+    before: str | None
+    after: str
+
+
+@dataclass
+class Outcome:
+    """What a block's runs did: the table rows they made, and any change no declared event allows."""
+
+    made: set[tuple[str, object, object]] = field(default_factory=set)
+    illegal: list[str] = field(default_factory=list)
+
+
+async def call(conn: asyncpg.Connection, block: str, run: Run) -> list[Change]:
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        await seed(conn, run.world)
+        await conn.execute("DELETE FROM conformance_log")
+        await conn.fetch(BLOCKS[block], *run.args)
+        rows = await conn.fetch("SELECT kind, before, after FROM conformance_log ORDER BY seq")
+    finally:
+        await transaction.rollback()
+    return [Change(r["kind"], r["before"], r["after"]) for r in rows]
+
+
+def judge(block: str, run: Run, changes: list[Change], outcome: Outcome) -> None:
+    for change in changes:
+        if change.kind == "job":
+            before = None if change.before is None else JobState(change.before)
+            rows = [(e, JOB_TRANSITIONS.get((before, e))) for e in run.jobs]
+        else:
+            before = None if change.before is None else MachineState(change.before)
+            rows = [(e, MACHINE_TRANSITIONS.get((before, e))) for e in run.machines]
+        matched = [e for e, after in rows if after is not None and after.value == change.after]
+        if not matched:
+            declared = sorted(e.value for e in (run.jobs if change.kind == "job" else run.machines))
+            outcome.illegal.append(
+                f"{block}{run.label} from [{run.world}]: {change.kind} {change.before or '(no row)'} → {change.after}"
+                f" is no table row for its events {declared}"
+            )
+        outcome.made.update((change.kind, before, e) for e in matched)
+
+
+async def conform(conn: asyncpg.Connection, block: str) -> Outcome:
+    outcome = Outcome()
+    for run in SCENARIOS[block]():
+        judge(block, run, await call(conn, block, run), outcome)
+    return outcome
+
+
+# The scenarios, one per block: its worlds, its parameter variants and the events each variant may carry out.
+
+_OUTCOMES = {"completed": JE.REPORTED_COMPLETED, "failed": JE.REPORTED_FAILED, "timed_out": JE.REPORTED_TIMED_OUT}
+
+
+def _submit() -> Iterator[Run]:
+    for world, send in itertools.product(consistent_worlds(), (False, True)):
+        args = (NEW, "t", "cpu", "img", 0, None, 30.0, b"p", *ME, None, None, send, None, 10)
+        claimed = JE.SUBMIT_AND_SEND if send else JE.SUBMIT_TO_WARM
+        yield Run(world, args, frozenset({JE.SUBMIT, claimed}), frozenset({ME_.CLAIM}), f" (send now: {send})")
+
+
+def _submit_queued() -> Iterator[Run]:
+    for world in consistent_worlds():
+        ids, none = [NEW, NEW_2], [None, None]
+        args = ("t", "cpu", ids, [0, 5], none, [30.0, 30.0], [b"a", b"b"], none, none, none, 10)
+        yield Run(world, args, frozenset({JE.SUBMIT}))
+
+
+def _record_refusal() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (NEW, "t", "cpu", 0, None, 30.0, "over budget"), frozenset({JE.REFUSE}))
+
+
+def _complete() -> Iterator[Run]:
+    # Called by the task running the job, never for a machine a shutdown retired under it: close() cancels the
+    # job runners before it retires busy machines. The statement does not check the machine's state (from
+    # stopping it would make the machine warm or busy again), so those worlds are left out.
+    # (retire, take the next job, send it now): a retired machine takes nothing
+    variants = [(True, False, False), (False, True, True), (False, True, False), (False, False, False)]
+    machines = ("starting", "warm", "busy", None)
+    for world, (state, event), (retire, take, send) in itertools.product(
+        consistent_worlds(machines=machines), _OUTCOMES.items(), variants
+    ):
+        result, error = (b"r", None) if state == "completed" else (None, "it broke")
+        args = (JOB, MACHINE, state, result, error, 1.0, *ME, retire, take, "t", "cpu", send, 1000, "own")
+        jobs = {event} | ({JE.CLAIM_AND_SEND if send else JE.CLAIM} if take else set())
+        machines = {ME_.RETIRE} if retire else {ME_.FREE}
+        label = f" ({state}, retire {retire}, take next {take}, send {send})"
+        yield Run(world, args, frozenset(jobs), frozenset(machines), label)
+
+
+def _take_next() -> Iterator[Run]:
+    for world, image in itertools.product(consistent_worlds(), ("img", "new-img")):
+        yield Run(world, (MACHINE, *ME, image), frozenset({JE.CLAIM}), frozenset({ME_.CLAIM}), f" (image {image})")
+
+
+def _mark_sent() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (JOB, MACHINE, *ME), frozenset({JE.MARK_SENT}), frozenset({ME_.FREE}))
+
+
+def _requeue_unsent() -> Iterator[Run]:
+    for world, marked in itertools.product(consistent_worlds(), (False, True)):
+        args = (JOB, MACHINE, *ME, marked)
+        yield Run(world, args, frozenset({JE.REQUEUE}), frozenset({ME_.FREE}), f" (marked {marked})")
+
+
+def _abandon_running() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (JOB, MACHINE, *ME, "no task drives it"), frozenset({JE.ABANDON}), frozenset({ME_.RETIRE}))
+
+
+def _insert_machine() -> Iterator[Run]:
+    for world, assign in itertools.product(consistent_worlds(), (False, True)):
+        args = (NEW_MACHINE, "t", "cpu", "img", "local", "tok", *ME, assign, 60.0)
+        yield Run(world, args, frozenset({JE.CLAIM}), frozenset({ME_.PLACE}), f" (assign {assign})")
+
+
+def _record_started() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (MACHINE, "provider-1", "http://m", "region", *ME))
+
+
+def _machine_ready() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (MACHINE, *ME), machines=frozenset({ME_.BOOTED, ME_.BOOTED_WITH_JOB}))
+
+
+def _boot_failed() -> Iterator[Run]:
+    # Called only for a starting machine of this process (a failed start or boot, or an unbooted one the
+    # reconcile gives up on): the statement deletes the machine row whatever its state.
+    for world, catalogue in itertools.product(consistent_worlds(machines=("starting",)), (None, ("cpu",), ("gpu",))):
+        removed = catalogue is not None and "cpu" not in catalogue
+        world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, catalogue)
+        jobs = frozenset({JE.TYPE_REMOVED if removed else JE.REQUEUE})
+        yield Run(world, (MACHINE, *ME, "boot failed"), jobs, frozenset({ME_.BOOT_FAILED}), f" (catalogue {catalogue})")
+
+
+def _retire() -> Iterator[Run]:
+    for world, states in itertools.product(
+        consistent_worlds(), (["warm"], ["warm", "stopping"], ["starting", "warm", "busy", "stopping"])
+    ):
+        yield Run(world, (MACHINE, *ME, "retired", states), machines=frozenset({ME_.RETIRE}), label=f" ({states})")
+
+
+def _forget_machine() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (MACHINE, *ME), machines=frozenset({ME_.STOPPED}))
+
+
+def _record_misses() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (MACHINE, 2, *ME))
+
+
+def _cancel() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (JOB, "t", "build-1"), frozenset({JE.CANCEL}))
+
+
+def _watch_job() -> Iterator[Run]:
+    for world in consistent_worlds():
+        yield Run(world, (JOB, "t"))
+
+
+def _replace_catalogue() -> Iterator[Run]:
+    for world, names in itertools.product(consistent_worlds(), (["cpu"], ["gpu"])):
+        types = "[" + ",".join(f'{{"name": "{n}"}}' for n in names) + "]"
+        yield Run(world, (types, names), frozenset({JE.TYPE_REMOVED}), label=f" (keeps {names})")
+
+
+def _reclaim() -> Iterator[Run]:
+    for world, lease in itertools.product(consistent_worlds(owner=LAPSED), (False, True)):
+        world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, lease=lease)
+        args = (*LAPSED, *ME)
+        yield Run(world, args, frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), f" (lease held {lease})")
+
+
+def _recover_own() -> Iterator[Run]:
+    for owner, any_term in itertools.product((ME, OLD_TERM), (False, True)):
+        for world in consistent_worlds(owner=owner):
+            label = f" (rows of term {owner[1]}, any term {any_term})"
+            yield Run(world, (*ME, any_term), frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), label)
+
+
+SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
+    "submit": _submit,
+    "submit_queued": _submit_queued,
+    "record_refusal": _record_refusal,
+    "complete": _complete,
+    "take_next": _take_next,
+    "mark_sent": _mark_sent,
+    "requeue_unsent": _requeue_unsent,
+    "abandon_running": _abandon_running,
+    "insert_machine": _insert_machine,
+    "record_started": _record_started,
+    "machine_ready": _machine_ready,
+    "boot_failed": _boot_failed,
+    "retire": _retire,
+    "forget_machine": _forget_machine,
+    "record_misses": _record_misses,
+    "cancel": _cancel,
+    "watch_job": _watch_job,
+    "replace_catalogue": _replace_catalogue,
+    "reclaim": _reclaim,
+    "recover_own": _recover_own,
+}
+
+
+@pytest.fixture
+async def logged(db_pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
+    async with db_pool.acquire() as conn:
+        await conn.execute(_LOG)
+        yield conn
+
+
+def test_every_block_that_writes_a_job_or_a_machine_has_a_scenario() -> None:
+    """A block that inserts, updates or deletes pool_jobs or pool_machines is checked here (and nothing else is)."""
+    assert "complete" in WRITERS and "reclaim" in WRITERS  # the scan reads the files it should
+    assert sorted(SCENARIOS) == WRITERS
+
+
+@pytest.mark.parametrize("block", WRITERS)
+async def test_a_block_makes_only_transitions_the_tables_allow(logged: asyncpg.Connection, block: str) -> None:
+    """From every consistent world, each state change the block makes is a table row under one of its events."""
+    outcome = await conform(logged, block)
+    assert outcome.illegal == [], "\n".join(outcome.illegal[:20])
+
+
+async def test_every_table_row_is_made_by_some_block(logged: asyncpg.Connection) -> None:
+    """The tables are no wider than the SQL: each (state, event) row is a change some block made."""
+    made: set[tuple[str, object, object]] = set()
+    for block in SCENARIOS:
+        made |= (await conform(logged, block)).made
+    rows = {("job", s, e) for s, e in JOB_TRANSITIONS} | {("machine", s, e) for s, e in MACHINE_TRANSITIONS}
+    assert sorted(map(str, rows - made)) == []
