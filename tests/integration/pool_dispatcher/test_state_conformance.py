@@ -283,6 +283,12 @@ def _requeue_unsent() -> Iterator[Run]:
         yield Run(world, args, frozenset({JE.REQUEUE}), frozenset({ME_.FREE}), f" (marked {marked})")
 
 
+def _hand_back() -> Iterator[Run]:
+    for world in consistent_worlds():
+        args = (JOB, MACHINE, *ME, "Connection refused", "worker unreachable")
+        yield Run(world, args, frozenset({JE.HAND_BACK}), frozenset({ME_.RETIRE}))
+
+
 def _abandon_running() -> Iterator[Run]:
     for world in consistent_worlds():
         yield Run(world, (JOB, MACHINE, *ME, "no task drives it"), frozenset({JE.ABANDON}), frozenset({ME_.RETIRE}))
@@ -369,6 +375,7 @@ SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "take_next": _take_next,
     "mark_sent": _mark_sent,
     "requeue_unsent": _requeue_unsent,
+    "hand_back": _hand_back,
     "abandon_running": _abandon_running,
     "insert_machine": _insert_machine,
     "record_started": _record_started,

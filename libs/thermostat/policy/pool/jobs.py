@@ -25,6 +25,7 @@ statement that writes a job on real Postgres and checks each change it makes aga
     running     REPORTED_FAILED     failed       complete
     running     REPORTED_TIMED_OUT  timed_out    complete
     running     REQUEUE             queued       requeue_unsent (the caller's own mark landed, nothing was sent)
+    running     HAND_BACK           queued       hand_back (its machine refused the connection: nothing was sent)
     running     CANCEL              cancelled    cancel
     running     ABANDON             failed       abandon_running (no task drives it)
     running     OWNER_LOST          failed       reclaim, recover_own
@@ -37,6 +38,8 @@ Why each row:
 - REQUEUE puts a job back in its old place (its queue sequence is kept): a `dispatched` job whose send the
   lease no longer trusts, whose machine failed to boot, or whose claim no task sends; a `running` one only
   when this process's own claim or mark made it so and nothing was sent.
+- HAND_BACK (policy/pool/hand_back.py) is REQUEUE for a job whose machine could not be reached before any byte
+  of the request went out: the job cannot have run, so it goes back in its place and its machine is retired.
 - OWNER_LOST: a `dispatched` or `running` job of a process that stopped or lost its lease fails; nobody
   would report it.
 - A `running` job that is cancelled keeps its owner, so the process running it still records its usage when
@@ -78,6 +81,7 @@ class JobEvent(StrEnum):
     REPORTED_TIMED_OUT = "reported_timed_out"
     CANCEL = "cancel"
     ABANDON = "abandon"
+    HAND_BACK = "hand_back"
     OWNER_LOST = "owner_lost"
     TYPE_REMOVED = "type_removed"
 
@@ -104,6 +108,7 @@ JOB_TRANSITIONS: Final[Mapping[tuple[JobState | None, JobEvent], JobState]] = {
     (_R, _E.REPORTED_FAILED): JobState.FAILED,
     (_R, _E.REPORTED_TIMED_OUT): JobState.TIMED_OUT,
     (_R, _E.REQUEUE): _Q,
+    (_R, _E.HAND_BACK): _Q,
     (_R, _E.CANCEL): JobState.CANCELLED,
     (_R, _E.ABANDON): JobState.FAILED,
     (_R, _E.OWNER_LOST): JobState.FAILED,

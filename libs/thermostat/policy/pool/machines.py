@@ -19,7 +19,7 @@ writes a machine on real Postgres and checks each change it makes against it.
     warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim
     busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
                                           (nothing was sent)
-    busy      RETIRE           stopping   complete (the job's outcome retires it), abandon_running, retire
+    busy      RETIRE           stopping   complete (the job's outcome retires it), abandon_running, retire, hand_back
                                           (shutdown), reclaim, recover_own
     stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 

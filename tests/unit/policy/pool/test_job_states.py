@@ -37,6 +37,7 @@ ROWS = [
     pytest.param(J.RUNNING, E.REPORTED_FAILED, J.FAILED, id="a-running-job-whose-worker-failed-fails"),
     pytest.param(J.RUNNING, E.REPORTED_TIMED_OUT, J.TIMED_OUT, id="a-running-job-past-its-deadline-times-out"),
     pytest.param(J.RUNNING, E.REQUEUE, J.QUEUED, id="a-running-job-marked-here-and-never-sent-queues-again"),
+    pytest.param(J.RUNNING, E.HAND_BACK, J.QUEUED, id="a-running-job-its-machine-refused-queues-again-in-its-place"),
     pytest.param(J.RUNNING, E.CANCEL, J.CANCELLED, id="a-running-job-is-cancelled-and-its-result-dropped"),
     pytest.param(J.RUNNING, E.ABANDON, J.FAILED, id="a-running-job-no-task-drives-fails"),
     pytest.param(J.RUNNING, E.OWNER_LOST, J.FAILED, id="a-running-job-of-a-lost-process-fails"),
