@@ -503,9 +503,9 @@ def compose(services: tuple[ServiceDef, ...] = SERVICES) -> str:
     return (
         "# Thermostat on one host: a real Postgres, the migration step, every service and the Envoy edge.\n"
         "#   cd deploy && docker compose -p thermostat up --build      (http://127.0.0.1:8080, as `make run`'s edge)\n"
-        "# (Debian's docker-compose 1.29: `docker-compose -p thermostat up`; the project is named on the command line,\n"
-        "# as 1.29 refuses a top-level `name:`). EDGE_PORT moves the edge's host port; POSTGRES_IMAGE, PYTHON_IMAGE and\n"
-        "# ENVOY_IMAGE name other base images than the official ones (`make images`, docs/containers.md).\n"
+        "# (Debian's docker-compose 1.29: `docker-compose -p thermostat up`; the project is named on the command\n"
+        "# line, as 1.29 refuses a top-level `name:`). EDGE_PORT moves the edge's host port; POSTGRES_IMAGE,\n"
+        "# PYTHON_IMAGE and ENVOY_IMAGE name other bases than the official ones (`make images`, docs/containers.md).\n"
         "# Secrets come from the shell or deploy/.env (never this file): POSTGRES_PASSWORD and\n"
         "# THERMOSTAT_INTERNAL_TOKEN are required (URL-safe: `openssl rand -hex 24`); RUNPOD_API_KEY,\n"
         "# RIG_OPERATOR_TOKEN, RIG_WAKE_TOKEN, STRATA_POOL_TOKEN, STRATA_POOL_ADMIN_TOKEN, POOL_RUNPOD_API_KEY and\n"

@@ -91,7 +91,8 @@ def test_compose_runs_the_built_images_and_the_cockpit_quick_start_passes_agains
     with RunPodSimulator(api_key=SIM_KEY, host="0.0.0.0") as sim:  # the containers reach it
         (tmp_path / "override.yaml").write_text(OVERRIDE.format(port=sim.port))
         env = {**os.environ, "POSTGRES_PASSWORD": secrets.token_hex(12),
-               "THERMOSTAT_INTERNAL_TOKEN": secrets.token_hex(16), "RUNPOD_API_KEY": SIM_KEY, "RIG_OPERATOR_TOKEN": operator, "EDGE_PORT": str(edge_port),
+               "THERMOSTAT_INTERNAL_TOKEN": secrets.token_hex(16), "RUNPOD_API_KEY": SIM_KEY,
+               "RIG_OPERATOR_TOKEN": operator, "EDGE_PORT": str(edge_port),
                images.POSTGRES.variable: postgres_image(docker_daemon)}  # fmt: skip
         files = [*compose, "-p", project, "-f", str(COMPOSE), "-f", str(tmp_path / "override.yaml")]
         try:
