@@ -47,7 +47,7 @@ from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
 from thermostat.edge.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
-from thermostat.providers.pool.settings import PoolBackendSettings
+from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.store.db import apply_migrations
 
 log = logging.getLogger("thermostat.dev.stack")
@@ -315,8 +315,8 @@ class Stack:
                 self.demo_urls["runpod"] = f"{self.simulator_url}/proxy (pods run the reference worker)"
         if "docker" in wanted and self.config.demo_docker == "daemon":
             env.setdefault("POOL_NAME", f"devstack-{os.getpid()}")  # the label the stop removes (docker_daemon)
-            socket_path = PoolBackendSettings(**{"pool_docker_socket": env.get("POOL_DOCKER_SOCKET"),
-                                                 "docker_host": env.get("DOCKER_HOST")}).docker_socket  # fmt: skip
+            socket_path = docker_socket_path(pool_docker_socket=env.get("POOL_DOCKER_SOCKET"),
+                                             docker_host=env.get("DOCKER_HOST"))  # fmt: skip
             await check_daemon(socket_path)
             env["POOL_DOCKER_SOCKET"] = socket_path
             self.docker_daemon = (socket_path, env["POOL_NAME"])
