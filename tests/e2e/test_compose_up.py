@@ -79,8 +79,9 @@ def leftovers(daemon: Any, project: str) -> list[str]:
 
 @pytest.mark.timeout(600)
 def test_compose_runs_the_built_images_and_the_cockpit_quick_start_passes_against_its_edge(
-    docker_daemon: Any, tmp_path: Path
+    docker_daemon: Any, docker_worker_image: str, tmp_path: Path
 ) -> None:
+    # docker_worker_image: a daemon without the base images fails once there (naming `make images`), not here too
     compose = compose_command()
     for image in (images.SERVICES_IMAGE, images.EDGE_IMAGE):
         if not docker_daemon.client.images.list(name=image):
