@@ -21,7 +21,7 @@ _install_docker_packages() {
 start_docker_engine() {
   if docker info >/dev/null 2>&1; then
     echo "ci: a Docker engine answers already; using it"
-    command -v docker-compose >/dev/null && command -v debootstrap >/dev/null || { [ "$(id -u)" = 0 ] && _install_docker_packages; }
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then _install_docker_packages; fi
     return 0
   fi
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
