@@ -42,6 +42,9 @@ node_modules/.bin/buf: package.json
 k8s: proto ## write deploy/k8s/ (kustomize base), deploy/edge/envoy.yaml and deploy/compose.yaml from the registry
 	@$(BIN)/python -m tools.k8s_manifests
 
+images: venv ## build the services, edge and worker images from deploy/ (stand-ins where Docker Hub is out of reach: docs/containers.md)
+	@$(BIN)/python -m thermostat.dev.images
+
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
 	@$(BIN)/python -m thermostat.dev.stack
 
@@ -69,4 +72,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto k8s run test lint chaos bench clean
+.PHONY: help venv proto k8s images run test lint chaos bench clean

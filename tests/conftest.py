@@ -22,6 +22,7 @@ settings.load_profile("thermostat")
 
 pytest_plugins = [
     "tests.fixtures.postgres",
+    "tests.fixtures.docker",
     "tests.fixtures.services",
     "tests.fixtures.chaos",
     "tests.fixtures.tracing",

@@ -226,11 +226,18 @@ def _compose_env_problems(name: str, env: dict[str, Any]) -> Iterator[str]:
             yield f"compose {name}: {var} must come from the environment (${{VAR:?…}} or ${{VAR:-}}), not the file"
 
 
+def _default_of(value: str) -> str:
+    """`value` with each `${VAR:-default}` read as its default (what compose runs when VAR is unset)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
 def compose_problems(compose: Doc, services: Iterable[ServiceDef] = SERVICES) -> list[str]:
     defined = compose.get("services", {})
     problems = []
+    if "name" in compose:  # Debian's docker-compose (1.29) refuses the file over it: -p names the project
+        problems.append("compose: no top-level `name:` (docker-compose 1.29 refuses it); pass -p")
     postgres = defined.get("postgres", {})
-    if not str(postgres.get("image", "")).startswith("postgres:") or "healthcheck" not in postgres:
+    if not _default_of(str(postgres.get("image", ""))).startswith("postgres:") or "healthcheck" not in postgres:
         problems.append("compose: a postgres service (the postgres image, with a healthcheck) runs the database")
     migrate = defined.get("migrate", {})
     if migrate.get("command") != ["python", "-m", gen.MIGRATE_MODULE] or migrate.get("depends_on") != {
@@ -261,7 +268,8 @@ def compose_problems(compose: Doc, services: Iterable[ServiceDef] = SERVICES) ->
         if spec.get("depends_on") != {"migrate": {"condition": "service_completed_successfully"}}:
             problems.append(f"compose {service.name}: starts only after migrate completed")
     edge = defined.get("edge", {})
-    if edge.get("ports") != [f"{gen.EDGE_PORT}:{gen.EDGE_PORT}"] or edge.get("build", {}).get("target") != "edge":
+    ports = [_default_of(port) for port in edge.get("ports", [])]
+    if ports != [f"{gen.EDGE_PORT}:{gen.EDGE_PORT}"] or edge.get("build", {}).get("target") != "edge":
         problems.append(f"compose: the edge (Dockerfile target edge) publishes {gen.EDGE_PORT}")
     return problems
 
@@ -315,7 +323,13 @@ def dockerfile_problems(text: str, requirements_dev: str, root: Path = ROOT) -> 
         problems.append(f"the runtime stage runs as USER {gen.UID} (numeric, as runAsNonRoot needs)")
     if not any(s.op == "RUN" and "/app/libs" in s.args and "/app/services" in s.args for s in runtime):
         problems.append("the runtime stage must put /app/libs and /app/services on the path")
-    edge_from = [s.args.split()[0] for s in steps if s.op == "FROM" and s.stage == "edge"]
+    # a base named by a build argument (FROM ${ENVOY_IMAGE}) is checked by the argument's default
+    defaults = {n: v for n, _, v in (s.args.partition("=") for s in steps if s.op == "ARG" and s.stage == "")}
+    edge_from = [
+        re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m[1], m[0]), s.args.split()[0])
+        for s in steps
+        if s.op == "FROM" and s.stage == "edge"
+    ]
     pin = _envoy_pin(requirements_dev)
     if edge_from != [gen.ENVOY_IMAGE] or f"envoyproxy/envoy:v{pin}" != gen.ENVOY_IMAGE:
         problems.append(f"the edge stage ({edge_from}) and {gen.ENVOY_IMAGE} must be the tested Envoy (v{pin})")

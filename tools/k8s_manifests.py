@@ -463,8 +463,16 @@ def _compose_database_url() -> str:
     return "postgresql://thermostat:${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}@postgres:5432/thermostat"
 
 
+PYTHON_IMAGE = "python:3.11-slim"  # the Dockerfiles' default base (build argument PYTHON_IMAGE)
+
+
 def _compose_build(target: str) -> str:
-    return f"    build: {{context: .., dockerfile: deploy/container/Dockerfile, target: {target}}}\n"
+    # the bases as the Dockerfiles' build arguments, official by default; `make images` names stand-ins
+    # where Docker Hub is out of reach (docs/containers.md)
+    return (
+        f"    build: {{context: .., dockerfile: deploy/container/Dockerfile, target: {target}, args: "
+        f'{{PYTHON_IMAGE: "${{PYTHON_IMAGE:-{PYTHON_IMAGE}}}", ENVOY_IMAGE: "${{ENVOY_IMAGE:-{ENVOY_IMAGE}}}"}}}}\n'
+    )
 
 
 def _compose_service(service: ServiceDef) -> str:
@@ -494,17 +502,19 @@ def _compose_service(service: ServiceDef) -> str:
 def compose(services: tuple[ServiceDef, ...] = SERVICES) -> str:
     return (
         "# Thermostat on one host: a real Postgres, the migration step, every service and the Envoy edge.\n"
-        "#   cd deploy && docker compose up --build      (http://127.0.0.1:8080, as `make run`'s edge)\n"
+        "#   cd deploy && docker compose -p thermostat up --build      (http://127.0.0.1:8080, as `make run`'s edge)\n"
+        "# (Debian's docker-compose 1.29: `docker-compose -p thermostat up`; the project is named on the command\n"
+        "# line, as 1.29 refuses a top-level `name:`). EDGE_PORT moves the edge's host port; POSTGRES_IMAGE,\n"
+        "# PYTHON_IMAGE and ENVOY_IMAGE name other bases than the official ones (`make images`, docs/containers.md).\n"
         "# Secrets come from the shell or deploy/.env (never this file): POSTGRES_PASSWORD and\n"
         "# THERMOSTAT_INTERNAL_TOKEN are required (URL-safe: `openssl rand -hex 24`); RUNPOD_API_KEY,\n"
         "# RIG_OPERATOR_TOKEN, RIG_WAKE_TOKEN, STRATA_POOL_TOKEN, STRATA_POOL_ADMIN_TOKEN, POOL_RUNPOD_API_KEY and\n"
         "# FLY_API_TOKEN are optional (unset: disabled until configured). The shared settings default to the\n"
         "# Kubernetes ConfigMap's values and are overridden the same way.\n"
         f"{GENERATED}"
-        "name: thermostat\n"
         "services:\n"
         "  postgres:\n"
-        f"    image: {POSTGRES_IMAGE}\n"
+        f'    image: "${{POSTGRES_IMAGE:-{POSTGRES_IMAGE}}}"\n'
         "    environment:\n"
         '      POSTGRES_USER: "thermostat"\n'
         '      POSTGRES_DB: "thermostat"\n'
@@ -522,7 +532,7 @@ def compose(services: tuple[ServiceDef, ...] = SERVICES) -> str:
         + "  edge:\n"
         f"    image: {EDGE_IMAGE}\n"
         + _compose_build("edge")
-        + f"    ports: [{_q(f'{EDGE_PORT}:{EDGE_PORT}')}]\n"
+        + f"    ports: [{_q(f'${{EDGE_PORT:-{EDGE_PORT}}}:{EDGE_PORT}')}]\n"
         + f"    depends_on: [{', '.join(s.name for s in services)}]\n"
         "    restart: unless-stopped\n"
         "volumes:\n"

@@ -1,7 +1,7 @@
 """Live tests against real providers: billed, opt-in per provider by environment variable, never run in CI.
 
 THERMOSTAT_POOL_RUNPOD_LIVE=1, THERMOSTAT_POOL_FLY_LIVE=1 opt in to the billed ones; the Docker ones run
-whenever a daemon is reachable (POOL_REQUIRE_DOCKER=1 turns an unreachable daemon into a failure). Each test
+whenever a daemon is reachable (STRATA_POOL_REQUIRE_DOCKER=1 turns an unreachable daemon into a failure). Each test
 terminates what it starts, in a finally; a crashed interpreter can still leave a machine, named
 `{POOL_NAME}-{machine_type}-{machine_id}` so it is findable in the provider's console.
 """

@@ -1,84 +1,44 @@
-"""The Docker backend against a real daemon: the reference worker image built with testcontainers, a job run,
-limits enforced by the daemon, refusals, and nothing left behind.
+"""The Docker backend against a real daemon: the reference worker image built on it, a job run, limits enforced by
+the daemon, refusals, and nothing left behind.
 
 Runs wherever a daemon answers at the backend's socket (POOL_DOCKER_SOCKET, else a unix:// DOCKER_HOST, else
-/var/run/docker.sock) and skips otherwise; POOL_REQUIRE_DOCKER=1 makes an unreachable daemon a failure, so a
-runner whose socket moved fails loudly rather than reporting coverage it never ran. Not billed.
+/var/run/docker.sock) and skips otherwise; STRATA_POOL_REQUIRE_DOCKER=1 (or POOL_REQUIRE_DOCKER=1) makes an
+unreachable daemon a failure, so a runner whose socket moved fails loudly rather than reporting coverage it never
+ran; CI sets it. A daemon that cannot build the worker image fails once, naming `make images`. Not billed.
 """
 
 from __future__ import annotations
 
-import gc
-import os
-import shutil
-import tempfile
-import warnings
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from tests.fixtures.docker import SOCKET, WORKER_IMAGE
 from tests.fixtures.polling import eventually
 from tests.live.conftest import live_spec, until_healthy
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError
-from thermostat.providers.pool.docker import LABEL_POOL, DockerBackend, docker_socket_path
+from thermostat.providers.pool.docker import LABEL_POOL, DockerBackend
 from thermostat.providers.pool.worker_client import WorkerClient
 
-ROOT = Path(__file__).resolve().parents[2]
 POOL = "thermostat-live"
-IMAGE_TAG = "thermostat-worker-live:latest"
-SOCKET = docker_socket_path(pool_docker_socket=os.environ.get("POOL_DOCKER_SOCKET"),
-                            docker_host=os.environ.get("DOCKER_HOST"))  # fmt: skip
+IMAGE_TAG = WORKER_IMAGE
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[Any]:
-    """A testcontainers client on the backend's socket; skip (or, when required, fail) without a daemon."""
-    from testcontainers.core.docker_client import DockerClient
-
-    failure = ""
-    try:
-        client = DockerClient(environment={"DOCKER_HOST": f"unix://{SOCKET}"})
-        client.client.ping()
-    except Exception as error:
-        failure = type(error).__name__
-    if failure:
-        with warnings.catch_warnings():  # the SDK leaves its failed connection's socket for the collector
-            warnings.simplefilter("ignore", ResourceWarning)
-            gc.collect()
-        message = f"no Docker daemon answers at {SOCKET} ({failure})"
-        if os.environ.get("POOL_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"{message}, and POOL_REQUIRE_DOCKER=1 says one is required")
-        pytest.skip(f"{message}: set POOL_DOCKER_SOCKET, or POOL_REQUIRE_DOCKER=1 to fail instead of skipping")
-    yield client
-    client.client.close()
+@pytest.fixture
+def daemon(docker_daemon: Any) -> Any:
+    """A testcontainers client on the backend's socket (tests/fixtures/docker.py: skips without a daemon, unless
+    STRATA_POOL_REQUIRE_DOCKER=1 makes that a failure)."""
+    return docker_daemon
 
 
-@pytest.fixture(scope="module")
-def worker_image(daemon: Any) -> Iterator[str]:
-    """deploy/worker/Dockerfile built from a context holding only what it copies (POOL_LIVE_WORKER_IMAGE names an
-    image of it built already instead, for a daemon that cannot pull the Dockerfile's base image)."""
-    from testcontainers.core.image import DockerImage
-
-    prebuilt = os.environ.get("POOL_LIVE_WORKER_IMAGE", "").strip()
-    if prebuilt:
-        yield prebuilt
-        return
-
-    context = Path(tempfile.mkdtemp(prefix="worker-image"))
-    try:
-        shutil.copy(ROOT / "requirements.txt", context / "requirements.txt")
-        shutil.copy(ROOT / "deploy/worker/Dockerfile", context / "Dockerfile")
-        shutil.copytree(ROOT / "services/thermostat/worker", context / "services/thermostat/worker",
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-        environment = {"DOCKER_HOST": f"unix://{SOCKET}"}
-        with DockerImage(path=context, tag=IMAGE_TAG, docker_client_kw={"environment": environment}):
-            yield IMAGE_TAG
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
+@pytest.fixture
+def worker_image(docker_worker_image: str) -> str:
+    """deploy/worker/Dockerfile built once per session (tests/fixtures/docker.py; fails once, naming `make images`,
+    when the daemon cannot build it)."""
+    return docker_worker_image
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ def test_every_registered_service_runs_after_the_migration_step_over_postgres(co
     assert deploy_check.compose_problems(compose) == []
     services = compose["services"]
     assert set(services) == {"postgres", "migrate", "edge", *(s.name for s in SERVICES)}
-    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["postgres"]["image"] == "${POSTGRES_IMAGE:-postgres:18-alpine}"  # make images' stand-in: docs
+    assert "name" not in compose  # Debian's docker-compose 1.29 refuses a top-level name: the project is -p
     assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
 
 
@@ -23,6 +24,7 @@ def test_every_registered_service_runs_after_the_migration_step_over_postgres(co
     ("change", "problem"),
     [
         pytest.param(lambda c: c["services"].pop("metering"), "no service metering", id="missing-service"),
+        pytest.param(lambda c: c.update(name="thermostat"), "no top-level `name:`", id="top-level-name"),
         pytest.param(
             lambda c: c["services"]["pool-dispatcher"]["environment"].update(POOL_DISPATCHER_PORT="9"),
             "POOL_DISPATCHER_PORT and expose must be 50063",

@@ -52,9 +52,11 @@ def test_continuation_lines_are_one_instruction_of_their_stage() -> None:
                      id="runtime-copies-the-context"),
         pytest.param("USER 10001", "USER thermostat", "runs as USER 10001", id="user-by-name"),
         pytest.param("GRPC_HOST=0.0.0.0 ", "", "GRPC_HOST=0.0.0.0", id="loopback-bind"),
-        pytest.param("FROM envoyproxy/envoy:v1.40.0 AS edge", "FROM envoyproxy/envoy:v1.31.0 AS edge",
+        pytest.param("ARG ENVOY_IMAGE=envoyproxy/envoy:v1.40.0", "ARG ENVOY_IMAGE=envoyproxy/envoy:v1.31.0",
                      "must be the tested Envoy", id="untested-envoy"),
-        pytest.param("FROM python:3.11-slim AS runtime", "FROM python:3.11-slim AS other",
+        pytest.param("FROM ${ENVOY_IMAGE} AS edge", "FROM envoyproxy/envoy:v1.31.0 AS edge",
+                     "must be the tested Envoy", id="untested-envoy-named-in-from"),
+        pytest.param("FROM ${PYTHON_IMAGE} AS runtime", "FROM ${PYTHON_IMAGE} AS other",
                      "the last stage (the default target) must be runtime", id="default-target"),
     ],
 )  # fmt: skip

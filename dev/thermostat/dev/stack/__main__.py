@@ -13,6 +13,7 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
+from thermostat.dev.stack.docker_daemon import demo_docker_from
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
@@ -65,6 +66,7 @@ async def main() -> int:
         os.environ["STRATA_POOL_TOKEN"] = generated_pool_token
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
+        demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
     except ValueError as error:
         sys.exit(str(error))
     if not os.environ.get("POOL_MACHINE_TYPES"):
@@ -87,6 +89,7 @@ async def main() -> int:
         service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
         metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
         demo_backends=demo_backends,
+        demo_docker=demo_docker,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

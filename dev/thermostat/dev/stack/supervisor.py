@@ -1,7 +1,8 @@
 """The whole stack on one machine: Postgres, the RunPod simulator, every service and the Envoy edge.
 
 `demo_backends` (POOL_DEMO_BACKENDS=docker,fly,runpod) also starts the Docker Engine and Fly Machines
-simulators and points the pool's backend settings at them (POOL_DOCKER_SOCKET; FLY_API_TOKEN, POOL_FLY_APP,
+simulators (POOL_DEMO_DOCKER=daemon: the docker type on the real daemon instead, stack.docker_daemon) and points the
+pool's backend settings at them (POOL_DOCKER_SOCKET; FLY_API_TOKEN, POOL_FLY_APP,
 POOL_FLY_REGION, POOL_FLY_BASE_URL, POOL_FLY_ENDPOINT_TEMPLATE); `runpod` makes the RunPod simulator run the
 reference worker in every image pod (`--machines`), the pool reaching it through the simulated pod proxy. Each
 simulated machine is a real reference-worker process; the simulators kill theirs when they stop.
@@ -43,6 +44,9 @@ from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
+from thermostat.dev.images import WORKER_IMAGE
+from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
+from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.store.db import apply_migrations
 from tools.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 
@@ -143,6 +147,7 @@ class StackConfig:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     simulator_args: Sequence[str] = ()
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
+    demo_docker: str = "simulator"  # "daemon": the docker demo type on the real daemon (stack.docker_daemon)
     relay_logs: bool = True
     durable_db: bool = True
     replicas: int = 1  # processes per service (module doc)
@@ -166,6 +171,7 @@ class Stack:
         self.edge_admin_url = ""
         self.simulator_url: str | None = None
         self.demo_urls: dict[str, str] = {}
+        self.docker_daemon: tuple[str, str] | None = None  # (socket, pool name) under POOL_DEMO_DOCKER=daemon
         self.edge_url = ""
         self._stopping = asyncio.Event()
         self._watchers: list[asyncio.Task[None]] = []
@@ -307,7 +313,15 @@ class Stack:
                 log.warning("POOL_DEMO_BACKENDS=runpod needs the RunPod simulator (RunPod is configured for real)")
             else:
                 self.demo_urls["runpod"] = f"{self.simulator_url}/proxy (pods run the reference worker)"
-        if "docker" in wanted:
+        if "docker" in wanted and self.config.demo_docker == "daemon":
+            env.setdefault("POOL_NAME", f"devstack-{os.getpid()}")  # the label the stop removes (docker_daemon)
+            socket_path = docker_socket_path(pool_docker_socket=env.get("POOL_DOCKER_SOCKET"),
+                                             docker_host=env.get("DOCKER_HOST"))  # fmt: skip
+            await check_daemon(socket_path)
+            env["POOL_DOCKER_SOCKET"] = socket_path
+            self.docker_daemon = (socket_path, env["POOL_NAME"])
+            self.demo_urls["docker"] = f"unix://{socket_path} (the real daemon: containers of {WORKER_IMAGE})"
+        elif "docker" in wanted:
             import tempfile
 
             # AF_UNIX paths are short (108 bytes): the temp dir, not the data dir, holds the socket
@@ -507,6 +521,10 @@ class Stack:
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
         self.children.clear()
+        if self.docker_daemon is not None:  # after the pool dispatcher: nothing starts another container now
+            socket_path, pool = self.docker_daemon
+            removed = await remove_pool_containers(socket_path, pool)
+            log.info("docker: removed %d container(s) of pool %s", removed, pool)
         starting, self._postgres_starting = self._postgres_starting, None
         if starting is not None:
             await asyncio.wait({starting})  # bounded by the server's own start timeout

@@ -1,0 +1,56 @@
+# Sourced by .ci/run: a Docker engine for the run. One that already answers is used as it is; otherwise, as root
+# with Debian's packages reachable, docker.io (with docker-compose and debootstrap, which `make images` and the
+# compose test need) is installed when missing and a dockerd is started for this run only, stopped by
+# stop_docker_engine (.ci/run traps EXIT, so it stops on a failure too). docs/containers.md.
+
+DOCKER_ENGINE_PID=""
+DOCKER_ENGINE_DIR=""
+
+_install_docker_packages() {
+  local missing=()
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  if ((${#missing[@]})); then
+    echo "ci: installing ${missing[*]} (Debian's packages) ..."
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+start_docker_engine() {
+  if docker info >/dev/null 2>&1; then
+    echo "ci: a Docker engine answers already; using it"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then _install_docker_packages; fi
+    return 0
+  fi
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "ci: no Docker engine answers and this machine cannot bring one (needs root and apt-get)" >&2
+    return 1
+  fi
+  _install_docker_packages
+  DOCKER_ENGINE_DIR=$(mktemp -d /tmp/ci-dockerd.XXXXXX)
+  # no iptables rules on a shared host: containers are reached on ports published on 127.0.0.1, builds use the
+  # host's network (make images), compose's services talk on their own bridge
+  dockerd --iptables=false --pidfile "$DOCKER_ENGINE_DIR/dockerd.pid" >"$DOCKER_ENGINE_DIR/dockerd.log" 2>&1 &
+  DOCKER_ENGINE_PID=$!
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && { echo "ci: started dockerd (pid $DOCKER_ENGINE_PID) for this run"; return 0; }
+    kill -0 "$DOCKER_ENGINE_PID" 2>/dev/null || break
+    sleep 1
+  done
+  echo "ci: dockerd did not come up; its log:" >&2
+  tail -20 "$DOCKER_ENGINE_DIR/dockerd.log" >&2
+  return 1
+}
+
+stop_docker_engine() {
+  [ -n "$DOCKER_ENGINE_PID" ] || return 0
+  echo "ci: stopping dockerd (pid $DOCKER_ENGINE_PID); containers left: $(docker ps -aq 2>/dev/null | wc -l)"
+  kill -TERM "$DOCKER_ENGINE_PID" 2>/dev/null || true
+  for _ in $(seq 1 30); do kill -0 "$DOCKER_ENGINE_PID" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$DOCKER_ENGINE_PID" 2>/dev/null || true
+  wait "$DOCKER_ENGINE_PID" 2>/dev/null || true
+  rm -rf "$DOCKER_ENGINE_DIR"
+  DOCKER_ENGINE_PID=""
+}

@@ -1,0 +1,58 @@
+"""The pool's docker demo type on a real Docker daemon (POOL_DEMO_DOCKER=daemon) rather than the simulator.
+
+The demo type runs containers of the reference worker image (`make images` builds strata-worker:latest). Before the
+stack starts its services it checks that the daemon answers at the Docker backend's socket and holds the image, so
+a missing one is one clear message rather than a job that fails later. The pool's containers carry the run's own
+pool name (POOL_NAME, `devstack-<pid>` unless set), and the stack removes every container with that label when it
+stops, after the pool dispatcher: as the simulators kill their machines, Ctrl-C leaves nothing running
+(`docker ps`).
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from thermostat.dev.images import WORKER_IMAGE
+from thermostat.providers.pool.docker import DOCKER_API_VERSION, LABEL_POOL
+
+DEMO_DOCKER_MODES = ("simulator", "daemon")
+
+
+def demo_docker_from(value: str | None) -> str:
+    """POOL_DEMO_DOCKER: `simulator` (the default) or `daemon` (the real one at the Docker backend's socket)."""
+    mode = (value or "simulator").strip().lower()
+    if mode not in DEMO_DOCKER_MODES:
+        raise ValueError(f"POOL_DEMO_DOCKER: {value!r} is not one of {', '.join(DEMO_DOCKER_MODES)}")
+    return mode
+
+
+def _client(socket_path: str, timeout: float = 10) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket_path),
+                             base_url=f"http://docker/{DOCKER_API_VERSION}", timeout=timeout)  # fmt: skip
+
+
+async def check_daemon(socket_path: str, image: str = WORKER_IMAGE) -> None:
+    """Raise RuntimeError, saying what to do, unless a daemon answers at `socket_path` and has `image`."""
+    try:
+        async with _client(socket_path) as client:
+            await client.get("/_ping")
+            found = await client.get(f"/images/{image}/json")
+    except httpx.HTTPError as error:
+        raise RuntimeError(
+            f"POOL_DEMO_DOCKER=daemon: no Docker daemon answers at {socket_path} ({type(error).__name__}); "
+            "start one, or set POOL_DOCKER_SOCKET"
+        ) from error
+    if found.status_code == 404:
+        raise RuntimeError(f"POOL_DEMO_DOCKER=daemon: the daemon has no {image}: run `make images`")
+    found.raise_for_status()
+
+
+async def remove_pool_containers(socket_path: str, pool: str) -> int:
+    """Force-remove every container labelled with `pool`; how many there were."""
+    filters = '{"label": ["%s=%s"]}' % (LABEL_POOL, pool)  # noqa: UP031 - JSON braces
+    async with _client(socket_path, timeout=30) as client:
+        listed = await client.get("/containers/json", params={"all": "1", "filters": filters})
+        listed.raise_for_status()
+        for container in listed.json():
+            await client.delete(f"/containers/{container['Id']}", params={"force": "true"})
+    return len(listed.json())
