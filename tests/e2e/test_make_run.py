@@ -61,7 +61,11 @@ class DevStack:
             "STRATA_POOL_ADMIN_TOKEN",
         ):
             full.pop(name, None)
-        full.update({k: v for k, v in env.items() if v is not None})
+        for name, value in env.items():  # None: unset, as in a shell that never exported it
+            if value is None:
+                full.pop(name, None)
+            else:
+                full[name] = value
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "thermostat.dev.stack"],
