@@ -24,7 +24,6 @@ from .config import WorkerConfig
 from .python_cell import run_cell
 from .result import HandlerResult
 
-
 Waiting = Coroutine[Any, Any, HandlerResult]
 Handler = Callable[[bytes], HandlerResult | Waiting]
 

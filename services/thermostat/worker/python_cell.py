@@ -27,8 +27,9 @@ def cell_source(payload: bytes) -> str:
     """The code a payload carries: a JSON object's string `source`, else the payload as text."""
     with contextlib.suppress(ValueError, UnicodeDecodeError):
         decoded = json.loads(payload)
-        if isinstance(decoded, dict) and isinstance(decoded.get("source"), str):
-            return decoded["source"]
+        source = decoded.get("source") if isinstance(decoded, dict) else None
+        if isinstance(source, str):
+            return source
     return payload.decode("utf-8", "replace")
 
 

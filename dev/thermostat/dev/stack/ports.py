@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,9 +40,10 @@ def in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 def holder(port: int) -> str | None:
     """`pid 1234 (python3)` of the process listening on `port`, when psutil can see it; else None."""
-    with contextlib.suppress(Exception):  # psutil is a dev dependency; other users' sockets may be hidden
-        import psutil
-
+    # psutil comes with the dev tooling's dependencies, not pinned by this repository (so looked up, untyped);
+    # another user's sockets may be hidden from this one: either way the line just names no holder
+    with contextlib.suppress(Exception):
+        psutil = importlib.import_module("psutil")
         for conn in psutil.net_connections(kind="tcp"):
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
                 return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
