@@ -59,7 +59,10 @@ def exports() -> Iterator[dict[str, str]]:
             assert sorted(printed) == sorted(EXPORTED), "".join(stack.output[-30:])
             assert printed["STRATA_TENANT"] == "demo"
             assert printed["THERMOSTAT_ADDR"] == edge.removeprefix("http://")
-            assert "/_sim/billed" in "".join(stack.output)
+            said = "".join(stack.output)
+            assert "/_sim/billed" in said
+            # what the pool has configured and what its catalogue uses, in one line
+            assert re.search(r"catalogue version \d+: backends configured: [a-z, ]+; used by the catalogue: local", said)
             yield printed
         finally:
             stack.kill()
