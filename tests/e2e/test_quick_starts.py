@@ -62,7 +62,8 @@ def exports() -> Iterator[dict[str, str]]:
             said = "".join(stack.output)
             assert "/_sim/billed" in said
             # what the pool has configured and what its catalogue uses, in one line
-            assert re.search(r"catalogue version \d+: backends configured: [a-z, ]+; used by the catalogue: local", said)
+            backends = r"catalogue version \d+: backends configured: [a-z, ]+; used by the catalogue: local"
+            assert re.search(backends, said), said
             yield printed
         finally:
             stack.kill()

@@ -238,7 +238,7 @@ class Stack:
             env["RUNPOD_V2_BASE_URL"] = cfg.runpod_base_url
             log.info("RunPod: %s (RUNPOD_V2_BASE_URL); no simulator started", cfg.runpod_base_url)
             if not cfg.runpod_api_key:
-                # the safe boot before the secret: everything comes up, nothing reaches RunPod (README)
+                # the safe boot before the secret: everything comes up, nothing reaches RunPod (docs/deployment.md)
                 log.info("RUNPOD_API_KEY is unset: every pod is disabled until configured")
         elif cfg.runpod_api_key:
             log.info("RunPod: the real API (RUNPOD_API_KEY set, no RUNPOD_V2_BASE_URL)")
