@@ -2,9 +2,10 @@
 (with the ETA the controller measured from past boots), answer through the pod's proxy; `/run <text>` runs a job
 on the worker pool and answers its result.
 
-Run it against `make run` (the tokens it printed in the environment):
+Run it against `make run`, with the `export` lines it printed in the environment (the operator token wakes when
+no RIG_WAKE_TOKEN is set):
 
-    RIG_WAKE_TOKEN=… STRATA_POOL_TOKEN=… STRATA_TENANT=demo python examples/chat_bot_handler.py "/run hello"
+    .venv/bin/python examples/chat_bot_handler.py "/run hello"
 
 Only the model call is the bot's own: `ask_model` posts to the pod's vLLM (OpenAI-compatible) endpoint; inject
 another to talk to the model however the bot does.

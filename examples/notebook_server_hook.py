@@ -61,7 +61,7 @@ class GpuCellHook:
 
 
 async def main(argv: list[str]) -> None:
-    machine_type = argv[0] if argv else "local"
+    machine_type = argv[0] if argv else "python"
     source = argv[1] if len(argv) > 1 else "print(1 + 1)"
 
     def show(job_id: str, state: str) -> None:
@@ -70,7 +70,8 @@ async def main(argv: list[str]) -> None:
     async with AsyncThermostat.connect() as client:
         hook = GpuCellHook(client, on_state=show)
         try:
-            print((await hook.run_cell(f"cell-{uuid.uuid4().hex[:8]}", machine_type, source)).decode(), flush=True)
+            output = (await hook.run_cell(f"cell-{uuid.uuid4().hex[:8]}", machine_type, source)).decode()
+            print(output, end="" if output.endswith("\n") else "\n", flush=True)  # a cell's output ends its line
         except errors.JobError as ended:
             print(f"cell {ended.job.state}: {ended.job.error or ''}", file=sys.stderr)
             raise SystemExit(1) from None

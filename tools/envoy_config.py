@@ -36,6 +36,7 @@ DEFAULT_CONFIG_PATH: Final = Path(__file__).resolve().parents[1] / "deploy" / "e
 REFLECTION_SERVICES: Final = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 
 MAX_REGEX_PROGRAM_SIZE: Final = 4096
+MIB: Final = 1024 * 1024
 HCM: Final = "envoy.filters.network.http_connection_manager"
 TRANSCODER: Final = "envoy.filters.http.grpc_json_transcoder"
 _TYPES: Final = "type.googleapis.com/envoy.extensions"
@@ -593,6 +594,7 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
             {"name": TRANSCODER, "typed_config": _transcoder(spec, services, proto_field_names=False)},
             {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}},
         ],
+        "local_reply_config": _local_replies(spec),
     }
     runtime: dict[str, Any] = {"re2.max_program_size.error_level": MAX_REGEX_PROGRAM_SIZE}
     listeners = [
@@ -616,6 +618,43 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
         # that binds a name, the name with any character percent-encoded) pass that with a handful of routes.
         "layered_runtime": {"layers": [{"name": "static", "static_layer": runtime}]},
         "static_resources": {"listeners": listeners, "clusters": clusters},
+    }
+
+
+def body_over_limit_message(limit: int) -> str:
+    """The detail of the edge's own 413 for a REST body over the transcoder's limit, with Envoy's command
+    operators for the route the request named (before the transcoder rewrote its path)."""
+    return (
+        f"body: over {_mib(limit)}, the largest REST body the edge reads "
+        "(%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%); nothing was sent on"
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{size // MIB} MiB" if size % MIB == 0 else f"{size:,} bytes"
+
+
+def _local_replies(spec: EdgeSpec) -> dict[str, Any]:
+    """Envoy's own replies a REST client reads: the transcoder's 413 for a body over its buffer says
+    `Request rejected because the transcoder's internal buffer size exceeds the configured limit.`, naming
+    neither the limit nor the route; this mapper gives it a detail that does, and the REST filter then writes it
+    as the problem's detail. Only the transcoder answers 413 at the edge, and only to REST: a native gRPC call is
+    passed through, and its limit is the service's RESOURCE_EXHAUSTED."""
+    over_limit = {
+        "status_code_filter": {
+            "comparison": {"op": "EQ", "value": {"default_value": 413, "runtime_key": "edge.local_reply_413"}}
+        }
+    }
+    return {
+        "mappers": [
+            {
+                "filter": over_limit,
+                "body_format_override": {
+                    "text_format_source": {"inline_string": body_over_limit_message(body_limit(spec))},
+                    "content_type": "text/plain",
+                },
+            }
+        ]
     }
 
 

@@ -8,6 +8,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +47,7 @@ class DevStack:
             "RUNPOD_SIMULATOR_PORT": "0",
             # every service on a free port: a fixed default collides with another stack on the same machine
             **{service.port_env: "0" for service in SERVICES},
+            **{service.metrics_port_env: "0" for service in SERVICES},
             "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
             "STRATA_POOL_TOKEN": POOL["Authorization"].removeprefix("Bearer "),
         }
@@ -59,7 +61,11 @@ class DevStack:
             "STRATA_POOL_ADMIN_TOKEN",
         ):
             full.pop(name, None)
-        full.update({k: v for k, v in env.items() if v is not None})
+        for name, value in env.items():  # None: unset, as in a shell that never exported it
+            if value is None:
+                full.pop(name, None)
+            else:
+                full[name] = value
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "thermostat.dev.stack"],
@@ -391,3 +397,35 @@ def _until_health(edge: str, status: int, timeout: float = 30) -> None:
             return
         assert time.monotonic() < deadline, f"/health stayed {code}"
         time.sleep(0.1)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("setting", "part"),
+    [
+        pytest.param("RUNPOD_SIMULATOR_PORT", "the RunPod simulator", id="simulator"),
+        pytest.param("EDGE_ADMIN_PORT", "Envoy's admin interface", id="envoy-admin"),
+        pytest.param("POOL_DISPATCHER_METRICS_PORT", "pool-dispatcher's metrics", id="a-service-metrics-port"),
+    ],
+)
+def test_a_port_in_use_stops_make_run_at_once_naming_the_port_the_part_and_the_setting(
+    tmp_path: Path, setting: str, part: str
+) -> None:
+    """A fixed port another process holds: one line before anything starts — the port, the part that wanted it,
+    who holds it and the variable that moves it — not the part's traceback after the rest came up."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        stack = DevStack(tmp_path, {setting: str(port)})
+        try:
+            output, _ = stack.proc.communicate(timeout=60)
+        finally:
+            stack.kill()
+    assert stack.proc.returncode == 1, output[-3000:]
+    expected = (
+        f"port {port} ({part}) is in use by pid {os.getpid()} ({psutil.Process().name()}): "
+        f"set {setting} to another port (0: any free one)"
+    )
+    assert expected in output, output[-3000:]
+    assert "Traceback" not in output and "store ready" not in output, output[-3000:]  # nothing was started

@@ -180,6 +180,11 @@ async def test_a_misspelt_ceiling_is_a_400_naming_it_and_the_budget_is_left_as_i
         pytest.param(b"", "body: empty; a JSON object is expected", id="empty"),
         pytest.param(b'{"dailyUsd": 5, "daily_usd": 6}', "body.daily_usd: given twice (as dailyUsd and daily_usd)"),
         pytest.param(b"\x80", "body: not UTF-8 text; a JSON object is expected", id="not-utf8"),
+        pytest.param(
+            b'{"dailyUsd": -1}',
+            "body.daily_usd: must be a non-negative number of USD (leave it out for no ceiling)",
+            id="negative",
+        ),
     ],
 )
 async def test_a_ceiling_of_the_wrong_type_or_a_body_that_is_no_object_is_a_400_and_nothing_is_written(

@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import re
+import socket
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -846,3 +849,52 @@ async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_e
     assert answers[11].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert "machine_type" in answers[11].error.detail
     assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request
+
+
+def _post_over_the_limit(port: int, path: str, size: int) -> tuple[int, dict[str, str], bytes]:
+    """POST `size` bytes to the edge on a raw socket, reading the answer while the body is still being written:
+    Envoy answers a body over its limit before the client has sent it all, then closes."""
+    answer = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {API_TOKEN}\r\n"
+            f"X-Strata-Tenant: {fresh_tenant()}\r\nContent-Length: {size}\r\n\r\n"
+        )
+        conn.sendall(head.encode())
+
+        def read() -> None:
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(65536):
+                    answer.extend(chunk)
+                    if b"\r\n\r\n" in answer:
+                        top, _, rest = bytes(answer).partition(b"\r\n\r\n")
+                        length = re.search(rb"(?im)^content-length: *(\d+)", top)
+                        if length and len(rest) >= int(length.group(1)):
+                            return
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        chunk, sent = b"A" * 1024 * 1024, 0
+        with contextlib.suppress(OSError):
+            while sent < size and reader.is_alive():
+                conn.sendall(chunk)
+                sent += len(chunk)
+        reader.join(timeout=30)
+    top, _, body = bytes(answer).partition(b"\r\n\r\n")
+    status_line, *header_lines = top.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+async def test_a_body_over_the_edges_limit_is_a_problem_stating_the_limit_and_the_route(edge) -> None:
+    """Envoy's transcoder refuses a REST body past its buffer with its own words (`Request rejected because the
+    transcoder's internal buffer size exceeds the configured limit.`): the edge answers a problem that states the
+    limit and the route the request named instead."""
+    port = int(str(edge.base_url).rsplit(":", 1)[1].rstrip("/"))
+    path = "/v1/jobs?machine_type=local"
+    status, headers, body = await asyncio.to_thread(_post_over_the_limit, port, path, 2 * MAX_PAYLOAD_BYTES)
+    assert status == 413, body[:300]
+    assert headers["content-type"] == "application/problem+json", headers
+    detail = json.loads(body)["detail"]
+    assert detail == f"body: over 33 MiB, the largest REST body the edge reads (POST {path}); nothing was sent on"
+    assert "transcoder" not in detail

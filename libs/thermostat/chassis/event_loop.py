@@ -1,7 +1,7 @@
 """The event loop a service process runs on: uvloop when it is installed, unless `EVENT_LOOP=asyncio`.
 
 uvloop (libuv, in C) runs the same asyncio code with less of the loop's own Python per callback, timer and
-socket write, where a pool dispatcher spends a large share of its CPU (README, Pool measures). Nothing the
+socket write, where a pool dispatcher spends a large share of its CPU (docs/performance.md). Nothing the
 services rely on belongs to the loop: tasks are still asyncio.Task (uvloop's create_task builds them), so
 asyncio.timeout's cancel-and-uncancel, TaskGroup and shield behave as on the standard loop; signal handlers,
 subprocesses (the local backend's workers, started in a session of their own), sockets and the readers grpc.aio

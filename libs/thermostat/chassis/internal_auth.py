@@ -7,7 +7,7 @@ compares it in constant time (auth.TokenRule). No token → UNAUTHENTICATED, ano
 both logged without the value. Unset on the server → every internal call is refused (fail closed): a missing
 secret must not open StopPods to whoever reaches the port. A shared token rather than mTLS: the services
 already read secrets from one Kubernetes Secret, and rotating a token is a Secret edit and a rollout, not a
-certificate authority to run (README, "Internal calls").
+certificate authority to run (docs/api.md, "Internal calls").
 """
 
 from __future__ import annotations

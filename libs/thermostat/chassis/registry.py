@@ -6,7 +6,7 @@ each service's default port (its settings) and the addresses services reach each
 Prometheus metrics ports (`metrics_port_env`, `default_metrics_port`), the
 Kubernetes manifests (`make k8s`, tools/k8s_manifests.py) and the import-linter contracts' module lists
 (tests/unit/chassis/test_registry.py fails when pyproject.toml lists other packages). Adding a service is
-one entry here plus its package (README, "Adding a service").
+one entry here plus its package (docs/development.md, "Adding a service").
 
 Services are named by module and by full gRPC name, so nothing here imports a service (libs never import
 services) or generated code.

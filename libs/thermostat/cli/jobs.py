@@ -54,8 +54,12 @@ def show_job(out: Output, job: Any) -> None:
 
 
 def write_result(data: bytes, path: Path | None) -> None:
+    """The result bytes verbatim to `path` or stdout; on a terminal a result not ending a line gets a newline, so
+    the shell's prompt does not run on after it (a pipe or a file gets the bytes exactly)."""
     if path is None:
         sys.stdout.buffer.write(data)
+        if data and not data.endswith(b"\n") and sys.stdout.isatty():
+            sys.stdout.buffer.write(b"\n")
         sys.stdout.buffer.flush()
     else:
         path.write_bytes(data)
@@ -129,7 +133,7 @@ def submit(
     exit code says how the job ended."""
     state = State.of(ctx, json_mode)
     payload = read_payload(state, data, payload_file)
-    with state.client() as t:
+    with state.client(tenant=True) as t:
         job = t.pool.submit(machine_type, payload, priority=priority, session_id=session, timeout_seconds=job_timeout)
         if not wait:
             show_job(state.out, job)
@@ -147,7 +151,7 @@ def submit(
 def get(ctx: typer.Context, job_id: JobId, json_mode: JsonFlag = False) -> None:
     """The job: its state, times, error and whether a result is kept."""
     state = State.of(ctx, json_mode)
-    with state.client() as t:
+    with state.client(tenant=True) as t:
         job = t.pool.get(job_id)
     show_job(state.out, job)
 
@@ -156,7 +160,7 @@ def get(ctx: typer.Context, job_id: JobId, json_mode: JsonFlag = False) -> None:
 def result(ctx: typer.Context, job_id: JobId, output: Output_ = None, json_mode: JsonFlag = False) -> None:
     """The result bytes of a completed job, to stdout (or --output), exactly as the worker answered."""
     state = State.of(ctx, json_mode)
-    with state.client() as t:
+    with state.client(tenant=True) as t:
         data = t.pool.result(job_id)
     write_result(data, output)
 
@@ -178,7 +182,7 @@ def cancel(
 ) -> None:
     """Cancel the job: a queued one never runs, a running one's worker is asked to stop that build."""
     state = State.of(ctx, json_mode)
-    with state.client() as t:
+    with state.client(tenant=True) as t:
         job = t.pool.cancel(job_id, build_id=build_id)
     show_job(state.out, job)
 
@@ -187,7 +191,7 @@ def cancel(
 def wait(ctx: typer.Context, job_id: JobId, wait_timeout: WaitTimeout = 3600.0, json_mode: JsonFlag = False) -> None:
     """Show the job's state until it ends, then the job; the exit code says how it ended."""
     state = State.of(ctx, json_mode)
-    with state.client() as t:
+    with state.client(tenant=True) as t:
         final = follow(state.out, job_id, t.pool.wait(job_id, timeout=wait_timeout))
     show_job(state.out, final)
     exit_for(state, final)

@@ -10,6 +10,7 @@ from thermostat.cli.examples import example
 from thermostat.cli.output import Output, hours, plain, usd, when
 from thermostat.cli.progress import Display, eta_text
 from thermostat.cli.state import JsonFlag, State
+from thermostat.client import Phase
 
 app = typer.Typer(
     help="Model pods: wake, stop, status, watch, history, the idle monitor's view, spend.",
@@ -68,18 +69,18 @@ def start(
                 out.fields([(k.replace("_", " "), v) for k, v in reply.items()])
             return
         last = None
+        shown: tuple[str, str | None] | None = None
         with Display(out) as display:
             for progress in t.pods.ensure_ready(name, timeout=wait_timeout):
                 if progress.pod is not None:
                     last = progress.pod
                 # the detail names the pod and says the ETA ("ready in about 40 s"), from WatchPod's estimate;
                 # off a terminal one line per phase (and one for the wake's answer)
-                display.show(
-                    f"{progress.phase:<12} {progress.detail}",
-                    key=(progress.phase, progress.outcome),
-                    eta_seconds=progress.eta_seconds,
-                )
-            display.done(f"{'ready':<12} {name} is ready", key="ready")
+                shown = (str(progress.phase), progress.outcome)
+                display.show(f"{progress.phase:<12} {progress.detail}", key=shown, eta_seconds=progress.eta_seconds)
+            # the last phase shown is ready: off a terminal its line was the final one, so it is not printed twice
+            final_key = shown if shown is not None and shown[0] == Phase.READY else None
+            display.done(f"{'ready':<12} {name} is ready", key=final_key)
         show_pod(out, last if last is not None else t.pods.status(name))
 
 
@@ -155,14 +156,20 @@ def history(
             a = entry["action"]
             outcome = "ok" if a.get("ok") else f"refused ({a.get('http_status')})"
             rows.append((when(entry.get("at")), a.get("action"), a.get("trigger"), a.get("pod_id"),
-                         a.get("gpu_id"), usd(a.get("price_per_hour")), outcome, a.get("detail")))  # fmt: skip
+                         a.get("gpu_id"), price(a.get("price_per_hour")), outcome, a.get("detail")))  # fmt: skip
         elif "wake" in entry:
             w = entry["wake"]
             rows.append((when(entry.get("at")), "Wake", "", w.get("pod_id"), w.get("gpu_id"),
-                         usd(w.get("price_per_hour")), w.get("outcome"), w.get("reason")))  # fmt: skip
+                         price(w.get("price_per_hour")), w.get("outcome"), w.get("reason")))  # fmt: skip
     out.table(["at", "what", "trigger", "pod id", "gpu", "usd/h", "outcome", "detail"], rows)
     if page.get("next_page_token"):
         out.note(f"more: --page-token {page['next_page_token']}")
+
+
+def price(per_hour: Any) -> str:
+    """A history row's USD/h: a stop, a terminate and a wake that created nothing carry no price (proto3 prints
+    the unset rate as 0), so none is shown rather than `0.00`."""
+    return usd(per_hour) if per_hour else ""
 
 
 @app.command(epilog=example("thermostat pods monitor qwen"))

@@ -13,6 +13,8 @@ from thermostat.cli.exit_codes import ExitCode, for_error
 from thermostat.cli.output import Output
 from thermostat.client import ClientConfig, Thermostat, errors
 
+NO_TENANT = "tenant: pass --tenant or set STRATA_TENANT (the pool runs every job for a tenant)"
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (as the global --json).")]
 
 
@@ -61,11 +63,17 @@ class State:
         )
 
     @contextlib.contextmanager
-    def client(self) -> Iterator[Thermostat]:
-        """A connected client; a client error inside the block prints and exits with its code."""
+    def client(self, *, tenant: bool = False) -> Iterator[Thermostat]:
+        """A connected client; a client error inside the block prints and exits with its code. `tenant`: the
+        command's calls are a tenant's (the job routes), so one must be given before anything is sent."""
+        config = self.config()
+        if tenant and not config.tenant:
+            raise self.fail(ExitCode.USAGE, NO_TENANT)
         try:
-            with Thermostat(self.config()) as client:
+            with Thermostat(config) as client:
                 yield client
+        except ValueError as error:  # the client refuses a bad argument before sending it, naming it
+            raise self.fail(ExitCode.USAGE, str(error)) from None
         except errors.ThermostatError as error:
             code = error.code.name if error.code is not None else type(error).__name__
             self.out.error(code, error.detail or str(error))

@@ -1,4 +1,4 @@
-"""The idle monitor's metric families (README, Metrics): each ticked pod's phase and counters, set by the tick
+"""The idle monitor's metric families (docs/operations.md): each ticked pod's phase and counters, set by the tick
 that decided them (no read of their own), the vLLM scrape latency, and the per-pod leases it took over."""
 
 from __future__ import annotations

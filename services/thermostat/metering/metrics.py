@@ -1,4 +1,4 @@
-"""Metering's metric families (README, Metrics): ledger lag per feed, entries landed, spend and what is left of
+"""Metering's metric families (docs/operations.md): ledger lag per feed, entries landed, spend and what is left of
 each budget, and the ingest lease taken over. Lag, spend and budgets are read on scrape (the feeds' rows, each
 configured pod's spend summary, this month's pool time, the tenants with a ceiling), bounded by the scrape's
 refresh timeout; the landed counter is counted by the ingest loop as it lands a page."""

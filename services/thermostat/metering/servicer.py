@@ -272,6 +272,8 @@ def feed_health(feed: FeedState) -> dict[str, object]:
     }
 
 
+NOT_A_CEILING = "must be a non-negative number of USD (leave it out for no ceiling)"
+
 # a REST budget body: {daily_usd, monthly_usd}, either spelling; a field left out is no ceiling
 BUDGET_BODY = (BodyField("daily_usd", JsonKind.NUMBER), BodyField("monthly_usd", JsonKind.NUMBER))
 
@@ -284,7 +286,11 @@ async def _ceilings(
     if isinstance(read, BodyError):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, read.detail)
         raise AssertionError("unreachable")  # abort raises
-    return {name: float(value) for name, value in read.values.items()}
+    ceilings = {name: float(value) for name, value in read.values.items()}
+    for name, value in ceilings.items():
+        if not math.isfinite(value) or value < 0:  # named as every other body error is: body.<field>
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"body.{name}: {NOT_A_CEILING}")
+    return ceilings
 
 
 async def _budget_from(
@@ -295,10 +301,7 @@ async def _budget_from(
         if request.HasField(field):
             value = getattr(request, field)
             if not math.isfinite(value) or value < 0:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{field} must be a non-negative number of USD (leave it out for no ceiling)",
-                )
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {NOT_A_CEILING}")
     return PodBudget(
         daily_usd=request.daily_usd if request.HasField("daily_usd") else None,
         monthly_usd=request.monthly_usd if request.HasField("monthly_usd") else None,

@@ -1,7 +1,7 @@
 """The wake's budget check (issue 12, "Budgets: a real ceiling"): before a wake touches RunPod with a write,
 metering judges the pod's spend plus the wake's projected spend against the pod's budgets.
 
-Rule, documented in README ("Budgets"):
+Rule, documented in docs/metering.md ("Budgets"):
 - METERING_ADDR unset: no check (a deployment without metering has no budgets).
 - METERING_ADDR set: the wake asks metering's CheckPodBudget beside its volume lookup (a read) and waits for the
   answer before acting on the lookup, so a refused wake writes nothing to RunPod; a budget reached fails

@@ -1,4 +1,4 @@
-"""The pod controller's metric families (README, Metrics): wakes by outcome, billable calls by action, and the
+"""The pod controller's metric families (docs/operations.md): wakes by outcome, billable calls by action, and the
 wake leases it took over. Counted where the events happen: a wake as it ends, a billable call as it is recorded."""
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def assemble(
     providers: dict[BackendKind, ProviderBackend] = build_backends(settings, client)
     backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
     unconfigured = missing_settings(settings)
-    log.info("pool backends configured: %s", ", ".join(sorted(kind.value for kind in backends)))
+    # what is configured is logged beside what the catalogue uses, with each catalogue version (backend_use)
     metrics = PoolMetrics(Metrics())
     repository = PoolRepository(store.pool)
     metrics.count_on_scrape(repository, (kind.value for kind in backends))

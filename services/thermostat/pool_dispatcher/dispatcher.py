@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 
 from thermostat.chassis import tracing
 from thermostat.chassis.clock import Clock as LeaseClock
-from thermostat.policy.pool.backends import REQUIRED_SETTINGS, check_backends
+from thermostat.policy.pool.backends import REQUIRED_SETTINGS, backend_use, check_backends
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.health import judge_health, machines_to_probe
 from thermostat.policy.pool.hint import HintDecision, decide_hint
@@ -443,6 +443,8 @@ class Dispatcher:
     def _warn_unservable(self, catalogue: Catalogue, version: int) -> None:
         """A catalogue applied at start or from the store is not refused (the process would never come up to
         take the PUT that fixes it); its unservable types are logged loudly and refused per job instead."""
+        configured = [BackendKind(kind) for kind in self.backends]
+        log.info("catalogue version %d: %s", version, backend_use(catalogue, configured=configured))
         checked = self.check_catalogue(catalogue)
         if isinstance(checked, CatalogueRejected):
             log.error(

@@ -1,4 +1,4 @@
-"""The pool dispatcher's metric families (README, Metrics). The hot path (submit → result) only increments and
+"""The pool dispatcher's metric families (docs/operations.md). The hot path (submit → result) only increments and
 observes in memory: queue and dispatch latency from times the job's run already holds, the end state from its
 completion. Jobs and machines by state are counted on scrape, from partial indexes and the fleet's rows."""
 

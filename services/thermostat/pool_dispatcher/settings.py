@@ -1,4 +1,4 @@
-"""The pool dispatcher's process settings (README, Configuration)."""
+"""The pool dispatcher's process settings (docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
 from .config import WorkerConfig
-from .handlers import Handler, HandlerResult, build_handler, build_id_of
+from .handlers import Handler, build_handler, build_id_of
+from .result import HandlerResult
 
 ECHOED_HEADERS = (
     (b"traceparent", b"X-Strata-Received-Traceparent"),

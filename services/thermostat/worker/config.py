@@ -5,7 +5,8 @@ STRATA_WORKER_TOKEN   required: the bearer token /execute and the cancel route d
                       be an unauthenticated remote-code-execution endpoint
 STRATA_WORKER_PORT    the port, else PORT (what the local backend and most platforms set), else 8080
 STRATA_WORKER_HOST    the bind address, default 127.0.0.1
-STRATA_WORKER_HANDLER echo (default: the payload back), sleep (sleeps, cancellable), fail (500)
+STRATA_WORKER_HANDLER echo (default: the payload back), sleep (sleeps, cancellable), fail (500), python (runs
+                      the payload as a Python cell in a subprocess: python_cell.py)
 STRATA_WORKER_SLEEP_SECONDS   the sleep handler's default when the payload names no duration (1)
 STRATA_WORKER_FAIL_MESSAGE    the fail handler's error body ("handler failed")
 STRATA_WORKER_MAX_PAYLOAD_BYTES  the largest payload accepted (64 MiB); a larger one is 413
@@ -19,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-HANDLERS = ("echo", "sleep", "fail")
+HANDLERS = ("echo", "sleep", "fail", "python")
 DEFAULT_PORT = 8080
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024

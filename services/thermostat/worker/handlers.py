@@ -4,6 +4,9 @@ echo   answers 200 with the payload, byte for byte
 sleep  sleeps, then answers 200 `slept <seconds>`; the duration is the payload's `seconds` (a JSON object
        field, or the whole payload as a bare number), else STRATA_WORKER_SLEEP_SECONDS; a cancel ends it
 fail   answers 500 with STRATA_WORKER_FAIL_MESSAGE: a cell whose code raised
+python runs the payload (a cell: `{"source": ...}`, or the code as text) in a Python subprocess; its stdout
+       is the result, a non-zero exit a 500 with stderr's end; the job's timeout or a cancel kills it
+       (python_cell.py)
 
 A handler returns its result at once, or a coroutine when it has to wait: only a waiting execution becomes
 a task that a build cancel or a departed client can end, so echo and fail cost no task, no build-id parse.
@@ -15,17 +18,11 @@ import asyncio
 import json
 import math
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from .config import WorkerConfig
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HandlerResult:
-    status: int
-    body: bytes
-
+from .python_cell import run_cell
+from .result import HandlerResult
 
 Waiting = Coroutine[Any, Any, HandlerResult]
 Handler = Callable[[bytes], HandlerResult | Waiting]
@@ -43,7 +40,10 @@ def build_handler(config: WorkerConfig) -> Handler:
     def fail(payload: bytes) -> HandlerResult:
         return failed
 
-    handlers: dict[str, Handler] = {"echo": echo, "sleep": sleep, "fail": fail}
+    def python(payload: bytes) -> Waiting:
+        return run_cell(payload)
+
+    handlers: dict[str, Handler] = {"echo": echo, "sleep": sleep, "fail": fail, "python": python}
     return handlers[config.handler]
 
 

@@ -150,3 +150,16 @@ async def test_usage_errors_exit_2_naming_what_was_wrong(stack: CliStack, tmp_pa
     assert (await stack.cli("jobs", "cancel", job["id"], tenant=tenant)).exit_code == 0
     bad_timeout = await stack.cli("jobs", "submit", "local", "--data", "x", "--job-timeout", "0", tenant=fresh_tenant())
     assert bad_timeout.exit_code == ExitCode.USAGE and "--job-timeout" in bad_timeout.stderr
+
+
+@pytest.mark.parametrize("json_mode", [pytest.param(False, id="table"), pytest.param(True, id="json")])
+async def test_a_job_command_without_a_tenant_is_one_line_and_the_usage_exit_code(
+    stack: CliStack, json_mode: bool
+) -> None:
+    """Neither --tenant nor STRATA_TENANT: one line naming both, exit 2 — not the client's traceback and exit 1."""
+    ran = await stack.cli(*(["--json"] if json_mode else []), "jobs", "submit", "local", "--data", "x")
+    assert ran.exit_code == ExitCode.USAGE, ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    detail = ran.error()["detail"] if json_mode else ran.stderr
+    assert "--tenant" in detail and "STRATA_TENANT" in detail
+    assert ran.stdout == ""

@@ -27,6 +27,7 @@ async def test_pods_start_shows_the_wake_then_ready_and_prints_the_ready_pod(sta
     assert lines[0].startswith("waking")
     assert [line for line in lines if line.startswith("waking") and "llama: Created" in line], lines  # its answer
     assert lines[-1].split() == ["ready", "llama", "is", "ready"]
+    assert [line for line in lines if line.startswith("ready")] == [lines[-1]], lines  # once, not twice
     assert "RUNNING" in ran.stdout and "ready since" in ran.stdout
 
 
@@ -67,6 +68,8 @@ async def test_while_the_model_loads_the_progress_says_so_with_an_eta_once_a_boo
     assert len(wakes) == 2 and {w["outcome"] for w in wakes} == {"Succeeded"}
     table = await stack.cli("pods", "history", "mistral")
     assert table.exit_code == 0 and "Stop" in table.stdout and "manual" in table.stdout and "Wake" in table.stdout
+    # a stop and a wake that created nothing have no price: none shown, not 0.00
+    assert "0.00" not in table.stdout, table.stdout
 
 
 async def test_pods_status_json_carries_the_get_pod_fields_and_the_table_renders(stack: CliStack) -> None:

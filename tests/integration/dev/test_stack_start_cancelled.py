@@ -51,7 +51,10 @@ async def test_ctrl_c_while_postgres_initialises_stops_the_server_the_start_goes
     monkeypatch.setattr(EmbeddedPostgres, "_prepare_data_dir", prepare_then_hold)
     monkeypatch.setattr(EmbeddedPostgres, "start", start_then_say)
     with embedded_data_dir() as root:
-        stack = Stack(StackConfig(data_dir=root, durable_db=False, relay_logs=False, edge=False, services=()))
+        config = StackConfig(
+            data_dir=root, durable_db=False, relay_logs=False, edge=False, services=(), simulator_port=0
+        )
+        stack = Stack(config)
         starting = asyncio.create_task(stack.start())
         try:
             assert await asyncio.to_thread(initialised.wait, 60)

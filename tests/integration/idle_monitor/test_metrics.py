@@ -1,6 +1,6 @@
 """The idle monitor's metrics: each tick sets the pod's phase and counters as it decided them, each vLLM scrape is
 timed by its result, a replica that stops ticking a pod drops its series; the monitor's /metrics over HTTP shows
-them and a monitor lease taken from a dead replica, every family as README documents it."""
+them and a monitor lease taken from a dead replica, every family as docs/operations.md documents it."""
 
 from __future__ import annotations
 

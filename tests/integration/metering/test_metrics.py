@@ -1,6 +1,6 @@
 """Metering's /metrics over HTTP and its part of GET /health: the ledger's lag per feed moves as the feed is
 read (entries behind mid-catch-up, none once caught up; seconds since the last successful read growing while the
-controller is gone), entries landed, spend and what is left of each budget; every family in README."""
+controller is gone), entries landed, spend and what is left of each budget; every family in docs/operations.md."""
 
 from __future__ import annotations
 

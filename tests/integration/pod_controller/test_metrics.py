@@ -1,5 +1,6 @@
 """The pod controller's /metrics over HTTP: wakes by outcome and billable calls by action move with real wakes and
-stops through the simulator; a wake lease taken from a dead replica is counted; every family is in README."""
+stops through the simulator; a wake lease taken from a dead replica is counted; every family is in
+docs/operations.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The pool's /metrics over HTTP: jobs by state and machines by state and backend as the pool holds them, the
 queue and dispatch latency of jobs that ran, a lapsed instance's rows reclaimed as a takeover; every family in
-README."""
+docs/operations.md."""
 
 from __future__ import annotations
 

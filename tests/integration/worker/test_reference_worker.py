@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -215,3 +217,72 @@ async def test_sigterm_stops_the_worker_promptly() -> None:
         assert await asyncio.wait_for(worker.process.wait(), 5) is not None
         with pytest.raises(aiohttp.ClientError):
             await execute
+
+
+async def _pid_gone(pid: int) -> bool | None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return None
+
+
+async def test_the_python_handler_runs_the_cell_and_answers_its_output(session: aiohttp.ClientSession) -> None:
+    """A notebook cell: its stdout is the result; a cell that raises is a 500 naming the exception."""
+    cell = json.dumps({"build_id": "cell-1", "source": "print(1 + 1)"}).encode()
+    async with reference_worker(STRATA_WORKER_HANDLER="python") as worker:
+        async with session.post(f"{worker.url}/execute", data=cell, headers=worker.auth) as response:
+            assert (response.status, await response.read()) == (200, b"2\n")
+        async with session.post(f"{worker.url}/execute", data=b"print(6 * 7)", headers=worker.auth) as response:
+            assert (response.status, await response.read()) == (200, b"42\n")  # the code as plain text
+        async with session.post(f"{worker.url}/execute", data=b"1 / 0", headers=worker.auth) as response:
+            body = await response.text()
+            assert response.status == 500 and body.endswith("ZeroDivisionError: division by zero"), body
+
+
+async def test_the_cell_does_not_see_the_workers_token(session: aiohttp.ClientSession) -> None:
+    source = b"import os; print(sorted(k for k in os.environ if k.startswith('STRATA')))"
+    async with (
+        reference_worker(STRATA_WORKER_HANDLER="python") as worker,
+        session.post(f"{worker.url}/execute", data=source, headers=worker.auth) as response,
+    ):
+        assert (response.status, await response.read()) == (200, b"[]\n")
+
+
+@pytest.mark.parametrize(
+    "ended_by", [pytest.param("cancel", id="build-cancel"), pytest.param("deadline", id="deadline")]
+)
+async def test_a_cell_cancelled_or_past_the_jobs_deadline_is_killed(
+    session: aiohttp.ClientSession, tmp_path: Path, ended_by: str
+) -> None:
+    """The kernel interrupt (a cancel of the cell's build) and the job's timeout (the pool's call gives up and
+    drops the connection) both end the cell's process, and what it started: nothing of it keeps running."""
+    pid_file = tmp_path / "pid"
+    source = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(120)\n"
+    )
+    cell = json.dumps({"build_id": "cell-9", "source": source}).encode()
+    async with reference_worker(STRATA_WORKER_HANDLER="python") as worker:
+        timeout = aiohttp.ClientTimeout(total=None if ended_by == "cancel" else 2.0)
+        running = asyncio.create_task(
+            session.post(f"{worker.url}/execute", data=cell, headers=worker.auth, timeout=timeout)
+        )
+
+        async def started() -> bool | None:
+            return True if pid_file.exists() and pid_file.read_text().count(" ") == 1 else None
+
+        await eventually(started, timeout=15)
+        pids = [int(p) for p in pid_file.read_text().split()]
+        if ended_by == "cancel":
+            async with session.post(f"{worker.url}/v1/executions/cell-9/cancel", headers=worker.auth) as cancel:
+                assert cancel.status == 200
+            answer = await running
+            assert (answer.status, await answer.text()) == (409, "execution cell-9 cancelled")
+        else:
+            with pytest.raises(TimeoutError):
+                await running
+        for pid in pids:
+            await eventually(lambda pid=pid: _pid_gone(pid), timeout=10)

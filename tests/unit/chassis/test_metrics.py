@@ -1,4 +1,4 @@
-"""The chassis's metrics: a registry per service, gauges refreshed on scrape within a bound, README's table
+"""The chassis's metrics: a registry per service, gauges refreshed on scrape within a bound, docs/operations.md's table
 naming exactly the families the services export."""
 
 from __future__ import annotations
@@ -30,18 +30,22 @@ async def _families(declare: type) -> dict[str, str]:
     return {name: family.type for name, family in parse(body.decode()).items() if name.startswith("thermostat_")}
 
 
-async def test_readme_names_every_exported_family_with_its_type_and_the_services_that_export_it() -> None:
+async def test_the_docs_name_every_exported_family_with_its_type_and_the_services_that_export_it() -> None:
     rows = documented()
     exported: dict[str, set[str]] = {}
     for service, declare in SERVICES.items():
         for name, kind in (await _families(declare)).items():
-            assert name in rows, f"{service} exports {name}, which README's metrics table does not name"
-            assert rows[name].type == kind, f"{name}: exported as a {kind}, README says {rows[name].type}"
+            assert name in rows, f"{service} exports {name}, which docs/operations.md's metrics table does not name"
+            assert rows[name].type == kind, f"{name}: exported as a {kind}, docs/operations.md says {rows[name].type}"
             exported.setdefault(name, set()).add(service)
-    assert set(rows) == set(exported), f"README names families no service exports: {set(rows) - set(exported)}"
+    assert set(rows) == set(exported), (
+        f"docs/operations.md names families no service exports: {set(rows) - set(exported)}"
+    )
     for name, services in exported.items():
         expected = EVERY_SERVICE if services == set(SERVICES) else ", ".join(sorted(services))
-        assert rows[name].served_by == expected, f"{name}: served by {sorted(services)}, README says {rows[name]}"
+        assert rows[name].served_by == expected, (
+            f"{name}: served by {sorted(services)}, docs/operations.md says {rows[name]}"
+        )
 
 
 def test_every_documented_name_carries_its_unit_or_is_a_count() -> None:

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from thermostat.dev.stack.supervisor import RESTART_MAX_DELAY, exit_description, restart_delay
+from thermostat.dev.stack.supervisor import RESTART_MAX_DELAY, exit_description, restart_delay, restarts_in_a_row
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,20 @@ from thermostat.dev.stack.supervisor import RESTART_MAX_DELAY, exit_description,
 )
 def test_restart_delay(restarts: int, uptime: float, delay: float) -> None:
     assert restart_delay(restarts, uptime) == delay
+
+
+@pytest.mark.parametrize(
+    ("restarts", "uptime", "counted"),
+    [
+        pytest.param(0, 42.0, 1, id="the-first-restart-after-start-is-1"),
+        pytest.param(1, 2.0, 2, id="the-next-in-a-row-is-2"),
+        pytest.param(0, 600.0, 1, id="the-first-restart-after-a-steady-run-is-1-not-0"),
+        pytest.param(7, 60.0, 1, id="a-steady-run-starts-a-new-streak"),
+    ],
+)
+def test_the_restart_count_the_log_line_says(restarts: int, uptime: float, counted: int) -> None:
+    """`restart N in a row` counts this restart: README's example (`restart 1 in a row`) after any uptime."""
+    assert restarts_in_a_row(restarts, uptime) == counted
 
 
 def test_an_exit_is_described_by_signal_or_status() -> None:

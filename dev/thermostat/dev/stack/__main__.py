@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
@@ -17,17 +18,46 @@ from thermostat.dev.stack.docker_daemon import demo_docker_from
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
+WORKER = f"{sys.executable} -m thermostat.worker"
 DEMO_CATALOGUE = [
-    {
-        "name": "local",
-        "image": f"{sys.executable} -m thermostat.worker",
-        "backend": "local",
-        "max_workers": 2,
-        "cool_down_seconds": 120,
-    }
-]
-"""Without POOL_MACHINE_TYPES, the pool serves one local type running the reference worker (echo), so a newcomer
-can submit a job right away."""
+    {"name": "local", "image": WORKER, "backend": "local", "max_workers": 2, "cool_down_seconds": 120},
+    {"name": "python", "image": WORKER, "backend": "local", "max_workers": 2, "cool_down_seconds": 120,
+     "env": {"STRATA_WORKER_HANDLER": "python"}},
+    {"name": "sleep", "image": WORKER, "backend": "local", "max_workers": 2, "cool_down_seconds": 120,
+     "env": {"STRATA_WORKER_HANDLER": "sleep", "STRATA_WORKER_SLEEP_SECONDS": "60"}},
+]  # fmt: skip
+"""Without POOL_MACHINE_TYPES, the pool serves three local types running the reference worker, so a newcomer can
+submit a job right away: `local` answers the payload back (echo), `python` runs it as a Python cell (the
+notebook quick start), `sleep` sleeps a minute or the payload's `seconds` (something to cancel)."""
+
+TOKENS = {
+    "RIG_OPERATOR_TOKEN": "pod start/stop and budget writes refuse everyone without it (fail closed)",
+    "STRATA_POOL_TOKEN": "every pool job route answers 401 without it",
+    "STRATA_POOL_ADMIN_TOKEN": "the catalogue and tenant budgets are written with it",
+}
+"""The tokens the quick starts use, each minted for the run when unset (why each is needed)."""
+
+
+def mint_tokens(environ: MutableMapping[str, str]) -> list[str]:
+    """Set each unset token of TOKENS in `environ` to a fresh one; the names minted."""
+    minted = []
+    for name in TOKENS:
+        if not environ.get(name):
+            environ[name] = secrets.token_urlsafe(18)
+            minted.append(name)
+    return minted
+
+
+def exports(environ: Mapping[str, str], minted: list[str], edge_url: str) -> str:
+    """The block of `export` lines to paste into another shell: every quick start (cockpit, bot, notebook,
+    operator CLI) runs against this stack with it, in any order. A token set before `make run` is the caller's
+    own and is named, not printed."""
+    lines = ["Paste into another shell for the quick starts (README):"]
+    for name in TOKENS:
+        lines.append(f"  export {name}={environ[name]}" if name in minted else f"  # {name}: as you set it")
+    lines.append("  export STRATA_TENANT=demo")
+    lines.append(f"  export THERMOSTAT_ADDR={edge_url.removeprefix('http://')}")
+    return "\n".join(lines)
 
 
 def demo_types(backends: tuple[str, ...]) -> list[dict[str, object]]:
@@ -54,16 +84,7 @@ def _data_dir() -> Path:
 async def main() -> int:
     logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    generated_token = None
-    if not os.environ.get("RIG_OPERATOR_TOKEN"):
-        # start/stop refuse everyone without an operator token (fail closed); the demo mints one per run
-        generated_token = secrets.token_urlsafe(18)
-        os.environ["RIG_OPERATOR_TOKEN"] = generated_token
-    generated_pool_token = None
-    if not os.environ.get("STRATA_POOL_TOKEN"):
-        # the pool refuses every job route without an API token; the demo mints one per run, as above
-        generated_pool_token = secrets.token_urlsafe(18)
-        os.environ["STRATA_POOL_TOKEN"] = generated_pool_token
+    minted = mint_tokens(os.environ)
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
         demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
@@ -104,19 +125,7 @@ async def main() -> int:
         print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
         return 1
     if not stop.is_set():
-        print(stack.summary(), flush=True)
-        if generated_token:
-            print(
-                f"  RIG_OPERATOR_TOKEN was unset; this run's operator token (for the commands above):\n"
-                f"  export RIG_OPERATOR_TOKEN={generated_token}\n",
-                flush=True,
-            )
-        if generated_pool_token:
-            print(
-                f"  STRATA_POOL_TOKEN was unset; this run's pool API token (for the commands above):\n"
-                f"  export STRATA_POOL_TOKEN={generated_pool_token}\n",
-                flush=True,
-            )
+        print(stack.summary(exports(os.environ, minted, stack.edge_url)), flush=True)
         await stop.wait()
     else:
         start.cancel()

@@ -46,6 +46,7 @@ from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
+from thermostat.dev.stack.ports import WantedPort, busy_ports
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.store.db import apply_migrations
 from tools.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
@@ -109,7 +110,7 @@ class Child:
     relay: asyncio.Task[None] | None = None
     port: int | None = None  # a service's gRPC port; None for the simulators
     started: float = field(default_factory=time.monotonic)
-    restarts: int = 0  # in a row, since it last stayed up RESTART_STEADY_SECONDS
+    restarts: int = 0  # in a row, since it last stayed up RESTART_STEADY_SECONDS (the one after that counted)
     # its last output lines, relayed or not: why a child that died while the stack started did (a test's stack
     # relays nothing, and "exited with status 1" alone left a CI failure unexplained)
     last_lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LAST_LINES))
@@ -121,6 +122,12 @@ def restart_delay(restarts: int, uptime: float) -> float:
     if uptime >= RESTART_STEADY_SECONDS:
         return RESTART_FIRST_DELAY
     return min(RESTART_MAX_DELAY, RESTART_FIRST_DELAY * 2.0 ** min(restarts, 16))
+
+
+def restarts_in_a_row(restarts: int, uptime: float) -> int:
+    """This restart's place in its streak (what the log line says): a child that stayed up
+    RESTART_STEADY_SECONDS starts a new streak at 1, as one that dies right after the stack came up does."""
+    return 1 if uptime >= RESTART_STEADY_SECONDS else restarts + 1
 
 
 def exit_description(returncode: int) -> str:
@@ -187,9 +194,37 @@ class Stack:
             await self.stop()
             raise
 
+    def wanted_ports(self) -> list[WantedPort]:
+        """Every fixed port this stack will listen on (0 is a free one, chosen as each part starts)."""
+        cfg = self.config
+        wanted = []
+        if cfg.edge:
+            wanted += [
+                WantedPort(port=cfg.edge_port, part="the edge, REST + gRPC", setting="EDGE_PORT"),
+                WantedPort(port=cfg.admin_port, part="Envoy's admin interface", setting="EDGE_ADMIN_PORT"),
+                WantedPort(port=cfg.stats_port, part="the edge's stats listener", setting="EDGE_STATS_PORT"),
+            ]
+        if not cfg.runpod_base_url and not cfg.runpod_api_key:
+            wanted.append(
+                WantedPort(port=cfg.simulator_port, part="the RunPod simulator", setting="RUNPOD_SIMULATOR_PORT")
+            )
+        for service in cfg.services:
+            wanted += [
+                WantedPort(port=cfg.service_ports.get(service.name, 0), part=service.name, setting=service.port_env),
+                WantedPort(
+                    port=cfg.metrics_ports.get(service.name, 0),
+                    part=f"{service.name}'s metrics",
+                    setting=service.metrics_port_env,
+                ),
+            ]
+        return wanted
+
     async def _start(self) -> None:
         cfg = self.config
         started = time.monotonic()
+        busy = busy_ports(self.wanted_ports())
+        if busy:  # said before anything starts, rather than as one part's traceback after the rest came up
+            raise RuntimeError("\n  ".join(busy))
         if cfg.database_url:
             self.database_url = cfg.database_url
         else:
@@ -209,7 +244,7 @@ class Stack:
             env["RUNPOD_V2_BASE_URL"] = cfg.runpod_base_url
             log.info("RunPod: %s (RUNPOD_V2_BASE_URL); no simulator started", cfg.runpod_base_url)
             if not cfg.runpod_api_key:
-                # the safe boot before the secret: everything comes up, nothing reaches RunPod (README)
+                # the safe boot before the secret: everything comes up, nothing reaches RunPod (docs/deployment.md)
                 log.info("RUNPOD_API_KEY is unset: every pod is disabled until configured")
         elif cfg.runpod_api_key:
             log.info("RunPod: the real API (RUNPOD_API_KEY set, no RUNPOD_V2_BASE_URL)")
@@ -423,7 +458,7 @@ class Stack:
                 return
             uptime = time.monotonic() - child.started
             delay = restart_delay(child.restarts, uptime)
-            child.restarts = 0 if uptime >= RESTART_STEADY_SECONDS else child.restarts + 1
+            child.restarts = restarts_in_a_row(child.restarts, uptime)
             log.warning(
                 "%s %s after %.0fs up; restarting it in %.0fs (restart %d in a row)",
                 child.name,
@@ -534,7 +569,8 @@ class Stack:
             await asyncio.to_thread(self.postgres.stop)
             self.postgres = None
 
-    def summary(self) -> str:
+    def summary(self, exports: str = "") -> str:
+        """What runs where, `exports` (the lines to paste into another shell), and how to stop it."""
         lines = ["", "Thermostat is up:", f"  edge (REST + gRPC)   {self.edge_url}   GET {self.edge_url}/health"]
         lines.append(f"  edge stats           {self.edge_stats_url}   (Envoy admin {self.edge_admin_url}, loopback)")
         for name, port in self.ports.items():
@@ -542,7 +578,10 @@ class Stack:
             where = f"   metrics http://127.0.0.1:{metrics}/metrics" if metrics else ""
             lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection){where}")
         if self.simulator_url:
-            lines.append(f"  runpod simulator     {self.simulator_url}/v2   (control: {self.simulator_url}/_sim)")
+            sim = self.simulator_url
+            lines.append(
+                f"  runpod simulator     {sim}/v2   (control: {sim}/_sim; what billed when: {sim}/_sim/billed)"
+            )
         for kind, where in self.demo_urls.items():
             lines.append(f"  pool demo backend    {kind:<7} {where}   (machine type demo-{kind})")
         if self.postgres is not None:
@@ -552,14 +591,7 @@ class Stack:
             )
         else:
             lines.append("  postgres             DATABASE_URL")
-        lines += [
-            "",
-            f"  curl -s {self.edge_url}/api/pods/qwen",
-            f'  curl -s -X POST -H "X-Rig-Operator-Token: $RIG_OPERATOR_TOKEN" {self.edge_url}/api/pods/qwen/start',
-            f"  grpcurl -plaintext {self.edge_url.removeprefix('http://')} list",
-            f"  curl -s -X POST -H \"Authorization: Bearer $STRATA_POOL_TOKEN\" -H 'X-Strata-Tenant: demo' "
-            f"--data-binary hello '{self.edge_url}/v1/jobs/sync?machine_type=local'",
-            "",
-            "Ctrl-C stops everything.",
-        ]
+        if exports:
+            lines += ["", exports]
+        lines += ["", "Ctrl-C stops everything."]
         return "\n".join(lines)

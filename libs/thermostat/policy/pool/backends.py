@@ -43,6 +43,25 @@ def runpod_vcpu_count(cpus: float | None) -> int | None:
     return next((count for count in RUNPOD_VCPU_COUNTS if count >= math.ceil(wanted)), None)
 
 
+def backend_use(catalogue: Catalogue, *, configured: Collection[BackendKind]) -> str:
+    """What the catalogue uses of the backends this process has configured, in one line for the log: a newcomer
+    reading `configured: docker, local, runpod` alone took all three for in use when only local types exist."""
+    available = sorted({*configured, BackendKind.LOCAL}, key=lambda kind: kind.value)
+    used = sorted({t.backend for t in catalogue.types}, key=lambda kind: kind.value)
+    unused = [kind for kind in available if kind not in used]
+    missing = [kind for kind in used if kind not in available]
+
+    def names(kinds: list[BackendKind]) -> str:
+        return ", ".join(kind.value for kind in kinds) or "none"
+
+    line = f"backends configured: {names(available)}; used by the catalogue: {names(used)}"
+    if unused:
+        line += f"; configured, no type uses: {names(unused)}"
+    if missing:
+        line += f"; used, not configured: {names(missing)}"
+    return line
+
+
 def check_backends(
     catalogue: Catalogue,
     *,

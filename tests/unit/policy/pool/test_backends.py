@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu
-from thermostat.policy.pool.backends import check_backends, runpod_vcpu_count
-from thermostat.policy.pool.machine_type import BackendKind, CatalogueRejected
+from thermostat.policy.pool.backends import backend_use, check_backends, runpod_vcpu_count
+from thermostat.policy.pool.machine_type import BackendKind, CatalogueRejected, MachineType
 
 ALL = {BackendKind.DOCKER, BackendKind.RUNPOD, BackendKind.FLY}
 
@@ -97,3 +97,40 @@ def test_every_error_of_every_entry_is_reported() -> None:
 def test_vcpu_count_rounds_up_to_a_power_of_two_from_2_to_32(cpus: float | None, count: int | None) -> None:
     """cpus round up to 2, 4, 8, 16 or 32; more than 32 cannot be had."""
     assert runpod_vcpu_count(cpus) == count
+
+
+@pytest.mark.parametrize(
+    ("types", "configured", "line"),
+    [
+        pytest.param(
+            (cpu(name="a", backend=BackendKind.LOCAL),),
+            ALL,
+            "backends configured: docker, fly, local, runpod; used by the catalogue: local; "
+            "configured, no type uses: docker, fly, runpod",
+            id="only-local-types-of-four-configured",
+        ),
+        pytest.param(
+            (cpu(name="a", backend=BackendKind.LOCAL), cpu(name="b", backend=BackendKind.DOCKER)),
+            {BackendKind.DOCKER},
+            "backends configured: docker, local; used by the catalogue: docker, local",
+            id="every-configured-backend-used",
+        ),
+        pytest.param(
+            (cpu(name="a", backend=BackendKind.FLY),),
+            (),
+            "backends configured: local; used by the catalogue: fly; configured, no type uses: local; "
+            "used, not configured: fly",
+            id="a-type-on-an-unconfigured-backend",
+        ),
+        pytest.param(
+            (),
+            (),
+            "backends configured: local; used by the catalogue: none; configured, no type uses: local",
+            id="empty-catalogue",
+        ),
+    ],
+)
+def test_the_log_line_says_what_is_configured_and_what_the_catalogue_uses(
+    types: tuple[MachineType, ...], configured: set[BackendKind], line: str
+) -> None:
+    assert backend_use(catalogue(*types), configured=configured) == line
