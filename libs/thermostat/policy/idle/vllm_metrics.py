@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ACTIVE_GAUGES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
 WORK_COUNTER_FAMILIES = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
@@ -47,6 +47,10 @@ class PodActivity:
 
     active: int | None = None
     completed: float | None = None
+    # the two gauges apart, for the stall guard's log line only (`active` rounds their sum; these round each):
+    # detail, not the reading, so they take no part in equality
+    running: int | None = field(default=None, compare=False)
+    waiting: int | None = field(default=None, compare=False)
 
     @property
     def is_vllm(self) -> bool:
@@ -56,8 +60,8 @@ class PodActivity:
 
 def parse_vllm_metrics(text: str) -> PodActivity:
     """Read one Prometheus (or OpenMetrics) text exposition into a PodActivity."""
-    active_total = 0.0
-    active_seen = False
+    gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+    seen: set[str] = set()
     counters: list[float] = []
     for raw_line in text.split("\n"):
         line = raw_line.strip()
@@ -74,12 +78,19 @@ def parse_vllm_metrics(text: str) -> PodActivity:
         if not math.isfinite(value):
             continue
         if name in ACTIVE_GAUGES:
-            active_total += value
-            active_seen = True
+            gauges[name] += value
+            seen.add(name)
         elif name in _WORK_COUNTER_SAMPLES:
             counters.append(value)
-    active = _in_flight(active_total) if active_seen else None
-    return PodActivity(active=active, completed=_work_done(counters))
+    if not seen:
+        return PodActivity(completed=_work_done(counters))
+    running, waiting = gauges["vllm:num_requests_running"], gauges["vllm:num_requests_waiting"]
+    return PodActivity(
+        active=_in_flight(running + waiting),
+        completed=_work_done(counters),
+        running=_in_flight(running) if "vllm:num_requests_running" in seen else None,
+        waiting=_in_flight(waiting) if "vllm:num_requests_waiting" in seen else None,
+    )
 
 
 def _in_flight(total: float) -> int:
