@@ -48,6 +48,7 @@ _TRIGGERS = {
     pods_pb2.STOP_TRIGGER_RUNTIME_CAP: "runtime-cap",
     pods_pb2.STOP_TRIGGER_MANUAL: "manual",
     pods_pb2.STOP_TRIGGER_BUDGET: "budget",
+    pods_pb2.STOP_TRIGGER_STALL: "stall",
 }
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50

@@ -32,8 +32,8 @@ Order of one tick:
 `after_stop`: every targeted stop accepted is the Down edge — counters cleared, cap disarmed, readiness
 cleared, baselines of the stopped pods dropped — so a re-wake inside the next tick starts a new boot and a
 new readySince (#2052). Otherwise the stop was refused: the counter that fired resets (the cap keeps its
-start, a refused stall stop zeroes every pod's stall count) and the phase is kept, so a full window elapses before the next attempt; pods whose stop was
-accepted still lose their baseline and readiness.
+start, a refused stall stop zeroes every pod's stall count) and the phase is kept, so a full window elapses
+before the next attempt; pods whose stop was accepted still lose their baseline and readiness.
 """
 
 from __future__ import annotations
