@@ -76,6 +76,14 @@ async def build(
     for name, hours in warm.items():
         if hours is not None:
             log.info("pod %s: warm hours %s: no idle stop inside them", name, hours.text)
+            if options.max_runtime is not None and hours.longest > options.max_runtime:
+                log.warning(
+                    "pod %s: a warm window of %s outlasts MAX_RUNTIME_MINUTES=%g: the runtime cap stops the pod "
+                    "inside its warm hours, and nothing wakes it again until the next window (or a user)",
+                    name,
+                    hours.longest,
+                    options.max_runtime_minutes,
+                )
     # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
     # and its internal calls (ObserveVolume, ReportReadiness, StopPods) carry the deployment's internal token
     token = settings.internal_token()

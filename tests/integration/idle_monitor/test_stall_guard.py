@@ -8,10 +8,13 @@ import logging
 
 import pytest
 
-from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, messages
+from tests.fixtures.services import INTERNAL_TOKEN
+from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, in_process_monitor, messages
 from tests.integration.idle_monitor.test_monitor_state import monitor_service, state_of
+from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.policy.common.warm_hours import parse_warm_hours
 from thermostat.policy.idle.idle_phase import StopTrigger
+from thermostat.store.db import Store
 
 
 async def test_a_stuck_engine_is_stopped_with_trigger_stall(
@@ -73,3 +76,20 @@ async def test_the_monitor_view_says_when_warm_hours_hold_the_idle_stop(make_rig
         view = await state_of(stub)
     assert (view.warm_hours, view.in_warm_hours) == ("Mon-Sun 00:00-24:00 UTC", True)
     assert view.HasField("warm_until")
+
+
+async def test_a_malformed_warm_hours_stops_the_monitor_start_naming_the_variable(
+    db_store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {
+        "RUNPOD_PODS": "qwen",
+        "RUNPOD_QWEN_WARM_HOURS": "Mon-Fri 09:00-17:00 Europe/Atlantis",
+        "POD_CONTROLLER_ADDR": "127.0.0.1:9",
+        INTERNAL_TOKEN_ENV: INTERNAL_TOKEN,
+    }
+    with pytest.raises(SystemExit) as exit_:
+        async with in_process_monitor(env, db_store):
+            pass
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "RUNPOD_QWEN_WARM_HOURS='Mon-Fri 09:00-17:00 Europe/Atlantis': unknown time zone" in err

@@ -66,6 +66,11 @@ class WarmHours:
     zone: str
     windows: tuple[WarmWindow, ...]
 
+    @property
+    def longest(self) -> timedelta:
+        """The longest window's wall-clock length (a DST day may make it an hour longer or shorter)."""
+        return timedelta(minutes=max(w.end_minute - w.start_minute for w in self.windows))
+
     def occurrences(self, around: datetime) -> Iterator[Occurrence]:
         """Every dated window from the day before `around` to eight days after it, in start order."""
         zone = ZoneInfo(self.zone)

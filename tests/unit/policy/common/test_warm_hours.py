@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zoneinfo
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -104,3 +105,12 @@ def test_a_pod_opts_out_of_the_shared_hours_with_none() -> None:
 def test_a_malformed_per_pod_value_names_the_per_pod_variable() -> None:
     with pytest.raises(WarmHoursError, match="RUNPOD_QWEN_WARM_HOURS="):
         warm_hours_of({"RUNPOD_QWEN_WARM_HOURS": "weekdays"}, "qwen")
+
+
+def test_the_zone_database_ships_with_the_code() -> None:
+    """tzdata is pinned: with no system zoneinfo (a slim container), Europe/Berlin still reads."""
+    zoneinfo.reset_tzpath(to=[])
+    try:
+        assert zoneinfo.ZoneInfo.no_cache("Europe/Berlin").utcoffset(datetime(2026, 7, 1)) == timedelta(hours=2)
+    finally:
+        zoneinfo.reset_tzpath()
