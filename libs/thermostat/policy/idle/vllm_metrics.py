@@ -36,6 +36,14 @@ ACTIVE_GAUGES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiti
 WORK_COUNTER_FAMILIES = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
 _WORK_COUNTER_SAMPLES = frozenset(f"{family}{suffix}" for family in WORK_COUNTER_FAMILIES for suffix in ("", "_total"))
 
+# every line that can carry one of our samples starts with one of these (or with '{': a UTF-8 name in quotes)
+_OURS = (*ACTIVE_GAUGES, *WORK_COUNTER_FAMILIES, "{")
+# a label set without its quoted-name detail, in C: plain characters or quoted strings (escapes included), then '}'
+_LABELS = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
+
+# the common sample in one C-level match: `name{labels} value`; anything else takes the careful path
+_PLAIN_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?[ \t]+(\S+)')
+
 _MAX_IN_FLIGHT = 1_000_000
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
@@ -64,14 +72,26 @@ def parse_vllm_metrics(text: str) -> PodActivity:
     seen: set[str] = set()
     counters: list[float] = []
     for raw_line in text.split("\n"):
+        # Most of a real exposition is histogram buckets and other families: a line that cannot be one of ours is
+        # passed over by one C-level prefix test (the monitor parses every pod's scrape on every tick).
+        if not raw_line.startswith(_OURS):
+            if raw_line.startswith("# EOF") and raw_line.strip() == "# EOF":
+                break
+            if not raw_line[:1].isspace():
+                continue
         line = raw_line.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
+        if not line.startswith(_OURS):
             if line == "# EOF":
                 break
             continue
-        sample = _parse_sample(line)
+        plain = _PLAIN_SAMPLE.match(line)
+        if plain is not None:
+            try:
+                sample: tuple[str, float] | None = plain.group(1), float(plain.group(2))
+            except ValueError:
+                sample = None
+        else:
+            sample = _parse_sample(line)
         if sample is None:
             continue
         name, value = sample
@@ -116,11 +136,16 @@ def _parse_sample(line: str) -> tuple[str, float] | None:
     name = match.group() if match else None
     position = match.end() if match else 0
     if position < len(line) and line[position] == "{":
-        labels = _scan_labels(line, position)
-        if labels is None:
-            return None
-        position, quoted_name = labels
-        name = name or quoted_name
+        if name:  # the name is known: only where the labels end matters
+            block = _LABELS.match(line, position)
+            if block is None:
+                return None
+            position = block.end()
+        else:
+            labels = _scan_labels(line, position)
+            if labels is None:
+                return None
+            position, name = labels
     elif position < len(line) and not line[position].isspace():
         return None
     if not name:
