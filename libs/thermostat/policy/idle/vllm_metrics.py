@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 ACTIVE_GAUGES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
@@ -41,8 +42,16 @@ _OURS = (*ACTIVE_GAUGES, *WORK_COUNTER_FAMILIES, "{")
 # a label set without its quoted-name detail, in C: plain characters or quoted strings (escapes included), then '}'
 _LABELS = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
 
-# the common sample in one C-level match: `name{labels} value`; anything else takes the careful path
-_PLAIN_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?[ \t]+(\S+)')
+# Our samples, each at the start of a line: the exact name (so `..._created` and `..._by_reason` never match), a
+# label set on that line, whitespace, the value. A line this misses that the careful path would read
+# (`_CAREFUL_NEEDED`) sends the whole exposition down the careful path.
+# Both search "\n" + text for a literal "\n…" prefix, which the regex engine finds at C speed ("^" in MULTILINE mode
+# would be tried at every position).
+_OUR_SAMPLES = re.compile(
+    r"\n(vllm:(?:num_requests_(?:running|waiting)|(?:request_success|generation_tokens|prompt_tokens)(?:_total)?))"
+    r'(?:\{(?:[^"}\n]|"(?:[^"\\\n]|\\.)*")*\})?[^\S\n]+(\S+)'
+)
+_CAREFUL_NEEDED = re.compile(r"\n(?:[^\S\n]|\{)")
 
 _MAX_IN_FLIGHT = 1_000_000
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -71,30 +80,7 @@ def parse_vllm_metrics(text: str) -> PodActivity:
     gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
     seen: set[str] = set()
     counters: list[float] = []
-    for raw_line in text.split("\n"):
-        # Most of a real exposition is histogram buckets and other families: a line that cannot be one of ours is
-        # passed over by one C-level prefix test (the monitor parses every pod's scrape on every tick).
-        if not raw_line.startswith(_OURS):
-            if raw_line.startswith("# EOF") and raw_line.strip() == "# EOF":
-                break
-            if not raw_line[:1].isspace():
-                continue
-        line = raw_line.strip()
-        if not line.startswith(_OURS):
-            if line == "# EOF":
-                break
-            continue
-        plain = _PLAIN_SAMPLE.match(line)
-        if plain is not None:
-            try:
-                sample: tuple[str, float] | None = plain.group(1), float(plain.group(2))
-            except ValueError:
-                sample = None
-        else:
-            sample = _parse_sample(line)
-        if sample is None:
-            continue
-        name, value = sample
+    for name, value in _samples(text):
         if not math.isfinite(value):
             continue
         if name in ACTIVE_GAUGES:
@@ -111,6 +97,30 @@ def parse_vllm_metrics(text: str) -> PodActivity:
         running=_in_flight(running) if "vllm:num_requests_running" in seen else None,
         waiting=_in_flight(waiting) if "vllm:num_requests_waiting" in seen else None,
     )
+
+
+def _samples(text: str) -> Iterator[tuple[str, float]]:
+    """Our samples in exposition order. The monitor parses every pod's scrape on every tick, and most of a real
+    exposition is histogram buckets of other families: an exposition whose lines all start at column 0 with a
+    bare metric name (prometheus_client's, vLLM's) is read by one C-level scan for our samples alone; anything
+    else — `# EOF`, indented lines, Prometheus 3's quoted names — line by line."""
+    lines = "\n" + text
+    if "# EOF" not in text and _CAREFUL_NEEDED.search(lines) is None:
+        for match in _OUR_SAMPLES.finditer(lines):
+            try:
+                yield match.group(1), float(match.group(2))
+            except ValueError:
+                continue
+        return
+    for raw_line in text.split("\n"):
+        line = raw_line.strip()
+        if not line.startswith(_OURS):
+            if line == "# EOF":
+                return
+            continue
+        sample = _parse_sample(line)
+        if sample is not None:
+            yield sample
 
 
 def _in_flight(total: float) -> int:

@@ -103,8 +103,14 @@ class Http1Pool:
     """Http1Pool keeps idle connections per origin and sends one request at a time on each."""
 
     def __init__(
-        self, *, keepalive_seconds: float, connect_timeout_seconds: float, ssl_context: ssl.SSLContext | None = None
+        self,
+        *,
+        keepalive_seconds: float,
+        connect_timeout_seconds: float,
+        ssl_context: ssl.SSLContext | None = None,
+        origins_kept: int = _ORIGINS_KEPT,
     ) -> None:
+        self._origins_kept = origins_kept
         self._keepalive = keepalive_seconds
         self._connect_timeout = connect_timeout_seconds
         self._ssl = ssl_context
@@ -116,7 +122,7 @@ class Http1Pool:
     def origin(self, endpoint: str) -> Origin:
         origin = self._origins.get(endpoint)
         if origin is None:
-            if len(self._origins) >= _ORIGINS_KEPT:
+            if len(self._origins) >= self._origins_kept:
                 self._origins.clear()  # machines come and go, each with its endpoint: the cache never grows past this
             origin = self._origins[endpoint] = Origin.parse(endpoint)
         return origin
@@ -128,8 +134,9 @@ class Http1Pool:
         origin = self._origins.get(endpoint) or self.origin(endpoint)
         head = "".join([f"{name}: {value}\r\n" for name, value in fields.items()])
         length = f"Content-Length: {len(body)}\r\n" if body or method != "GET" else ""
+        agent = "" if "User-Agent" in fields else _AGENT  # a caller's own (the monitor's browser-like one) wins
         request = (
-            f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{_AGENT}{head}{length}\r\n".encode()
+            f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{agent}{head}{length}\r\n".encode()
         )
         connection = self._reuse(endpoint)
         if connection is None:
@@ -227,6 +234,12 @@ class Http1Pool:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()  # the system's CAs, hostname checked: as aiohttp's default
         return self._ssl
+
+    def forget(self, endpoint: str) -> None:
+        """Close the idle connections to `endpoint` (a pod that left): its requests in flight finish as they are."""
+        for connection in self._idle.pop(endpoint, []):
+            connection.close()
+        self._origins.pop(endpoint, None)
 
     async def aclose(self) -> None:
         if self._sweep is not None:
