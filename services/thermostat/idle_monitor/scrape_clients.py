@@ -37,6 +37,7 @@ class ScrapeClients:
             connect_timeout_seconds=CONNECT_TIMEOUT_SECONDS,
             ssl_context=httpx.create_ssl_context(),
             origins_kept=1_000_000,  # one origin per pod: the cache holds every pod the volume lists
+            poll_before_reuse=False,  # a GET: a connection the proxy closed unseen is retried once on a new one
         )
         self._endpoints: dict[str, str] = {}  # pod id -> the proxy URL its connection goes to
 

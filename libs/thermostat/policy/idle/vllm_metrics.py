@@ -49,7 +49,8 @@ _LABELS = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
 # would be tried at every position).
 _OUR_SAMPLES = re.compile(
     r"\n(vllm:(?:num_requests_(?:running|waiting)|(?:request_success|generation_tokens|prompt_tokens)(?:_total)?))"
-    r'(?:\{(?:[^"}\n]|"(?:[^"\\\n]|\\.)*")*\})?[^\S\n]+(\S+)'
+    # after a label set the value may follow at once, as the line-by-line reading allows; after a bare name, not
+    r'(?:\{(?:[^"}\n]|"(?:[^"\\\n]|\\.)*")*\}[^\S\n]*|[^\S\n]+)(\S+)'
 )
 _CAREFUL_NEEDED = re.compile(r"\n(?:[^\S\n]|\{)")
 
@@ -99,19 +100,24 @@ def parse_vllm_metrics(text: str) -> PodActivity:
     )
 
 
-def _samples(text: str) -> Iterator[tuple[str, float]]:
+def _samples(text: str) -> list[tuple[str, float]]:
     """Our samples in exposition order. The monitor parses every pod's scrape on every tick, and most of a real
     exposition is histogram buckets of other families: an exposition whose lines all start at column 0 with a
     bare metric name (prometheus_client's, vLLM's) is read by one C-level scan for our samples alone; anything
     else — `# EOF`, indented lines, Prometheus 3's quoted names — line by line."""
     lines = "\n" + text
     if "# EOF" not in text and _CAREFUL_NEEDED.search(lines) is None:
-        for match in _OUR_SAMPLES.finditer(lines):
+        samples: list[tuple[str, float]] = []
+        for name, raw in _OUR_SAMPLES.findall(lines):
             try:
-                yield match.group(1), float(match.group(2))
+                samples.append((name, float(raw)))
             except ValueError:
                 continue
-        return
+        return samples
+    return list(_careful_samples(text))
+
+
+def _careful_samples(text: str) -> Iterator[tuple[str, float]]:
     for raw_line in text.split("\n"):
         line = raw_line.strip()
         if not line.startswith(_OURS):

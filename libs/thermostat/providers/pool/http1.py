@@ -109,8 +109,12 @@ class Http1Pool:
         connect_timeout_seconds: float,
         ssl_context: ssl.SSLContext | None = None,
         origins_kept: int = _ORIGINS_KEPT,
+        poll_before_reuse: bool = True,
     ) -> None:
         self._origins_kept = origins_kept
+        # False: a reuse trusts the loop to have seen the server's FIN (a syscall saved per request); a FIN still
+        # unread then costs the request a Broken before any answer, which a GET is retried on (the monitor's scrapes)
+        self._poll_before_reuse = poll_before_reuse
         self._keepalive = keepalive_seconds
         self._connect_timeout = connect_timeout_seconds
         self._ssl = ssl_context
@@ -175,7 +179,7 @@ class Http1Pool:
         now = time.monotonic()
         while idle:
             connection = idle.pop()  # the most recently used: the others age out
-            if connection.usable(now):
+            if connection.usable(now, poll=self._poll_before_reuse):
                 return connection
             connection.close()
         return None
@@ -284,7 +288,7 @@ class _Connection(asyncio.Protocol):
         self._headers_done = False
         self._answered = False  # any byte of the answer arrived
 
-    def usable(self, now: float) -> bool:
+    def usable(self, now: float, *, poll: bool = True) -> bool:
         """Still open, not idle too long, its last request written whole, and nothing pending on its socket:
         neither the server's FIN nor bytes nobody asked for (either one means it must not carry a request)."""
         transport = self._transport
@@ -294,7 +298,7 @@ class _Connection(asyncio.Protocol):
             and not transport.is_closing()
             and now - self.idle_since < self.keep_for
             and not transport.get_write_buffer_size()
-            and not self._poll.poll(0)
+            and not (poll and self._poll.poll(0))
         )
 
     def send(self, request: bytes, body: bytes, limit: int) -> asyncio.Future[Answer]:

@@ -104,8 +104,21 @@ _SCRAPE_FIELDS: Final = {"User-Agent": BROWSER_USER_AGENT, "Accept": "text/plain
 def _charset(headers: list[tuple[bytes, bytes]]) -> str:
     for name, value in headers:
         if name.lower() == b"content-type":
-            for parameter in value.decode("latin-1").split(";")[1:]:
-                key, _, charset = parameter.strip().partition("=")
-                if key.lower() == "charset" and charset:
-                    return charset.strip('"')
+            charset = _CHARSETS.get(value)
+            if charset is None:
+                charset = _charset_of(value)
+                if len(_CHARSETS) < 64:
+                    _CHARSETS[value] = charset
+            return charset
+    return "utf-8"
+
+
+_CHARSETS: dict[bytes, str] = {}  # content types seen: every pod's vLLM sends the same one
+
+
+def _charset_of(content_type: bytes) -> str:
+    for parameter in content_type.decode("latin-1").split(";")[1:]:
+        key, _, charset = parameter.strip().partition("=")
+        if key.lower() == "charset" and charset:
+            return charset.strip('"')
     return "utf-8"
