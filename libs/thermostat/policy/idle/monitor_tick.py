@@ -65,7 +65,7 @@ from thermostat.policy.idle.pod_signal import (
     classify_pod,
 )
 from thermostat.policy.idle.runtime_cap import advance_cap, cap_reached
-from thermostat.policy.idle.stall_guard import advance_stall
+from thermostat.policy.idle.stall_guard import StalledPod, advance_stall, stalled_pods
 from thermostat.policy.idle.vllm_metrics import PodActivity
 
 
@@ -92,21 +92,6 @@ class StopEvidence:
     max_runtime: timedelta | None
     stall_threshold: int = 0
     stalled: tuple[StalledPod, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StalledPod:
-    """StalledPod is a pod the stall guard stops: its gauges and the work counter that stood still."""
-
-    pod_id: str
-    stall_ticks: int
-    running: int | None
-    waiting: int | None
-    counter: float | None
-
-    def describe(self) -> str:
-        gauges = f"running {_gauge(self.running)}, waiting {_gauge(self.waiting)}"
-        return f"{self.pod_id} {gauges}, work counter {self.counter:g} unchanged for {self.stall_ticks} scrapes"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -439,7 +424,7 @@ def _stop_order(
         if not_down:
             return StopOrder(trigger=StopTrigger.RUNTIME_CAP, pod_ids=not_down, evidence=evidence)
     up = tuple(v.pod_id for v in verdicts if v.signal.is_up)
-    stalled = _stalled(state, verdicts, scrapes, options.stall_threshold)
+    stalled = stalled_pods(state, verdicts, scrapes, options.stall_threshold)
     if stalled and up:
         return StopOrder(trigger=StopTrigger.STALL, pod_ids=up, evidence=replace(evidence, stalled=stalled))
     trigger = phase_stop_due(
@@ -450,34 +435,6 @@ def _stop_order(
     if trigger is None or not up:
         return None
     return StopOrder(trigger=trigger, pod_ids=up, evidence=evidence)
-
-
-def _stalled(
-    state: MonitorState,
-    verdicts: tuple[PodVerdict, ...],
-    scrapes: dict[str, PodActivity | None],
-    threshold: int,
-) -> tuple[StalledPod, ...]:
-    """The Busy pods when every one of them is Stalled, else () — one pod that really works wins."""
-    busy = [v for v in verdicts if v.signal is PodSignal.BUSY]
-    if threshold <= 0 or not busy:
-        return ()
-    stalled: list[StalledPod] = []
-    for verdict in busy:
-        memory = state.pods.get(verdict.pod_id)
-        if memory is None or memory.stall_ticks < threshold:
-            return ()
-        scrape = scrapes.get(verdict.pod_id)
-        stalled.append(
-            StalledPod(
-                pod_id=verdict.pod_id,
-                stall_ticks=memory.stall_ticks,
-                running=scrape.running if scrape is not None else None,
-                waiting=scrape.waiting if scrape is not None else None,
-                counter=memory.baseline,
-            )
-        )
-    return tuple(stalled)
 
 
 def _events(
@@ -525,10 +482,6 @@ def _events(
 
 def _duration(value: timedelta) -> str:
     return str(timedelta(seconds=round(value.total_seconds())))
-
-
-def _gauge(value: int | None) -> str:
-    return "absent" if value is None else str(value)
 
 
 def _iso(value: datetime | None) -> str:

@@ -20,8 +20,8 @@ consecutive scrapes on which the gauges were above zero and no work counter move
 
 A pod is Stalled once its count reaches `stall_threshold` (ceil(STALL_MINUTES / CHECK_SECONDS)); the monitor
 then stops the volume's pods as an idle window would, trigger `stall` — unless another pod on the volume is
-busy for real (a busy pod anywhere wins). A process known to have ended drops the count with the rest of the
-pod's memory (monitor_tick). Only the direction of the counter is read, never its magnitude.
+busy for real (a busy pod anywhere wins: `stalled_pods`). A process known to have ended drops the count with
+the rest of the pod's memory (monitor_tick). Only the direction of the counter is read, never its magnitude.
 
 What it costs a user whose engine really works: nothing while tokens flow — one generated token between two
 scrapes resets the count. A single request that produces no token for STALL_MINUTES (a prefill of a huge
@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.policy.idle.pod_signal import PodSignal, PodVerdict
 from thermostat.policy.idle.vllm_metrics import PodActivity
 
 
@@ -83,3 +85,51 @@ def advance_stall(ticks: int, scrape: PodActivity | None, baseline: float | None
     if completed < baseline:
         return StallStep(ticks=0, reason=StallReason.COUNTER_WENT_BACKWARDS)
     return StallStep(ticks=ticks + 1, reason=StallReason.COUNTER_UNCHANGED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StalledPod:
+    """StalledPod is a pod the stall guard stops: its gauges and the work counter that stood still."""
+
+    pod_id: str
+    stall_ticks: int
+    running: int | None
+    waiting: int | None
+    counter: float | None
+
+    def describe(self) -> str:
+        gauges = f"running {_gauge(self.running)}, waiting {_gauge(self.waiting)}"
+        counter = "absent" if self.counter is None else f"{self.counter:g}"
+        return f"{self.pod_id} {gauges}, work counter {counter} unchanged for {self.stall_ticks} scrapes"
+
+
+def stalled_pods(
+    state: MonitorState,
+    verdicts: tuple[PodVerdict, ...],
+    scrapes: dict[str, PodActivity | None],
+    threshold: int,
+) -> tuple[StalledPod, ...]:
+    """The Busy pods when every one of them is Stalled, else () — one pod that really works wins."""
+    busy = [v for v in verdicts if v.signal is PodSignal.BUSY]
+    if threshold <= 0 or not busy:
+        return ()
+    stalled: list[StalledPod] = []
+    for verdict in busy:
+        memory = state.pods.get(verdict.pod_id)
+        if memory is None or memory.stall_ticks < threshold:
+            return ()
+        scrape = scrapes.get(verdict.pod_id)
+        stalled.append(
+            StalledPod(
+                pod_id=verdict.pod_id,
+                stall_ticks=memory.stall_ticks,
+                running=scrape.running if scrape is not None else None,
+                waiting=scrape.waiting if scrape is not None else None,
+                counter=memory.baseline,
+            )
+        )
+    return tuple(stalled)
+
+
+def _gauge(value: int | None) -> str:
+    return "absent" if value is None else str(value)
