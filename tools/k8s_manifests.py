@@ -113,6 +113,18 @@ CONFIG: tuple[Setting, ...] = (
     Setting(name="CHECK_SECONDS", value="60"),
     Setting(name="MAX_RUNTIME_MINUTES", value="360"),
     Setting(name="RUNPOD_BOOT_GRACE_MINUTES", value="20"),
+    Setting(
+        name="STALL_MINUTES",
+        value="",
+        note="Requests in flight with no work counter moving this long stop the pod (vllm#29928); empty: twice\n"
+        "IDLE_MINUTES, 0: off. docs/idle-monitor.md says what it costs a working engine.",
+    ),
+    Setting(
+        name="RUNPOD_WARM_HOURS",
+        value="",
+        note="e.g. Mon-Fri 08:00-18:00 Europe/Berlin: no idle stop inside, woken before (docs/idle-monitor.md).\n"
+        "Keep MAX_RUNTIME_MINUTES above a window's length.",
+    ),
 )
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -23,6 +23,7 @@ from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.monitor.v1 import monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions, parse_pod_options
+from thermostat.policy.common.warm_hours import WarmHours, WarmHoursError, warm_hours_of
 from thermostat.policy.idle.monitor_options import parse_monitor_options
 from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.store.db import Store
@@ -58,9 +59,10 @@ async def build(
     for warning in warnings:
         log.warning("[RunPodIdleMonitor] options: %s", warning)
     pods = parse_pod_options(env).pods
+    warm = read_warm_hours(env, pods)
     log.info(
         "pods %s, each watched once the pod controller reports it configured (asked every %ss until then): "
-        "idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min",
+        "idle %s min (%d ticks), check %ss, boot grace %s min (%d ticks), runtime cap %s min, stall guard %s",
         ", ".join(p.name for p in pods),
         settings.monitor_recheck_seconds,
         options.idle_minutes,
@@ -69,7 +71,19 @@ async def build(
         options.boot_grace_minutes,
         options.boot_grace_threshold,
         options.max_runtime_minutes,
+        f"{options.stall_window_minutes:g} min ({options.stall_threshold} ticks)" if options.stall_threshold else "off",
     )
+    for name, hours in warm.items():
+        if hours is not None:
+            log.info("pod %s: warm hours %s: no idle stop inside them", name, hours.text)
+            if options.max_runtime is not None and hours.longest > options.max_runtime:
+                log.warning(
+                    "pod %s: a warm window of %s outlasts MAX_RUNTIME_MINUTES=%g: the runtime cap stops the pod "
+                    "inside its warm hours, and nothing wakes it again until the next window (or a user)",
+                    name,
+                    hours.longest,
+                    options.max_runtime_minutes,
+                )
     # a controller that comes up (or back, with its secret) is found within one re-check, not a 2-minute backoff
     # and its internal calls (ObserveVolume, ReportReadiness, StopPods) carry the deployment's internal token
     token = settings.internal_token()
@@ -116,6 +130,7 @@ async def build(
                     heard=watches[pod.name].heard,
                     budget=budget,
                     metrics=metrics,
+                    warm_hours=warm[pod.name],
                 ),
                 leases,
                 states,
@@ -172,6 +187,7 @@ async def build(
                 settings.controller_timeout_seconds,
                 watch_of=watch_of,
                 store_read_timeout=settings.store_read_timeout_seconds,
+                warm_hours=warm,
             ),
             server,
         )
@@ -190,6 +206,15 @@ async def build(
         probe_seconds=settings.health_probe_seconds,
     )
     return Monitor(host=host, watches=watches, leaders=leaders, tasks=tasks)
+
+
+def read_warm_hours(env: Mapping[str, str], pods: Sequence[PodOptions]) -> dict[str, WarmHours | None]:
+    """Each pod's warm hours; a malformed value stops the start with an error naming the variable (exit 2)."""
+    try:
+        return {pod.name: warm_hours_of(env, pod.name) for pod in pods}
+    except WarmHoursError as error:
+        print(f"invalid configuration:\n  {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def budget_check(stub: metering_pb2_grpc.MeteringInternalStub, timeout: float) -> BudgetCheck:

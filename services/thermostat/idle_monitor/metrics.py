@@ -38,6 +38,9 @@ class MonitorMetrics:
             ["result"],
         )
         self.takeover = takeover_counter(self.metrics)
+        # the two children every scrape observes into, looked up once (a labels() call per pod per tick adds up)
+        self._scraped = {True: self.scrape_seconds.labels(result="answered")}
+        self._scraped[False] = self.scrape_seconds.labels(result="unreadable")
 
     def ticked(self, pod: str, state: MonitorState) -> None:
         for phase in Phase:
@@ -62,7 +65,5 @@ class MonitorMetrics:
         # unawaited when a cancelled tick ends this one before its first step (gather at shutdown)
         started = time.perf_counter()
         text = await scrape()
-        self.scrape_seconds.labels(result="unreadable" if text is None else "answered").observe(
-            time.perf_counter() - started
-        )
+        self._scraped[text is not None].observe(time.perf_counter() - started)
         return text

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 import grpc
 
@@ -14,6 +15,7 @@ from thermostat.monitor.v1 import monitor_pb2, monitor_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.echo import quoted
 from thermostat.policy.common.pod_options import PodOptions, find_pod
+from thermostat.policy.common.warm_hours import WarmHours, inside_warm_hours
 from thermostat.policy.idle.idle_phase import Phase
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_watch import Watch, watch_reason
@@ -45,8 +47,12 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         *,
         watch_of: Callable[[str], Watch],
         store_read_timeout: float = 1.5,
+        warm_hours: Mapping[str, WarmHours | None] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.pods = pods
+        self.warm_hours = warm_hours or {}
+        self.clock = clock
         self.watch_of = watch_of  # pod name -> whether this replica watches it
         self.states = states
         self.options = options
@@ -86,8 +92,23 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         ready = [t for t in state.readiness.values()]
         if ready:
             stamp(response.ready_since, min(ready))
+        stalled_pod, response.stall_ticks = state.stall
+        response.stall_threshold, response.stalled_pod_id = o.stall_threshold, stalled_pod or ""
+        hours = self.warm_hours.get(pod.name)
+        if hours is not None:
+            now = self.clock()
+            response.warm_hours = hours.text
+            response.in_warm_hours = inside_warm_hours(hours, now, lead=o.idle_window)
+            window = hours.upcoming(now) if response.in_warm_hours else None
+            if window is not None:
+                stamp(response.warm_until, window.end)
         projected = project_stop(
-            state, watch=watch, last_tick_at=saved.last_tick_at, last_signal=saved.last_signal, options=o
+            state,
+            watch=watch,
+            last_tick_at=saved.last_tick_at,
+            last_signal=saved.last_signal,
+            options=o,
+            warm_hours=hours,
         )
         if projected is not None:
             stamp(response.projected_stop_at, projected.at)

@@ -21,6 +21,7 @@ from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_model import Lookup, PodObservation, PodStatus, VolumeLookup
+from thermostat.policy.common.warm_hours import WarmHours
 from thermostat.policy.idle.budget_stop import billing_pods, budget_stop_targets
 from thermostat.policy.idle.idle_phase import StopTrigger
 from thermostat.policy.idle.monitor_options import MonitorOptions
@@ -54,6 +55,7 @@ _TRIGGERS = {
     StopTrigger.BOOT_GRACE: pods_pb2.STOP_TRIGGER_BOOT_GRACE,
     StopTrigger.RUNTIME_CAP: pods_pb2.STOP_TRIGGER_RUNTIME_CAP,
     StopTrigger.BUDGET: pods_pb2.STOP_TRIGGER_BUDGET,
+    StopTrigger.STALL: pods_pb2.STOP_TRIGGER_STALL,
 }
 
 BudgetCheck = Callable[[str], Awaitable[bool | None]]
@@ -104,8 +106,10 @@ class PodTicker:
         heard: Callable[[ControllerAnswer, str], None] | None = None,
         budget: BudgetCheck | None = None,
         metrics: MonitorMetrics | None = None,
+        warm_hours: WarmHours | None = None,
     ) -> None:
         self.metrics = metrics or MonitorMetrics()
+        self.warm_hours = warm_hours
         self.pod_name = pod_name
         self.controller = controller
         self.scrapes = scrapes
@@ -184,7 +188,7 @@ class PodTicker:
             # a restarted process may have died with a readiness report the controller never took
             self._started = True
             self.republish(saved.state)
-        decision = tick(saved.state, observation, now, self.options)
+        decision = tick(saved.state, observation, now, self.options, warm_hours=self.warm_hours)
         state = decision.state
         if not may_act():
             # the lease moved on mid-tick: the new holder owns the state; writing ours could roll its streak back

@@ -19,6 +19,7 @@ from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_options import parse_pod_options
+from thermostat.policy.common.warm_hours import WarmHoursError, warm_hours_of
 from thermostat.policy.idle.monitor_options import parse_monitor_options
 from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.db import Store
@@ -31,6 +32,7 @@ from .servicer import PodControl, PodControllerInternalServicer, PodControllerSe
 from .settings import PodControllerSettings
 from .wake_gate import WakeGate
 from .wake_service import WakeService
+from .warm_schedule import WarmSchedule
 
 log = logging.getLogger("thermostat.pod_controller")
 
@@ -57,6 +59,11 @@ async def build(
     options = parse_pod_options(env)
     for warning in options.warnings:
         log.warning("[RunPodWake] options: %s", warning)
+    try:
+        warm = {pod.name: warm_hours_of(env, pod.name) for pod in options.pods}
+    except WarmHoursError as error:
+        print(f"invalid configuration:\n  {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     if settings.runpod_api_key is None:
         # read once: a key provisioned later takes effect when this process restarts (deploy/README.md)
         log.warning(
@@ -126,12 +133,27 @@ async def build(
         metrics=metrics,
     )
 
+    schedule = WarmSchedule(
+        options.pods,
+        warm,
+        records,
+        store.leases.observed(metrics.takeover).using(clock),
+        lambda pod: control.run_wake(pod, trigger="schedule"),
+        replica=replica_id(),
+        every_seconds=settings.warm_schedule_seconds,
+        clock=clock,
+    )
+    for name, hours in warm.items():
+        if hours is not None:
+            log.info("pod %s: warm hours %s: woken before each window opens (trigger schedule)", name, hours.text)
+
     def register(server: aio.Server) -> None:
         pods_pb2_grpc.add_PodControllerServicer_to_server(PodControllerServicer(control, orphans), server)
         pods_pb2_grpc.add_PodControllerInternalServicer_to_server(PodControllerInternalServicer(control), server)
 
     async def shutdown() -> None:
         await orphans.stop()
+        await schedule.stop()
         await gate.drain(settings.shutdown_grace_seconds)
         await client.aclose()
         if metering is not None:
@@ -146,7 +168,7 @@ async def build(
             register=register,
             auth_rules=auth_rules(settings),
             dependency_check=store.ping,
-            on_start=[orphans.start],
+            on_start=[orphans.start, schedule.start],
             on_stop=[shutdown],
             reflection_names=public_services(),
             internal_token=settings.internal_token(),

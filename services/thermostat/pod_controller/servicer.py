@@ -48,6 +48,7 @@ _TRIGGERS = {
     pods_pb2.STOP_TRIGGER_RUNTIME_CAP: "runtime-cap",
     pods_pb2.STOP_TRIGGER_MANUAL: "manual",
     pods_pb2.STOP_TRIGGER_BUDGET: "budget",
+    pods_pb2.STOP_TRIGGER_STALL: "stall",
 }
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
@@ -125,12 +126,15 @@ class PodControl:
         # its audit row (#2050), nor leave it unsettled for a wake waiting on it
         return await asyncio.shield(all_of_them())
 
-    async def run_wake(self, pod: PodOptions) -> WakeResult:
+    async def run_wake(self, pod: PodOptions, *, trigger: str = "wake") -> WakeResult:
+        """Run or join the pod's wake; a wake this call runs records its billable calls with `trigger` (a joined
+        one keeps its own)."""
+
         async def attempt(
             _attempt_id: object, fence: Fence, after_abandoned: bool
         ) -> tuple[WakeResult, WakeCompletion]:
             try:
-                result = await self.wake_service.wake(pod, fence, adopt=after_abandoned)
+                result = await self.wake_service.wake(pod, fence, adopt=after_abandoned, trigger=trigger)
             except Exception:
                 log.exception("pod %s: wake raised", pod.name)
                 # the reason is public (the open GET, the 409): an exception's text is the log's alone

@@ -32,6 +32,8 @@ class PodControllerSettings(ServiceSettings):
     # ends them (a billable action with trigger `orphan`)
     orphan_sweep: OrphanSweep = OrphanSweep.REPORT
     orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # how often the warm-hours schedule looks for a pod to wake before its hours open (RUNPOD_WARM_HOURS)
+    warm_schedule_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _lease_outlives_a_call(self) -> PodControllerSettings:

@@ -76,6 +76,7 @@ class _Run:
     adopt: bool = False  # the wake closed an abandoned one: a pod it answers with may be billing off the record
     billed: bool = False
     headroom: Headroom | None = None  # a budget not reached: the projection is judged before the first write
+    trigger: str = "wake"  # every billable call of the wake is recorded with it: wake, or schedule (warm hours)
 
 
 # The running wake's fence and whether it billed. Each wake runs in its own task, so a context variable
@@ -118,11 +119,13 @@ class WakeService:
         self.budget = budget
         self.metrics = metrics or PodMetrics()
 
-    async def wake(self, pod: PodOptions, fence: Fence = _no_fence, *, adopt: bool = False) -> WakeResult:
+    async def wake(
+        self, pod: PodOptions, fence: Fence = _no_fence, *, adopt: bool = False, trigger: str = "wake"
+    ) -> WakeResult:
         """Run one wake; `fence` is asked before every billable call (start, create, terminate). `adopt`: the wake
         closed one a stopped replica abandoned, so the pod it answers with is put on record if nothing there says
-        it bills (policy/wake/adoption.py)."""
-        run = _Run(fence=fence, adopt=adopt)
+        it bills (policy/wake/adoption.py). `trigger` is what its billable calls are recorded with."""
+        run = _Run(fence=fence, adopt=adopt, trigger=trigger)
         _run.set(run)
         try:
             result = await self._wake(pod)
@@ -230,7 +233,7 @@ class WakeService:
                             pod_id=decision.pod_id,
                             ok=result.ok,
                             http_status=result.http_status,
-                            trigger="wake",
+                            trigger=_run.get().trigger,
                             price_per_hour=rate,
                             gpu_id=gpu_id,
                         )
@@ -277,7 +280,7 @@ class WakeService:
                 action=str(call),
                 pod_id=pod_id,
                 ok=True,
-                trigger="wake",
+                trigger=_run.get().trigger,
                 price_per_hour=seen.cost_per_hour if seen and seen.cost_per_hour else None,
                 gpu_id=seen.gpu_id if seen else None,
                 detail=ADOPTED_DETAIL,
@@ -369,7 +372,7 @@ class WakeService:
                 http_status=status,
                 gpu_id=candidate.gpu_id,
                 price_per_hour=candidate.price_per_hour,
-                trigger="wake",
+                trigger=_run.get().trigger,
                 detail=detail,
             )
         )
@@ -468,7 +471,7 @@ class WakeService:
                     pod_id=stale_id,
                     ok=result.ok,
                     http_status=result.http_status,
-                    trigger="wake",
+                    trigger=_run.get().trigger,
                     detail=f"stale; replaced by {serving_id}",
                 )
             )

@@ -130,12 +130,15 @@ async def test_the_projected_stop_is_when_the_monitor_actually_stops(
 
 
 async def test_a_busy_pod_projects_no_idle_stop_only_the_cap(rig: MonitorRig) -> None:
-    """Read as the last tick, a busy pod never goes idle: what would stop it is the runtime cap."""
+    """Read as the last tick, a busy pod never goes idle: what would stop it is the runtime cap (its tokens flow,
+    so the stall guard projects nothing either)."""
     rig.add_pod(POD_ID)
     rig.sim.set_in_flight(POD_ID, running=1)
     first_seen = rig.now
     async with monitor_service(rig) as stub:
-        await rig.ticks(3)
+        for _ in range(3):
+            rig.sim.record_turn(POD_ID, 10, 10)
+            await rig.tick()
         busy = await state_of(stub)
     assert (busy.phase, busy.last_signal) == ("Ready", "Busy")
     assert (at(busy.projected_stop_at), busy.projected_stop_trigger) == (first_seen + minutes(360), "runtime-cap")

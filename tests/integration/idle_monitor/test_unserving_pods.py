@@ -116,8 +116,9 @@ async def test_a_phantom_busy_request_is_stopped_by_the_runtime_cap(
 
 
 async def test_max_runtime_zero_disables_the_cap(make_rig: MakeRig) -> None:
-    """MAX_RUNTIME_MINUTES=0: a phantom busy pod runs past six hours; the operator chose no backstop."""
-    rig = await make_rig(MAX_RUNTIME_MINUTES="0", CHECK_SECONDS="600")
+    """MAX_RUNTIME_MINUTES=0 (and STALL_MINUTES=0): a phantom busy pod runs past six hours; the operator chose no
+    backstop."""
+    rig = await make_rig(MAX_RUNTIME_MINUTES="0", CHECK_SECONDS="600", STALL_MINUTES="0")
     rig.add_pod(POD_ID)
     rig.sim.set_in_flight(POD_ID, running=1)
     decisions = await rig.ticks(40)

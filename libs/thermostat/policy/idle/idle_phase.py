@@ -70,6 +70,7 @@ class StopTrigger(StrEnum):
     BOOT_GRACE = "boot-grace"
     RUNTIME_CAP = "runtime-cap"
     BUDGET = "budget"  # metering says the pod's budget is exhausted (policy/idle/budget_stop.py)
+    STALL = "stall"  # in flight, no work done for STALL_MINUTES (policy/idle/stall_guard.py)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

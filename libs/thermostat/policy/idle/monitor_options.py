@@ -4,6 +4,8 @@
     CHECK_SECONDS              60   tick interval                                    (> 0)
     MAX_RUNTIME_MINUTES        360  wall-clock cap on continuous uptime; 0 disables  (≥ 0)
     RUNPOD_BOOT_GRACE_MINUTES  20   dead-model guard (#2041/#2052); 0 disables       (≥ 0)
+    STALL_MINUTES         2×IDLE   stall guard: in flight, no work done (issue 26)   (≥ 0)
+                                    0 disables, giving exactly the seed's gauge rule
 
 Every value may be fractional so tests and the demo run on seconds. Thresholds are
 ceil(window / CHECK_SECONDS) in decimal arithmetic, read from the text the operator wrote: 0.1 minute at
@@ -38,6 +40,7 @@ class MonitorOptions:
     check_seconds: float = DEFAULT_CHECK_SECONDS
     max_runtime_minutes: float = DEFAULT_MAX_RUNTIME_MINUTES
     boot_grace_minutes: float = DEFAULT_BOOT_GRACE_MINUTES
+    stall_minutes: float | None = None  # None: twice idle_minutes (policy/idle/stall_guard.py)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.check_seconds) and self.check_seconds > 0):
@@ -46,6 +49,22 @@ class MonitorOptions:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        if self.stall_minutes is not None and not (math.isfinite(self.stall_minutes) and self.stall_minutes >= 0):
+            raise ValueError(f"stall_minutes must be a non-negative number, got {self.stall_minutes!r}")
+
+    @property
+    def stall_window_minutes(self) -> float:
+        """The stall window in minutes: STALL_MINUTES, else twice IDLE_MINUTES; 0 = the guard is off."""
+        return 2 * self.idle_minutes if self.stall_minutes is None else self.stall_minutes
+
+    @property
+    def stall_threshold(self) -> int:
+        """Consecutive in-flight scrapes without work that make a pod Stalled; 0 = the guard is off.
+
+        At least 1 while on: a tiny window (2 × IDLE_MINUTES=0) still needs one scrape without work.
+        """
+        minutes = self.stall_window_minutes
+        return max(1, _ticks(minutes, self.check_seconds)) if minutes > 0 else 0
 
     @property
     def idle_threshold(self) -> int:
@@ -83,13 +102,25 @@ def parse_monitor_options(env: Mapping[str, str]) -> tuple[MonitorOptions, tuple
     check = _read(env, "CHECK_SECONDS", DEFAULT_CHECK_SECONDS, positive=True, warnings=warnings)
     runtime = _read(env, "MAX_RUNTIME_MINUTES", DEFAULT_MAX_RUNTIME_MINUTES, positive=False, warnings=warnings)
     grace = _read(env, "RUNPOD_BOOT_GRACE_MINUTES", DEFAULT_BOOT_GRACE_MINUTES, positive=False, warnings=warnings)
+    # unset, blank or invalid: twice the idle window (an invalid value never turns the guard off)
+    stall: float | None = _read(
+        env, "STALL_MINUTES", -1.0, positive=False, warnings=warnings, shown="twice IDLE_MINUTES"
+    )
+    if stall is not None and stall < 0:  # the sentinel: unset, blank or invalid → None, "twice IDLE_MINUTES"
+        stall = None
     options = MonitorOptions(
-        idle_minutes=idle, check_seconds=check, max_runtime_minutes=runtime, boot_grace_minutes=grace
+        idle_minutes=idle,
+        check_seconds=check,
+        max_runtime_minutes=runtime,
+        boot_grace_minutes=grace,
+        stall_minutes=stall,
     )
     return options, tuple(warnings)
 
 
-def _read(env: Mapping[str, str], name: str, default: float, *, positive: bool, warnings: list[str]) -> float:
+def _read(
+    env: Mapping[str, str], name: str, default: float, *, positive: bool, warnings: list[str], shown: str = ""
+) -> float:
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
@@ -103,7 +134,7 @@ def _read(env: Mapping[str, str], name: str, default: float, *, positive: bool, 
     underflow = math.isfinite(value) and value == 0 and exact > 0
     if not math.isfinite(value) or value < 0 or (positive and value == 0) or underflow:
         kind = "positive" if positive else "non-negative"
-        warnings.append(f"{name}={json.dumps(raw)} is not a {kind} number; using {default:g}")
+        warnings.append(f"{name}={json.dumps(raw)} is not a {kind} number; using {shown or f'{default:g}'}")
         return default
     return value
 

@@ -34,11 +34,13 @@ class PodMemory:
     exposition carried no counter). `ready_since` is its published readiness: when vLLM first answered
     since the pod came up. `incarnation` is the controller's incarnation of the pod when they were taken
     (None: not known), so a process that changed unseen between two ticks is told apart (`incarnation`).
+    `stall_ticks` counts its consecutive in-flight scrapes without work (`stall_guard`).
     """
 
     baseline: float | None = None
     ready_since: datetime | None = None
     incarnation: int | None = None
+    stall_ticks: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +58,15 @@ class MonitorState:
     @property
     def phase(self) -> Phase:
         return self.counters.phase
+
+    @property
+    def stall(self) -> tuple[str | None, int]:
+        """The pod with the longest stall count (first in list order) and that count; (None, 0) when none."""
+        pod_id, ticks = None, 0
+        for candidate, memory in self.pods.items():
+            if memory.stall_ticks > ticks:
+                pod_id, ticks = candidate, memory.stall_ticks
+        return pod_id, ticks
 
     @property
     def readiness(self) -> dict[str, datetime]:
@@ -76,6 +87,7 @@ class MonitorState:
                     "baseline": memory.baseline,
                     "ready_since": _iso(memory.ready_since),
                     "incarnation": memory.incarnation,
+                    "stall_ticks": memory.stall_ticks,
                 }
                 for pod_id, memory in self.pods.items()
             },
@@ -142,8 +154,13 @@ def _pod(memory: Any, pod_id: str) -> PodMemory:
     incarnation = memory.get("incarnation")
     if incarnation is not None and (isinstance(incarnation, bool) or not isinstance(incarnation, int)):
         raise ValueError(f"pod {pod_id} incarnation must be an integer, got {incarnation!r}")
+    # absent in states written before the stall guard: no stall counted yet
+    stall_ticks = memory.get("stall_ticks", 0)
+    if isinstance(stall_ticks, bool) or not isinstance(stall_ticks, int) or stall_ticks < 0:
+        raise ValueError(f"pod {pod_id} stall_ticks must be a non-negative integer, got {stall_ticks!r}")
     return PodMemory(
         baseline=float(baseline) if baseline is not None else None,
         ready_since=_time(memory.get("ready_since"), f"pods.{pod_id}.ready_since"),
         incarnation=incarnation,
+        stall_ticks=stall_ticks,
     )

@@ -19,16 +19,21 @@ Order of one tick:
    readiness the first time; a pod confirmed down or starting loses baseline and readiness, even when a
    busy sibling wins the aggregate (the process behind the id ended; RunPod reuses ids); an unreachable or
    unknown pod keeps both. Pods that left a readable volume list are pruned and their readiness cleared.
+   Each answered pod's stall count moves by `stall_guard` (kept while it does not answer, dropped with the
+   rest of its memory when its process ended).
 5. Stops, widest first: the runtime cap (every pod on the volume not confirmed down — including a busy
    one, which is the phantom-busy backstop, and Unknown ones, since a run of Unknown ticks is the other
-   thing it backs up); then StopIdle (every pod observed up; the aggregate being Idle means none is busy);
-   then StopBootGrace (the booting and running-without-metrics pods, retained as stop targets).
+   thing it backs up); then the stall guard (every pod observed up, when the aggregate is Busy and every
+   Busy pod is Stalled: a pod that really works wins); then StopIdle (every pod observed up; the aggregate
+   being Idle means none is busy) — except inside the pod's warm hours, or the idle window before they open
+   (`warm_hours`); then StopBootGrace (the booting and running-without-metrics pods, retained as stop
+   targets).
 
 `after_stop`: every targeted stop accepted is the Down edge — counters cleared, cap disarmed, readiness
 cleared, baselines of the stopped pods dropped — so a re-wake inside the next tick starts a new boot and a
-new readySince (#2052). Otherwise the stop was refused: the counter that fired resets (the cap restarts
-its window) and the phase is kept, so a full window elapses before the next attempt; pods whose stop was
-accepted still lose their baseline and readiness.
+new readySince (#2052). Otherwise the stop was refused: the counter that fired resets (the cap keeps its
+start, a refused stall stop zeroes every pod's stall count) and the phase is kept, so a full window elapses
+before the next attempt; pods whose stop was accepted still lose their baseline and readiness.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from thermostat.policy.common.pod_model import Lookup, VolumeLookup
+from thermostat.policy.common.warm_hours import WarmHours, inside_warm_hours
 from thermostat.policy.idle.idle_phase import (
     PhaseEdge,
     PhaseStep,
@@ -59,6 +65,8 @@ from thermostat.policy.idle.pod_signal import (
     classify_pod,
 )
 from thermostat.policy.idle.runtime_cap import advance_cap, cap_reached
+from thermostat.policy.idle.stall_guard import StalledPod, advance_stall, stalled_pods
+from thermostat.policy.idle.vllm_metrics import PodActivity
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +90,8 @@ class StopEvidence:
     boot_grace_threshold: int
     up_since: datetime | None
     max_runtime: timedelta | None
+    stall_threshold: int = 0
+    stalled: tuple[StalledPod, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +110,8 @@ class StopOrder:
             StopTrigger.BOOT_GRACE: f"not ready after {e.booting_ticks}/{e.boot_grace_threshold} booting ticks",
             StopTrigger.RUNTIME_CAP: f"up since {_iso(e.up_since)}, cap {e.max_runtime}",
             StopTrigger.BUDGET: "the pod's budget is exhausted (metering)",
+            StopTrigger.STALL: f"in flight with no work for {e.stall_threshold} scrapes: "
+            + "; ".join(p.describe() for p in e.stalled),
         }[self.trigger]
         return f"stopping {', '.join(self.pod_ids)} ({self.trigger}: {why})"
 
@@ -187,8 +199,18 @@ class StopAftermath:
     events: tuple[MonitorEvent, ...] = ()
 
 
-def tick(state: MonitorState, observation: TickObservation, now: datetime, options: MonitorOptions) -> TickDecision:
-    """Decide one tick of the idle monitor for one volume (see the module docstring for the order)."""
+def tick(
+    state: MonitorState,
+    observation: TickObservation,
+    now: datetime,
+    options: MonitorOptions,
+    *,
+    warm_hours: WarmHours | None = None,
+) -> TickDecision:
+    """Decide one tick of the idle monitor for one volume (see the module docstring for the order).
+
+    `warm_hours` are the pod's (None: none): inside them, or in the idle window before they open, no idle stop.
+    """
     _require_aware(now)
     volume = observation.volume
     if volume.lookup is Lookup.UNREADABLE:
@@ -217,7 +239,8 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
         restarted += (_ready_gone_event(aggregate),)
         state = stepped_down(state)
     step = advance_phase(state.counters, aggregate.signal)
-    pods, readiness = _remember(state, verdicts, incarnations, now)
+    scrapes = {pod_id: readings[pod_id].scrape for pod_id in listed if pod_id in readings}
+    pods, readiness = _remember(state, verdicts, incarnations, scrapes, now, options.stall_threshold)
     new_state = MonitorState(
         counters=step.counters,
         cap_started_at=advance_cap(state.cap_started_at, aggregate.signal, now),
@@ -228,7 +251,15 @@ def tick(state: MonitorState, observation: TickObservation, now: datetime, optio
         state=new_state,
         signal=aggregate,
         verdicts=verdicts,
-        stop=_stop_order(new_state, step, verdicts, now, options),
+        stop=_stop_order(
+            new_state,
+            step,
+            verdicts,
+            scrapes,
+            now,
+            options,
+            warm=inside_warm_hours(warm_hours, now, lead=options.idle_window),
+        ),
         # a clear of an ended pod comes first: its publish this tick (a fresh answer) is the last word
         readiness=cleared + readiness,
         events=restarted + _events(state, step, aggregate, listed, now, options),
@@ -254,6 +285,8 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
         down = MonitorState(counters=after_accepted_stop(), pods=kept)
         return StopAftermath(state=down, accepted=True, readiness=tuple(readiness))
     refused = [outcome.pod_id for outcome in result.outcomes if not outcome.ok]
+    if result.trigger is StopTrigger.STALL:  # a full stall window before the next attempt, as for idle
+        survivors = {pod_id: replace(memory, stall_ticks=0) for pod_id, memory in survivors.items()}
     kept_state = MonitorState(
         counters=after_refused_stop(state.counters, result.trigger),
         # The cap is the backstop, not a window to wait out again: a refused cap stop keeps its start, so the
@@ -283,7 +316,12 @@ def _memory(state: MonitorState, pod_id: str) -> PodMemory:
 
 
 def _remember(
-    state: MonitorState, verdicts: tuple[PodVerdict, ...], incarnations: dict[str, int | None], now: datetime
+    state: MonitorState,
+    verdicts: tuple[PodVerdict, ...],
+    incarnations: dict[str, int | None],
+    scrapes: dict[str, PodActivity | None],
+    now: datetime,
+    stall_threshold: int,
 ) -> tuple[dict[str, PodMemory], tuple[ReadinessChange, ...]]:
     pods: dict[str, PodMemory] = {}
     readiness: list[ReadinessChange] = []
@@ -293,7 +331,15 @@ def _remember(
         observed = incarnations.get(verdict.pod_id)
         incarnation = before.incarnation if observed is None else observed
         if verdict.answered:
-            after = PodMemory(baseline=verdict.baseline, ready_since=before.ready_since or now, incarnation=incarnation)
+            stall = advance_stall(
+                before.stall_ticks, scrapes.get(verdict.pod_id), before.baseline, threshold=stall_threshold
+            )
+            after = PodMemory(
+                baseline=verdict.baseline,
+                ready_since=before.ready_since or now,
+                incarnation=incarnation,
+                stall_ticks=stall.ticks,
+            )
             if before.ready_since is None:
                 # only this tick's observe vouches for the process that answered: none observed, none sent
                 readiness.append(ReadinessChange(pod_id=verdict.pod_id, ready_since=now, incarnation=observed))
@@ -358,21 +404,34 @@ def _evidence(state: MonitorState, options: MonitorOptions) -> StopEvidence:
         boot_grace_threshold=options.boot_grace_threshold,
         up_since=state.cap_started_at,
         max_runtime=options.max_runtime,
+        stall_threshold=options.stall_threshold,
     )
 
 
 def _stop_order(
-    state: MonitorState, step: PhaseStep, verdicts: tuple[PodVerdict, ...], now: datetime, options: MonitorOptions
+    state: MonitorState,
+    step: PhaseStep,
+    verdicts: tuple[PodVerdict, ...],
+    scrapes: dict[str, PodActivity | None],
+    now: datetime,
+    options: MonitorOptions,
+    *,
+    warm: bool,
 ) -> StopOrder | None:
     evidence = _evidence(state, options)
     if cap_reached(state.cap_started_at, now, options.max_runtime):
         not_down = tuple(v.pod_id for v in verdicts if v.signal is not PodSignal.NOT_RUNNING)
         if not_down:
             return StopOrder(trigger=StopTrigger.RUNTIME_CAP, pod_ids=not_down, evidence=evidence)
+    up = tuple(v.pod_id for v in verdicts if v.signal.is_up)
+    stalled = stalled_pods(state, verdicts, scrapes, options.stall_threshold)
+    if stalled and up:
+        return StopOrder(trigger=StopTrigger.STALL, pod_ids=up, evidence=replace(evidence, stalled=stalled))
     trigger = phase_stop_due(
         step, idle_threshold=options.idle_threshold, boot_grace_threshold=options.boot_grace_threshold
     )
-    up = tuple(v.pod_id for v in verdicts if v.signal.is_up)
+    if trigger is StopTrigger.IDLE and warm:
+        return None  # warm hours: the streak keeps counting, and the first idle tick after them stops the pod
     if trigger is None or not up:
         return None
     return StopOrder(trigger=trigger, pod_ids=up, evidence=evidence)

@@ -8,6 +8,8 @@ GetMonitorState reports it (`projectedStopAt`, `projectedStopTrigger`) from the 
     Ready, the last counting tick Busy       no idle stop (a busy pod never idles under this reading)
     Booting, boot grace on                   boot-grace: the tick on which the boot ticks reach its threshold
     Booting, boot grace off (0)              no boot-grace stop
+    a pod stalling, the stall guard on       stall: the tick on which its stall count reaches its threshold
+    an idle stop inside warm hours           idle: the first tick at or after the warm window's end
     the cap armed and enabled                runtime-cap: the first tick at or after cap start + MAX_RUNTIME
     several of these                         the earliest
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from thermostat.policy.common.warm_hours import WarmHours, inside_warm_hours
 from thermostat.policy.idle.idle_phase import Phase, StopTrigger
 from thermostat.policy.idle.monitor_options import MonitorOptions
 from thermostat.policy.idle.monitor_state import MonitorState
@@ -42,7 +45,13 @@ class ProjectedStop:
 
 
 def project_stop(
-    state: MonitorState, *, watch: Watch, last_tick_at: datetime | None, last_signal: str, options: MonitorOptions
+    state: MonitorState,
+    *,
+    watch: Watch,
+    last_tick_at: datetime | None,
+    last_signal: str,
+    options: MonitorOptions,
+    warm_hours: WarmHours | None = None,
 ) -> ProjectedStop | None:
     """The earliest stop the persisted state leads to if nothing changes, or None (see the module table).
 
@@ -55,7 +64,16 @@ def project_stop(
     idle_accruing = counters.idle_streak > 0 or last_signal in _IDLE_ACCRUING
     if state.phase is Phase.READY and idle_accruing:
         ticks_to_go = max(1, options.idle_threshold - counters.idle_streak)
-        candidates.append(ProjectedStop(at=last + check * ticks_to_go, trigger=StopTrigger.IDLE))
+        at = last + check * ticks_to_go
+        if warm_hours is not None and inside_warm_hours(warm_hours, at, lead=options.idle_window):
+            window = warm_hours.upcoming(at)
+            if window is not None:
+                at = last + check * max(1, -((last - window.end) // check))
+        candidates.append(ProjectedStop(at=at, trigger=StopTrigger.IDLE))
+    _, stall_ticks = state.stall
+    if stall_ticks and options.stall_threshold:
+        ticks_to_go = max(1, options.stall_threshold - stall_ticks)
+        candidates.append(ProjectedStop(at=last + check * ticks_to_go, trigger=StopTrigger.STALL))
     if state.phase is Phase.BOOTING and options.boot_grace_threshold:
         ticks_to_go = max(1, options.boot_grace_threshold - counters.booting_ticks)
         candidates.append(ProjectedStop(at=last + check * ticks_to_go, trigger=StopTrigger.BOOT_GRACE))

@@ -30,11 +30,29 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 ACTIVE_GAUGES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting"})
 WORK_COUNTER_FAMILIES = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
 _WORK_COUNTER_SAMPLES = frozenset(f"{family}{suffix}" for family in WORK_COUNTER_FAMILIES for suffix in ("", "_total"))
+
+# every line that can carry one of our samples starts with one of these (or with '{': a UTF-8 name in quotes)
+_OURS = (*ACTIVE_GAUGES, *WORK_COUNTER_FAMILIES, "{")
+# a label set without its quoted-name detail, in C: plain characters or quoted strings (escapes included), then '}'
+_LABELS = re.compile(r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
+
+# Our samples, each at the start of a line: the exact name (so `..._created` and `..._by_reason` never match), a
+# label set on that line, whitespace, the value. A line this misses that the careful path would read
+# (`_CAREFUL_NEEDED`) sends the whole exposition down the careful path.
+# Both search "\n" + text for a literal "\n…" prefix, which the regex engine finds at C speed ("^" in MULTILINE mode
+# would be tried at every position).
+_OUR_SAMPLES = re.compile(
+    r"\n(vllm:(?:num_requests_(?:running|waiting)|(?:request_success|generation_tokens|prompt_tokens)(?:_total)?))"
+    # after a label set the value may follow at once, as the line-by-line reading allows; after a bare name, not
+    r'(?:\{(?:[^"}\n]|"(?:[^"\\\n]|\\.)*")*\}[^\S\n]*|[^\S\n]+)(\S+)'
+)
+_CAREFUL_NEEDED = re.compile(r"\n(?:[^\S\n]|\{)")
 
 _MAX_IN_FLIGHT = 1_000_000
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -47,6 +65,10 @@ class PodActivity:
 
     active: int | None = None
     completed: float | None = None
+    # the two gauges apart, for the stall guard's log line only (`active` rounds their sum; these round each):
+    # detail, not the reading, so they take no part in equality
+    running: int | None = field(default=None, compare=False)
+    waiting: int | None = field(default=None, compare=False)
 
     @property
     def is_vllm(self) -> bool:
@@ -56,30 +78,55 @@ class PodActivity:
 
 def parse_vllm_metrics(text: str) -> PodActivity:
     """Read one Prometheus (or OpenMetrics) text exposition into a PodActivity."""
-    active_total = 0.0
-    active_seen = False
+    gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+    seen: set[str] = set()
     counters: list[float] = []
-    for raw_line in text.split("\n"):
-        line = raw_line.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            if line == "# EOF":
-                break
-            continue
-        sample = _parse_sample(line)
-        if sample is None:
-            continue
-        name, value = sample
+    for name, value in _samples(text):
         if not math.isfinite(value):
             continue
         if name in ACTIVE_GAUGES:
-            active_total += value
-            active_seen = True
+            gauges[name] += value
+            seen.add(name)
         elif name in _WORK_COUNTER_SAMPLES:
             counters.append(value)
-    active = _in_flight(active_total) if active_seen else None
-    return PodActivity(active=active, completed=_work_done(counters))
+    if not seen:
+        return PodActivity(completed=_work_done(counters))
+    running, waiting = gauges["vllm:num_requests_running"], gauges["vllm:num_requests_waiting"]
+    return PodActivity(
+        active=_in_flight(running + waiting),
+        completed=_work_done(counters),
+        running=_in_flight(running) if "vllm:num_requests_running" in seen else None,
+        waiting=_in_flight(waiting) if "vllm:num_requests_waiting" in seen else None,
+    )
+
+
+def _samples(text: str) -> list[tuple[str, float]]:
+    """Our samples in exposition order. The monitor parses every pod's scrape on every tick, and most of a real
+    exposition is histogram buckets of other families: an exposition whose lines all start at column 0 with a
+    bare metric name (prometheus_client's, vLLM's) is read by one C-level scan for our samples alone; anything
+    else — `# EOF`, indented lines, Prometheus 3's quoted names — line by line."""
+    lines = "\n" + text
+    if "# EOF" not in text and _CAREFUL_NEEDED.search(lines) is None:
+        samples: list[tuple[str, float]] = []
+        for name, raw in _OUR_SAMPLES.findall(lines):
+            try:
+                samples.append((name, float(raw)))
+            except ValueError:
+                continue
+        return samples
+    return list(_careful_samples(text))
+
+
+def _careful_samples(text: str) -> Iterator[tuple[str, float]]:
+    for raw_line in text.split("\n"):
+        line = raw_line.strip()
+        if not line.startswith(_OURS):
+            if line == "# EOF":
+                return
+            continue
+        sample = _parse_sample(line)
+        if sample is not None:
+            yield sample
 
 
 def _in_flight(total: float) -> int:
@@ -105,11 +152,16 @@ def _parse_sample(line: str) -> tuple[str, float] | None:
     name = match.group() if match else None
     position = match.end() if match else 0
     if position < len(line) and line[position] == "{":
-        labels = _scan_labels(line, position)
-        if labels is None:
-            return None
-        position, quoted_name = labels
-        name = name or quoted_name
+        if name:  # the name is known: only where the labels end matters
+            block = _LABELS.match(line, position)
+            if block is None:
+                return None
+            position = block.end()
+        else:
+            labels = _scan_labels(line, position)
+            if labels is None:
+                return None
+            position, name = labels
     elif position < len(line) and not line[position].isspace():
         return None
     if not name:

@@ -109,8 +109,18 @@ class Http1Pool:
     """Http1Pool keeps idle connections per origin and sends one request at a time on each."""
 
     def __init__(
-        self, *, keepalive_seconds: float, connect_timeout_seconds: float, ssl_context: ssl.SSLContext | None = None
+        self,
+        *,
+        keepalive_seconds: float,
+        connect_timeout_seconds: float,
+        ssl_context: ssl.SSLContext | None = None,
+        origins_kept: int = _ORIGINS_KEPT,
+        poll_before_reuse: bool = True,
     ) -> None:
+        self._origins_kept = origins_kept
+        # False: a reuse trusts the loop to have seen the server's FIN (a syscall saved per request); a FIN still
+        # unread then costs the request a Broken before any answer, which a GET is retried on (the monitor's scrapes)
+        self._poll_before_reuse = poll_before_reuse
         self._keepalive = keepalive_seconds
         self._connect_timeout = connect_timeout_seconds
         self._ssl = ssl_context
@@ -122,7 +132,7 @@ class Http1Pool:
     def origin(self, endpoint: str) -> Origin:
         origin = self._origins.get(endpoint)
         if origin is None:
-            if len(self._origins) >= _ORIGINS_KEPT:
+            if len(self._origins) >= self._origins_kept:
                 self._origins.clear()  # machines come and go, each with its endpoint: the cache never grows past this
             origin = self._origins[endpoint] = Origin.parse(endpoint)
         return origin
@@ -134,8 +144,9 @@ class Http1Pool:
         origin = self._origins.get(endpoint) or self.origin(endpoint)
         head = "".join([f"{name}: {value}\r\n" for name, value in fields.items()])
         length = f"Content-Length: {len(body)}\r\n" if body or method != "GET" else ""
+        agent = "" if "User-Agent" in fields else _AGENT  # a caller's own (the monitor's browser-like one) wins
         request = (
-            f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{_AGENT}{head}{length}\r\n".encode()
+            f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.netloc}\r\n{agent}{head}{length}\r\n".encode()
         )
         connection = self._reuse(endpoint)
         if connection is None:
@@ -174,7 +185,7 @@ class Http1Pool:
         now = time.monotonic()
         while idle:
             connection = idle.pop()  # the most recently used: the others age out
-            if connection.usable(now):
+            if connection.usable(now, poll=self._poll_before_reuse):
                 return connection
             connection.close()
         return None
@@ -233,6 +244,12 @@ class Http1Pool:
         if self._ssl is None:
             self._ssl = ssl.create_default_context()  # the system's CAs, hostname checked: as aiohttp's default
         return self._ssl
+
+    def forget(self, endpoint: str) -> None:
+        """Close the idle connections to `endpoint` (a pod that left): its requests in flight finish as they are."""
+        for connection in self._idle.pop(endpoint, []):
+            connection.close()
+        self._origins.pop(endpoint, None)
 
     async def aclose(self) -> None:
         if self._sweep is not None:
@@ -293,7 +310,7 @@ class _Connection(asyncio.Protocol):
         self._headers_done = False
         self._answered = False  # any byte of the answer arrived
 
-    def usable(self, now: float) -> bool:
+    def usable(self, now: float, *, poll: bool = True) -> bool:
         """Still open, not idle too long, its last request written whole, and nothing pending on its socket:
         neither the server's FIN nor bytes nobody asked for (either one means it must not carry a request)."""
         transport = self._transport
@@ -303,7 +320,7 @@ class _Connection(asyncio.Protocol):
             and not transport.is_closing()
             and now - self.idle_since < self.keep_for
             and not transport.get_write_buffer_size()
-            and not self._poll.poll(0)
+            and not (poll and self._poll.poll(0))
         )
 
     def send(self, request: bytes, body: bytes, limit: int) -> asyncio.Future[Answer]:

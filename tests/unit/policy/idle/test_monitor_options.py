@@ -128,3 +128,26 @@ def test_constructing_options_with_a_non_positive_check_interval_is_refused() ->
     """Code that builds options directly cannot divide by zero later."""
     with pytest.raises(ValueError, match="check_seconds"):
         MonitorOptions(check_seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("env", "window", "threshold"),
+    [
+        pytest.param({}, 30.0, 30, id="unset-is-twice-the-idle-window"),
+        pytest.param({"IDLE_MINUTES": "5"}, 10.0, 10, id="follows-idle-minutes"),
+        pytest.param({"STALL_MINUTES": "45"}, 45.0, 45, id="set-explicitly"),
+        pytest.param({"STALL_MINUTES": "0"}, 0.0, 0, id="zero-turns-it-off"),
+        pytest.param({"STALL_MINUTES": "0.05", "CHECK_SECONDS": "1"}, 0.05, 3, id="fractional-ceil"),
+        pytest.param({"IDLE_MINUTES": "0"}, 0.0, 0, id="idle-zero-gives-zero-unless-set"),
+    ],
+)
+def test_the_stall_window_and_its_threshold(env: dict[str, str], window: float, threshold: int) -> None:
+    options, warnings = parse_monitor_options(env)
+    assert (options.stall_window_minutes, options.stall_threshold, warnings) == (window, threshold, ())
+
+
+def test_an_invalid_stall_minutes_keeps_the_guard_on_and_warns() -> None:
+    """An invalid value never widens a guard: it does not turn the stall guard off."""
+    options, warnings = parse_monitor_options({"STALL_MINUTES": "-3"})
+    assert options.stall_threshold == 30
+    assert warnings == ('STALL_MINUTES="-3" is not a non-negative number; using twice IDLE_MINUTES',)

@@ -40,6 +40,7 @@ def test_the_dict_is_plain_json_with_iso_timestamps() -> None:
         "baseline": 45875.0,
         "ready_since": "2026-09-09T09:46:41.123456+00:00",
         "incarnation": 41,
+        "stall_ticks": 0,
     }
     assert data["version"] == 1
 
@@ -104,3 +105,25 @@ def test_a_malformed_state_is_refused_not_guessed(data: dict[str, Any]) -> None:
     """A silently reset state would re-bill a model load as idle or forget the cap."""
     with pytest.raises(ValueError, match=r"version|phase|must be|ISO-8601|timezone"):
         MonitorState.from_dict(data)
+
+
+def test_a_state_written_before_the_stall_guard_reads_no_stall_counted() -> None:
+    """A row persisted by an older monitor has no stall count per pod: none counted yet."""
+    data = FULL.to_dict()
+    del data["pods"]["p2"]["stall_ticks"]
+    assert MonitorState.from_dict(data).pods["p2"].stall_ticks == 0
+
+
+@pytest.mark.parametrize(
+    "bad", [pytest.param(-1, id="negative"), pytest.param("3", id="text"), pytest.param(True, id="bool")]
+)
+def test_a_stall_count_that_is_not_a_count_is_refused_naming_the_pod(bad: object) -> None:
+    data = FULL.to_dict()
+    data["pods"]["p2"]["stall_ticks"] = bad
+    with pytest.raises(ValueError, match="pod p2 stall_ticks must be a non-negative integer"):
+        MonitorState.from_dict(data)
+
+
+def test_the_stall_count_survives_a_round_trip() -> None:
+    state = MonitorState(pods={"p1": PodMemory(baseline=3.0, stall_ticks=7)})
+    assert MonitorState.from_dict(state.to_dict()) == state

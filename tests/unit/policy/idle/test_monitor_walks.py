@@ -169,14 +169,63 @@ def test_a_model_that_never_answers_is_stopped_at_boot_grace() -> None:
     assert walk.stop(stop).state == MonitorState()
 
 
-def test_a_phantom_busy_request_is_stopped_by_the_runtime_cap() -> None:
-    """A wedged vLLM reporting one running request forever is stopped 6 h after the first up observation."""
-    walk = Walk(now=at("09:00:00"))
+def test_a_phantom_busy_request_is_stopped_by_the_runtime_cap_without_the_stall_guard() -> None:
+    """STALL_MINUTES=0 is the seed: a vLLM reporting one running request forever bills until the 6 h cap."""
+    walk = Walk(now=at("09:00:00"), options=MonitorOptions(stall_minutes=0))
     walk.tick(observed(PodStatus.STARTING))
     stop = walk.until_stop(scraped(completed=3.0, active=1), limit=400)
     assert stop.stop is not None
     assert stop.stop.trigger is StopTrigger.RUNTIME_CAP
     assert walk.last_time == at("15:00:00")
+
+
+def test_a_phantom_busy_request_is_stopped_by_the_stall_guard_after_twice_the_idle_window() -> None:
+    """vllm#29928: "Running: 1" with no token generated is Stalled 30 scrapes after its baseline (defaults)."""
+    walk = Walk(now=at("09:00:00"))
+    walk.tick(observed(PodStatus.STARTING))
+    walk.tick(scraped(completed=3.0, active=1))  # ready; the baseline is seeded
+    stop = walk.until_stop(scraped(completed=3.0, active=1), limit=400)
+    assert stop.stop is not None
+    assert (stop.stop.trigger, stop.stop.pod_ids) == (StopTrigger.STALL, ("p1",))
+    assert walk.last_time == at("09:31:00")
+    assert "p1 running absent, waiting absent, work counter 3 unchanged for 30 scrapes" in stop.stop.message
+    assert walk.stop(stop).state == MonitorState()
+
+
+def test_a_long_generation_whose_tokens_flow_is_never_stalled() -> None:
+    """One token between two scrapes resets the count: a real request runs to the cap, never to the guard."""
+    walk = Walk(now=at("09:00:00"))
+    walk.tick(observed(PodStatus.STARTING))
+    counter = 3.0
+    for _ in range(300):
+        counter += 1
+        decision = walk.tick(scraped(completed=counter, active=1))
+        assert decision.stop is None
+        assert decision.state.pods["p1"].stall_ticks == 0
+
+
+def test_a_stalled_pod_whose_metrics_blip_is_stopped_no_sooner() -> None:
+    """Unknown never advances the count: ten unreachable scrapes in a stall delay its stop by ten ticks."""
+    walk = Walk(now=at("09:00:00"))
+    walk.tick(scraped(completed=3.0, active=1))
+    for _ in range(10):
+        assert walk.tick(scraped(completed=3.0, active=1)).stop is None
+    for _ in range(10):
+        assert walk.tick(PodReading(pod_id="p1")).state.pods["p1"].stall_ticks == 10
+    stop = walk.until_stop(scraped(completed=3.0, active=1))
+    assert stop.stop is not None and stop.stop.trigger is StopTrigger.STALL
+    assert walk.last_time == at("09:40:00")  # 09:30 without the blips
+
+
+def test_a_refused_stall_stop_waits_a_full_window_before_the_next() -> None:
+    walk = Walk(now=at("09:00:00"))
+    walk.tick(scraped(completed=3.0, active=1))
+    first = walk.until_stop(scraped(completed=3.0, active=1))
+    walk.stop(first, ok=False)
+    assert walk.state.pods["p1"].stall_ticks == 0
+    second = walk.until_stop(scraped(completed=3.0, active=1))
+    assert second.stop is not None and second.stop.trigger is StopTrigger.STALL
+    assert walk.last_time - at("09:30:00") == 30 * MINUTE
 
 
 def test_a_stale_pod_listed_first_never_masks_its_busy_replacement() -> None:

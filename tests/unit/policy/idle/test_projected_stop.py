@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from thermostat.policy.common.warm_hours import parse_warm_hours
 from thermostat.policy.idle.idle_phase import Phase, PhaseCounters, StopTrigger
 from thermostat.policy.idle.monitor_options import MonitorOptions
-from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.policy.idle.monitor_state import MonitorState, PodMemory
 from thermostat.policy.idle.monitor_watch import Watch
 from thermostat.policy.idle.pod_signal import PodSignal
 from thermostat.policy.idle.projected_stop import ProjectedStop, project_stop
@@ -151,3 +152,28 @@ def test_a_cap_between_two_ticks_projects_the_tick_after_it() -> None:
     fast = MonitorOptions(idle_minutes=15, check_seconds=45, boot_grace_minutes=20, max_runtime_minutes=1)
     projected = project(ready(0, cap_started_at=LAST_TICK), PodSignal.BUSY, fast)
     assert projected == ProjectedStop(at=LAST_TICK + timedelta(seconds=90), trigger=StopTrigger.RUNTIME_CAP)
+
+
+def test_a_pod_stalling_projects_a_stall_stop_when_its_count_reaches_the_threshold() -> None:
+    """Busy by its gauges, no work: 10 of 30 scrapes counted, so the stall stop is 20 ticks out."""
+    state = MonitorState(
+        counters=PhaseCounters(phase=Phase.READY), pods={"p1": PodMemory(baseline=4.0, stall_ticks=10)}
+    )
+    assert project(state, PodSignal.BUSY) == ProjectedStop(at=LAST_TICK + minutes(20), trigger=StopTrigger.STALL)
+
+
+def test_the_stall_guard_off_projects_no_stall_stop() -> None:
+    state = MonitorState(
+        counters=PhaseCounters(phase=Phase.READY), pods={"p1": PodMemory(baseline=4.0, stall_ticks=10)}
+    )
+    off = MonitorOptions(idle_minutes=15, check_seconds=60, max_runtime_minutes=0, stall_minutes=0)
+    assert project(state, PodSignal.BUSY, off) is None
+
+
+def test_an_idle_stop_that_falls_in_warm_hours_projects_onto_their_end() -> None:
+    """09:00 UTC Wednesday is inside 08:00-18:00 UTC: the idle stop waits for the first tick at 18:00."""
+    hours = parse_warm_hours("Mon-Fri 08:00-18:00 UTC", "RUNPOD_WARM_HOURS")
+    projected = project_stop(
+        ready(5), watch=Watch.WATCHING, last_tick_at=LAST_TICK, last_signal="IDLE", options=NO_CAP, warm_hours=hours
+    )
+    assert projected == ProjectedStop(at=datetime(2026, 9, 9, 18, 0, tzinfo=UTC), trigger=StopTrigger.IDLE)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from thermostat.policy.idle.vllm_metrics import PodActivity, parse_vllm_metrics
 
@@ -166,3 +168,38 @@ def test_absurd_magnitudes_never_raise() -> None:
     assert activity.active is not None
     assert activity.active >= 1
     assert activity.completed is None
+
+
+_LINE_PARTS = st.sampled_from(
+    [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:generation_tokens_total",
+        "vllm:generation_tokens_created",
+        "vllm:prompt_tokens",
+        "vllm:request_success_total",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:num_requests_running5",
+        "# HELP vllm:num_requests_running x",
+        '{engine="0",model_name="q"}',
+        '{finished_reason="st\\"op}"}',
+        '{le="+Inf"',
+        " ",
+        "\t",
+        "\r",
+        "1.0",
+        "NaN",
+        "-3",
+        "1e308",
+        "abc",
+        "",
+    ]
+)
+
+
+@given(st.lists(st.lists(_LINE_PARTS, max_size=4).map("".join), max_size=12).map("\n".join))
+@settings(max_examples=400, deadline=None)
+def test_the_one_scan_reading_equals_the_line_by_line_reading(text: str) -> None:
+    """An indented line sends the exposition down the careful line-by-line path; it must read the same."""
+    assert parse_vllm_metrics(text) == parse_vllm_metrics(text + "\n  # indented: the careful path")

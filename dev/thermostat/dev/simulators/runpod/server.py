@@ -36,6 +36,7 @@ from thermostat.dev.simulators.runpod.catalog import (
     default_volumes,
     gpu_from_control,
 )
+from thermostat.dev.simulators.runpod.fast_proxy import FastProxy
 from thermostat.dev.simulators.runpod.world import ApiError, BilledStretch, PodWorld, SimSettings
 from thermostat.dev.simulators.serving import (
     Answer,
@@ -139,11 +140,14 @@ class RunPodSimulator(ServedSimulator[_Server]):
         request_log_size: int = 10_000,
         clock: Callable[[], float] = time.time,
         machine_command: Sequence[str] | None = None,
+        fast_proxy: bool = False,
     ) -> None:
         """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping.
 
         `machine_command` (e.g. REFERENCE_WORKER) makes every pod created with an `image` run that command as
         its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
+        `fast_proxy` serves the pods' /metrics from an event-loop listener of its own (fast_proxy.py), which
+        `proxy_url_template` then names: thousands of pods scraped at once without a thread each.
         """
         super().__init__(request_log_size=request_log_size)
         self._api_key = api_key
@@ -164,6 +168,7 @@ class RunPodSimulator(ServedSimulator[_Server]):
         self._mix: FaultMix | None = None
         self._served_faults: deque[ServedFault] = deque(maxlen=request_log_size)
         self._stopping = threading.Event()
+        self._fast_proxy = FastProxy(self, host) if fast_proxy else None
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -171,6 +176,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         if self._server is not None:
             raise RuntimeError("the simulator is already running")
         self._stopping.clear()
+        if self._fast_proxy is not None:
+            self._fast_proxy.start()
         return self._serve(_Server((self._host, self._requested_port), self), "runpod-sim")
 
     def stop(self) -> None:
@@ -178,6 +185,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
             return
         self._stopping.set()
         self.world.kill_machines()
+        if self._fast_proxy is not None:
+            self._fast_proxy.stop()
         self._stop_serving()
 
     @property
@@ -197,6 +206,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
 
     @property
     def proxy_url_template(self) -> str:
+        if self._fast_proxy is not None:
+            return f"http://{self._host}:{self._fast_proxy.port}/proxy/{{podId}}-{{port}}"
         return f"{self.url}/proxy/{{podId}}-{{port}}"
 
     # --- control: the world --------------------------------------------------------------------------------
@@ -272,12 +283,9 @@ class RunPodSimulator(ServedSimulator[_Server]):
 
     def pod(self, pod_id: str) -> dict[str, object]:
         """pod is the pod's current v2 JSON (as GET /v2/pods/{id} would answer), KeyError if unknown."""
-        for state in self.world.pods_state():
-            if state["id"] == pod_id:
-                v2 = state["v2"]
-                assert isinstance(v2, dict)
-                return v2
-        raise KeyError(pod_id)
+        v2 = self.world.one_pod_state(pod_id)["v2"]
+        assert isinstance(v2, dict)
+        return v2
 
     def billed(self) -> list[BilledStretch]:
         """What ran when: every stretch a pod billed (GET /_sim/billed)."""
@@ -518,6 +526,9 @@ class RunPodSimulator(ServedSimulator[_Server]):
             return 200, self.pods()
         elif route == ("GET", "billed"):
             return 200, [stretch.to_json() for stretch in self.world.billed()]
+        elif route == ("POST", "pods") and isinstance(body.get("pods"), list):
+            # many at once (a bench seeding 10,000 pods): {"pods": [pod, ...]}; answers how many were added
+            return 201, {"added": len([self._add_pod_json(pod) for pod in body["pods"]])}
         elif route == ("POST", "pods"):
             return 201, self.pod(self._add_pod_json(body))
         elif route == ("POST", "next-pod-ids"):
@@ -553,7 +564,7 @@ class RunPodSimulator(ServedSimulator[_Server]):
             self.kill_machine(pod_id)
         else:
             raise ValueError(f"unknown pod control {verb!r}")
-        return 200, next(state for state in self.pods() if state["id"] == pod_id)
+        return 200, self.world.one_pod_state(pod_id)
 
     def _put_catalog(self, body: Mapping[str, object]) -> None:
         gpus = body.get("gpus")
@@ -602,6 +613,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="pods created with an image run the reference worker behind the proxy (the pool)",
     )
     parser.add_argument("--stopped-pod", action="store_true", help=f"seed an EXITED pod on volume {DEFAULT_VOLUME_ID}")
+    parser.add_argument(
+        "--fast-proxy", action="store_true", help="serve the pods' /metrics from an event-loop listener (benches)"
+    )
     return parser.parse_args(argv)
 
 
@@ -625,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         settings=settings,
         volumes=volumes,
         machine_command=REFERENCE_WORKER if args.machines else None,
+        fast_proxy=args.fast_proxy,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)

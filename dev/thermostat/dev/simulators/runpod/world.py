@@ -42,6 +42,7 @@ ALLOWED_ACTIONS: dict[str, tuple[str, ...]] = {
     "TERMINATED": (),
 }
 _BILLING = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
+_MOVING = frozenset({"PROVISIONING", "STARTING", "TERMINATED"})
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 # cpu3g and its siblings come in powers of two (worker-pool seed, "The RunPod backend")
 CPU_VCPU_COUNTS = (2, 4, 8, 16, 32)
@@ -199,6 +200,11 @@ class PodWorld:
         self._catalogue: dict[str, SimGpu] = {gpu.id: gpu for gpu in catalogue}
         self._volumes: dict[str, str] = dict(volumes)
         self._pods: dict[str, SimPod] = {}
+        # The pods whose status moves on by itself (PROVISIONING, STARTING) or that leave (TERMINATED): the only
+        # ones a request's tick looks at. Ticking every pod made each request O(N), and seeding 10,000 pods O(N²).
+        self._moving: dict[str, SimPod] = {}
+        # rendered expositions by counter values: 10,000 idle pods share one text
+        self._rendered: dict[tuple[object, ...], bytes] = {}
         self._next_ids: deque[str] = deque()
         self._clock = clock
         # what RunPod would bill: each pod's stretches in a billing status, kept after the pod is gone
@@ -228,6 +234,10 @@ class PodWorld:
         self._bill(pod, pod.status, status, at)
         pod.status = status
         pod.status_since = at
+        if status in _MOVING:
+            self._moving[pod.id] = pod
+        else:
+            self._moving.pop(pod.id, None)
         if status == "RUNNING":
             # A (re)started pod is a new vLLM process under the same id: counters from zero (#2075).
             pod.started_at = at
@@ -252,10 +262,11 @@ class PodWorld:
     def _tick(self) -> float:
         now = self._clock()
         linger = self.settings.terminated_linger_seconds
-        for pod in list(self._pods.values()):
+        for pod in list(self._moving.values()):
             self._advance(pod, now)
             if pod.status == "TERMINATED" and (pod.terminated_at or now) + linger <= now:
                 del self._pods[pod.id]
+                del self._moving[pod.id]
         return now
 
     def _pod(self, pod_id: str) -> SimPod:
@@ -379,6 +390,7 @@ class PodWorld:
                 # the pod's container: booted at create, reachable through the proxy once RUNNING
                 pod.machine = SimMachine(self._machine_command, request.env)
             self._pods[pod.id] = pod
+            self._moving[pod.id] = pod  # created PROVISIONING, never through _enter
             self._bill(pod, None, pod.status, now)
             self._advance(pod, now)
             return self._v2(pod, now)
@@ -482,8 +494,19 @@ class PodWorld:
                 return 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
             if pod.vllm_dead or now - pod.status_since < self._delay(pod, "model_ready"):
                 return 502, {"Content-Type": "text/html; charset=utf-8"}, b"<html>502 Bad Gateway</html>\n"
-            text = render(pod.vllm, model_name=self.settings.model_name, style=self.settings.metrics_style)
-            return 200, {"Content-Type": METRICS_CONTENT_TYPE}, text.encode()
+            return 200, {"Content-Type": METRICS_CONTENT_TYPE}, self._render(pod)
+
+    def _render(self, pod: SimPod) -> bytes:
+        v, settings = pod.vllm, self.settings
+        key: tuple[object, ...] = (v.started_at, v.running, v.waiting, v.prompt_tokens, v.generation_tokens)
+        key += (tuple(v.success.items()), settings.model_name, settings.metrics_style)
+        text = self._rendered.get(key)
+        if text is None:
+            if len(self._rendered) >= 4096:
+                self._rendered.clear()
+            text = render(v, model_name=settings.model_name, style=settings.metrics_style).encode()
+            self._rendered[key] = text
+        return text
 
     # --- control ---------------------------------------------------------------------------------------------
 
@@ -635,6 +658,12 @@ class PodWorld:
             "lifecycle": dict(pod.delays),
         }
 
+    def one_pod_state(self, pod_id: str) -> dict[str, object]:
+        """The control view of one pod (KeyError if unknown), without rendering every other."""
+        with self.lock:
+            now = self._tick()
+            return self.pod_state(self._control_pod(pod_id), now)
+
     def pods_state(self) -> list[dict[str, object]]:
         with self.lock:
             now = self._tick()
@@ -650,6 +679,7 @@ class PodWorld:
         with self.lock:
             self.kill_machines()
             self._pods.clear()
+            self._moving.clear()
             self._billed.clear()
             self._next_ids.clear()
             self._catalogue = {gpu.id: gpu for gpu in catalogue}
