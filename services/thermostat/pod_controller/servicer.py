@@ -36,8 +36,9 @@ from .metrics import PodMetrics
 from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
 from .pod_view import build_view, observe_volume, wake_record
 from .repository import ActionEntry, ActionRow, PodRepository, ReadinessOutcome, WakeCompletion
+from .wake_fence import Fence
 from .wake_gate import WakeGate, WakeGateUnavailable
-from .wake_service import Fence, WakeService, unconfigured
+from .wake_service import WakeService, unconfigured
 from .watch_hub import WatchHub
 
 log = logging.getLogger("thermostat.pod_controller")

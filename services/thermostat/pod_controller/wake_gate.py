@@ -46,7 +46,7 @@ from thermostat.store.lease import LeaseStore
 from thermostat.store.shared_flight import SharedFlight
 
 from .repository import PodRepository, WakeCompletion
-from .wake_service import Fence, Halt
+from .wake_fence import Fence, Halt
 
 log = logging.getLogger("thermostat.pod_controller.wake_gate")
 

@@ -38,36 +38,17 @@ from thermostat.policy.wake.wake_round import (
     decide_new_pod,
     decide_round,
 )
-from thermostat.providers.runpod.client import ActionResult, RunPodV2Client
+from thermostat.providers.runpod.client import RunPodV2Client
 from thermostat.store.connections import STORE_ERRORS
 
 from .budget_guard import BudgetGuard, Headroom
 from .metrics import PodMetrics
 from .repository import ActionEntry, PodRepository
+from .wake_fence import Fence, Halt, failed, known, no_fence, started_rate, with_walk
 
 log = logging.getLogger("thermostat.pod_controller.wake")
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Halt:
-    """Halt is why a wake must issue no further billable call.
-
-    `in_flight` True: the wake lease moved on (another replica carries the wake) — the caller polls again.
-    False: the pod was stopped (manually or by the monitor) during the wake — re-creating it would undo the
-    stop and bill a new GPU, so the wake ends Failed.
-    """
-
-    in_flight: bool
-    reason: str
-
-
-Fence = Callable[[], Awaitable[Halt | None]]
-
-
-async def _no_fence() -> Halt | None:
-    return None
 
 
 @dataclass(slots=True)
@@ -120,7 +101,7 @@ class WakeService:
         self.metrics = metrics or PodMetrics()
 
     async def wake(
-        self, pod: PodOptions, fence: Fence = _no_fence, *, adopt: bool = False, trigger: str = "wake"
+        self, pod: PodOptions, fence: Fence = no_fence, *, adopt: bool = False, trigger: str = "wake"
     ) -> WakeResult:
         """Run one wake; `fence` is asked before every billable call (start, create, terminate). `adopt`: the wake
         closed one a stopped replica abandoned, so the pod it answers with is put on record if nothing there says
@@ -131,13 +112,13 @@ class WakeService:
             result = await self._wake(pod)
         except _OverBudget as over:
             log.warning("pod %s: wake refused: %s", pod.name, over.reason)
-            result = _failed(WakeFailureKind.OVER_BUDGET, over.reason)
+            result = failed(WakeFailureKind.OVER_BUDGET, over.reason)
         except _Halted as halted:
             log.warning("pod %s: wake halted before a billable call: %s", pod.name, halted.halt.reason)
             if halted.halt.in_flight:
                 result = WakeResult(outcome=WakeOutcome.WAITING, message=f"{halted.halt.reason}; poll again")
             else:
-                result = _failed(WakeFailureKind.STOPPED_DURING_WAKE, halted.halt.reason)
+                result = failed(WakeFailureKind.STOPPED_DURING_WAKE, halted.halt.reason)
         return replace(result, billed=run.billed)
 
     async def _check(self, pod: PodOptions, what: str, *, rate: Callable[[], Awaitable[float | None]]) -> None:
@@ -160,7 +141,7 @@ class WakeService:
 
     async def _wake(self, pod: PodOptions) -> WakeResult:
         if not self.client.is_configured or not pod.configured:
-            return _failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
+            return failed(WakeFailureKind.UNCONFIGURED, unconfigured(pod))
         lookup = self.client.lookup_pods_by_volume(pod.volume_id)
         if self.budget is not None:
             # Metering's answer is awaited before anything acts on the lookup, so a refused wake writes nothing to
@@ -170,12 +151,12 @@ class WakeService:
                 _run.get().headroom = answer
             elif answer is not None:
                 log.warning("pod %s: wake refused: %s", pod.name, answer.reason)
-                return _failed(WakeFailureKind.OVER_BUDGET, answer.reason)
+                return failed(WakeFailureKind.OVER_BUDGET, answer.reason)
         else:
             looked_up = await lookup
         volume = after_volume_lookup(looked_up)
         if volume.verdict is VolumeVerdict.FAILED:
-            return _failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
+            return failed(WakeFailureKind.LOOKUP_UNREADABLE, volume.reason)
         if volume.verdict is VolumeVerdict.CREATE:
             log.info("pod %s: no pod on volume %s — creating one", pod.name, pod.volume_id)
             return await self._replace(pod, stale=())
@@ -211,7 +192,7 @@ class WakeService:
                 case RoundVerdict.CONFIRM_ABSENCE:
                     recheck = after_volume_lookup(await self.client.lookup_pods_by_volume(pod.volume_id))
                     if recheck.verdict is VolumeVerdict.FAILED:
-                        return _failed(WakeFailureKind.LOOKUP_UNREADABLE, recheck.reason)
+                        return failed(WakeFailureKind.LOOKUP_UNREADABLE, recheck.reason)
                     if recheck.verdict is VolumeVerdict.CREATE:
                         return await self._replace(pod, stale=())
                     pod_ids = recheck.pod_ids
@@ -289,7 +270,7 @@ class WakeService:
 
     async def _replace(self, pod: PodOptions, *, stale: Sequence[PodObservation]) -> WakeResult:
         if not pod.can_create:
-            return _failed(
+            return failed(
                 WakeFailureKind.TEMPLATE_UNSET,
                 f"RUNPOD_TEMPLATE_ID is blank: pod {pod.name} cannot create a replacement",
             )
@@ -302,7 +283,7 @@ class WakeService:
                     return self._walk_failed(pod, step, selection)
                 case walk.Post(candidate=candidate):
                     await self._check(
-                        pod, f"creating on {candidate.gpu_id}", rate=functools.partial(_known, candidate.price_per_hour)
+                        pod, f"creating on {candidate.gpu_id}", rate=functools.partial(known, candidate.price_per_hour)
                     )
                     result = await self._create(pod, candidate)
                     step = walk.advance(
@@ -318,7 +299,7 @@ class WakeService:
                         await self.client.lookup_pods_by_volume(pod.volume_id), stale_pod_ids=stale_ids
                     )
                     if recheck.verdict is walk.RecheckVerdict.FAILED:
-                        return _failed(WakeFailureKind.RECHECK_UNREADABLE, recheck.reason, step.walk)
+                        return failed(WakeFailureKind.RECHECK_UNREADABLE, recheck.reason, step.walk)
                     if recheck.verdict is walk.RecheckVerdict.ADOPT:
                         assert recheck.pod_id is not None
                         await self._record_create(pod, recheck.pod_id, candidate, None, recheck.reason)
@@ -389,7 +370,7 @@ class WakeService:
             excluded = f"; excluded: {selection.summary()}" if selection.excluded else ""
             message = f"{step.reason}{excluded}"
         log.warning("pod %s: wake failed: %s", pod.name, message)
-        return _failed(kind, message, step.walk)
+        return failed(kind, message, step.walk)
 
     async def _await_new_pod(
         self, pod: PodOptions, created: walk.Created, stale: Sequence[PodObservation]
@@ -402,7 +383,7 @@ class WakeService:
             decision = decide_new_pod(observation)
             if decision.verdict is NewPodVerdict.SERVING:
                 await self._terminate_stale(pod, [*stale, observation], tuple(o.pod_id for o in stale), pod_id)
-                return _with_walk(
+                return with_walk(
                     WakeResult(
                         outcome=WakeOutcome.CREATED,
                         pod_id=pod_id,
@@ -414,7 +395,7 @@ class WakeService:
                     created.walk,
                 )
             if decision.verdict is NewPodVerdict.FAILED:
-                return _failed(
+                return failed(
                     WakeFailureKind.NEW_POD_FAILED,
                     decision.reason,
                     created.walk,
@@ -422,7 +403,7 @@ class WakeService:
                     gpu_id=candidate.gpu_id,
                     price=candidate.price_per_hour,
                 )
-        return _with_walk(
+        return with_walk(
             WakeResult(
                 outcome=WakeOutcome.WAITING,
                 pod_id=pod_id,
@@ -475,50 +456,3 @@ class WakeService:
                     detail=f"stale; replaced by {serving_id}",
                 )
             )
-
-
-def started_rate(answer: ActionResult, seen: PodObservation | None) -> tuple[float | None, str | None]:
-    """The rate (USD/h) and GPU a started pod bills at, as RunPod reported them: the start's own answer
-    (200 + the Pod, its `cost` now billing), else the pod's cost as last observed; None when neither said
-    (metering then prices the start at the pod's last recorded rate, its create's)."""
-    rate = (
-        answer.cost_per_hour if answer.cost_per_hour else (seen.cost_per_hour if seen and seen.cost_per_hour else None)
-    )
-    return rate, answer.gpu_id or (seen.gpu_id if seen else None)
-
-
-async def _known(rate: float | None) -> float | None:
-    return rate
-
-
-def _with_walk(result: WakeResult, w: walk.CreateWalk | None) -> WakeResult:
-    if w is None:
-        return result
-    return replace(
-        result,
-        candidates_considered=w.candidates_considered,
-        create_attempts=w.attempts,
-        last_provider_status=w.last_provider_status,
-    )
-
-
-def _failed(
-    kind: WakeFailureKind,
-    message: str,
-    w: walk.CreateWalk | None = None,
-    *,
-    pod_id: str | None = None,
-    gpu_id: str | None = None,
-    price: float | None = None,
-) -> WakeResult:
-    return _with_walk(
-        WakeResult(
-            outcome=WakeOutcome.FAILED,
-            failure_kind=kind,
-            message=message,
-            pod_id=pod_id,
-            gpu_id=gpu_id,
-            price_per_hour=price,
-        ),
-        w,
-    )

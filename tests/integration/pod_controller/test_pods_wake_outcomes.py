@@ -27,7 +27,8 @@ from tests.integration.pod_controller.harness import (
     writes,
 )
 from thermostat.pod_controller.repository import PodRepository
-from thermostat.pod_controller.wake_service import Halt, WakeService
+from thermostat.pod_controller.wake_fence import Halt
+from thermostat.pod_controller.wake_service import WakeService
 from thermostat.pods.v1 import pods_pb2
 from thermostat.policy.common.pod_options import parse_pod_options
 from thermostat.providers.runpod.client import RunPodV2Client
