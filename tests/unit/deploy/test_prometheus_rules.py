@@ -15,6 +15,7 @@ import yaml
 from tests.fixtures.metrics import METRICS_DOC, documented
 from tests.fixtures.prometheus import GRAFANA_DIR, alerts, binary, dashboard_queries, metric_names, recordings, rules
 from thermostat.dev.prometheus import PROMETHEUS_DIR, RULES, SCRAPE_CONFIG
+from tools import deploy_check
 
 TESTS = PROMETHEUS_DIR / "tests.yml"
 # the edge's Envoy stats the rules and dashboards read (its /stats/prometheus; tests/e2e/test_prometheus.py
@@ -121,3 +122,27 @@ def test_metric_names_are_read_out_of_promql(expr, names) -> None:
 
 def test_the_rules_file_is_plain_prometheus_rules() -> None:
     assert set(yaml.safe_load(RULES.read_text())) == {"groups"}
+
+
+def _prometheus_rule(resources: list[deploy_check.Resource]) -> deploy_check.Resource:
+    (rule,) = [r for r in resources if r.key == ("PrometheusRule", "thermostat")]
+    return rule
+
+
+def test_the_kubernetes_base_holds_the_rules_as_a_prometheus_rule_valid_against_its_crd(resources) -> None:
+    assert deploy_check.schema_problems([_prometheus_rule(resources)]) == []
+    assert deploy_check.prometheus_rule_problems(resources) == []
+
+
+def test_a_misspelt_field_of_the_prometheus_rule_is_an_error_naming_its_path(resources) -> None:
+    rule = _prometheus_rule(resources)
+    rule.doc["spec"]["groups"][1]["rules"][0]["fro"] = rule.doc["spec"]["groups"][1]["rules"][0].pop("for")
+    (problem,) = deploy_check.schema_problems([rule])
+    assert "spec.groups.1.rules.0" in problem and "'fro'" in problem, problem
+
+
+def test_a_prometheus_rule_that_drifted_from_the_rules_file_is_an_error(resources) -> None:
+    _prometheus_rule(resources).doc["spec"]["groups"].pop()
+    assert deploy_check.prometheus_rule_problems(resources) == [
+        "PrometheusRule thermostat differs from deploy/prometheus/rules.yml: run `make k8s`"
+    ]
