@@ -12,8 +12,9 @@
 - `edge.yaml`: Envoy as the ingress (Deployment, Service, PodDisruptionBudget) and `edge-config.yaml`, the
   ConfigMap holding its config (tools.envoy_config.deployment_spec, the generator `make run` uses)
   and the descriptor set from build/ (`make proto`) as binaryData.
-`deploy/edge/envoy.yaml` is the same config for the compose edge image, and `deploy/compose.yaml` runs the same
-services on one host over a real Postgres. Everything is committed; `tools/deploy_check.py` (`make lint`, and
+`deploy/edge/envoy.yaml` is the same config for the compose edge image, `deploy/compose.yaml` runs the same
+services on one host over a real Postgres, and `deploy/grafana/*.json` are tools/grafana_dashboards.py's
+dashboards. Everything is committed; `tools/deploy_check.py` (`make lint`, and
 tests/unit/deploy) fails when a file differs from what this writes or disagrees with the registry.
 
 `python -m tools.k8s_manifests --check` exits 1 when a committed file is stale.
@@ -34,6 +35,7 @@ from google.protobuf import descriptor_pb2
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.registry import SERVICES, ServiceDef
 from thermostat.chassis.server import LIVENESS
+from tools import grafana_dashboards
 from tools.envoy_config import DEFAULT_LISTEN_PORT, DEFAULT_STATS_PORT, deployment_spec, render_envoy_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -589,6 +591,7 @@ def render(services: tuple[ServiceDef, ...] = SERVICES, descriptor_set: Path = D
     files[Path("deploy/k8s/kustomization.yaml")] = _kustomization(list(base))
     files[Path("deploy/edge/envoy.yaml")] = config
     files[Path("deploy/compose.yaml")] = compose(services)
+    files.update(grafana_dashboards.render())
     return files
 
 
