@@ -1,5 +1,6 @@
-"""The pod controller's metric families (docs/operations.md): wakes by outcome and how long they took, billable calls by action, and the
-wake leases it took over. Counted where the events happen: a wake as it ends, a billable call as it is recorded."""
+"""The pod controller's metric families (docs/operations.md): wakes by outcome and how long they took, billable
+calls by action, and the wake leases it took over. Counted where the events happen: a wake as it ends, a billable
+call as it is recorded."""
 
 from __future__ import annotations
 
