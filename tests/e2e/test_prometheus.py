@@ -2,7 +2,7 @@
 stats with the shipped scrape config (deploy/prometheus/prometheus.yml, each target the port the stack chose)
 and evaluates the shipped rules every second. After a few failed wakes, a wake, an idle stop and a pool job,
 every dashboard panel's query and every recorded rule returns series; the wake alert's expression is true after
-the failures; killing the idle monitor puts ThermostatServiceDown pending for it.
+the failures; killing the idle monitor puts ThermostatServiceDown pending for it, and its restart clears it.
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ def test_a_real_prometheus_scrapes_make_run_answers_every_dashboard_and_rule_and
             assert pending["state"] == "pending"  # `for: 2m`: pending, not yet firing
             _mark("pending")
             stack.wait_for_line(r"idle-monitor restarted \(pid \d+\)")
+            _until("ThermostatServiceDown resolved once the monitor is back", lambda: not down_pending())
+            _mark("resolved")
             stack.interrupt()
         finally:
             stack.kill()

@@ -138,11 +138,13 @@ async def main() -> int:
         print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
         return 1
     watcher: PrometheusProcess | None = None
+    failed = False
     if not stop.is_set():
         summary = stack.summary(exports(os.environ, minted, stack.edge_url))
         if prometheus and prometheus_path:
             watcher = await _start_prometheus(prometheus_path, prometheus, stack)
             if watcher is None:
+                failed = True
                 stop.set()
             else:
                 where = f"  prometheus           {watcher.url}   alerts {watcher.url}/alerts, graphs /graph"
@@ -159,7 +161,7 @@ async def main() -> int:
         await asyncio.to_thread(watcher.stop)
     await stack.stop()
     print("devstack       | stopped; no process left behind", flush=True)
-    return 0
+    return 1 if failed else 0
 
 
 async def _start_prometheus(binary: str, settings: PrometheusSettings, stack: Stack) -> PrometheusProcess | None:
