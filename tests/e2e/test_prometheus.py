@@ -68,7 +68,7 @@ def test_a_real_prometheus_scrapes_make_run_answers_every_dashboard_and_rule_and
                 # boots in seconds, an idle stop a few ticks after the pod is ready
                 "RUNPOD_WAKE_POLL_SECONDS": "0.2",
                 "CHECK_SECONDS": "0.3",
-                "IDLE_MINUTES": "0.03",
+                "IDLE_MINUTES": "0.01",
             },
         )
         try:
