@@ -3,8 +3,8 @@
 Every `every_seconds` (and on demand, `reap_over_budget()`), this process's warm machines are grouped by tenant
 and metering asked about each tenant once; a tenant whose spend has reached a ceiling has its warm machines
 retired with reason `budget`. The retire is guarded by the machine's state in the same statement
-(`retire` in queries.sql), so a machine a job claimed meanwhile keeps running its job: a busy machine is never
-stopped here, and it is reaped on a later pass once it is warm again.
+(`retire` in repository/machines.sql), so a machine a job claimed meanwhile keeps running its job: a busy machine is
+never stopped here, and it is reaped on a later pass once it is warm again.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class BudgetReaper:
     async def reap_over_budget(self) -> list[str]:
         """Retire this process's warm machines of tenants over budget; the ids retired."""
         d = self.dispatcher
-        warm = [r for r in await d.repo.own_machines(d.owner) if r.machine.state is MachineState.WARM]
+        warm = [r for r in await d.repo.machines.own_machines(d.owner) if r.machine.state is MachineState.WARM]
         retired: list[str] = []
         for tenant in sorted({r.machine.tenant_id for r in warm}):
             reason = await self.gate.exhausted(tenant)

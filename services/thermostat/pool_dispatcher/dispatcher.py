@@ -327,7 +327,7 @@ class Dispatcher:
         """Take the instance lease (the same term back under an old id), recover, listen, start the scaler."""
         lease = await self._keeper.campaign(retry_interval=min(1.0, self.lease_seconds / 3))
         self._owner = Owner(self.instance_id, lease.term)
-        jobs, machines = await self.repo.recover_own(self.owner)
+        jobs, machines = await self.repo.ownership.recover_own(self.owner)
         if jobs or machines:
             log.warning(
                 "instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
@@ -358,14 +358,14 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._owner is not None:
             with contextlib.suppress(Exception):
-                for own in await self.repo.own_machines(self.owner):
+                for own in await self.repo.machines.own_machines(self.owner):
                     await self._stop_machine(
                         own.machine.id,
                         own.provider_id,
                         reason="dispatcher shutting down",
                         states=("starting", "warm", "busy", "stopping"),
                     )
-                await self.repo.recover_own(self.owner, any_term=False)
+                await self.repo.ownership.recover_own(self.owner, any_term=False)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -412,7 +412,7 @@ class Dispatcher:
 
     async def refresh_catalogue(self) -> None:
         """Apply the stored catalogue when it is newer than this process's copy."""
-        stored = await self.repo.read_catalogue()
+        stored = await self.repo.catalogue.read_catalogue()
         if stored is None or stored[0] <= self.state.version:
             return
         version, body = stored
@@ -462,7 +462,7 @@ class Dispatcher:
         """Store the whole catalogue; removed types' queued jobs fail; every process applies it at once."""
         import json
 
-        version, failed = await self.repo.replace_catalogue(
+        version, failed = await self.repo.catalogue.replace_catalogue(
             json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names
         )
         self.state = CatalogueState(catalogue=catalogue, version=version)
@@ -474,7 +474,7 @@ class Dispatcher:
     async def type_named(self, name: str) -> MachineType | None:
         """The type from the catalogue, re-reading the stored one before refusing a name."""
         found = self.catalogue.get(name)
-        if found is None and await self.repo.catalogue_version() > self.state.version:
+        if found is None and await self.repo.catalogue.catalogue_version() > self.state.version:
             await self.refresh_catalogue()
             found = self.catalogue.get(name)
         return found
@@ -518,7 +518,7 @@ class Dispatcher:
             # a warm machine's claim is the job's send when the lease is trusted for the call now, as before mark_sent
             send_now = self.trusted_for_call()
             try:
-                submitted = await self.repo.submit(
+                submitted = await self.repo.jobs.submit(
                     job_id=job_id,
                     tenant_id=tenant_id,
                     machine_type=machine_type.name,
@@ -635,7 +635,7 @@ class Dispatcher:
             count = queued_to_count(max_workers=max_workers, limits=self.batch_limits)
             # a caller gone before the statement (its deadline, while the batch waited for a connection) has
             # nothing queued, as a single submit cancelled before its statement
-            batch = await self.repo.submit_queued(
+            batch = await self.repo.jobs.submit_queued(
                 tenant_id, type_name, jobs, count_queued=count, wanted=lambda job_id: not answers[job_id].done()
             )
         except BaseException as error:
@@ -713,7 +713,7 @@ class Dispatcher:
                 remaining = deadline - self.clock()
                 if stale or remaining <= 0:
                     waiter.event.clear()
-                    read = await self.repo.get_job_result(job.id, job.tenant_id)
+                    read = await self.repo.jobs.get_job_result(job.id, job.tenant_id)
                     if read is None:
                         return latest
                     latest = read
@@ -741,7 +741,7 @@ class Dispatcher:
         deadline = self.clock() + timeout
         waiter = self._waiters.add(job_id)
         try:
-            job, marked = await self.repo.watch_job(job_id, tenant_id)
+            job, marked = await self.repo.jobs.watch_job(job_id, tenant_id)
             if marked and job is not None and job.state == JobState.QUEUED:
                 # a machine freed while the mark held the row passed the job over (SKIP LOCKED) and went idle
                 self._poke_placement()
@@ -794,7 +794,7 @@ class Dispatcher:
         read back. (None, None, None): the machine is no longer this process's. A job another task of this
         process drives (a submit claiming the machine meanwhile, awaited here) is not resumed."""
         hold, _ = await self._durably(
-            f"machine {machine_id}: read back", lambda: self.repo.machine_hold(machine_id, self.owner)
+            f"machine {machine_id}: read back", lambda: self.repo.machines.machine_hold(machine_id, self.owner)
         )
         in_flight = list(self._submitting)  # a claim the read saw is one of these, or already registered
         await asyncio.gather(*(event.wait() for event in in_flight))
@@ -814,7 +814,7 @@ class Dispatcher:
         if self.hooks.before_take_next is not None:
             await self.hooks.before_take_next(machine_id)
         assignment, retried = await self._durably(
-            f"machine {machine_id}: take_next", lambda: self.repo.take_next(machine_id, image, self.owner)
+            f"machine {machine_id}: take_next", lambda: self.repo.jobs.take_next(machine_id, image, self.owner)
         )
         if assignment is None and retried:
             assignment = (await self._held(machine_id, driver))[1]
@@ -859,7 +859,7 @@ class Dispatcher:
                 return
             resumed = False
             if endpoint is None or token is None:
-                address = await self.repo.machine_address(assignment.machine_id)
+                address = await self.repo.machines.machine_address(assignment.machine_id)
                 if address is None:
                     return
                 endpoint, token = address
@@ -877,7 +877,8 @@ class Dispatcher:
                     return
                 job_id, machine_id = assignment.job_id, assignment.machine_id
                 (sent, freed), retried = await self._durably(
-                    f"job {job_id}: mark_sent", functools.partial(self.repo.mark_sent, job_id, machine_id, self.owner)
+                    f"job {job_id}: mark_sent",
+                    functools.partial(self.repo.jobs.mark_sent, job_id, machine_id, self.owner),
                 )
                 if sent and retried and not self.trusted_for_call():  # the outage outlasted the lease's trust
                     log.warning("job %s not sent: the lease lapsed while the store was away; requeued", job_id)
@@ -943,7 +944,7 @@ class Dispatcher:
                 completion, retried = await self._durably(
                     f"job {assignment.job_id}: completion",
                     functools.partial(
-                        self.repo.complete,
+                        self.repo.jobs.complete,
                         job_id=assignment.job_id,
                         machine_id=assignment.machine_id,
                         state=str(outcome.state),
@@ -997,7 +998,7 @@ class Dispatcher:
     async def _requeue(self, assignment: Assignment, *, marked: bool) -> None:
         await self._durably(
             f"job {assignment.job_id}: requeue",
-            lambda: self.repo.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner, marked=marked),
+            lambda: self.repo.jobs.requeue_unsent(assignment.job_id, assignment.machine_id, self.owner, marked=marked),
         )
 
     # placement and boot
@@ -1034,11 +1035,11 @@ class Dispatcher:
 
     async def _drain_warm(self) -> None:
         async with borrow(self.repo.pool) as c:
-            demand = await self.repo.demand(c)
+            demand = await self.repo.machines.demand(c)
         if not demand:
             return
         wanted = {(d.tenant_id, d.machine_type) for d in demand}
-        for fleet_machine in await self.repo.fleet():
+        for fleet_machine in await self.repo.machines.fleet():
             machine = fleet_machine.machine
             if machine.state is not MachineState.WARM or (machine.tenant_id, machine.machine_type) not in wanted:
                 continue
@@ -1058,11 +1059,11 @@ class Dispatcher:
         starts: list[_Start] = []
         held: int | None = None
         async with borrow(self.repo.pool) as c, c.transaction():
-            await self.repo.lock_placement(c)
-            demand = await self.repo.demand(c)
+            await self.repo.machines.lock_placement(c)
+            demand = await self.repo.machines.demand(c)
             if not demand:
                 return [], None
-            fleet = await self.repo.fleet(c)
+            fleet = await self.repo.machines.fleet(c)
             plan = plan_placement(
                 demand=[
                     Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
@@ -1081,7 +1082,7 @@ class Dispatcher:
                 if machine_type is None:
                     continue
                 machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
-                job_id, trace = await self.repo.insert_machine(
+                job_id, trace = await self.repo.machines.insert_machine(
                     c,
                     machine_id=machine_id,
                     tenant_id=start.tenant_id,
@@ -1107,8 +1108,8 @@ class Dispatcher:
         self._driving[machine_id] = reserved
         try:
             async with borrow(self.repo.pool) as c, c.transaction():
-                await self.repo.lock_placement(c)
-                fleet = await self.repo.fleet(c)
+                await self.repo.machines.lock_placement(c)
+                fleet = await self.repo.machines.fleet(c)
                 decision = decide_hint(
                     tenant_id=tenant_id,
                     machine_type=machine_type,
@@ -1120,7 +1121,7 @@ class Dispatcher:
                     return decision
                 kind = self.catalogue.get(machine_type)
                 assert kind is not None  # decide_hint refused unknown types
-                await self.repo.insert_machine(
+                await self.repo.machines.insert_machine(
                     c,
                     machine_id=machine_id,
                     tenant_id=tenant_id,
@@ -1216,7 +1217,7 @@ class Dispatcher:
             await self.hooks.before_record_started(machine_id)
         recorded, _ = await self._durably(  # idempotent: the same values again while the machine is starting
             f"machine {machine_id}: record_started",
-            lambda: self.repo.record_started(
+            lambda: self.repo.machines.record_started(
                 machine_id,
                 provider_id=handle.provider_id,
                 endpoint=handle.endpoint,
@@ -1251,7 +1252,7 @@ class Dispatcher:
         if self.hooks.before_machine_ready is not None:
             await self.hooks.before_machine_ready(machine_id)
         (state, assignment), retried = await self._durably(
-            f"machine {machine_id}: ready", lambda: self.repo.machine_ready(machine_id, self.owner)
+            f"machine {machine_id}: ready", lambda: self.repo.machines.machine_ready(machine_id, self.owner)
         )
         if state is None and retried:  # an earlier attempt may have landed: read the machine back
             state, assignment, _ = await self._held(machine_id, driver)
@@ -1292,7 +1293,9 @@ class Dispatcher:
             await self._stop_quietly(provider_id, kind)
         failed, _ = await self._durably(
             f"machine {machine_id}: boot_failed",
-            lambda: self.repo.boot_failed(machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}"),
+            lambda: self.repo.machines.boot_failed(
+                machine_id, self.owner, f"machine {machine_id} failed to boot: {reason}"
+            ),
         )
         for job_id, state in failed.items():
             if state == JobState.FAILED:
@@ -1306,7 +1309,9 @@ class Dispatcher:
     async def _stop_machine(
         self, machine_id: str, provider_id: str | None, *, reason: str, states: tuple[str, ...] = ("warm",)
     ) -> bool:
-        retired, recorded_provider = await self.repo.retire(machine_id, self.owner, reason=reason, states=states)
+        retired, recorded_provider = await self.repo.machines.retire(
+            machine_id, self.owner, reason=reason, states=states
+        )
         if not retired:
             return False
         await self._finish_stop(machine_id, recorded_provider or provider_id)
@@ -1326,11 +1331,13 @@ class Dispatcher:
             if self.hooks.before_provider_stop is not None:
                 await self.hooks.before_provider_stop(machine_id)
             try:
-                await self._backend(await self.repo.machine_backend(machine_id) or BackendKind.LOCAL).stop(provider_id)
+                await self._backend(await self.repo.machines.machine_backend(machine_id) or BackendKind.LOCAL).stop(
+                    provider_id
+                )
             except (BackendError, OSError) as error:
                 log.warning("machine %s: stop failed (%s); the next pass retries it", machine_id, error)
                 return
-        await self.repo.forget_machine(machine_id, self.owner)
+        await self.repo.machines.forget_machine(machine_id, self.owner)
 
     async def _stop_quietly(self, provider_id: str, kind: str) -> None:
         try:
@@ -1342,10 +1349,10 @@ class Dispatcher:
 
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelOutcome | None:
         """Cancel at once; a running job's machine gets the build cancel with its token. None: not found."""
-        cancelled = await self.repo.cancel(job_id, tenant_id, build_id)
+        cancelled = await self.repo.jobs.cancel(job_id, tenant_id, build_id)
         self._waiters.wake(job_id)
         if cancelled is not None and cancelled.prior == JobState.RUNNING and cancelled.worker_id is not None:
-            address = await self.repo.machine_address(cancelled.worker_id)
+            address = await self.repo.machines.machine_address(cancelled.worker_id)
             if address is not None and address[0] is not None:
                 reply = await self.client.cancel(address[0], address[1], build_id)
                 if not reply.accepted:
@@ -1385,7 +1392,7 @@ class Dispatcher:
         await self.place()
         await self.reap()
         await self.probe()
-        for machine_id, provider_id in await self.repo.stopping(self.owner):
+        for machine_id, provider_id in await self.repo.machines.stopping(self.owner):
             await self._finish_stop(machine_id, provider_id)
 
     async def _keep_lease(self) -> None:
@@ -1402,8 +1409,8 @@ class Dispatcher:
         self._owner = Owner(self.instance_id, lease.term)
 
     async def reclaim(self) -> None:
-        for lapsed in await self.repo.lapsed_owners(self.owner):
-            jobs, machines = await self.repo.reclaim(lapsed, self.owner)
+        for lapsed in await self.repo.ownership.lapsed_owners(self.owner):
+            jobs, machines = await self.repo.ownership.reclaim(lapsed, self.owner)
             self.metrics.takeover(lease_name(lapsed.instance))
             log.warning(
                 "reclaimed instance %s (term %d): %d in-flight job(s) failed, %d machine(s) to stop",
@@ -1419,7 +1426,7 @@ class Dispatcher:
         under this live owner, which no reclaim touches. Dispatched means never sent; running means never sent
         only for a submit that did not answer (its sender never started), so only those are requeued running. Any
         other running job no task drives (its sender ended on an unexpected error) fails, and its machine retires."""
-        own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
+        own = [r for r in await self.repo.machines.own_machines(self.owner) if r.machine.state is MachineState.BUSY]
         await asyncio.gather(*(event.wait() for event in list(self._submitting)))  # claims the read may have seen
         for row in own:
             if row.job_id is None or row.machine.id in self._driving:
@@ -1428,7 +1435,9 @@ class Dispatcher:
             driver = object()  # held while requeueing, so no step resumes the job on the machine meanwhile
             self._driving[row.machine.id] = driver
             try:
-                requeued = await self.repo.requeue_unsent(row.job_id, row.machine.id, self.owner, marked=unanswered)
+                requeued = await self.repo.jobs.requeue_unsent(
+                    row.job_id, row.machine.id, self.owner, marked=unanswered
+                )
             finally:
                 self._release(row.machine.id, driver)
             self._unanswered.pop(row.job_id, None)
@@ -1438,7 +1447,7 @@ class Dispatcher:
                 continue
             # running with no sender here that may be requeued: nobody will report it, and the machine would stay
             # busy (billed, holding a cap slot) until this process's rows are reclaimed
-            failed, retired, provider_id = await self.repo.abandon_running(
+            failed, retired, provider_id = await self.repo.jobs.abandon_running(
                 row.job_id, row.machine.id, self.owner, ABANDONED
             )
             if failed:
@@ -1458,7 +1467,7 @@ class Dispatcher:
         machine as driven before its insert is sent, so it needs no lock here."""
         try:
             async with self._placing:
-                rows = {row.machine.id: row for row in await self.repo.starting_machines(self.owner)}
+                rows = {row.machine.id: row for row in await self.repo.machines.starting_machines(self.owner)}
                 actions = plan_unbooted(
                     machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
                     driven=self._driving.keys(),
@@ -1491,7 +1500,7 @@ class Dispatcher:
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""
         now = self.clock()
-        own = await self.repo.own_machines(self.owner)
+        own = await self.repo.machines.own_machines(self.owner)
         seen = []
         for row in own:
             machine = row.machine
@@ -1505,7 +1514,7 @@ class Dispatcher:
 
     async def probe(self) -> None:
         """Probe this process's warm machines at once; N misses retire, a pass where all fail is ours."""
-        own = [r for r in await self.repo.own_machines(self.owner) if r.machine.state is MachineState.WARM]
+        own = [r for r in await self.repo.machines.own_machines(self.owner) if r.machine.state is MachineState.WARM]
         probed = machines_to_probe([r.machine for r in own], self.catalogue)
         if not probed:
             return
@@ -1527,7 +1536,7 @@ class Dispatcher:
             log.warning("every probed machine missed its health check: treated as this process's network")
         # only counts that changed: a pass over a healthy fleet writes nothing (bench/pool_scaler.py)
         changed = {m: n for m, n in verdict.misses.items() if n != by_id[m].machine.health_misses}
-        await self.repo.record_misses(changed, self.owner)
+        await self.repo.machines.record_misses(changed, self.owner)
 
         async def retire(machine_id: str) -> None:
             if await self._stop_machine(machine_id, by_id[machine_id].provider_id, reason="health checks missed"):
@@ -1537,7 +1546,7 @@ class Dispatcher:
 
     async def _recover_machines(self) -> None:
         """After a restart under the same id: keep the warm machines that answer, stop the rest."""
-        for row in await self.repo.own_machines(self.owner):
+        for row in await self.repo.machines.own_machines(self.owner):
             healthy = False
             if (
                 row.machine.state is MachineState.WARM

@@ -2,7 +2,7 @@
 
 thermostat.policy.pool.hand_back decides; this carries it out for the runner (Dispatcher._run_jobs), right after
 the worker client answered UNREACHABLE and before any completion is written:
-- HAND_BACK: one statement (queries.sql `hand_back`) retires the machine and queues the job again in its place,
+- HAND_BACK: one statement (repository/jobs.sql `hand_back`) retires the machine and queues the job again in its place,
   with no usage event; placement is poked at once (a stopping machine no longer holds its tenant's slot, so a
   tenant at its cap gets a new machine now), the machine is stopped at its provider and forgotten, and placement
   is poked again (the fleet cap counts a stopping machine until it is gone). The job's caller keeps waiting: a sync
@@ -47,7 +47,7 @@ async def hand_back_refused(
     """Carry out the hand-back policy for an UNREACHABLE reply to the job on its machine."""
     d = dispatcher
     job_id, machine_id = assignment.job_id, assignment.machine_id
-    prior, _ = await d._durably(f"job {job_id}: refused_by", functools.partial(d.repo.refused_by, job_id))
+    prior, _ = await d._durably(f"job {job_id}: refused_by", functools.partial(d.repo.jobs.refused_by, job_id))
     decision = decide_hand_back(reply, machine_id=machine_id, refused_before=prior)
     refusal = decision.refusal
     if decision.action is HandBackAction.NOT_REFUSED or refusal is None:
@@ -70,7 +70,7 @@ async def hand_back_refused(
     if d.hooks.before_hand_back is not None:
         await d.hooks.before_hand_back(job_id)
     handed, _ = await d._durably(
-        f"job {job_id}: hand_back", functools.partial(d.repo.hand_back, job_id, machine_id, d.owner, refusal)
+        f"job {job_id}: hand_back", functools.partial(d.repo.jobs.hand_back, job_id, machine_id, d.owner, refusal)
     )
     if not handed.handed_back:
         log.info("job %s: a cancel or a reclaim landed before its hand-back; recorded as it stands", job_id)

@@ -206,13 +206,13 @@ async def test_a_batch_whose_answer_is_lost_fails_each_caller_and_its_jobs_stay_
     pool_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with backlog(pool_store) as b:
-        write = b.dispatcher.repo.submit_queued
+        write = b.dispatcher.repo.jobs.submit_queued
 
         async def lands_then_loses_its_answer(*args: object, **kwargs: object) -> object:
             await write(*args, **kwargs)  # type: ignore[arg-type]
             raise ConnectionResetError("the store went away with the answer")
 
-        monkeypatch.setattr(b.dispatcher.repo, "submit_queued", lands_then_loses_its_answer)
+        monkeypatch.setattr(b.dispatcher.repo.jobs, "submit_queued", lands_then_loses_its_answer)
         outcomes = await asyncio.gather(*(b.submitting() for _ in range(3)), return_exceptions=True)
         assert [type(outcome) for outcome in outcomes] == [ConnectionResetError] * 3
         (batch,) = b.gate.batches
