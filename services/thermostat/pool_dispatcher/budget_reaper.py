@@ -17,6 +17,7 @@ from thermostat.policy.pool.machines import MachineState
 
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
+from .engine.fleet import RetirePlan
 
 log = logging.getLogger("thermostat.pool_dispatcher.budget")
 
@@ -42,7 +43,9 @@ class BudgetReaper:
             if reason is None:
                 continue
             for row in (r for r in warm if r.machine.tenant_id == tenant):
-                if await d._stop_machine(row.machine.id, row.provider_id, reason=f"budget: {reason}"):
+                if await d.fleet.retire(
+                    RetirePlan(machine_id=row.machine.id, provider_id=row.provider_id, reason=f"budget: {reason}")
+                ):
                     log.warning("machine %s retired at once: %s", row.machine.id, reason)
                     retired.append(row.machine.id)
         return retired

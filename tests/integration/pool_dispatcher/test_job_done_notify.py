@@ -158,7 +158,7 @@ async def test_a_sync_wait_that_registers_after_its_job_ended_elsewhere_reads_it
         await job_state(alpha, job_id, "completed")
 
         async def heard() -> bool | None:  # the notification reached beta before its wait began
-            return True if job_id in beta.dispatcher._waiters.recent else None
+            return True if job_id in beta.dispatcher.waits.waiters.recent else None
 
         await eventually(heard, timeout=10, every=0.02)
         late.release.set()

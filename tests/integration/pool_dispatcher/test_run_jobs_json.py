@@ -280,13 +280,13 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
         )
 
         async def both_waiting() -> bool | None:
-            return True if len(pool.dispatcher._waiters.waiting) == 2 else None
+            return True if len(pool.dispatcher.waits.waiters.waiting) == 2 else None
 
         await eventually(both_waiting, timeout=30, every=0.01)
         call.cancel()
 
         async def waits_gone() -> bool | None:
-            return True if not pool.dispatcher._waiters.waiting else None
+            return True if not pool.dispatcher.waits.waiters.waiting else None
 
         await eventually(waits_gone, timeout=10, every=0.01)
         held.release.set()

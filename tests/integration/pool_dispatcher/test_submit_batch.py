@@ -159,7 +159,7 @@ async def test_a_submit_arriving_while_a_single_submit_waits_for_a_batch_does_no
         await b.gate.arrived.wait()  # the single sent the gathering batch out, and waits for it
         later = b.submitting()
         await joined()
-        assert b.dispatcher._gathering == {}  # the later one did not start a batch behind the single
+        assert b.dispatcher.intake.gathering == {}  # the later one did not start a batch behind the single
         b.gate.release.set()
         early, alone, after = await gathering, await single, await later
         assert b.gate.batches == [[early.id]]
