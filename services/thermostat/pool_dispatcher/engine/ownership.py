@@ -1,4 +1,5 @@
-"""Ownership: this process's instance lease, the fence every write carries, and whether a guarded call may go out.
+"""Ownership: this process's instance lease, the fence every write carries (`Owner`: instance id and lease term,
+repository/values.py), and whether a guarded call may go out (`trusted_for_call`).
 
 One dispatcher process owns its rows under its instance lease (`pool-instance:<id>`, renewed by a LeaseKeeper);
 every write matches owner and term (repository/). Each start takes a new lease term (LeaseKeeper
@@ -16,7 +17,6 @@ campaign-lead-release cycle.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from thermostat.chassis.clock import Clock
 from thermostat.store.keeper import LeaseKeeper
@@ -33,14 +33,6 @@ CALL_BUDGET_SHARE = 0.25
 
 def lease_name(instance_id: str) -> str:
     return LEASE_PREFIX + instance_id
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fence:
-    """What a guarded step checks: the owner its writes carry (instance and term) and the trust left in seconds."""
-
-    owner: Owner
-    trusted_for: float
 
 
 class Ownership:
@@ -71,9 +63,6 @@ class Ownership:
         if self._owner is None:
             raise RuntimeError("the dispatcher has not started")
         return self._owner
-
-    def fence(self) -> Fence:
-        return Fence(owner=self.owner, trusted_for=self._keeper.remaining_trust())
 
     def trusted_for_call(self) -> bool:
         """Whether the instance lease stays trusted for longer than a guarded call may take."""
