@@ -95,7 +95,7 @@ async def one_way(dsn: str, jobs: int, done_channel: str | None) -> tuple[float,
 
         async def job() -> None:
             job_id = str(uuid.uuid4())
-            await repo.submit(
+            await repo.jobs.submit(
                 job_id=job_id,
                 tenant_id="t",
                 machine_type="small",
@@ -109,7 +109,7 @@ async def one_way(dsn: str, jobs: int, done_channel: str | None) -> tuple[float,
                 send_now=True,
                 done_channel=done_channel,
             )
-            await repo.complete(
+            await repo.jobs.complete(
                 job_id=job_id,
                 machine_id=str(machine),
                 state="completed",

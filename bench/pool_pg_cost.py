@@ -86,7 +86,7 @@ class SteadyState:
     async def submit(self) -> None:
         self.submitted += 1
         n = self.submitted
-        done = await self.repo.submit(
+        done = await self.repo.jobs.submit(
             job_id=str(uuid.uuid4()),
             tenant_id="bench",
             machine_type="echo",
@@ -107,7 +107,7 @@ class SteadyState:
         """One machine's job completes (handing it the next) and one job is submitted."""
         machine = self.machines[self.turn % MACHINES]
         self.turn += 1
-        completion = await self.repo.complete(
+        completion = await self.repo.jobs.complete(
             job_id=self.running.pop(machine),
             machine_id=machine,
             state="completed",

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpc import aio
 
-from thermostat.chassis.clock import Clock as LeaseClock
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.metrics import Metrics
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.request_context import insecure_channel
@@ -29,7 +27,7 @@ from thermostat.store.db import Store
 
 from .budget_gate import BudgetGate
 from .budget_reaper import BudgetReaper
-from .dispatcher import Clock, Dispatcher, Hooks, Sleep
+from .dispatcher import Dispatcher, Hooks, Sleep
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
@@ -89,7 +87,7 @@ def assemble(
     sleep: Sleep | None = None,
     run_scaler: bool = True,
     hooks: Hooks | None = None,
-    lease_clock: LeaseClock | None = None,
+    lease_clock: Clock | None = None,
 ) -> PoolService:
     """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep, hooks and
     a tracer provider)."""
@@ -119,8 +117,9 @@ def assemble(
         health_poll_seconds=settings.pool_health_poll_seconds,
         max_workers_total=settings.pool_max_workers_total,
         max_payload_bytes=settings.pool_max_payload_bytes,
-        clock=clock or time.monotonic,
-        sleep=sleep or asyncio.sleep,
+        clock=clock or SYSTEM_CLOCK,
+        # a test's clock fakes the monotonic reading; the waits stay real unless it passes a sleep too
+        sleep=sleep or SYSTEM_CLOCK.sleep,
         run_scaler=run_scaler,
         hooks=hooks,
         lease_clock=lease_clock,

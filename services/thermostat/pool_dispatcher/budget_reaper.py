@@ -3,8 +3,8 @@
 Every `every_seconds` (and on demand, `reap_over_budget()`), this process's warm machines are grouped by tenant
 and metering asked about each tenant once; a tenant whose spend has reached a ceiling has its warm machines
 retired with reason `budget`. The retire is guarded by the machine's state in the same statement
-(`retire` in queries.sql), so a machine a job claimed meanwhile keeps running its job: a busy machine is never
-stopped here, and it is reaped on a later pass once it is warm again.
+(`retire` in repository/machines.sql), so a machine a job claimed meanwhile keeps running its job: a busy machine is
+never stopped here, and it is reaped on a later pass once it is warm again.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from thermostat.policy.pool.machines import MachineState
 
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
+from .engine.fleet import RetirePlan
 
 log = logging.getLogger("thermostat.pool_dispatcher.budget")
 
@@ -35,14 +36,16 @@ class BudgetReaper:
     async def reap_over_budget(self) -> list[str]:
         """Retire this process's warm machines of tenants over budget; the ids retired."""
         d = self.dispatcher
-        warm = [r for r in await d.repo.own_machines(d.owner) if r.machine.state is MachineState.WARM]
+        warm = [r for r in await d.repo.machines.own_machines(d.owner) if r.machine.state is MachineState.WARM]
         retired: list[str] = []
         for tenant in sorted({r.machine.tenant_id for r in warm}):
             reason = await self.gate.exhausted(tenant)
             if reason is None:
                 continue
             for row in (r for r in warm if r.machine.tenant_id == tenant):
-                if await d._stop_machine(row.machine.id, row.provider_id, reason=f"budget: {reason}"):
+                if await d.fleet.retire(
+                    RetirePlan(machine_id=row.machine.id, provider_id=row.provider_id, reason=f"budget: {reason}")
+                ):
                     log.warning("machine %s retired at once: %s", row.machine.id, reason)
                     retired.append(row.machine.id)
         return retired

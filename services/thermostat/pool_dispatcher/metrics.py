@@ -90,12 +90,12 @@ class PoolMetrics:
         configured = tuple(backends)
 
         async def jobs() -> None:
-            counts = await repository.live_job_counts()
+            counts = await repository.jobs.live_job_counts()
             for state in LIVE_JOB_STATES:
                 self.jobs.labels(state=state).set(counts.get(state, 0))
 
         async def machines() -> None:
-            counts = await repository.machine_counts_by_backend()
+            counts = await repository.machines.machine_counts_by_backend()
             self.machines.clear()  # a backend with no machine left shows none rather than its last count
             for backend in sorted({*configured, *(backend for _, backend in counts)}):
                 for state in MACHINE_STATES:

@@ -64,7 +64,7 @@ class OrphanSweeper:
                 log.warning("orphan sweep: the %s backend could not be listed; nothing judged there", kind)
                 continue
             listings[kind] = listed
-        machine_ids, provider_ids = await d.repo.known_machines()  # after the listings, never before
+        machine_ids, provider_ids = await d.repo.machines.known_machines()  # after the listings, never before
         found: list[FoundOrphan] = []
         for kind, listed in listings.items():
             orphans = find_orphans(
@@ -102,7 +102,7 @@ class OrphanSweeper:
         except (BackendError, OSError) as error:
             log.warning("orphan %s %s: stop failed (%s); the next sweep retries it", kind, orphan.provider_id, error)
             return False
-        await d.repo.record_orphan_stop(
+        await d.repo.machines.record_orphan_stop(
             backend=kind,
             provider_id=orphan.provider_id,
             name=orphan.name,

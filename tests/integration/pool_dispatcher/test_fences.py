@@ -112,7 +112,7 @@ async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_s
             held.release.set()
 
             async def old_gave_up() -> bool | None:
-                return True if not [t for t in old.dispatcher._tasks if "pool-run" in t.get_name()] else None
+                return True if not [t for t in old.dispatcher.tasks.running if "pool-run" in t.get_name()] else None
 
             await eventually(old_gave_up, timeout=10)
             assert reached_worker(journal, payload) == 0
@@ -283,7 +283,7 @@ async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it
             assert (await pool.finished(first.id)).state == "completed"
 
             async def requeued() -> bool | None:
-                return True if not [t for t in pool.dispatcher._tasks if "pool-run" in t.get_name()] else None
+                return True if not [t for t in pool.dispatcher.tasks.running if "pool-run" in t.get_name()] else None
 
             await eventually(requeued, timeout=10)
             assert (await pool.job(job.id)).state == "queued"

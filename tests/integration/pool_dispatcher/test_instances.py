@@ -177,9 +177,9 @@ async def test_an_instance_that_renewed_after_being_read_as_lapsed_keeps_its_row
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
         )
-        [lapsed] = await beta.dispatcher.repo.lapsed_owners(beta.dispatcher.owner)
+        [lapsed] = await beta.dispatcher.repo.ownership.lapsed_owners(beta.dispatcher.owner)
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1", lease_name("alpha")
         )
-        assert await beta.dispatcher.repo.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
+        assert await beta.dispatcher.repo.ownership.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
         assert [w.state for w in await alpha.workers()] == ["warm"]

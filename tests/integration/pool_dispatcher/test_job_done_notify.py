@@ -158,7 +158,7 @@ async def test_a_sync_wait_that_registers_after_its_job_ended_elsewhere_reads_it
         await job_state(alpha, job_id, "completed")
 
         async def heard() -> bool | None:  # the notification reached beta before its wait began
-            return True if job_id in beta.dispatcher._waiters.recent else None
+            return True if job_id in beta.dispatcher.waits.waiters.recent else None
 
         await eventually(heard, timeout=10, every=0.02)
         late.release.set()
@@ -246,12 +246,12 @@ async def test_a_repeat_watch_reads_the_job_without_waiting_for_its_row_lock(dat
     waits for a writer nor makes a claim's SKIP LOCKED pass the job over."""
     async with instance(database_url, "alpha", [sleepy_type(max_workers=1)]) as (alpha, store):
         job = await alpha.submit(b"0", machine_type="sleepy")
-        first, marked = await alpha.dispatcher.repo.watch_job(job.id, "acme")
+        first, marked = await alpha.dispatcher.repo.jobs.watch_job(job.id, "acme")
         assert marked and first is not None
         async with store.pool.acquire() as locker, locker.transaction():
             await locker.execute("SELECT 1 FROM pool_jobs WHERE id = $1::uuid FOR UPDATE", job.id)
             async with asyncio.timeout(5):  # a write of the row would wait for this transaction's end
-                again, marked_again = await alpha.dispatcher.repo.watch_job(job.id, "acme")
+                again, marked_again = await alpha.dispatcher.repo.jobs.watch_job(job.id, "acme")
         assert again is not None and again.id == job.id and not marked_again
 
 

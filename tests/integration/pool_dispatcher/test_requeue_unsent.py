@@ -49,26 +49,26 @@ async def states(db: asyncpg.Pool, job_id: str, machine_id: str) -> tuple[str, s
 
 async def test_a_dispatched_job_is_requeued_and_its_machine_is_idle_again(db_pool: asyncpg.Pool) -> None:
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="dispatched")
-    assert await PoolRepository(db_pool).requeue_unsent(job_id, machine_id, ME) is True
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME) is True
     assert await states(db_pool, job_id, machine_id) == ("queued", "warm", None)
 
 
 async def test_a_running_job_the_caller_marked_is_requeued_and_its_machine_is_idle_again(db_pool: asyncpg.Pool) -> None:
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="running")
-    assert await PoolRepository(db_pool).requeue_unsent(job_id, machine_id, ME, marked=True) is True
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME, marked=True) is True
     assert await states(db_pool, job_id, machine_id) == ("queued", "warm", None)
 
 
 async def test_a_running_job_the_call_may_not_requeue_keeps_its_machine_busy(db_pool: asyncpg.Pool) -> None:
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="running")
-    assert await PoolRepository(db_pool).requeue_unsent(job_id, machine_id, ME, marked=False) is False
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME, marked=False) is False
     assert await states(db_pool, job_id, machine_id) == ("running", "busy", job_id)
 
 
 @pytest.mark.parametrize("other", [Owner(instance="dispatcher-b", term=3), Owner(instance="dispatcher-a", term=4)])
 async def test_a_job_and_machine_of_another_owner_or_term_are_left_alone(db_pool: asyncpg.Pool, other: Owner) -> None:
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="dispatched", owner=other)
-    assert await PoolRepository(db_pool).requeue_unsent(job_id, machine_id, ME, marked=True) is False
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME, marked=True) is False
     assert await states(db_pool, job_id, machine_id) == ("dispatched", "busy", job_id)
 
 
@@ -78,11 +78,11 @@ async def test_a_job_cancelled_before_it_was_sent_is_not_requeued_and_frees_its_
     await db_pool.execute(
         "UPDATE pool_jobs SET state = 'cancelled', owner = NULL, owner_term = NULL WHERE id = $1", uuid.UUID(job_id)
     )
-    assert await PoolRepository(db_pool).requeue_unsent(job_id, machine_id, ME) is False
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME) is False
     assert await states(db_pool, job_id, machine_id) == ("cancelled", "warm", None)
 
 
 async def test_a_machine_holding_another_job_is_not_freed(db_pool: asyncpg.Pool) -> None:
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="dispatched")
-    assert await PoolRepository(db_pool).requeue_unsent(str(uuid.uuid4()), machine_id, ME, marked=True) is False
+    assert await PoolRepository(db_pool).jobs.requeue_unsent(str(uuid.uuid4()), machine_id, ME, marked=True) is False
     assert await states(db_pool, job_id, machine_id) == ("dispatched", "busy", job_id)

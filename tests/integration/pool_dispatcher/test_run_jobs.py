@@ -274,11 +274,11 @@ async def test_a_cancelled_stream_stops_its_waits_and_its_jobs_run_on_as_a_gone_
             await stream.write(job(1))
             call = stream
         await held.arrived.wait()
-        assert len(pool.dispatcher._waiters.waiting) == 1  # the call's wait
+        assert len(pool.dispatcher.waits.waiters.waiting) == 1  # the call's wait
         call.cancel()
 
         async def waits_gone() -> bool | None:
-            return True if not pool.dispatcher._waiters.waiting else None
+            return True if not pool.dispatcher.waits.waiters.waiting else None
 
         await eventually(waits_gone, timeout=10, every=0.01)
         held.release.set()

@@ -280,13 +280,13 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
         )
 
         async def both_waiting() -> bool | None:
-            return True if len(pool.dispatcher._waiters.waiting) == 2 else None
+            return True if len(pool.dispatcher.waits.waiters.waiting) == 2 else None
 
         await eventually(both_waiting, timeout=30, every=0.01)
         call.cancel()
 
         async def waits_gone() -> bool | None:
-            return True if not pool.dispatcher._waiters.waiting else None
+            return True if not pool.dispatcher.waits.waiters.waiting else None
 
         await eventually(waits_gone, timeout=10, every=0.01)
         held.release.set()
@@ -364,13 +364,13 @@ async def test_a_slow_last_read_still_answers_before_the_calls_deadline(
 ) -> None:
     """The wait cut short by the deadline reads its job once more before answering: on a loaded store that read
     takes a while (here 0.25 s, longer than the old 50 ms margin), and the 202 naming the job still arrives."""
-    read = pool.dispatcher.repo.get_job_result
+    read = pool.dispatcher.repo.jobs.get_job_result
 
     async def slow_read(job_id: str, tenant_id: str) -> Any:
         await asyncio.sleep(0.25)
         return await read(job_id, tenant_id)
 
-    monkeypatch.setattr(pool.dispatcher.repo, "get_job_result", slow_read)
+    monkeypatch.setattr(pool.dispatcher.repo.jobs, "get_job_result", slow_read)
     entries_answer = await pool.stub.RunJobsJson(
         batch_of({"machine_type": "sleepy", "payload": b64(b'{"seconds": 30}'), "wait_seconds": 60}),
         metadata=caller(),

@@ -339,13 +339,13 @@ async def test_a_pass_while_a_placements_commit_answer_is_on_its_way_leaves_its_
     ):
         starts = count_starts(pool, monkeypatch)
         reads = []
-        read = pool.dispatcher.repo.starting_machines
+        read = pool.dispatcher.repo.machines.starting_machines
 
         async def counted_read(owner: Owner) -> list[StartingMachine]:
             reads.append(owner)
             return await read(owner)
 
-        monkeypatch.setattr(pool.dispatcher.repo, "starting_machines", counted_read)
+        monkeypatch.setattr(pool.dispatcher.repo.machines, "starting_machines", counted_read)
         release = outage.proxy.hold_next_commit_answer()
         payload = b'{"seconds": 0, "n": "placement answer on its way"}'
         job = await pool.submit(payload, machine_type="sleepy")  # no machine: placement inserts one and commits

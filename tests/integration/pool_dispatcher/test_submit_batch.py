@@ -159,7 +159,7 @@ async def test_a_submit_arriving_while_a_single_submit_waits_for_a_batch_does_no
         await b.gate.arrived.wait()  # the single sent the gathering batch out, and waits for it
         later = b.submitting()
         await joined()
-        assert b.dispatcher._gathering == {}  # the later one did not start a batch behind the single
+        assert b.dispatcher.intake.gathering == {}  # the later one did not start a batch behind the single
         b.gate.release.set()
         early, alone, after = await gathering, await single, await later
         assert b.gate.batches == [[early.id]]
@@ -206,13 +206,13 @@ async def test_a_batch_whose_answer_is_lost_fails_each_caller_and_its_jobs_stay_
     pool_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with backlog(pool_store) as b:
-        write = b.dispatcher.repo.submit_queued
+        write = b.dispatcher.repo.jobs.submit_queued
 
         async def lands_then_loses_its_answer(*args: object, **kwargs: object) -> object:
             await write(*args, **kwargs)  # type: ignore[arg-type]
             raise ConnectionResetError("the store went away with the answer")
 
-        monkeypatch.setattr(b.dispatcher.repo, "submit_queued", lands_then_loses_its_answer)
+        monkeypatch.setattr(b.dispatcher.repo.jobs, "submit_queued", lands_then_loses_its_answer)
         outcomes = await asyncio.gather(*(b.submitting() for _ in range(3)), return_exceptions=True)
         assert [type(outcome) for outcome in outcomes] == [ConnectionResetError] * 3
         (batch,) = b.gate.batches

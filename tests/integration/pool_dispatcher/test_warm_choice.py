@@ -1,4 +1,4 @@
-"""Which warm machine takes a submitted job: one rule, written once, in the `submit` statement (queries.sql).
+"""Which warm machine takes a submitted job: one rule, written once, in the `submit` statement (repository/jobs.sql).
 
 The choice is made inside the statement that inserts the job (the claim and the machine's row lock are one step),
 so that statement is the rule, run here on real Postgres against its table: only a machine of the job's own tenant

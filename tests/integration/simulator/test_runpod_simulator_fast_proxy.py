@@ -8,21 +8,22 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.integration.simulator.conftest import API_KEY, BROWSER, ManualClock
+from tests.fixtures.clock import FakeClock
+from tests.integration.simulator.conftest import API_KEY, BROWSER
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 
 VOLUME = "bjn7d94ej9"
 
 
 @pytest.fixture(scope="module")
-def fast() -> Iterator[tuple[RunPodSimulator, ManualClock]]:
-    clock = ManualClock()
+def fast() -> Iterator[tuple[RunPodSimulator, FakeClock]]:
+    clock = FakeClock(monotonic=1_800_000_000.0)
     with RunPodSimulator(api_key=API_KEY, clock=clock, fast_proxy=True) as simulator:
         yield simulator, clock
 
 
 @pytest.fixture
-def sim(fast: tuple[RunPodSimulator, ManualClock]) -> RunPodSimulator:
+def sim(fast: tuple[RunPodSimulator, FakeClock]) -> RunPodSimulator:
     fast[0].reset()
     return fast[0]
 

@@ -6,7 +6,7 @@ every move, each in one statement fenced by the owning process's instance id and
 what those statements may do, and tests/integration/pool_dispatcher/test_state_conformance.py runs every
 statement that writes a job on real Postgres and checks each change it makes against it.
 
-    state       event               → state      statements (queries.sql)
+    state       event               → state      statements (pool_dispatcher/repository/*.sql)
     ----------  ------------------  -----------  ------------------------------------------------------------
     (no row)    SUBMIT              queued       submit (no warm machine, or a queued job ahead), submit_queued
     (no row)    SUBMIT_TO_WARM      dispatched   submit, claimed by a warm machine; mark_sent sends it

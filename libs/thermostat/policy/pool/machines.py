@@ -8,7 +8,7 @@ makes every move, fenced by the owning process's instance id and lease term; thi
 statements may do, and tests/integration/pool_dispatcher/test_state_conformance.py runs every statement that
 writes a machine on real Postgres and checks each change it makes against it.
 
-    state     event            → state    statements (queries.sql)
+    state     event            → state    statements (pool_dispatcher/repository/*.sql)
     --------  ---------------  ---------  ---------------------------------------------------------------
     (no row)  PLACE            starting   insert_machine (the first queued job in line may be handed to it)
     starting  BOOTED           warm       machine_ready, no job handed (or it was cancelled meanwhile)

@@ -1,0 +1,291 @@
+"""Fleet: this process's machines at their provider. It carries out what placement and the scaler decide, given as
+values: a `BootPlan` (start the machine a placement inserted, poll its health, hand it its job) and a `RetirePlan`
+(set it stopping, stop it at its provider, forget its row).
+
+A boot runs outside the placement lock, traced as pool.boot under its job's caller. The provider's start is made
+only while the instance lease is trusted for the call; its answer is recorded (written until the store takes it),
+then the machine's health is polled until it answers or the type's boot timeout passes. A machine that answered is
+warm, or busy with its dispatched job, which goes to the runner at once (`run`, the runner's). A failed boot stops
+what the provider started, forgets the row and puts its job back in the queue (or fails it: its type is gone).
+A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
+the monotonic clock, for the reaper.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from thermostat.chassis import tracing
+from thermostat.policy.pool.jobs import JobState
+from thermostat.policy.pool.machine_type import BackendKind, MachineType
+from thermostat.policy.pool.machines import MachineState
+from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
+
+from ..repository import Assignment, PoolRepository
+from .catalogue import Backends
+from .drivers import Drivers
+from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineFreed
+from .hooks import Hooks
+from .ownership import Ownership
+from .writes import Sleep, Writes
+
+log = logging.getLogger("thermostat.pool_dispatcher")
+
+RunMachine = Callable[[Assignment, str, str, str, object], Awaitable[None]]
+"""The runner's: run a booted machine's first job (assignment, tenant, type, image, the boot's driver token)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootPlan:
+    """A machine row placement (or a hint, or a recovery) inserted, to boot: its job, if any, and that job's trace."""
+
+    machine_id: str
+    tenant_id: str
+    machine_type: MachineType
+    token: str
+    job_id: str | None = None
+    trace: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetirePlan:
+    """A machine to retire (if it is in one of `states`) and stop: the reaper's, the prober's, the shutdown's."""
+
+    machine_id: str
+    provider_id: str | None
+    reason: str
+    states: tuple[str, ...] = ("warm",)
+
+
+class BootFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Fleet:
+    def __init__(
+        self,
+        *,
+        repo: PoolRepository,
+        ownership: Ownership,
+        backends: Backends,
+        drivers: Drivers,
+        writes: Writes,
+        events: Events,
+        hooks: Hooks,
+        now: Callable[[], float],
+        sleep: Sleep,
+        health_poll_seconds: float,
+    ) -> None:
+        self.repo = repo
+        self.ownership = ownership
+        self.backends = backends
+        self.drivers = drivers
+        self.writes = writes
+        self.events = events
+        self.hooks = hooks
+        self.now = now
+        self.sleep = sleep
+        self.health_poll_seconds = health_poll_seconds
+        self.idle: dict[str, float] = {}  # machine id → when it went idle here (monotonic)
+        self.run: RunMachine | None = None  # wired by the facade
+
+    # boot
+
+    def booting(self, plan: BootPlan) -> Awaitable[None]:
+        """The boot of the plan's machine, registered as its driver before the boot starts."""
+        driver = self.drivers.drive(plan.machine_id)
+        return self._boot(plan, driver)
+
+    async def _boot(self, plan: BootPlan, driver: object) -> None:
+        try:
+            await self._boot_driven(plan, driver)
+        except Exception:
+            self.drivers.boot_died.add(plan.machine_id)  # perhaps after the provider's create: released unbooted
+            raise
+        finally:
+            self.drivers.release(plan.machine_id, driver)
+
+    async def _boot_driven(self, plan: BootPlan, driver: object) -> None:
+        span = tracing.start_span(
+            "pool.boot", plan.trace, {"pool.machine_id": plan.machine_id, "pool.machine_type": plan.machine_type.name}
+        )
+        try:
+            with tracing.activated(span):  # the provider's calls and the health polls sit under the boot
+                handle = await self._start_and_poll(plan)
+        except BootFailed as failed:
+            tracing.end_span(span, failed.reason)
+            return
+        except BaseException:  # cancelled mid-boot (shutdown)
+            tracing.end_span(span, "the boot was interrupted")
+            raise
+        tracing.end_span(span)
+        await self._ready(plan, handle, driver)
+
+    async def _start_and_poll(self, plan: BootPlan) -> MachineHandle:
+        """Start the machine and poll its health until it answers; BootFailed with the reason otherwise."""
+        machine_id, machine_type = plan.machine_id, plan.machine_type
+        kind = str(machine_type.backend)
+        if not self.ownership.trusted_for_call():
+            reason = "not started: the instance lease is not trusted for the call"
+            await self.boot_failed(machine_id, None, reason, kind)
+            raise BootFailed(reason)
+        spec = MachineSpec(
+            machine_id=machine_id, tenant_id=plan.tenant_id, machine_type=machine_type, worker_token=plan.token
+        )
+        try:
+            backend = self.backends.get(kind)
+            handle = await backend.start(spec)
+        except BackendError as error:
+            await self.boot_failed(machine_id, None, f"start failed: {error}", kind)
+            raise BootFailed(f"start failed: {error}") from None
+        if self.hooks.before_record_started is not None:
+            await self.hooks.before_record_started(machine_id)
+        recorded, _ = await self.writes.durably(  # idempotent: the same values again while the machine is starting
+            f"machine {machine_id}: record_started",
+            lambda: self.repo.machines.record_started(
+                machine_id,
+                provider_id=handle.provider_id,
+                endpoint=handle.endpoint,
+                region=handle.region,
+                owner=self.ownership.owner,
+            ),
+        )
+        if not recorded:
+            log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
+            await self.stop_quietly(handle.provider_id, kind)
+            raise BootFailed("the machine's row could not be recorded")
+        booted_at = self.now()
+        while not await backend.health(handle):
+            if self.now() - booted_at >= machine_type.boot_timeout_seconds:
+                reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
+                await self.boot_failed(machine_id, handle.provider_id, reason, kind)
+                raise BootFailed(reason)
+            await self.sleep(self.health_poll_seconds)
+        return handle
+
+    async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> None:
+        """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
+        machine_id, machine_type, tenant_id = plan.machine_id, plan.machine_type, plan.tenant_id
+        if self.hooks.before_machine_ready is not None:
+            await self.hooks.before_machine_ready(machine_id)
+        (state, assignment), retried = await self.writes.durably(
+            f"machine {machine_id}: ready", lambda: self.repo.machines.machine_ready(machine_id, self.ownership.owner)
+        )
+        if state is None and retried:  # an earlier attempt may have landed: read the machine back
+            state, assignment, _ = await self.writes.read_back(machine_id, driver)
+            if assignment is not None and assignment.job_id != plan.job_id:
+                assignment = None  # not the job placement gave this boot
+        if state is None:
+            log.warning("machine %s booted after this process lost it: stopping it", machine_id)
+            await self.stop_quietly(handle.provider_id, str(machine_type.backend))
+            return
+        self.idle[machine_id] = self.now()
+        log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
+        if assignment is not None:
+            assert self.run is not None
+            await self.run(
+                Assignment(
+                    job_id=assignment.job_id,
+                    machine_id=machine_id,
+                    payload=assignment.payload,
+                    timeout_seconds=assignment.timeout_seconds,
+                    trace=assignment.trace,
+                    submitted_at=assignment.submitted_at,
+                    endpoint=handle.endpoint,
+                    token=plan.token,
+                    sent=assignment.sent,
+                ),
+                tenant_id,
+                machine_type.name,
+                machine_type.image,
+                driver,
+            )
+        else:
+            self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
+            self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
+
+    async def boot_failed(self, machine_id: str, provider_id: str | None, reason: str, kind: str) -> None:
+        log.warning("machine %s failed to boot: %s", machine_id, reason)
+        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        if provider_id is not None:
+            await self.stop_quietly(provider_id, kind)
+        failed, _ = await self.writes.durably(
+            f"machine {machine_id}: boot_failed",
+            lambda: self.repo.machines.boot_failed(
+                machine_id, self.ownership.owner, f"machine {machine_id} failed to boot: {reason}"
+            ),
+        )
+        for job_id, state in failed.items():
+            if state == JobState.FAILED:
+                self.events.emit(JobChanged(job_id))
+                log.info("job %s failed: its machine type was removed while the machine booted", job_id)
+            else:
+                log.info("job %s waits for capacity again", job_id)
+
+    # stop
+
+    async def retire(self, plan: RetirePlan) -> bool:
+        """Set the machine stopping (if it is in one of the plan's states), then stop it; whether it was retired."""
+        retired, recorded_provider = await self.repo.machines.retire(
+            plan.machine_id, self.ownership.owner, reason=plan.reason, states=plan.states
+        )
+        if not retired:
+            return False
+        await self.finish_stop(plan.machine_id, recorded_provider or plan.provider_id)
+        return True
+
+    async def finish_stop(self, machine_id: str, provider_id: str | None) -> None:
+        """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
+        self.idle.pop(machine_id, None)
+        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        if provider_id is not None:
+            if not self.ownership.trusted_for_call():
+                log.warning(
+                    "machine %s: not stopped now (the instance lease is not trusted); the next pass retries it",
+                    machine_id,
+                )
+                return
+            if self.hooks.before_provider_stop is not None:
+                await self.hooks.before_provider_stop(machine_id)
+            try:
+                kind = await self.repo.machines.machine_backend(machine_id) or BackendKind.LOCAL
+                await self.backends.get(kind).stop(provider_id)
+            except (BackendError, OSError) as error:
+                log.warning("machine %s: stop failed (%s); the next pass retries it", machine_id, error)
+                return
+        await self.repo.machines.forget_machine(machine_id, self.ownership.owner)
+
+    async def stop_quietly(self, provider_id: str, kind: str) -> None:
+        try:
+            await self.backends.get(kind).stop(provider_id)
+        except (BackendError, OSError) as error:
+            log.error("provider machine %s: stop failed: %s", provider_id, error)
+
+    async def recover(self) -> None:
+        """After a restart under the same id: keep the warm machines that answer, stop the rest."""
+        for row in await self.repo.machines.own_machines(self.ownership.owner):
+            healthy = False
+            if (
+                row.machine.state is MachineState.WARM
+                and row.provider_id
+                and row.endpoint
+                and row.backend in self.backends.by_kind
+            ):
+                healthy = await self.backends.get(row.backend).health(
+                    MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
+                )
+            if healthy:
+                self.idle[row.machine.id] = self.now()
+            else:
+                await self.retire(
+                    RetirePlan(
+                        machine_id=row.machine.id,
+                        provider_id=row.provider_id,
+                        reason="not found after restart",
+                        states=("warm", "stopping"),
+                    )
+                )

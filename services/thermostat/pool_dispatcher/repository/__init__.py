@@ -1,0 +1,103 @@
+"""The pool dispatcher's one door to Postgres, split by aggregate; each part owns its named SQL blocks and returns
+frozen values (values.py, built by `from_row`):
+
+- jobs.py (jobs.sql): submit and its warm claim, group commit, completion and the machine's next job, the
+  conditional send, requeue, hand-back, cancel, the reads of a job, its result and the usage feed;
+- machines.py (machines.sql): placement's lock and counts, a machine's insert, boot, ready, retire and stop,
+  health misses, the fleet's reads;
+- catalogue.py (catalogue.sql): the versioned catalogue row;
+- ownership.py (ownership.sql): lapsed instances, reclaim, a restart taking its rows back;
+- notify.py: the job-done channels and the LISTEN connection.
+
+`PoolRepository` holds one of each over the process's connection pool (`repo.jobs`, `repo.machines`,
+`repo.catalogue`, `repo.ownership`); nothing else touches the pool, except the placement transaction the engine
+opens on it (engine/placement.py). Every statement that writes an owned row takes the process's `Owner` (instance
+id and lease term) and matches both, so a process that stalled past its lease cannot write over rows another
+process took over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import asyncpg
+
+from .catalogue import CatalogueRepository
+from .jobs import JobRepository
+from .machines import Conn, MachineRepository
+from .notify import CATALOGUE, JOBS_DONE, Subscription, job_done_channel, listen, parse_job_done
+from .ownership import OwnershipRepository
+from .values import (
+    Assignment,
+    CancelResult,
+    Completion,
+    Demand,
+    Finished,
+    FleetMachine,
+    HandedBack,
+    JobView,
+    MachineHold,
+    Owner,
+    OwnMachine,
+    QueuedBatch,
+    QueuedSubmit,
+    StartingMachine,
+    StoredResult,
+    Submitted,
+    UsageView,
+    WorkerView,
+)
+
+__all__ = [
+    "CATALOGUE",
+    "JOBS_DONE",
+    "Assignment",
+    "CancelResult",
+    "CatalogueRepository",
+    "Completion",
+    "Conn",
+    "Demand",
+    "Finished",
+    "FleetMachine",
+    "HandedBack",
+    "JobRepository",
+    "JobView",
+    "MachineHold",
+    "MachineRepository",
+    "OwnMachine",
+    "Owner",
+    "OwnershipRepository",
+    "PoolRepository",
+    "QueuedBatch",
+    "QueuedSubmit",
+    "StartingMachine",
+    "StoredResult",
+    "Submitted",
+    "Subscription",
+    "UsageView",
+    "WorkerView",
+    "job_done_channel",
+    "parse_job_done",
+]
+
+
+class PoolRepository:
+    """The pool's rows in Postgres, by aggregate. The reads the servicer makes are also here under their old names
+    (the servicer is thinned separately): each is its aggregate's method."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.jobs = JobRepository(pool)
+        self.machines = MachineRepository(pool)
+        self.catalogue = CatalogueRepository(pool)
+        self.ownership = OwnershipRepository(pool)
+        # the servicer's reads
+        self.get_job = self.jobs.get_job
+        self.get_result = self.jobs.get_result
+        self.list_usage = self.jobs.list_usage
+        self.list_workers = self.machines.list_workers
+        self.machine_counts = self.machines.machine_counts
+
+    async def listen(self, handlers: Mapping[str, Callable[[str], None]]) -> Subscription:
+        """LISTEN to each channel, calling its handler with the notification's payload."""
+        return await listen(self.pool, handlers)

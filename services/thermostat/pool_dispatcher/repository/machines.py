@@ -1,0 +1,198 @@
+"""The pool's machines in Postgres (machines.sql): placement's lock and counts, a machine's insert, boot, ready,
+retire and stop, its health misses, and the reads of the fleet.
+
+Every statement that writes an owned row takes the process's `Owner` (instance id and lease term) and matches both.
+Placement's statements (`lock_placement`, `demand`, `fleet`, `insert_machine`) run in one transaction the caller
+holds, on its connection. The machine token is read only where a worker call needs it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from thermostat.store.connections import borrow
+from thermostat.store.sql import load_sql
+
+from .values import (
+    Assignment,
+    Demand,
+    FleetMachine,
+    MachineHold,
+    Owner,
+    OwnMachine,
+    StartingMachine,
+    WorkerView,
+    one,
+    text,
+    trace_of,
+)
+
+Conn = asyncpg.Connection | PoolConnectionProxy
+Q = load_sql(Path(__file__).with_name("machines.sql"))
+
+PLACEMENT_LOCK = "lock_placement"
+
+
+class MachineRepository:
+    """The pool_machines rows (and the orphan stops the sweep records)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def machine_address(self, machine_id: str) -> tuple[str | None, str] | None:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_address"], uuid.UUID(machine_id))
+        return None if row is None else (row["endpoint"], row["token"])
+
+    async def lock_placement(self, c: Conn) -> None:
+        await c.execute(Q[PLACEMENT_LOCK])
+
+    async def demand(self, c: Conn) -> list[Demand]:
+        rows = await c.fetch(Q["demand"])
+        return [Demand.from_row(r) for r in rows]
+
+    async def fleet(self, c: Conn | None = None) -> list[FleetMachine]:
+        if c is None:
+            async with borrow(self.pool) as own:
+                rows = await own.fetch(Q["fleet"])
+        else:
+            rows = await c.fetch(Q["fleet"])
+        return [FleetMachine.from_row(r) for r in rows]
+
+    async def insert_machine(
+        self,
+        c: Conn,
+        *,
+        machine_id: str,
+        tenant_id: str,
+        machine_type: str,
+        image: str,
+        backend: str,
+        token: str,
+        owner: Owner,
+        cool_down_seconds: float,
+        assign_job: bool,
+    ) -> tuple[str | None, dict[str, str]]:
+        """Insert a starting machine; returns the id of the queued job assigned to it, if any, and its trace."""
+        row = one(
+            await c.fetchrow(
+                Q["insert_machine"],
+                uuid.UUID(machine_id),
+                tenant_id,
+                machine_type,
+                image,
+                backend,
+                token,
+                owner.instance,
+                owner.term,
+                assign_job,
+                cool_down_seconds,
+            )
+        )
+        return text(row["job_id"]), trace_of(row)
+
+    async def record_started(
+        self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None, owner: Owner
+    ) -> bool:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(
+                Q["record_started"], uuid.UUID(machine_id), provider_id, endpoint, region, owner.instance, owner.term
+            )
+        return row is not None
+
+    async def machine_ready(self, machine_id: str, owner: Owner) -> tuple[str | None, Assignment | None]:
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_ready"], uuid.UUID(machine_id), owner.instance, owner.term)
+        if row is None:
+            return None, None
+        return row["machine_state"], (None if row["id"] is None else Assignment.from_row(row, machine_id))
+
+    async def boot_failed(self, machine_id: str, owner: Owner, reason: str) -> dict[str, str]:
+        """Forget the machine; its dispatched job's new state by id (queued carrying `reason`, or failed: its
+        type is gone)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term, reason)
+        return {str(r["id"]): r["state"] for r in rows}
+
+    async def machine_hold(self, machine_id: str, owner: Owner) -> MachineHold | None:
+        """The machine and its live job under this owner (None: the machine is no longer ours)."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["machine_hold"], uuid.UUID(machine_id), owner.instance, owner.term)
+        if row is None:
+            return None
+        return MachineHold.from_row(row, machine_id)
+
+    async def known_machines(self) -> tuple[list[str], list[str]]:
+        """(machine ids, provider ids) of every machine row, whichever process owns it."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["known_machines"])
+        return [row["id"] for row in rows], [row["provider_id"] for row in rows if row["provider_id"] is not None]
+
+    async def record_orphan_stop(
+        self, *, backend: str, provider_id: str, name: str, machine_id: str, machine_type: str, stopped_by: str
+    ) -> None:
+        async with borrow(self.pool) as c:
+            await c.execute(
+                Q["record_orphan_stop"], backend, provider_id, name, uuid.UUID(machine_id), stopped_by, machine_type
+            )
+
+    async def machine_backend(self, machine_id: str) -> str | None:
+        async with borrow(self.pool) as c:
+            backend: str | None = await c.fetchval(Q["machine_backend"], uuid.UUID(machine_id))
+        return backend
+
+    async def retire(
+        self, machine_id: str, owner: Owner, *, reason: str, states: Sequence[str] = ("warm",)
+    ) -> tuple[bool, str | None]:
+        """Set the machine stopping if it is in one of `states`; (retired, provider id)."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason, list(states))
+        return (False, None) if row is None else (True, row["provider_id"])
+
+    async def stopping(self, owner: Owner) -> list[tuple[str, str | None]]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["stopping"], owner.instance, owner.term)
+        return [(str(r["id"]), r["provider_id"]) for r in rows]
+
+    async def forget_machine(self, machine_id: str, owner: Owner) -> None:
+        async with borrow(self.pool) as c:
+            await c.execute(Q["forget_machine"], uuid.UUID(machine_id), owner.instance, owner.term)
+
+    async def record_misses(self, misses: dict[str, int], owner: Owner) -> None:
+        if not misses:
+            return
+        async with borrow(self.pool) as c:
+            await c.executemany(
+                Q["record_misses"], [(uuid.UUID(m), n, owner.instance, owner.term) for m, n in misses.items()]
+            )
+
+    async def own_machines(self, owner: Owner) -> list[OwnMachine]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["own_machines"], owner.instance, owner.term)
+        return [OwnMachine.from_row(r) for r in rows]
+
+    async def starting_machines(self, owner: Owner) -> list[StartingMachine]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["starting_machines"], owner.instance, owner.term)
+        return [StartingMachine.from_row(r) for r in rows]
+
+    async def list_workers(self, tenant_id: str | None) -> list[WorkerView]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["list_workers"], tenant_id)
+        return [WorkerView.from_row(r) for r in rows]
+
+    async def machine_counts(self) -> dict[str, int]:
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["machine_counts"])
+        return {r["state"]: r["machines"] for r in rows}
+
+    async def machine_counts_by_backend(self) -> dict[tuple[str, str], int]:
+        """Machines by (state, backend)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["machine_counts_by_backend"])
+        return {(r["state"], r["backend"]): r["machines"] for r in rows}

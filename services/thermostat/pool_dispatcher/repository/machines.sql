@@ -1,0 +1,178 @@
+-- The pool's machines: placement's lock and counts, insert, boot, ready, retire, stop, health and the reads.
+-- Owned by repository/machines.py. Every write to an owned row matches the instance id and lease term.
+
+-- name: machine_hold
+-- A machine of this process after a write whose answer was lost: its state and the live job it holds under
+-- this owner and term (with the payload, to resume it); no row when the machine is no longer this process's.
+-- $1 machine, $2 me, $3 term.
+SELECT m.state AS machine_state, m.endpoint, m.token, m.provider_id, j.state AS job_state,
+       j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.submitted_at
+FROM pool_machines m
+LEFT JOIN pool_jobs j ON j.id = m.job_id AND j.worker_id = m.id AND j.owner = $2 AND j.owner_term = $3
+    AND j.state IN ('dispatched', 'running')
+WHERE m.id = $1 AND m.owner = $2 AND m.owner_term = $3;
+
+-- name: lock_placement
+-- "Count the queue and insert the machine rows" runs under one lock across every process.
+SELECT pg_advisory_xact_lock(7310010);
+
+-- name: demand
+-- Queued jobs per tenant and type, with the first in line.
+SELECT DISTINCT ON (tenant_id, machine_type)
+       tenant_id, machine_type, count(*) OVER (PARTITION BY tenant_id, machine_type) AS queued,
+       id, priority, queue_seq
+FROM pool_jobs
+WHERE state = 'queued'
+ORDER BY tenant_id, machine_type, priority DESC, queue_seq;
+
+-- name: fleet
+-- Every machine, as the placement and hint policies see it.
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id
+FROM pool_machines;
+
+-- name: insert_machine
+-- A machine about to start, owned by this process, its token minted before boot; the first queued job in
+-- line for its tenant and type (if $9) is assigned to it.
+WITH first AS (
+    SELECT id FROM pool_jobs
+    WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND $9
+    ORDER BY priority DESC, queue_seq
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), assigned AS (
+    UPDATE pool_jobs j SET state = 'dispatched', worker_id = $1, owner = $7, owner_term = $8
+    FROM first WHERE j.id = first.id
+    RETURNING j.id, j.traceparent, j.tracestate
+), machine AS (
+    INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, owner, owner_term,
+                               cool_down_seconds, job_id)
+    VALUES ($1, $2, $3, $4, $5, $6, 'starting', $7, $8, $10, (SELECT id FROM assigned))
+    RETURNING id
+)
+SELECT assigned.id AS job_id, assigned.traceparent, assigned.tracestate
+FROM machine LEFT JOIN assigned ON true;
+
+-- name: record_started
+-- The provider started the machine: where it is. Matched on owner, so a machine reclaimed meanwhile is
+-- not recorded (the caller stops it).
+UPDATE pool_machines SET provider_id = $2, endpoint = $3, region = $4
+WHERE id = $1 AND owner = $5 AND owner_term = $6 AND state = 'starting'
+RETURNING id;
+
+-- name: machine_ready
+-- The machine answered its health check: its dispatched job is handed to it (sent after mark_sent), unless
+-- it was cancelled in between (then the machine is warm for the next job).
+WITH job AS (
+    UPDATE pool_jobs j
+    SET state = 'dispatched'  -- unchanged: the row is locked and read; mark_sent flips it to running
+    FROM pool_machines m
+    WHERE m.id = $1 AND j.id = m.job_id AND j.state = 'dispatched' AND j.owner = $2 AND j.owner_term = $3
+    RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
+), machine AS (
+    UPDATE pool_machines m
+    SET state = CASE WHEN EXISTS (SELECT 1 FROM job) THEN 'busy' ELSE 'warm' END,
+        job_id = (SELECT id FROM job),
+        session_id = (SELECT session_id FROM job),
+        warm_at = now(), last_active_at = now()
+    WHERE m.id = $1 AND m.owner = $2 AND m.owner_term = $3 AND m.state = 'starting'
+    RETURNING m.state
+)
+SELECT machine.state AS machine_state, job.*
+FROM machine LEFT JOIN job ON true;
+
+-- name: boot_failed
+-- A machine that did not start or boot goes; its dispatched job waits in the queue again, carrying why the
+-- boot failed ($4, the provider's message) as its error until it runs, unless its type was removed from the
+-- stored catalogue meanwhile (then it fails with the reason, as queued jobs of a removed type do, rather than
+-- wait for a machine nothing will place).
+WITH machine AS (
+    DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3
+    RETURNING id
+), job AS (
+    SELECT j.id, EXISTS (
+        SELECT 1 FROM pool_catalogue c WHERE NOT c.types @> jsonb_build_array(jsonb_build_object('name', j.machine_type))
+    ) AS removed
+    FROM pool_jobs j WHERE j.worker_id IN (SELECT id FROM machine) AND j.state = 'dispatched'
+    FOR UPDATE OF j
+)
+UPDATE pool_jobs j
+SET state = CASE WHEN job.removed THEN 'failed' ELSE 'queued' END,
+    completed_at = CASE WHEN job.removed THEN now() END,
+    payload = CASE WHEN job.removed THEN NULL ELSE j.payload END,
+    error = CASE WHEN job.removed THEN 'machine type ' || j.machine_type || ' was removed from the catalogue' ELSE $4 END,
+    worker_id = NULL, owner = NULL, owner_term = NULL
+FROM job WHERE j.id = job.id
+RETURNING j.id, j.state, CASE WHEN job.removed THEN pg_notify('pool_jobs_done', j.id::text) IS NULL END AS notified;
+
+-- name: retire
+-- Set an idle (warm) or named machine of this process to stopping; a busy one is never retired here.
+UPDATE pool_machines SET state = 'stopping', last_error = $4
+WHERE id = $1 AND owner = $2 AND owner_term = $3 AND state = ANY($5::text[])
+RETURNING provider_id;
+
+-- name: stopping
+-- This process's machines whose stop has not finished (a failed stop is retried on the next pass).
+SELECT id, provider_id FROM pool_machines WHERE owner = $1 AND owner_term = $2 AND state = 'stopping';
+
+-- name: forget_machine
+-- The machine is stopped: its row goes.
+DELETE FROM pool_machines WHERE id = $1 AND owner = $2 AND owner_term = $3 AND state = 'stopping';
+
+-- name: record_misses
+UPDATE pool_machines SET health_misses = $2
+WHERE id = $1 AND owner = $3 AND owner_term = $4 AND state = 'warm';
+
+-- name: own_machines
+-- This process's machines, with where they are and on which backend (for probes and stops; never leaves
+-- the service).
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
+       provider_id, endpoint, region, backend
+FROM pool_machines WHERE owner = $1 AND owner_term = $2;
+
+-- name: starting_machines
+-- This process's starting machines, with what a boot needs (the token the worker is started with, the job
+-- handed to it and that job's trace headers) and whether a provider start was recorded: the scaler pass
+-- boots the ones a placement inserted whose answer was lost (thermostat.policy.pool.unbooted). $1 me, $2 term.
+SELECT m.id, m.tenant_id, m.machine_type, m.image, m.state, m.session_id, m.health_misses, m.cool_down_seconds,
+       m.token, m.backend, m.provider_id, j.id AS job_id, j.traceparent, j.tracestate
+FROM pool_machines m
+LEFT JOIN pool_jobs j ON j.id = m.job_id AND j.worker_id = m.id AND j.state = 'dispatched'
+WHERE m.owner = $1 AND m.owner_term = $2 AND m.state = 'starting';
+
+-- name: machine_backend
+-- Which backend a machine is on, to stop it there (stops are rare: one read each, off the hot path).
+SELECT backend FROM pool_machines WHERE id = $1;
+
+-- name: machine_address
+-- Where a machine is and its token, to post a cancel to it.
+SELECT endpoint, token FROM pool_machines WHERE id = $1;
+
+-- name: list_workers
+SELECT id, tenant_id, machine_type, image, backend, state, region, session_id, job_id, created_at, warm_at,
+       last_active_at, health_misses
+FROM pool_machines WHERE $1::text IS NULL OR tenant_id = $1
+ORDER BY created_at, id;
+
+-- name: machine_counts
+SELECT state, count(*) AS machines FROM pool_machines GROUP BY state;
+
+-- name: machine_counts_by_backend
+-- /metrics: machines by state and backend (the fleet's rows; small by the fleet cap).
+SELECT state, backend, count(*) AS machines FROM pool_machines GROUP BY state, backend;
+
+-- name: known_machines
+-- Every machine row of every dispatcher process, for the orphan sweep (read after the provider's listing).
+SELECT id::text AS id, provider_id FROM pool_machines;
+
+-- name: record_orphan_stop
+-- An orphan the sweep terminated; a second sweep's stop of the same machine (it was still listed) is one record.
+-- The same statement puts the stop on the machine-events feed (event 'orphan-stopped', no tenant: no row knew it).
+WITH stop AS (
+    INSERT INTO pool_orphan_stops (backend, provider_id, name, machine_id, stopped_by)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (backend, provider_id) DO NOTHING
+    RETURNING machine_id, at
+)
+INSERT INTO pool_machine_events (machine_id, tenant_id, machine_type, event, at)
+SELECT machine_id, '', $6, 'orphan-stopped', at FROM stop
+ON CONFLICT (machine_id, event) DO NOTHING;
