@@ -146,3 +146,17 @@ def test_a_prometheus_rule_that_drifted_from_the_rules_file_is_an_error(resource
     assert deploy_check.prometheus_rule_problems(resources) == [
         "PrometheusRule thermostat differs from deploy/prometheus/rules.yml: run `make k8s`"
     ]
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"),
+    [
+        pytest.param("", pytest.skip.Exception, id="developer-skips"),
+        pytest.param("true", pytest.fail.Exception, id="ci-fails"),
+    ],
+)
+def test_a_missing_promtool_skips_with_its_reason_but_fails_under_ci(monkeypatch, ci, outcome) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="promtool is not installed .*apt-get install prometheus"):
+        binary("promtool")
