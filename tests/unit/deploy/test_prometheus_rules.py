@@ -158,5 +158,5 @@ def test_a_prometheus_rule_that_drifted_from_the_rules_file_is_an_error(resource
 def test_a_missing_promtool_skips_with_its_reason_but_fails_under_ci(monkeypatch, ci, outcome) -> None:
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.setenv("CI", ci)
-    with pytest.raises(outcome, match="promtool is not installed .*apt-get install prometheus"):
+    with pytest.raises(outcome, match=r"promtool is not installed .*apt-get install prometheus"):
         binary("promtool")
