@@ -45,7 +45,7 @@ k8s: proto ## write deploy/k8s/ (kustomize base), deploy/edge/envoy.yaml and dep
 images: venv ## build the services, edge and worker images from deploy/ (stand-ins where Docker Hub is out of reach: docs/containers.md)
 	@$(BIN)/python -m thermostat.dev.images
 
-run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge
+run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge (PROMETHEUS=1: and Prometheus)
 	@$(BIN)/python -m thermostat.dev.stack
 
 test: proto ## run the whole test suite

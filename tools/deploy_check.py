@@ -4,7 +4,10 @@
 - `deploy/k8s/` is a kustomize base of plain resources: its kustomization has no patches, transformers or
   generators, so rendering it is reading the listed files, and validating each listed resource validates the
   render. The list matches the files on disk; every resource validates strictly (no unknown field) against the
-  Kubernetes OpenAPI schemas bundled in `kubernetes-validate` (offline, no cluster).
+  Kubernetes OpenAPI schemas bundled in `kubernetes-validate` (offline, no cluster); a custom resource those
+  schemas do not hold is validated against its CRD's schema bundled under tools/schemas/ (the PrometheusRule:
+  the Prometheus Operator's `monitoring.coreos.com/v1`), and one with no bundled schema is an error.
+- The PrometheusRule holds exactly the groups of deploy/prometheus/rules.yml (what promtool tests).
 - Secrets are referenced (secretKeyRef / secretRef), never written: no Secret resource, no literal value for a
   variable that holds one.
 - Every registered service is there as the registry says: Deployment (two replicas, image, command, port, port
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import yaml
 
@@ -41,6 +45,10 @@ Doc = dict[str, Any]
 SECRET_LIKE = re.compile(r"TOKEN|KEY|PASSWORD|SECRET|DATABASE_URL")
 KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources"}
 ADMITTED = {"key": gen.ROLE, "operator": "In", "values": ["edge", "service"]}
+# custom resources the core schemas do not hold: (apiVersion, kind) → the CRD's schema, bundled
+CUSTOM_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "PrometheusRule"): Path(__file__).parent / "schemas" / "prometheusrule-v1.json"
+}
 BUILD_COPIES = {"requirements.txt", "protos", "libs", "services", "tools/protogen.py"}
 
 
@@ -92,6 +100,10 @@ def schema_problems(resources: list[Resource], version: str | None = None) -> li
         if resource.key in seen:
             problems.append(f"{resource.file}: {resource.key[0]} {resource.key[1]} is defined twice")
         seen.add(resource.key)
+        custom = CUSTOM_SCHEMAS.get((resource.doc.get("apiVersion", ""), resource.key[0]))
+        if custom is not None:
+            problems += custom_resource_problems(resource, custom)
+            continue
         try:
             kubernetes_validate.validate(resource.doc, version, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -100,6 +112,26 @@ def schema_problems(resources: list[Resource], version: str | None = None) -> li
         except kubernetes_validate.SchemaNotFoundError as error:
             problems.append(f"{resource.file}: {error.message}")
     return problems
+
+
+def custom_resource_problems(resource: Resource, schema_file: Path) -> list[str]:
+    """A custom resource against its CRD's schema (tools/schemas/), every error reported with its path."""
+    schema = json.loads(schema_file.read_text())
+    found = []
+    for error in sorted(jsonschema.Draft202012Validator(schema).iter_errors(resource.doc), key=lambda e: list(e.path)):
+        where = ".".join(str(p) for p in error.path)
+        found.append(f"{resource.file}: {resource.key[0]} {resource.key[1]}: {where}: {error.message}")
+    return found
+
+
+def prometheus_rule_problems(resources: list[Resource], rules_file: Path = gen.RULES_FILE) -> list[str]:
+    """The PrometheusRule is there and holds exactly the groups promtool tests (deploy/prometheus/rules.yml)."""
+    rule = _find(resources, "PrometheusRule", "thermostat")
+    if rule is None:
+        return ["no PrometheusRule thermostat in the base (deploy/prometheus/rules.yml as the operator reads it)"]
+    if rule.get("spec", {}).get("groups") != yaml.safe_load(rules_file.read_text())["groups"]:
+        return [f"PrometheusRule thermostat differs from {rules_file.relative_to(ROOT)}: run `make k8s`"]
+    return []
 
 
 def _containers(doc: Doc) -> list[Doc]:
@@ -359,6 +391,7 @@ def problems() -> tuple[list[str], int]:
     found += schema_problems(resources)
     found += secret_problems(resources)
     found += registry_problems(resources)
+    found += prometheus_rule_problems(resources)
     found += compose_problems(yaml.safe_load((gen.DEPLOY / "compose.yaml").read_text()))
     found += dockerfile_problems(
         (gen.DEPLOY / "container" / "Dockerfile").read_text(), (ROOT / "requirements-dev.txt").read_text()

@@ -7,11 +7,14 @@
 - `<service>.yaml` per registered service: a Deployment (its package as the command, its port, two replicas,
   gRPC startup/readiness/liveness probes on grpc.health.v1, resources, Secrets by reference), a headless Service,
   a PodDisruptionBudget and a NetworkPolicy admitting only the edge and the services to its port;
+- `prometheus-rules.yaml`: deploy/prometheus/rules.yml's groups as the PrometheusRule `thermostat` (the
+  Prometheus Operator's CRD);
 - `edge.yaml`: Envoy as the ingress (Deployment, Service, PodDisruptionBudget) and `edge-config.yaml`, the
   ConfigMap holding its config (tools.envoy_config.deployment_spec, the generator `make run` uses)
   and the descriptor set from build/ (`make proto`) as binaryData.
-`deploy/edge/envoy.yaml` is the same config for the compose edge image, and `deploy/compose.yaml` runs the same
-services on one host over a real Postgres. Everything is committed; `tools/deploy_check.py` (`make lint`, and
+`deploy/edge/envoy.yaml` is the same config for the compose edge image, `deploy/compose.yaml` runs the same
+services on one host over a real Postgres, and `deploy/grafana/*.json` are tools/grafana_dashboards.py's
+dashboards. Everything is committed; `tools/deploy_check.py` (`make lint`, and
 tests/unit/deploy) fails when a file differs from what this writes or disagrees with the registry.
 
 `python -m tools.k8s_manifests --check` exits 1 when a committed file is stale.
@@ -26,16 +29,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.registry import SERVICES, ServiceDef
 from thermostat.chassis.server import LIVENESS
+from tools import grafana_dashboards
 from tools.envoy_config import DEFAULT_LISTEN_PORT, DEFAULT_STATS_PORT, deployment_spec, render_envoy_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
+RULES_FILE = DEPLOY / "prometheus" / "rules.yml"
 DESCRIPTOR_SET = ROOT / "build" / "thermostat.pb"  # `make proto`
 
 IMAGE = "thermostat:latest"  # deploy/container/Dockerfile, target runtime
@@ -461,6 +467,18 @@ def _edge(config_hash: str) -> str:
     )
 
 
+def _prometheus_rule(rules_file: Path = RULES_FILE) -> str:
+    """The shipped rules (deploy/prometheus/rules.yml, what promtool tests) as a PrometheusRule: the same groups."""
+    groups = yaml.safe_load(rules_file.read_text())["groups"]
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "thermostat", "labels": {"app": "thermostat", ROLE: "rules"}},
+        "spec": {"groups": groups},
+    }
+    return yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True)
+
+
 def _kustomization(files: list[str]) -> str:
     return (
         HEADER
@@ -565,6 +583,7 @@ def render(services: tuple[ServiceDef, ...] = SERVICES, descriptor_set: Path = D
             + "---\n".join([_deployment(s, rollout(s)), _service(s), _disruption_budget(s.name), _network_policy(s)])
             for s in services
         },
+        "prometheus-rules.yaml": GENERATED + _prometheus_rule(),
         "edge.yaml": GENERATED + _edge(config_hash),
         "edge-config.yaml": GENERATED + _edge_config_map(config, descriptors, descriptor_set.name),
     }
@@ -572,6 +591,7 @@ def render(services: tuple[ServiceDef, ...] = SERVICES, descriptor_set: Path = D
     files[Path("deploy/k8s/kustomization.yaml")] = _kustomization(list(base))
     files[Path("deploy/edge/envoy.yaml")] = config
     files[Path("deploy/compose.yaml")] = compose(services)
+    files.update(grafana_dashboards.render())
     return files
 
 

@@ -1,9 +1,10 @@
-"""The pod controller's metric families (docs/operations.md): wakes by outcome, billable calls by action, and the
-wake leases it took over. Counted where the events happen: a wake as it ends, a billable call as it is recorded."""
+"""The pod controller's metric families (docs/operations.md): wakes by outcome and how long they took, billable
+calls by action, and the wake leases it took over. Counted where the events happen: a wake as it ends, a billable
+call as it is recorded."""
 
 from __future__ import annotations
 
-from thermostat.chassis.metrics import Metrics, takeover_counter
+from thermostat.chassis.metrics import WAIT_BUCKETS, Metrics, takeover_counter
 
 from .repository import ActionEntry
 
@@ -23,10 +24,17 @@ class PodMetrics:
             "accepted them.",
             ["action", "trigger", "ok"],
         )
+        self.wake_seconds = self.metrics.histogram(
+            "thermostat_wake_seconds",
+            "Seconds a wake this replica ran took, from its start to its answer, by the history's outcome.",
+            ["outcome"],
+            buckets=WAIT_BUCKETS,
+        )
         self.takeover = takeover_counter(self.metrics)
 
-    def wake(self, outcome: str, result: str) -> None:
+    def wake(self, outcome: str, result: str, seconds: float) -> None:
         self.wakes.labels(outcome=outcome, result=result).inc()
+        self.wake_seconds.labels(outcome=outcome).observe(seconds)
 
     def action(self, entry: ActionEntry) -> None:
         self.billable_actions.labels(action=entry.action, trigger=entry.trigger, ok=str(entry.ok).lower()).inc()

@@ -42,6 +42,8 @@ async def test_a_wake_through_the_simulator_counts_its_outcome_and_its_billable_
     wakes = after["thermostat_wakes_total"]
     assert wakes.value(outcome="Succeeded", result="Started") == 1
     assert wakes.value(outcome="Succeeded", result="AlreadyRunning") == 1
+    # each wake's duration observed once under its outcome (the histogram's _count)
+    assert after["thermostat_wake_seconds"].value(outcome="Succeeded") == 2
     actions = after["thermostat_billable_actions_total"]
     assert actions.value(action="Start", trigger="wake", ok="true") == 1
     assert sum(s.value for s in actions.samples) == 1

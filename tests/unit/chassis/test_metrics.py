@@ -62,7 +62,7 @@ def test_every_documented_name_carries_its_unit_or_is_a_count() -> None:
 async def test_two_services_in_one_process_count_apart() -> None:
     """Each service has its own registry: the same family declared twice neither collides nor mixes counts."""
     first, second = PodMetrics(Metrics()), PodMetrics(Metrics())
-    first.wake("Succeeded", "Started")
+    first.wake("Succeeded", "Started", 0.5)
     assert parse((await first.metrics.exposition())[0].decode())["thermostat_wakes_total"].value() == 1
     assert parse((await second.metrics.exposition())[0].decode())["thermostat_wakes_total"].samples == ()
 

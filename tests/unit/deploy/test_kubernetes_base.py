@@ -55,7 +55,15 @@ def test_a_kustomization_that_is_not_the_plain_list_of_its_files_is_named(
 def test_every_listed_resource_validates_strictly_against_the_bundled_kubernetes_schemas(resources) -> None:
     assert deploy_check.schema_problems(resources) == []
     kinds = sorted({r.key[0] for r in resources})
-    assert kinds == ["ConfigMap", "Deployment", "Job", "NetworkPolicy", "PodDisruptionBudget", "Service"]
+    assert kinds == [
+        "ConfigMap",
+        "Deployment",
+        "Job",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "PrometheusRule",
+        "Service",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,15 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
+from thermostat.dev.prometheus import (
+    INSTALL_HINT,
+    PrometheusProcess,
+    PrometheusSettings,
+    prometheus_binary,
+    prometheus_from_env,
+    scrape_config,
+    stack_targets,
+)
 from thermostat.dev.stack.docker_daemon import demo_docker_from
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
@@ -95,8 +104,12 @@ async def main() -> int:
     try:
         edge_port = listen_port_from_env(os.environ)
         edge_concurrency = edge_concurrency_from(os.environ.get("EDGE_CONCURRENCY"))
+        prometheus = prometheus_from_env(os.environ)
     except ValueError as error:
         sys.exit(str(error))
+    prometheus_path = prometheus_binary() if prometheus else None
+    if prometheus and not prometheus_path:
+        sys.exit(f"PROMETHEUS=1 needs the prometheus binary on PATH: {INSTALL_HINT}")
     config = StackConfig(
         data_dir=_data_dir(),
         database_url=os.environ.get("DATABASE_URL") or None,
@@ -124,17 +137,44 @@ async def main() -> int:
         waiter.cancel()
         print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
         return 1
+    watcher: PrometheusProcess | None = None
+    failed = False
     if not stop.is_set():
-        print(stack.summary(exports(os.environ, minted, stack.edge_url)), flush=True)
+        summary = stack.summary(exports(os.environ, minted, stack.edge_url))
+        if prometheus and prometheus_path:
+            watcher = await _start_prometheus(prometheus_path, prometheus, stack)
+            if watcher is None:
+                failed = True
+                stop.set()
+            else:
+                where = f"  prometheus           {watcher.url}   alerts {watcher.url}/alerts, graphs /graph"
+                summary = summary.replace("\n\nCtrl-C stops", f"\n{where}\n\nCtrl-C stops")
+        if watcher is not None or not prometheus:
+            print(summary, flush=True)
         await stop.wait()
     else:
         start.cancel()
         # a cancelled start stops what it started itself; waited for, so two stops never run side by side
         await asyncio.wait({start})
     print("devstack       | stopping ...", flush=True)
+    if watcher is not None:
+        await asyncio.to_thread(watcher.stop)
     await stack.stop()
     print("devstack       | stopped; no process left behind", flush=True)
-    return 0
+    return 1 if failed else 0
+
+
+async def _start_prometheus(binary: str, settings: PrometheusSettings, stack: Stack) -> PrometheusProcess | None:
+    """The shipped scrape config and rules over this stack's ports, storage under the data directory."""
+    config = scrape_config(stack_targets(stack.metrics_ports, stack.edge_stats_url), interval=settings.interval)
+    process = PrometheusProcess(binary, config, stack.config.data_dir / "prometheus", port=settings.port)
+    try:
+        await asyncio.to_thread(process.wait_ready)
+    except RuntimeError as error:
+        print(f"devstack       | prometheus failed to start: {error}", file=sys.stderr, flush=True)
+        await asyncio.to_thread(process.stop)
+        return None
+    return process
 
 
 if __name__ == "__main__":
