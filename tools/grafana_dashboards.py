@@ -135,9 +135,21 @@ BOARDS = {
                 dict(legend=["{{backend}} {{state}}"]),
             ),
             (
-                "Boots: machines starting",
-                ['sum by (backend) (thermostat_pool_machines{state="starting"})'],
-                dict(legend=["{{backend}}"]),
+                "Machines against the fleet cap",
+                [
+                    # every replica reads the pool-wide count: the largest replica's total, not their sum
+                    "max(sum without (state, backend) (thermostat_pool_machines))",
+                    "min(thermostat_pool_fleet_cap)",
+                ],
+                dict(legend=["machines", "cap (POOL_MAX_WORKERS_TOTAL)"], desc="the cap's line is absent while unset"),
+            ),
+            (
+                "Boots: machines starting and boots failed (15m)",
+                [
+                    'sum by (backend) (thermostat_pool_machines{state="starting"})',
+                    "sum by (machine_type, backend) (increase(thermostat_pool_boot_failures_total[15m]))",
+                ],
+                dict(legend=["{{backend}} starting", "{{machine_type}} on {{backend}} failed"]),
             ),
             (
                 "Cold starts per second (queue wait over 1 s)",

@@ -69,6 +69,7 @@ def test_a_real_prometheus_scrapes_make_run_answers_every_dashboard_and_rule_and
                 "RUNPOD_WAKE_POLL_SECONDS": "0.2",
                 "CHECK_SECONDS": "0.3",
                 "IDLE_MINUTES": "0.01",
+                "POOL_MAX_WORKERS_TOTAL": "4",  # the fleet cap's series, for its panel
             },
         )
         try:

@@ -144,13 +144,14 @@ class Dispatcher:
         self._backends = Backends(backends, missing_settings)
         self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
         self.missing_settings = self._backends.missing_settings
-        self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue)
+        self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
+        self.metrics.fleet_capped(max_workers_total)
         self.writes = Writes(self.repo, self.ownership, self.drivers, self.sleep)
         self.waits = Waits(self.repo, self.events, self.hooks, now)
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
-            writes=self.writes, events=self.events, hooks=self.hooks, now=now, sleep=self.sleep,
-            health_poll_seconds=health_poll_seconds,
+            writes=self.writes, events=self.events, hooks=self.hooks, metrics=self.metrics, now=now,
+            sleep=self.sleep, health_poll_seconds=health_poll_seconds,
         )  # fmt: skip
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from thermostat.chassis.metrics import WAIT_BUCKETS, Metrics, takeover_counter
 
@@ -55,6 +55,13 @@ class PoolMetrics:
             "failed: too many machines refused it). The log line names the machine.",
             ["machine_type", "backend", "cause", "decision"],
         )
+        self.boot_failures = self.metrics.counter(
+            "thermostat_pool_boot_failures_total",
+            "Boots this process gave up on (the provider's start failed, no health answer within the type's boot "
+            "timeout, the lease not trusted, a boot released unbooted), by machine type and backend.",
+            ["machine_type", "backend"],
+        )
+        self.fleet_cap: Gauge | None = None  # registered only when POOL_MAX_WORKERS_TOTAL is set (fleet_capped)
         self.takeover = takeover_counter(self.metrics)
         # The series each job updates, looked up once per label values rather than per job (a family's labels()
         # validates and locks on every call). These families are never cleared, so a child stays theirs.
@@ -83,6 +90,27 @@ class PoolMetrics:
     def refusal(self, machine_type: str, backend: str, cause: str, decision: str) -> None:
         """A machine refused a job (thermostat.policy.pool.hand_back): rare, so the series is looked up each time."""
         self.refused.labels(machine_type=machine_type, backend=backend, cause=cause, decision=decision).inc()
+
+    def boot_failed(self, machine_type: str, backend: str) -> None:
+        """A boot failed (Fleet.boot_failed, where the store records it): rare, so the series is looked up each time."""
+        self.boot_failures.labels(machine_type=machine_type, backend=backend).inc()
+
+    def types_known(self, types: Iterable[tuple[str, str]]) -> None:
+        """Show each catalogue type's boot failures (name, backend) at 0 before its first, so increase() sees it."""
+        for machine_type, backend in types:
+            self.boot_failures.labels(machine_type=machine_type, backend=backend)
+
+    def fleet_capped(self, cap: int | None) -> None:
+        """Export the fleet's machine cap (POOL_MAX_WORKERS_TOTAL); no series at all while it is unset."""
+        if cap is None:
+            return
+        if self.fleet_cap is None:
+            self.fleet_cap = self.metrics.gauge(
+                "thermostat_pool_fleet_cap",
+                "The most machines the pool runs at once, all types and backends (POOL_MAX_WORKERS_TOTAL); absent "
+                "while unset.",
+            )
+        self.fleet_cap.set(cap)
 
     def count_on_scrape(self, repository: PoolRepository, backends: Iterable[str]) -> None:
         """Refresh jobs and machines by state before each scrape (two small reads, bounded by the scrape); every

@@ -4,9 +4,16 @@ docs/operations.md."""
 
 from __future__ import annotations
 
-from tests.fixtures.metrics import assert_documented, scrape
+from tests.fixtures.metrics import Family, assert_documented, scrape
 from tests.fixtures.polling import eventually
-from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.conftest import (
+    RunningPool,
+    caller,
+    local_type,
+    pool_env,
+    sleepy_type,
+    start_pool,
+)
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
@@ -65,3 +72,33 @@ async def test_a_lapsed_instance_reclaimed_is_counted_as_a_pool_instance_takeove
             takeovers = (await scrape(survivor.metrics_port))["thermostat_lease_takeovers_total"]
             assert takeovers.value(lease="pool-instance") == 1
             assert (await survivor.job(job.id)).state == "failed"
+
+
+async def test_a_failed_boot_is_counted_by_type_and_backend_and_the_fleet_cap_is_exported(pool_store: Store) -> None:
+    """A type whose worker binary does not exist fails its boot at the start: its counter moves from the 0 shown at
+    the catalogue's apply, the other type's stays 0, and the cap reads POOL_MAX_WORKERS_TOTAL."""
+    types = [local_type("broken", image="no-such-worker-binary"), sleepy_type()]
+    async with start_pool(pool_store, pool_env(types, POOL_MAX_WORKERS_TOTAL="3")) as pool:
+        before = await scrape(pool.metrics_port)
+        shown = {
+            (sample.labels["machine_type"], sample.labels["backend"], sample.value)
+            for sample in before["thermostat_pool_boot_failures_total"].samples
+            if sample.name == "thermostat_pool_boot_failures_total"
+        }
+        assert shown == {("broken", "local", 0), ("sleepy", "local", 0)}  # at 0 from the catalogue's apply
+        assert before["thermostat_pool_fleet_cap"].value() == 3
+        await pool.submit(b"x", machine_type="broken")
+
+        async def counted() -> dict[str, Family] | None:
+            families = await scrape(pool.metrics_port)
+            failures = families["thermostat_pool_boot_failures_total"]
+            return families if failures.value(machine_type="broken", backend="local") >= 1 else None
+
+        after = await eventually(counted, timeout=30, every=0.05)
+    assert after["thermostat_pool_boot_failures_total"].value(machine_type="sleepy", backend="local") == 0
+    assert_documented(after)
+
+
+async def test_without_a_fleet_cap_no_cap_series_is_exported(pool_store: Store) -> None:
+    async with start_pool(pool_store, pool_env([sleepy_type()])) as pool:
+        assert "thermostat_pool_fleet_cap" not in await scrape(pool.metrics_port)

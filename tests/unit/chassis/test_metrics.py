@@ -4,6 +4,7 @@ naming exactly the families the services export."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -15,15 +16,22 @@ from thermostat.pod_controller.metrics import PodMetrics
 from thermostat.pool_dispatcher.metrics import PoolMetrics
 
 EVERY_SERVICE = "every service"
-SERVICES = {
+
+
+def _capped_pool(metrics: Metrics) -> None:
+    """The pool's families with its fleet cap set (the cap's gauge is exported only then)."""
+    PoolMetrics(metrics).fleet_capped(8)
+
+
+SERVICES: dict[str, Callable[[Metrics], object]] = {
     "pod-controller": PodMetrics,
     "idle-monitor": MonitorMetrics,
-    "pool-dispatcher": PoolMetrics,
+    "pool-dispatcher": _capped_pool,
     "metering": MeteringMetrics,
 }
 
 
-async def _families(declare: type) -> dict[str, str]:
+async def _families(declare: Callable[[Metrics], object]) -> dict[str, str]:
     metrics = Metrics()
     declare(metrics)
     body, _ = await metrics.exposition()
@@ -50,8 +58,13 @@ async def test_the_docs_name_every_exported_family_with_its_type_and_the_service
 
 def test_every_documented_name_carries_its_unit_or_is_a_count() -> None:
     """Prometheus naming: a counter ends in _total; any other family in its unit (seconds, USD, ticks, events),
-    unless it counts things (jobs, machines) or is a state set (the monitor's phase)."""
-    counts = {"thermostat_pool_jobs", "thermostat_pool_machines", "thermostat_monitor_phase"}
+    unless it counts things (jobs, machines, the machine cap) or is a state set (the monitor's phase)."""
+    counts = {
+        "thermostat_pool_jobs",
+        "thermostat_pool_machines",
+        "thermostat_pool_fleet_cap",
+        "thermostat_monitor_phase",
+    }
     for name, row in documented().items():
         if row.type == "counter":
             assert name.endswith("_total"), name

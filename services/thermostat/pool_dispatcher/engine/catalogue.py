@@ -25,6 +25,7 @@ from thermostat.policy.pool.machine_type import (
 )
 from thermostat.providers.pool.backend import Backend, BackendError
 
+from ..metrics import PoolMetrics
 from ..repository import PoolRepository
 from .events import PLACEMENT_WANTED, CatalogueChanged, Events
 
@@ -67,11 +68,19 @@ class Backends:
 
 
 class CatalogueCache:
-    def __init__(self, repo: PoolRepository, backends: Backends, events: Events, configured: Catalogue) -> None:
+    def __init__(
+        self, repo: PoolRepository, backends: Backends, events: Events, configured: Catalogue, metrics: PoolMetrics
+    ) -> None:
         self.repo = repo
         self.backends = backends
         self.events = events
+        self.metrics = metrics
         self.state = CatalogueState(catalogue=configured, version=0)
+        self._applied(configured)
+
+    def _applied(self, catalogue: Catalogue) -> None:
+        """Each type's boot-failure series shows 0 from the catalogue's apply on."""
+        self.metrics.types_known((t.name, str(t.backend)) for t in catalogue.types)
 
     @property
     def catalogue(self) -> Catalogue:
@@ -91,6 +100,7 @@ class CatalogueCache:
             log.error("stored catalogue version %d does not parse here: %s", version, parsed.detail)
             return
         self.state = CatalogueState(catalogue=parsed, version=version)
+        self._applied(parsed)
         self.events.emit(CatalogueChanged(version))
         log.info("catalogue version %d: %s", version, ", ".join(parsed.names) or "(empty)")
         self.warn_unservable(parsed, version)
@@ -101,6 +111,7 @@ class CatalogueCache:
             json.dumps(catalogue_to_json(catalogue, admin=True)), catalogue.names
         )
         self.state = CatalogueState(catalogue=catalogue, version=version)
+        self._applied(catalogue)
         self.events.emit(CatalogueChanged(version))
         log.info("catalogue replaced (version %d, %d queued job(s) of removed types failed)", version, failed)
         self.events.emit(PLACEMENT_WANTED)

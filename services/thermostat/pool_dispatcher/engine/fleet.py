@@ -23,6 +23,7 @@ from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.policy.pool.machines import MachineState
 from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
 
+from ..metrics import PoolMetrics
 from ..repository import Assignment, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
@@ -76,6 +77,7 @@ class Fleet:
         writes: Writes,
         events: Events,
         hooks: Hooks,
+        metrics: PoolMetrics,
         now: Callable[[], float],
         sleep: Sleep,
         health_poll_seconds: float,
@@ -87,6 +89,7 @@ class Fleet:
         self.writes = writes
         self.events = events
         self.hooks = hooks
+        self.metrics = metrics
         self.now = now
         self.sleep = sleep
         self.health_poll_seconds = health_poll_seconds
@@ -128,10 +131,10 @@ class Fleet:
     async def _start_and_poll(self, plan: BootPlan) -> MachineHandle:
         """Start the machine and poll its health until it answers; BootFailed with the reason otherwise."""
         machine_id, machine_type = plan.machine_id, plan.machine_type
-        kind = str(machine_type.backend)
+        kind, name = str(machine_type.backend), machine_type.name
         if not self.ownership.trusted_for_call():
             reason = "not started: the instance lease is not trusted for the call"
-            await self.boot_failed(machine_id, None, reason, kind)
+            await self.boot_failed(machine_id, None, reason, kind, name)
             raise BootFailed(reason)
         spec = MachineSpec(
             machine_id=machine_id, tenant_id=plan.tenant_id, machine_type=machine_type, worker_token=plan.token
@@ -140,7 +143,7 @@ class Fleet:
             backend = self.backends.get(kind)
             handle = await backend.start(spec)
         except BackendError as error:
-            await self.boot_failed(machine_id, None, f"start failed: {error}", kind)
+            await self.boot_failed(machine_id, None, f"start failed: {error}", kind, name)
             raise BootFailed(f"start failed: {error}") from None
         if self.hooks.before_record_started is not None:
             await self.hooks.before_record_started(machine_id)
@@ -162,7 +165,7 @@ class Fleet:
         while not await backend.health(handle):
             if self.now() - booted_at >= machine_type.boot_timeout_seconds:
                 reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
-                await self.boot_failed(machine_id, handle.provider_id, reason, kind)
+                await self.boot_failed(machine_id, handle.provider_id, reason, kind, name)
                 raise BootFailed(reason)
             await self.sleep(self.health_poll_seconds)
         return handle
@@ -208,8 +211,11 @@ class Fleet:
             self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
             self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
 
-    async def boot_failed(self, machine_id: str, provider_id: str | None, reason: str, kind: str) -> None:
+    async def boot_failed(
+        self, machine_id: str, provider_id: str | None, reason: str, kind: str, machine_type: str
+    ) -> None:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
+        self.metrics.boot_failed(machine_type, kind)
         self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             await self.stop_quietly(provider_id, kind)

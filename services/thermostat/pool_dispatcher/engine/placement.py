@@ -254,7 +254,9 @@ class Placement:
                     log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
                     driver = self.drivers.drive(row.machine.id)  # held while releasing, as a boot would be
                     try:
-                        await self.fleet.boot_failed(row.machine.id, None, action.reason, row.backend)
+                        await self.fleet.boot_failed(
+                            row.machine.id, None, action.reason, row.backend, row.machine.machine_type
+                        )
                     finally:
                         self.drivers.release(row.machine.id, driver)
                     self.poke()  # its job waits in the queue again
