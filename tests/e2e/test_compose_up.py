@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
-SECTION = "## Quick start: a web cockpit (REST)"
+SECTION = "### A web cockpit (REST)"
 SIM_KEY = "sim-key-for-compose"
 OVERRIDE = """\
 services:
@@ -58,7 +58,8 @@ def cockpit_pod_calls() -> str:
     readme = (ROOT / "README.md").read_text()
     (block,) = re.findall(r"```bash\n(.*?)```", readme[readme.index(SECTION) :], flags=re.S)[:1]
     pods = block[: block.index("# Pool")]
-    return pods.replace("E=http://127.0.0.1:8080\n", "").replace("curl -s ", "curl -sf ")
+    assert "curl -s -w" in pods, "the cockpit's call() is no longer curl -s -w: keep this check in step"
+    return pods.replace("curl -s -w", "curl -sf -w")
 
 
 def postgres_image(daemon: Any) -> str:
@@ -110,8 +111,9 @@ def test_compose_runs_the_built_images_and_the_cockpit_quick_start_passes_agains
                 time.sleep(1)
             ran = subprocess.run(["bash", "-euo", "pipefail", "-c", cockpit_pod_calls()], capture_output=True,
                                  text=True, timeout=300, check=False,
-                                 env={**os.environ, "E": edge, "RIG_OPERATOR_TOKEN": operator,
-                                      "STRATA_POOL_TOKEN": "unused"})  # fmt: skip
+                                 env={**os.environ, "THERMOSTAT_ADDR": edge.removeprefix("http://"),
+                                      "RIG_OPERATOR_TOKEN": operator, "STRATA_POOL_TOKEN": "unused",
+                                      "STRATA_TENANT": "demo"})  # fmt: skip
             assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:] + _logs(files, env)
             assert '"configured":true' in ran.stdout and '"outcome":"Created"' in ran.stdout, ran.stdout
             assert '"dailyUsd":5' in ran.stdout, ran.stdout
