@@ -27,7 +27,7 @@ from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, pa
 from thermostat.policy.pool.submit_options import SubmitError
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
-from .admission import Admission, Refusal, SubmitRequest
+from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher
 from .metering_repository import PoolMeteringRepository
@@ -78,8 +78,9 @@ def _tenant() -> str:
     return tenant
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    return {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+def _trace_headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The caller's trace headers, all a submit keeps of its metadata (the chassis read the token and tenant)."""
+    return {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str) and k.lower() in TRACE_HEADERS}
 
 
 class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ignore[misc]
@@ -115,7 +116,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     async def _submit(self, request: SubmitRequest, context: grpc.aio.ServicerContext) -> JobView:
         admitted = await self.admission.admit(
-            request, _tenant(), _metadata(context), sync=False, remaining=context.time_remaining
+            request, _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
         )
         if isinstance(admitted, Refusal):
             await abort(context, admitted.code, admitted.detail, admitted.http)
@@ -138,7 +139,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def SubmitJobSync(
         self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        finished = await self.sync_jobs.submit_and_wait(request, _tenant(), _metadata(context), context.time_remaining)
+        finished = await self.sync_jobs.submit_and_wait(
+            request, _tenant(), _trace_headers(context), context.time_remaining
+        )
         if isinstance(finished, Refusal):
             await abort(context, finished.code, finished.detail, finished.http)
         return await self._answer(context, finished.job, await_result=True, result=finished.result)
@@ -171,7 +174,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, requests: AsyncIterator[pool_pb2.RunJobsRequest | Refused], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pool_pb2.RunJobsResponse]:
         """Each request as SubmitJobSync, at most `stream_jobs` in flight, answered as each finishes (sync_jobs.py)."""
-        async for response in self.sync_jobs.stream(requests, _tenant(), _metadata(context), context):
+        async for response in self.sync_jobs.stream(requests, _tenant(), _trace_headers(context), context):
             yield response
 
     async def RunJobsJson(
@@ -184,7 +187,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         batch = read_job_batch(request.payload.data)
         if isinstance(batch, BodyError):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, batch.detail, 400)
-        return await self.sync_jobs.batch(batch, tenant, _metadata(context), context)
+        return await self.sync_jobs.batch(batch, tenant, _trace_headers(context), context)
 
     async def GetJob(self, request: pool_pb2.GetJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         return job_message(await self._own_job(request.id, context))
