@@ -1,9 +1,16 @@
-"""Token auth declared per RPC beside the servicer, enforced by one interceptor.
+"""Token auth and tenancy declared per RPC beside the servicer, enforced by one interceptor.
 
 A servicer declares, per method name, which configured tokens admit a caller and in which headers they may
 arrive. Comparison is constant-time. No token presented → UNAUTHENTICATED; a token that matches none →
-PERMISSION_DENIED. A rule whose tokens are all unconfigured refuses everyone (fail closed: a missing
-secret must not open a cost-incurring route).
+PERMISSION_DENIED (a rule may word either refusal its own way, the pool's seed answers both 401). A rule
+whose tokens are all unconfigured refuses everyone (fail closed: a missing secret must not open a
+cost-incurring route). A rule may name `elevated` tokens (the pool's admin token): they admit too, and the
+servicer reads from `caller()` that it was one of them; `elevated_only` refuses everyone else.
+
+A method may also declare a tenant rule (chassis/tenancy.py), checked once its token passed: the tenant is
+read from its header and handed to the servicer by `caller()`. Neither rule reads or writes the request:
+a field a REST path binds stays the path's (no query parameter or body overrides it, policy/common/
+strict_json.py), and the tenant is never a request field at all.
 """
 
 from __future__ import annotations
@@ -11,20 +18,34 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import grpc
 from grpc import aio
 
+from thermostat.chassis.tenancy import Denial, TenantRule
+
+NO_TOKEN = Denial(grpc.StatusCode.UNAUTHENTICATED, "a token is required")
+WRONG_TOKEN = Denial(grpc.StatusCode.PERMISSION_DENIED, "the token is not valid for this call")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenRule:
-    """TokenRule admits a caller presenting any of `tokens` in one of `headers` (or as a bearer token)."""
+    """TokenRule admits a caller presenting any of `tokens` or `elevated` in one of `headers` (or as a bearer
+    token); `missing` and `wrong` are its refusals, `elevated_only` (when set) its refusal of a caller whose
+    token is not an elevated one."""
 
     tokens: tuple[str | None, ...]
     headers: tuple[str, ...] = ()
     bearer: bool = True
+    elevated: tuple[str | None, ...] = ()
+    elevated_only: Denial | None = None
+    missing: Denial = NO_TOKEN
+    wrong: Denial = WRONG_TOKEN
+    _plain: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    _elevated: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def presented(self, metadata: Mapping[str, str]) -> list[str]:
         values = [metadata[h] for h in self.headers if metadata.get(h)]
@@ -34,28 +55,65 @@ class TokenRule:
         return values
 
     def admits(self, presented: Sequence[str]) -> bool:
-        configured = [t.encode() for t in self.tokens if t]
-        ok = False
+        return self.grant(presented) is not None
+
+    def __post_init__(self) -> None:
+        # encoded once, not per call (the pool's hot path runs its rule on every job); unset tokens admit no one
+        object.__setattr__(self, "_plain", tuple(t.encode() for t in self.tokens if t))
+        object.__setattr__(self, "_elevated", tuple(t.encode() for t in self.elevated if t))
+
+    def grant(self, presented: Sequence[str]) -> bool | None:
+        """None: no token presented is valid for the rule; else whether one of them is an elevated token."""
+        ok = high = False
         for value in presented:
-            for token in configured:
-                # evaluate every pair: timing must not reveal which token or how much matched
-                ok |= hmac.compare_digest(value.encode(), token)
-        return ok
+            raw = value.encode()
+            # evaluate every pair: timing must not reveal which token or how much matched
+            for token in self._plain:
+                ok |= hmac.compare_digest(raw, token)
+            for token in self._elevated:
+                high |= hmac.compare_digest(raw, token)
+        return high if ok or high else None
+
+
+class Caller(NamedTuple):
+    """Caller is who the rules admitted: whether by an elevated token, and the tenant its tenant rule read (None
+    when the method has no tenant rule, or its elevated caller is exempt from it). A tuple, not a frozen
+    dataclass: one is built on every guarded call, the pool's hot path, and a tuple is built in a fifth the time."""
+
+    elevated: bool
+    tenant: str | None
+
+
+_caller: ContextVar[Caller | None] = ContextVar("thermostat_caller", default=None)
+
+
+def caller() -> Caller:
+    """The current call's admitted caller. A method without a rule has none: asking is a wiring error, never an
+    open door."""
+    found = _caller.get()
+    if found is None:
+        raise LookupError("no auth rule admitted this call: declare one for its method")
+    return found
 
 
 AuthRules = Mapping[str, TokenRule]  # full method name ("/pkg.Svc/Method") → rule
 ServiceRules = Mapping[str, TokenRule]  # full service name ("pkg.Svc") → the rule for every method it has
+TenantRules = Mapping[str, TenantRule]  # full method name → the tenant rule checked once its token passed
 
 log = logging.getLogger("thermostat.chassis.auth")
 
 
 class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
-    """Enforces the rules for the methods that declare one (a method's own rule, else its service's); other
-    methods are open. A refusal is logged with the method and the reason, never with what was presented."""
+    """Enforces the rules for the methods that declare one (a method's own rule, else its service's), then the
+    method's tenant rule; other methods are open. A token refusal is logged with the method and the reason, never
+    with what was presented; a tenant refusal is the caller's mistake and is not logged."""
 
-    def __init__(self, rules: AuthRules, service_rules: ServiceRules | None = None) -> None:
+    def __init__(
+        self, rules: AuthRules, service_rules: ServiceRules | None = None, tenant_rules: TenantRules | None = None
+    ) -> None:
         self._rules = dict(rules)
         self._service_rules = dict(service_rules or {})
+        self._tenant_rules = dict(tenant_rules or {})
 
     async def intercept_service(
         self,
@@ -64,31 +122,51 @@ class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
         rule = self._rules.get(method) or self._service_rules.get(method.strip("/").partition("/")[0])
-        if rule is None:
+        tenant_rule = self._tenant_rules.get(method)
+        if rule is None and tenant_rule is None:
             return await continuation(handler_call_details)
         metadata = {k.lower(): v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
-        presented = rule.presented(metadata)
-        if not presented:
-            log.warning("refused %s: no token presented (UNAUTHENTICATED)", method)
-            return _deny(
-                await continuation(handler_call_details), grpc.StatusCode.UNAUTHENTICATED, "a token is required"
-            )
-        if not rule.admits(presented):
-            log.warning("refused %s: the token presented is not valid for it (PERMISSION_DENIED)", method)
-            return _deny(
-                await continuation(handler_call_details),
-                grpc.StatusCode.PERMISSION_DENIED,
-                "the token is not valid for this call",
-            )
+        elevated = False
+        if rule is not None:
+            presented = rule.presented(metadata)
+            grant = rule.grant(presented) if presented else None
+            denial = rule.missing if not presented else rule.wrong if grant is None else None
+            if denial is None and rule.elevated_only is not None and not grant:
+                denial = rule.elevated_only
+            if denial is not None:
+                why = (
+                    "no token presented"
+                    if not presented
+                    else "the token presented is not valid for it"
+                    if grant is None
+                    else "the token presented is not an elevated one"
+                )
+                log.warning("refused %s: %s (%s)", method, why, denial.code.name)
+                return _deny(await continuation(handler_call_details), denial)
+            elevated = bool(grant)
+        tenant: str | None = None
+        if tenant_rule is not None and not (elevated and tenant_rule.elevated_exempt):
+            read = tenant_rule.tenant(metadata)
+            if isinstance(read, Denial):
+                return _deny(await continuation(handler_call_details), read)
+            tenant = read
+        # grpc.aio runs each RPC in its own task, so the caller set here is the RPC's alone
+        _caller.set(Caller(elevated=elevated, tenant=tenant))
         return await continuation(handler_call_details)
 
 
-def _deny(handler: grpc.RpcMethodHandler | None, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+async def _refuse(context: aio.ServicerContext[Any, Any], denial: Denial) -> None:
+    if denial.http is not None:  # the edge answers this HTTP status (its Lua filter reads x-http-code)
+        await context.send_initial_metadata((("x-http-code", str(denial.http)),))
+    await context.abort(denial.code, denial.message)
+
+
+def _deny(handler: grpc.RpcMethodHandler | None, denial: Denial) -> grpc.RpcMethodHandler:
     async def unary(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(code, message)
+        await _refuse(context, denial)
 
     async def stream(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(code, message)
+        await _refuse(context, denial)
         yield  # pragma: no cover - abort raises
 
     deserializer = handler.request_deserializer if handler else None

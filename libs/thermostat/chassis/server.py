@@ -25,7 +25,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from thermostat.chassis.auth import AuthInterceptor, AuthRules
+from thermostat.chassis.auth import AuthInterceptor, AuthRules, TenantRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.metrics import Metrics, MetricsServer
 from thermostat.chassis.request_context import RequestContextInterceptor
@@ -52,6 +52,8 @@ class ServiceSpec:
     service_names: Sequence[str]
     register: Callable[[aio.Server], None]
     auth_rules: AuthRules = field(default_factory=dict)
+    # per method, the tenant rule checked once its token passed (chassis/tenancy.py)
+    tenant_rules: TenantRules = field(default_factory=dict)
     dependency_check: DependencyCheck | None = None
     on_start: Sequence[Hook] = ()
     on_stop: Sequence[Hook] = ()
@@ -97,7 +99,11 @@ class ServiceHost:
         self.interceptors = [
             *server_interceptors(),
             RequestContextInterceptor(spec.name),
-            AuthInterceptor(spec.auth_rules, {name: internal_rule(spec.internal_token) for name in internal}),
+            AuthInterceptor(
+                spec.auth_rules,
+                {name: internal_rule(spec.internal_token) for name in internal},
+                spec.tenant_rules,
+            ),
             TextFieldInterceptor(),
         ]
         self.server = aio.server(interceptors=self.interceptors, options=list(spec.grpc_options))

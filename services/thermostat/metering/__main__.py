@@ -25,7 +25,7 @@ from thermostat.store.db import Store
 
 from .ledger import AfterRead, Feed, Ledger, LedgerLeader, PodActionFeed, PoolMachineFeed, PoolUsageFeed, _nothing
 from .metrics import MAX_TENANTS, MeteringMetrics
-from .pool_access import PoolTokens
+from .pool_access import PoolTokens, pool_auth_rules, pool_tenant_rules
 from .repository import MeteringRepository
 from .servicer import MeteringCore, MeteringInternalServicer, MeteringServicer
 from .settings import MeteringSettings
@@ -88,7 +88,7 @@ async def build(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,
         admin=settings.strata_pool_admin_token.get_secret_value() if settings.strata_pool_admin_token else None,
     )
-    core = MeteringCore(pods, repository, clock=clock, pool_tokens=pool_tokens)
+    core = MeteringCore(pods, repository, clock=clock)
 
     async def lag() -> None:
         metrics.feeds(await repository.feeds())
@@ -135,7 +135,8 @@ async def build(
             name=METERING.name,
             service_names=METERING.served,
             register=register,
-            auth_rules=auth_rules(settings),
+            auth_rules={**auth_rules(settings), **pool_auth_rules(pool_tokens)},
+            tenant_rules=pool_tenant_rules(),
             dependency_check=store.ping,
             on_start=[start],
             on_stop=[shutdown],

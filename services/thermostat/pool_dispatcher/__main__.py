@@ -25,6 +25,7 @@ from thermostat.providers.pool.settings import ProviderBackend, build_backends, 
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.store.db import Store
 
+from .access import Tokens, auth_rules, tenant_rules
 from .budget_gate import BudgetGate
 from .budget_reaper import BudgetReaper
 from .dispatcher import Dispatcher, Hooks, Sleep
@@ -33,7 +34,7 @@ from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
 from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
-from .servicer import PoolDispatcherServicer, Tokens
+from .servicer import PoolDispatcherServicer
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
 
 log = logging.getLogger("thermostat.pool_dispatcher")
@@ -147,7 +148,7 @@ def assemble(
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(
-            PoolDispatcherServicer(dispatcher, tokens, gate, orphans=orphans), server
+            PoolDispatcherServicer(dispatcher, gate, orphans=orphans), server
         )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
@@ -172,6 +173,8 @@ def assemble(
             name=POOL_DISPATCHER.name,
             service_names=POOL_DISPATCHER.served,
             register=register,
+            auth_rules=auth_rules(tokens),
+            tenant_rules=tenant_rules(),
             dependency_check=store.ping,
             on_start=[dispatcher.start, reaper.start, orphans.start],
             on_stop=[shutdown],

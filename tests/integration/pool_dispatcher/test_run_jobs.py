@@ -28,8 +28,9 @@ from tests.integration.pool_dispatcher.conftest import (
 )
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+from thermostat.pool_dispatcher.access import Tokens, auth_rules, tenant_rules
 from thermostat.pool_dispatcher.dispatcher import Hooks
-from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer, Tokens
+from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
 from thermostat.store.db import Store
 
@@ -291,14 +292,14 @@ async def serve_capped(
     pool: RunningPool, cap: int, full: Callable[[], Awaitable[None]]
 ) -> tuple[ServiceHost, pool_pb2_grpc.PoolDispatcherStub, grpc.aio.Channel]:
     """A second server (the chassis's, with its interceptors) over the pool's dispatcher, its streams capped."""
-    servicer = PoolDispatcherServicer(
-        pool.dispatcher, Tokens(api=API_TOKEN, admin=ADMIN_TOKEN), stream_jobs=cap, stream_full=full
-    )
+    servicer = PoolDispatcherServicer(pool.dispatcher, stream_jobs=cap, stream_full=full)
     host = ServiceHost(
         ServiceSpec(
             name="pool-capped",
             service_names=[pool_pb2.DESCRIPTOR.services_by_name["PoolDispatcher"].full_name],
             register=lambda server: pool_pb2_grpc.add_PoolDispatcherServicer_to_server(servicer, server),
+            auth_rules=auth_rules(Tokens(api=API_TOKEN, admin=ADMIN_TOKEN)),
+            tenant_rules=tenant_rules(),
         )
     )
     port = await host.start("127.0.0.1", 0)

@@ -35,8 +35,9 @@ from tests.integration.pool_dispatcher.conftest import (
 from tests.integration.pool_dispatcher.test_run_jobs import Held
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
+from thermostat.pool_dispatcher.access import Tokens, auth_rules, tenant_rules
 from thermostat.pool_dispatcher.dispatcher import Hooks
-from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer, Tokens
+from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer
 from thermostat.store.db import Store
 
 CATALOGUE = [
@@ -300,12 +301,14 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
 @contextlib.asynccontextmanager
 async def answers_of(pool: RunningPool, **limits: int) -> AsyncIterator[pool_pb2_grpc.PoolDispatcherStub]:
     """A stub of a second server over the pool's dispatcher whose servicer answers batches within `limits`."""
-    servicer = PoolDispatcherServicer(pool.dispatcher, Tokens(api=API_TOKEN, admin=ADMIN_TOKEN), **limits)
+    servicer = PoolDispatcherServicer(pool.dispatcher, **limits)
     host = ServiceHost(
         ServiceSpec(
             name="pool-small-answers",
             service_names=[pool_pb2.DESCRIPTOR.services_by_name["PoolDispatcher"].full_name],
             register=lambda server: pool_pb2_grpc.add_PoolDispatcherServicer_to_server(servicer, server),
+            auth_rules=auth_rules(Tokens(api=API_TOKEN, admin=ADMIN_TOKEN)),
+            tenant_rules=tenant_rules(),
         )
     )
     port = await host.start("127.0.0.1", 0)

@@ -1,0 +1,110 @@
+"""A submit from the wire to the queue: the catalogue resolved, admission decided (policy/pool/admission.py), the
+tenant's budget asked, then the dispatcher's submit. Nothing is queued for a refused submit; a refusal for
+budget is recorded as a failed job, so the tenant's record shows what was turned away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from thermostat.chassis import tracing
+from thermostat.policy.pool.admission import SubmitAsk, SubmitRefusal, admit_submit, over_budget
+from thermostat.policy.pool.submit_options import SubmitOptions
+from thermostat.pool.v1 import pool_pb2
+
+from .budget_gate import BudgetGate
+from .dispatcher import Dispatcher
+from .metering_repository import PoolMeteringRepository
+from .repository import JobView
+
+log = logging.getLogger("thermostat.pool_dispatcher.admission")
+
+TRACE_HEADERS = ("traceparent", "tracestate")
+SubmitRequest = pool_pb2.SubmitJobRequest | pool_pb2.SubmitJobJsonRequest | pool_pb2.SubmitJobSyncRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A submit refused, nothing queued: the status a call ends with (a stream's job is answered with it), its
+    REST status, and the failed job a budget refusal recorded."""
+
+    code: grpc.StatusCode
+    detail: str
+    http: int
+    job_id: str | None = None
+
+    @classmethod
+    def of(cls, refused: SubmitRefusal) -> Refusal:
+        return cls(grpc.StatusCode[refused.kind.grpc_code], refused.detail, refused.http, refused.job_id)
+
+
+def ask_of(request: SubmitRequest, *, sync: bool) -> SubmitAsk:
+    """A submit request's parameters as admission reads them (only a sync request has wait_seconds)."""
+    return SubmitAsk(
+        machine_type=request.machine_type,
+        priority=request.priority,
+        session_id=request.session_id,
+        timeout_seconds=request.timeout_seconds,
+        wait_seconds=request.wait_seconds if isinstance(request, pool_pb2.SubmitJobSyncRequest) else "",
+        payload_bytes=len(request.payload.data),
+        sync=sync,
+    )
+
+
+class Admission:
+    """Admits and queues submits for the dispatcher, asking the budget gate and recording its refusals."""
+
+    def __init__(self, dispatcher: Dispatcher, gate: BudgetGate, metering: PoolMeteringRepository) -> None:
+        self.d = dispatcher
+        self.gate = gate
+        self.metering = metering
+
+    async def admit(
+        self,
+        request: SubmitRequest,
+        tenant: str,
+        metadata: Mapping[str, str],
+        *,
+        sync: bool,
+        remaining: Callable[[], float | None],
+    ) -> tuple[JobView, SubmitOptions] | Refusal:
+        """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
+        ask = ask_of(request, sync=sync)
+        if ask.machine_type and self.d.catalogue.get(ask.machine_type) is None:
+            await self.d.type_named(ask.machine_type)  # another replica's catalogue write may name it
+        admitted = admit_submit(
+            ask,
+            catalogue=self.d.catalogue,
+            unservable=self.d.backend_refusal,
+            max_payload_bytes=self.d.max_payload_bytes,
+        )
+        if isinstance(admitted, SubmitRefusal):
+            return Refusal.of(admitted)
+        options = admitted.options
+        reason = await self.gate.refusal(tenant)
+        if reason is not None:  # nothing queued, nothing started; the refusal is a failed job on the record
+            job_id = await self.metering.record_refused_submit(
+                tenant_id=tenant,
+                machine_type=options.machine_type.name,
+                priority=options.priority,
+                session_id=options.session_id,
+                timeout_seconds=options.timeout_seconds,
+                error=reason,
+            )
+            log.warning("submit refused for budget: job %s: %s", job_id, reason)
+            return Refusal.of(over_budget(reason, job_id))
+        # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
+        trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
+        job = await self.d.submit(
+            tenant_id=tenant,
+            options=options,
+            payload=request.payload.data,
+            trace=trace,
+            waiting=sync,
+            remaining=remaining(),
+        )
+        return job, options
