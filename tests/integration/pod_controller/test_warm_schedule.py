@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.services import SIM_API_KEY, VOLUME, pod_controller_env, start_pod_controller
 from tests.integration.pod_controller.harness import pods_on
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
@@ -25,22 +26,6 @@ from thermostat.store.db import Store
 
 OPENS = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)  # Wednesday 08:00 UTC
 HOURS = parse_warm_hours("Mon-Fri 08:00-18:00 UTC", "RUNPOD_WARM_HOURS")
-
-
-class WallClock:
-    """Only the schedule's wall time is stepped; nothing here sleeps on it."""
-
-    def __init__(self, now: datetime) -> None:
-        self.wall = now
-
-    def now(self) -> datetime:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.wall.timestamp()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(0)
 
 
 MakeControl = Callable[[RunPodSimulator, Store, str], PodControl]
@@ -68,7 +53,7 @@ def _control(sim: RunPodSimulator, store: Store, replica: str, client: RunPodV2C
     return PodControl(pods, client, records, gate, WakeService(client, records))
 
 
-def schedule_of(control: PodControl, store: Store, clock: WallClock, replica: str) -> WarmSchedule:
+def schedule_of(control: PodControl, store: Store, clock: FakeClock, replica: str) -> WarmSchedule:
     return WarmSchedule(
         control.pods,
         {"qwen": HOURS},
@@ -85,18 +70,18 @@ async def test_a_stopped_pod_is_started_before_its_hours_open_with_trigger_sched
     runpod_sim: RunPodSimulator, db_store: Store, control_of: MakeControl
 ) -> None:
     pod_id = runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
-    clock = WallClock(OPENS - timedelta(minutes=11))  # no measured boot: lead 10 min + one 30 s pass
+    clock = FakeClock(wall=OPENS - timedelta(minutes=11))  # no measured boot: lead 10 min + one 30 s pass
     control = control_of(runpod_sim, db_store, "replica-a")
     schedule = schedule_of(control, db_store, clock, "replica-a")
     assert await schedule.run_pass() == [], "10 min 30 s ahead is not yet"
-    clock.wall = OPENS - timedelta(minutes=10, seconds=30)
+    clock.advance((OPENS - timedelta(minutes=10, seconds=30) - clock.now()).total_seconds())
     started = await schedule.run_pass()
     assert [(name, due.window.start) for name, due in started] == [("qwen", OPENS)]
     await schedule.settle()
     assert [(a.action, a.pod_id, a.trigger, a.ok) for a in await actions_of(control)] == [
         ("Start", pod_id, "schedule", True)
     ]
-    clock.wall = OPENS
+    clock.advance((OPENS - clock.now()).total_seconds())
     assert await schedule.run_pass() == [], "once per window"
 
 
@@ -104,7 +89,7 @@ async def test_two_replicas_scheduling_at_once_start_one_pod_once(
     runpod_sim: RunPodSimulator, db_store: Store, control_of: MakeControl
 ) -> None:
     runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
-    clock = WallClock(OPENS - timedelta(minutes=5))
+    clock = FakeClock(wall=OPENS - timedelta(minutes=5))
     a, b = control_of(runpod_sim, db_store, "replica-a"), control_of(runpod_sim, db_store, "replica-b")
     first, second = schedule_of(a, db_store, clock, "replica-a"), schedule_of(b, db_store, clock, "replica-b")
     started = await asyncio.gather(first.run_pass(), second.run_pass())
@@ -123,7 +108,7 @@ async def test_a_user_wake_and_the_schedule_together_start_one_pod(
     """Both go through one gate: whichever asks first runs the wake, the other joins it — one pod, one Start."""
     runpod_sim.add_pod(volume_id=VOLUME, status="EXITED")
     control = control_of(runpod_sim, db_store, "replica-a")
-    schedule = schedule_of(control, db_store, WallClock(OPENS - timedelta(minutes=5)), "replica-a")
+    schedule = schedule_of(control, db_store, FakeClock(wall=OPENS - timedelta(minutes=5)), "replica-a")
     pod = control.pods[0]
     if user_first:
         user = asyncio.create_task(control.run_wake(pod))
@@ -165,7 +150,7 @@ async def test_a_pod_without_warm_hours_is_never_scheduled(
         db_store.leases,
         lambda pod: control.run_wake(pod, trigger="schedule"),
         replica="replica-a",
-        clock=WallClock(OPENS),
+        clock=FakeClock(wall=OPENS),
     )
     assert not schedule.scheduled
     assert await schedule.run_pass() == []
