@@ -111,7 +111,7 @@ BOARDS = {
                 dict(
                     unit="s",
                     legend=["{{pod}} runtime", "{{pod}} cap"],
-                    desc="seconds since each pod came up, and MAX_RUNTIME_MINUTES: the idle monitor stops it at the cap",
+                    desc="seconds since each pod came up, and MAX_RUNTIME_MINUTES: the monitor stops it at the cap",
                 ),
             ),
             (
