@@ -102,6 +102,19 @@ BOARDS = {
                 dict(legend=["{{pod}} idle", "{{pod}} booting"]),
             ),
             (
+                "Runtime against the runtime cap",
+                [
+                    # the runtime's series ends with the pod: held 5 m so the stop shows where the line stopped
+                    "max by (pod) (max_over_time(thermostat_monitor_runtime_seconds[5m]))",
+                    "max by (pod) (thermostat_monitor_runtime_cap_seconds)",
+                ],
+                dict(
+                    unit="s",
+                    legend=["{{pod}} runtime", "{{pod}} cap"],
+                    desc="seconds since each pod came up, and MAX_RUNTIME_MINUTES: the monitor stops it at the cap",
+                ),
+            ),
+            (
                 "Spend today by pod (USD)",
                 ['thermostat_spend_usd{subject="pod", period="day"}'],
                 dict(unit="currencyUSD", legend=["{{name}}"]),

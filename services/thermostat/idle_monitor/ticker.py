@@ -255,7 +255,7 @@ class PodTicker:
         )
 
     async def _save(self, state: MonitorState, decision: TickDecision, now: datetime) -> None:
-        self.metrics.ticked(self.pod_name, state)
+        self.metrics.ticked(self.pod_name, state, now, self.options.max_runtime)
         await self.states.save(
             self.pod_name,
             SavedState(

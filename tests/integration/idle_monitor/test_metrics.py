@@ -4,10 +4,12 @@ them and a monitor lease taken from a dead replica, every family as docs/operati
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tests.fixtures.metrics import Family, assert_documented, parse, scrape
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import VOLUME, pod_controller_env, start_pod_controller
-from tests.integration.idle_monitor.conftest import POD, POD_ID, MonitorRig, in_process_monitor
+from tests.integration.idle_monitor.conftest import POD, POD_ID, MakeRig, MonitorRig, in_process_monitor
 from tests.integration.idle_monitor.test_disabled_until_configured import monitor_env, watching
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.idle_monitor.metrics import MonitorMetrics
@@ -73,3 +75,39 @@ async def test_the_monitor_serves_its_metrics_over_http_and_counts_a_monitor_lea
     assert families["thermostat_monitor_scrape_seconds"].value(result="answered") >= 1
     assert families["thermostat_lease_takeovers_total"].value(lease="monitor") == 1
     assert_documented(families)
+
+
+async def test_the_runtime_gauge_counts_from_the_cap_clock_the_tick_armed_and_goes_when_the_pod_is_down(
+    rig: MonitorRig,
+) -> None:
+    """A ready pod ticked four times a minute apart: its runtime is three minutes from the start the tick saved,
+    its cap six hours; idle-stopped and ticked down, the runtime series goes and the cap stays."""
+    rig.add_pod(POD_ID)
+    await rig.ticks(4)
+    started = (await rig.saved()).state.cap_started_at
+    assert started is not None
+    last_tick = rig.now - timedelta(seconds=rig.options.check_seconds)
+    families = await _exposed(rig.ticker.metrics)
+    assert families["thermostat_monitor_runtime_seconds"].value(pod=POD) == (last_tick - started).total_seconds() == 180
+    assert families["thermostat_monitor_runtime_cap_seconds"].value(pod=POD) == 6 * 3600
+    assert_documented(families)
+
+    await rig.tick_until_stop(limit=20)
+    await rig.tick()  # the pod reads NotRunning: the clock is disarmed
+    assert (await rig.saved()).state.cap_started_at is None
+    families = await _exposed(rig.ticker.metrics)
+    assert families["thermostat_monitor_runtime_seconds"].samples == ()
+    assert families["thermostat_monitor_runtime_cap_seconds"].value(pod=POD) == 6 * 3600
+
+    rig.ticker.metrics.forget(POD)
+    assert (await _exposed(rig.ticker.metrics))["thermostat_monitor_runtime_cap_seconds"].samples == ()
+
+
+async def test_a_disabled_runtime_cap_exports_no_cap_series(make_rig: MakeRig) -> None:
+    """MAX_RUNTIME_MINUTES=0: the runtime still counts, the cap (and so the near-the-cap alert) has no series."""
+    rig = await make_rig(MAX_RUNTIME_MINUTES="0")
+    rig.add_pod(POD_ID)
+    await rig.ticks(2)
+    families = await _exposed(rig.ticker.metrics)
+    assert families["thermostat_monitor_runtime_seconds"].value(pod=POD) == 60
+    assert families["thermostat_monitor_runtime_cap_seconds"].samples == ()
