@@ -150,12 +150,12 @@ class Dispatcher:
         self.waits = Waits(self.repo, self.events, self.hooks, now)
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
-            writes=self.writes, events=self.events, hooks=self.hooks, metrics=self.metrics, now=now,
+            writes=self.writes, events=self.events, metrics=self.metrics, now=now,
             sleep=self.sleep, health_poll_seconds=health_poll_seconds,
         )  # fmt: skip
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            tasks=self.tasks, events=self.events, hooks=self.hooks, channel=self.channel,
+            tasks=self.tasks, events=self.events, channel=self.channel,
             limits=batch_limits or BatchLimits(),
         )  # fmt: skip
         self.runner = Runner(

@@ -25,6 +25,7 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import before_hand_back, before_provider_stop
 from thermostat.policy.pool.hand_back import Refusal
 from thermostat.pool.v1 import pool_pb2
 from thermostat.pool_dispatcher.dispatcher import Hooks
@@ -209,7 +210,7 @@ async def test_a_cancel_landing_before_the_hand_back_stands_and_no_machine_is_st
     async def cancel_first(job_id: str) -> None:
         assert (await cancel(box[0], job_id)).state == "cancelled"
 
-    async with start_pool(pool_store, pool_env(), hooks=Hooks(before_hand_back=cancel_first)) as pool:
+    async with start_pool(pool_store, pool_env(), seams=[before_hand_back(cancel_first)]) as pool:
         box.append(pool)
         dead = await warm_machine(pool)
         await kill(pool, pool_store, dead)
@@ -271,7 +272,7 @@ async def test_a_tenant_at_its_cap_gets_a_new_machine_as_the_dead_one_retires(po
         again.append((handed.handed_back, handed.provider_id))
 
     types = [local_type(max_workers=1)]
-    async with start_pool(pool_store, pool_env(types), hooks=Hooks(before_provider_stop=while_stopping)) as pool:
+    async with start_pool(pool_store, pool_env(types), seams=[before_provider_stop(while_stopping)]) as pool:
         dead.append(await warm_machine(pool))
         provider = await pool_store.pool.fetchval("SELECT provider_id FROM pool_machines")
         box.append(pool)
@@ -301,7 +302,7 @@ async def test_under_the_fleet_cap_the_job_waits_until_the_dead_machine_is_gone(
         while_stopping.append((await machines(pool_store), state))
 
     env = pool_env(POOL_MAX_WORKERS_TOTAL="1")
-    async with start_pool(pool_store, env, hooks=Hooks(before_provider_stop=hold)) as pool:
+    async with start_pool(pool_store, env, seams=[before_provider_stop(hold)]) as pool:
         dead.append(await warm_machine(pool))
         box.append(pool)
         await kill(pool, pool_store, dead[0])

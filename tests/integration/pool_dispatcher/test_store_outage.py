@@ -18,6 +18,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.fixtures.tcp_proxy import FreezableProxy
 from tests.integration.pool_dispatcher.conftest import REFERENCE_WORKER, RunningPool, caller, pool_env, start_pool
+from tests.integration.pool_dispatcher.seams import SEAMS
 from tests.integration.pool_dispatcher.test_fences import HeldStep, journalled_type, machine_idle, reached_worker
 from tests.integration.pool_dispatcher.test_removal_and_limits import put_catalogue
 from tests.integration.store.test_store import through
@@ -73,9 +74,11 @@ async def pool_through_outage(
     journal = tmp_path / "journal"
     async with proxied(database_url) as (store, proxy):
         outage = Outage(proxy, lose_answer=lose_answer)
-        hooks = Hooks(**{hook: outage})
+        # the cut lands right before the named store call (seams.py), or at a hook that precedes no such call
+        seams = [SEAMS[hook](outage)] if hook in SEAMS else []
+        hooks = None if hook in SEAMS else Hooks(**{hook: outage})
         types = [journalled_type(journal) | {"max_workers": max_workers}]
-        async with start_pool(store, pool_env(types), hooks=hooks, sleep=outage.sleep) as pool:
+        async with start_pool(store, pool_env(types), hooks=hooks, sleep=outage.sleep, seams=seams) as pool:
             yield pool, outage, journal
 
 

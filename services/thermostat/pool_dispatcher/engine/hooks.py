@@ -17,15 +17,8 @@ from dataclasses import dataclass
 class Hooks:
     """Test seams at the points two actors race: each is awaited, if set, before the named statement."""
 
-    before_machine_ready: Callable[[str], Awaitable[None]] | None = None  # fleet: by machine id
     before_complete: Callable[[str], Awaitable[None]] | None = None  # runner: by job id
-    before_insert_machines: Callable[[], Awaitable[None]] | None = None  # placement, under its lock
     before_send: Callable[[str], Awaitable[None]] | None = None  # runner, before mark_sent: dispatched claims only
     before_execute: Callable[[str], Awaitable[None]] | None = None  # runner, before the worker call, every job
-    before_record_started: Callable[[str], Awaitable[None]] | None = None  # fleet: by machine id
-    before_take_next: Callable[[str], Awaitable[None]] | None = None  # runner: by machine id
     before_wait: Callable[[str], Awaitable[None]] | None = None  # waits: a sync or WaitJob wait, before it registers
-    before_submit_batch: Callable[[list[str]], Awaitable[None]] | None = None  # intake: by the batch's job ids
-    before_hand_back: Callable[[str], Awaitable[None]] | None = None  # hand_back: a refused job, before it is queued
     before_place: Callable[[], Awaitable[None]] | None = None  # placement: every pass, before it takes the lock
-    before_provider_stop: Callable[[str], Awaitable[None]] | None = None  # fleet: a retired machine, by id

@@ -145,8 +145,6 @@ class Placement:
             )
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-            if self.hooks.before_insert_machines is not None:
-                await self.hooks.before_insert_machines()
             for start in plan.starts:
                 machine_type = self.catalogue.get(start.machine_type)
                 if machine_type is None:

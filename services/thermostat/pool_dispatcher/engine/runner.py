@@ -92,7 +92,7 @@ class Runner:
         self.channel = channel
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
-            hooks=hooks, metrics=metrics,
+            metrics=metrics,
         )  # fmt: skip
 
     def start(self, assignment: Assignment, tenant_id: str, machine_type: str, image: str) -> None:
@@ -105,8 +105,6 @@ class Runner:
     async def take_next(self, machine_id: str, image: str, driver: object) -> Assignment | None:
         """take_next, written until the store answers; a lost answer is read back from the machine."""
         self.drivers.keep(machine_id, driver)
-        if self.hooks.before_take_next is not None:
-            await self.hooks.before_take_next(machine_id)
         assignment, retried = await self.writes.durably(
             f"machine {machine_id}: take_next",
             lambda: self.repo.jobs.take_next(machine_id, image, self.ownership.owner),

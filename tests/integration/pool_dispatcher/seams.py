@@ -1,0 +1,90 @@
+"""Seams at the dispatcher's injection points: a test holds a run right before one store call, at the point two
+actors race, by wrapping that one method of the dispatcher's repository aggregate (`repo.jobs`, `repo.machines`).
+
+`start_pool(seams=[...])` applies each to the dispatcher it built, before the host starts, so the wrapper is in place
+before the first pass can reach the call. The wrapper awaits the test's barrier with the call's key (a job or a
+machine id: the method's first argument) and then delegates; a call inside a retrying write (`durably`) meets it on
+every attempt, so a barrier that must act once arms itself off (as `Outage` and `HeldStep` do).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from thermostat.pool_dispatcher.dispatcher import Dispatcher
+from thermostat.pool_dispatcher.repository import QueuedSubmit
+
+Hold = Callable[[str], Awaitable[None]]
+Seam = Callable[[Dispatcher], None]
+
+
+def wrap_before(
+    target: object, method: str, hold: Callable[..., Awaitable[None]], key: Callable[..., Any] | None
+) -> None:
+    """Replace `target.method` (on that instance) by one that awaits `hold(key(*args))` before the real call (with
+    no argument when `key` is None)."""
+    real = getattr(target, method)
+
+    @functools.wraps(real)
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        await (hold() if key is None else hold(key(*args, **kwargs)))
+        return await real(*args, **kwargs)
+
+    setattr(target, method, held)
+
+
+def _first(*args: Any, **_kwargs: Any) -> str:
+    return str(args[0])
+
+
+def before_take_next(hold: Hold) -> Seam:
+    """Before `repo.jobs.take_next`: a machine asks for its next job (by machine id)."""
+    return lambda d: wrap_before(d.repo.jobs, "take_next", hold, _first)
+
+
+def before_hand_back(hold: Hold) -> Seam:
+    """Before `repo.jobs.hand_back`: a job its worker refused goes back to the queue (by job id)."""
+    return lambda d: wrap_before(d.repo.jobs, "hand_back", hold, _first)
+
+
+def before_record_started(hold: Hold) -> Seam:
+    """Before `repo.machines.record_started`: the backend started a machine; its row is written (by machine id)."""
+    return lambda d: wrap_before(d.repo.machines, "record_started", hold, _first)
+
+
+def before_machine_ready(hold: Hold) -> Seam:
+    """Before `repo.machines.machine_ready`: a booted machine answered its health check (by machine id)."""
+    return lambda d: wrap_before(d.repo.machines, "machine_ready", hold, _first)
+
+
+def before_provider_stop(hold: Hold) -> Seam:
+    """Before `repo.machines.machine_backend`, the read that opens a retired machine's provider stop (by machine id):
+    the fleet reads which backend to call, then calls its stop."""
+    return lambda d: wrap_before(d.repo.machines, "machine_backend", hold, _first)
+
+
+def _batch(_tenant_id: str, _machine_type: str, jobs: Sequence[QueuedSubmit], **_kwargs: Any) -> list[str]:
+    return [job.job_id for job in jobs]
+
+
+def before_submit_batch(hold: Callable[[list[str]], Awaitable[None]]) -> Seam:
+    """Before `repo.jobs.submit_queued`: a gathered batch's one statement (by the batch's job ids)."""
+    return lambda d: wrap_before(d.repo.jobs, "submit_queued", hold, _batch)
+
+
+def before_insert_machines(hold: Callable[[], Awaitable[None]]) -> Seam:
+    """Before `repo.machines.insert_machine`: inside placement's transaction, under its lock, the pass's counts read
+    and its first start not yet inserted (a hint's insert meets it too)."""
+    return lambda d: wrap_before(d.repo.machines, "insert_machine", hold, None)
+
+
+SEAMS: dict[str, Callable[[Any], Seam]] = {
+    "before_take_next": before_take_next,
+    "before_hand_back": before_hand_back,
+    "before_record_started": before_record_started,
+    "before_machine_ready": before_machine_ready,
+    "before_provider_stop": before_provider_stop,
+    "before_insert_machines": before_insert_machines,
+}
