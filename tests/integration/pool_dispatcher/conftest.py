@@ -21,7 +21,7 @@ from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.seams import Seam
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
-from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
+from thermostat.pool_dispatcher.dispatcher import Dispatcher
 from thermostat.pool_dispatcher.orphan_sweep import OrphanSweeper
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
 from thermostat.providers.pool.local import LocalBackend
@@ -148,7 +148,6 @@ async def start_pool(
     env: Mapping[str, str],
     *,
     clock: Any = None,
-    hooks: Hooks | None = None,
     run_scaler: bool = False,
     lease_clock: Any = None,
     sleep: Any = None,
@@ -160,9 +159,7 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(
-        settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock
-    )
+    service = assemble(settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, lease_clock=lease_clock)
     for seam in seams:  # each wraps one injected call of this dispatcher (seams.py), in place before it runs
         seam(service.dispatcher)
     port = await service.host.start("127.0.0.1", 0, metrics_port=0)

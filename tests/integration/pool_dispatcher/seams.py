@@ -1,8 +1,14 @@
-"""Seams at the dispatcher's injection points: a test holds a run right before one store call, at the point two
-actors race, by wrapping that one method of the dispatcher's repository aggregate (`repo.jobs`, `repo.machines`).
+"""Seams where ordering tests hold a dispatcher's run, at the point two actors race.
+
+Most are the repository's injection point: the seam wraps the one method of the dispatcher's aggregate
+(`repo.jobs`, `repo.machines`) whose call comes right after the point, so nothing in production marks it. Five
+points precede no such call (a trust check, a mark in memory, a read of what batches were seen, a wait's
+registration, the placement lock): there the seam sets the part's own documented constructor seam (Runner's
+before_send / before_execute / before_complete, Waits' before_wait, Placement's before_place), which production
+leaves None.
 
 `start_pool(seams=[...])` applies each to the dispatcher it built, before the host starts, so the wrapper is in place
-before the first pass can reach the call. The wrapper awaits the test's barrier with the call's key (a job or a
+before the first pass can reach the call. A wrapper awaits the test's barrier with the call's key (a job or a
 machine id: the method's first argument) and then delegates; a call inside a retrying write (`durably`) meets it on
 every attempt, so a barrier that must act once arms itself off (as `Outage` and `HeldStep` do).
 """
@@ -88,3 +94,35 @@ SEAMS: dict[str, Callable[[Any], Seam]] = {
     "before_provider_stop": before_provider_stop,
     "before_insert_machines": before_insert_machines,
 }
+
+
+def _part_seam(part: str, name: str, hold: Callable[..., Awaitable[None]]) -> Seam:
+    return lambda d: setattr(getattr(d, part), name, hold)
+
+
+def before_send(hold: Hold) -> Seam:
+    """Runner's own seam: a dispatched claim, before the lease's trust check that gates mark_sent (by job id)."""
+    return _part_seam("runner", "before_send", hold)
+
+
+def before_execute(hold: Hold) -> Seam:
+    """Runner's own seam: every job, before its `sent` mark and the worker call (by job id)."""
+    return _part_seam("runner", "before_execute", hold)
+
+
+def before_complete(hold: Hold) -> Seam:
+    """Runner's own seam: the worker answered, before the completion reads the batches seen (by job id)."""
+    return _part_seam("runner", "before_complete", hold)
+
+
+def before_wait(hold: Hold) -> Seam:
+    """Waits' own seam: a sync or WaitJob wait, before it registers (by job id)."""
+    return _part_seam("waits", "before_wait", hold)
+
+
+def before_place(hold: Callable[[], Awaitable[None]]) -> Seam:
+    """Placement's own seam: every pass, before it takes the placement lock."""
+    return _part_seam("placement", "before_place", hold)
+
+
+SEAMS.update(before_send=before_send, before_complete=before_complete)
