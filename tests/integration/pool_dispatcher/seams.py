@@ -111,7 +111,7 @@ def before_execute(hold: Hold) -> Seam:
 
 
 def before_complete(hold: Hold) -> Seam:
-    """Runner's own seam: the worker answered, before the completion reads the batches seen (by job id)."""
+    """Runner's own seam: the worker answered, before the completion's trust check and batches read (by job id)."""
     return _part_seam("runner", "before_complete", hold)
 
 

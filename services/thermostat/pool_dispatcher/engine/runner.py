@@ -62,8 +62,9 @@ class Runner:
     tests' seams (production passes none): each is awaited with the job id right before a step no injected call
     marks, so a test holds a run there while another actor lands. before_send precedes the lease's trust check
     that gates mark_sent (a test lets the trust lapse inside it); before_execute precedes the run's `sent` mark
-    (reconcile's view) and the worker call; before_complete precedes the read of the batches seen, which decides
-    whether the completion's statement must poke placement."""
+    (reconcile's view) and the worker call; before_complete precedes the trust check that decides whether the
+    completion hands the machine its next job running, and the read of the batches seen (whether it must poke
+    placement). A wrapper on the repository call after each (mark_sent, complete) would hold past those steps."""
 
     def __init__(
         self,
