@@ -28,7 +28,7 @@ from thermostat.store.db import Store
 from .access import Tokens, auth_rules, tenant_rules
 from .budget_gate import BudgetGate
 from .budget_reaper import BudgetReaper
-from .dispatcher import Dispatcher, Hooks, Sleep
+from .dispatcher import Dispatcher, Sleep
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
@@ -87,10 +87,9 @@ def assemble(
     clock: Clock | None = None,
     sleep: Sleep | None = None,
     run_scaler: bool = True,
-    hooks: Hooks | None = None,
     lease_clock: Clock | None = None,
 ) -> PoolService:
-    """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep, hooks and
+    """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep and
     a tracer provider)."""
     catalogue = configured_catalogue(settings.pool_machine_types)
     if settings.strata_pool_token is None:
@@ -122,7 +121,6 @@ def assemble(
         # a test's clock fakes the monotonic reading; the waits stay real unless it passes a sleep too
         sleep=sleep or SYSTEM_CLOCK.sleep,
         run_scaler=run_scaler,
-        hooks=hooks,
         lease_clock=lease_clock,
         metrics=metrics,
     )

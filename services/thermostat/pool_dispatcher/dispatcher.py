@@ -20,7 +20,9 @@ taken at submit costs two statements, submit and complete. Decisions are the poo
 
 Time comes in as the chassis `Clock` (its monotonic reading stamps idle times, deadlines and boots), `sleep` is what
 store retries, health polls and the scaler wait with (the clock's own unless a test fakes only the reading), the
-lease its own clock; deterministic ordering tests pass one `Hooks` (engine/hooks.py).
+lease its own clock. Ordering tests hold a run at the repository's aggregates (a wrapped method,
+tests/integration/pool_dispatcher/seams.py), and at three parts' own seams where no injected call marks the step
+(Runner, Waits, Placement: each documents its own; production passes none).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from .engine.catalogue import Backends, CatalogueCache, CatalogueState
 from .engine.drivers import Drivers
 from .engine.events import Events, JobChanged
 from .engine.fleet import Fleet, RetirePlan
-from .engine.hooks import Hooks
 from .engine.intake import Intake
 from .engine.ownership import Ownership, lease_name
 from .engine.placement import Placement
@@ -60,7 +61,7 @@ from .engine.writes import Sleep, Writes
 from .metrics import PoolMetrics
 from .repository import CATALOGUE, JOBS_DONE, Finished, JobView, Owner, PoolRepository, Subscription, job_done_channel
 
-__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "Hooks", "Sleep", "lease_name"]
+__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "Sleep", "lease_name"]
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -110,7 +111,6 @@ class Dispatcher:
         clock: Clock = SYSTEM_CLOCK,
         sleep: Sleep | None = None,
         run_scaler: bool = True,
-        hooks: Hooks | None = None,
         missing_settings: Mapping[BackendKind, str] | None = None,
         lease_clock: Clock | None = None,
         metrics: PoolMetrics | None = None,
@@ -128,7 +128,6 @@ class Dispatcher:
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
         self.sleep: Sleep = sleep or clock.sleep
-        self.hooks = hooks or Hooks()
         self._run_scaler = run_scaler
         self._closing = False
         self._listener: Subscription | None = None
@@ -147,25 +146,25 @@ class Dispatcher:
         self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
         self.metrics.fleet_capped(max_workers_total)
         self.writes = Writes(self.repo, self.ownership, self.drivers, self.sleep)
-        self.waits = Waits(self.repo, self.events, self.hooks, now)
+        self.waits = Waits(self.repo, self.events, now)
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
-            writes=self.writes, events=self.events, hooks=self.hooks, metrics=self.metrics, now=now,
+            writes=self.writes, events=self.events, metrics=self.metrics, now=now,
             sleep=self.sleep, health_poll_seconds=health_poll_seconds,
         )  # fmt: skip
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            tasks=self.tasks, events=self.events, hooks=self.hooks, channel=self.channel,
+            tasks=self.tasks, events=self.events, channel=self.channel,
             limits=batch_limits or BatchLimits(),
         )  # fmt: skip
         self.runner = Runner(
             repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
             writes=self.writes, waits=self.waits, intake=self.intake, fleet=self.fleet, tasks=self.tasks,
-            events=self.events, hooks=self.hooks, metrics=self.metrics, now=now, channel=self.channel,
+            events=self.events, metrics=self.metrics, now=now, channel=self.channel,
         )  # fmt: skip
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, hooks=self.hooks,
+            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events,
             max_workers_total=max_workers_total,
         )  # fmt: skip
         self.scaler = Scaler(

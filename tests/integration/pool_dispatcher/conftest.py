@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +18,10 @@ import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
+from tests.integration.pool_dispatcher.seams import Seam
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
-from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
+from thermostat.pool_dispatcher.dispatcher import Dispatcher
 from thermostat.pool_dispatcher.orphan_sweep import OrphanSweeper
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
 from thermostat.providers.pool.local import LocalBackend
@@ -147,10 +148,10 @@ async def start_pool(
     env: Mapping[str, str],
     *,
     clock: Any = None,
-    hooks: Hooks | None = None,
     run_scaler: bool = False,
     lease_clock: Any = None,
     sleep: Any = None,
+    seams: Sequence[Seam] = (),
 ) -> AsyncIterator[RunningPool]:
     with pytest.MonkeyPatch.context() as mp:
         for key in PoolDispatcherSettings.model_fields:
@@ -158,9 +159,9 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(
-        settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, hooks=hooks, lease_clock=lease_clock
-    )
+    service = assemble(settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, lease_clock=lease_clock)
+    for seam in seams:  # each wraps one injected call of this dispatcher (seams.py), in place before it runs
+        seam(service.dispatcher)
     port = await service.host.start("127.0.0.1", 0, metrics_port=0)
     address = f"127.0.0.1:{port}"
     channel = grpc.aio.insecure_channel(

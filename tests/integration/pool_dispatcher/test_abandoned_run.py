@@ -8,7 +8,8 @@ import asyncio
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import pool_env, sleepy_type, start_pool
-from thermostat.pool_dispatcher.dispatcher import ABANDONED, Hooks
+from tests.integration.pool_dispatcher.seams import before_complete
+from thermostat.pool_dispatcher.dispatcher import ABANDONED
 from thermostat.store.db import Store
 
 
@@ -21,8 +22,8 @@ async def test_a_running_job_whose_sender_died_fails_without_usage_and_its_machi
         sender_died.set()
         raise RuntimeError("the sender ends here, after the worker answered")
 
-    hooks = Hooks(before_complete=dies_before_completing)
-    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), hooks=hooks) as pool:
+    seams = [before_complete(dies_before_completing)]
+    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), seams=seams) as pool:
         job = await pool.submit(b"0", machine_type="sleepy")
         await sender_died.wait()  # the task unwound in the step that set the event: nothing drives the machine
         (machine,) = await pool.workers()

@@ -10,8 +10,8 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.seams import before_machine_ready
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.store.db import Store
 
 LONG = b'{"seconds": 30, "build_id": "build-1"}'
@@ -56,7 +56,7 @@ async def test_a_dispatched_job_cancelled_before_its_machine_boots_never_runs(po
         await gate.wait()
 
     async with start_pool(
-        pool_store, pool_env([sleepy_type(max_workers=1)]), hooks=Hooks(before_machine_ready=hold)
+        pool_store, pool_env([sleepy_type(max_workers=1)]), seams=[before_machine_ready(hold)]
     ) as pool:
         job = await pool.submit(b"0", machine_type="sleepy")
         await arrived.wait()

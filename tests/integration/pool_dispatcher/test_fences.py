@@ -10,20 +10,21 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.seams import Seam, before_complete, before_send
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks, lease_name
+from thermostat.pool_dispatcher.dispatcher import lease_name
 from thermostat.store.db import Store
 
 
 class HeldStep:
-    """A dispatcher hook (before_send, before_execute, before_complete) that holds the next job reaching it once
+    """A seam (before_send, before_execute, before_complete: seams.py) that holds the next job reaching it once
     armed, until released."""
 
     def __init__(self) -> None:
@@ -60,7 +61,7 @@ async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_
 ) -> None:
     journal = tmp_path / "journal"
     held = HeldStep()
-    async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=held)) as pool:
+    async with start_pool(pool_store, pool_env([journalled_type(journal)]), seams=[before_send(held)]) as pool:
         held.armed = True
         payload = b'{"seconds": 0, "n": "cancelled in the window"}'
         job = await pool.submit(payload, machine_type="sleepy")  # no machine: the one it boots is handed the job
@@ -79,12 +80,12 @@ async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_
 
 @contextlib.asynccontextmanager
 async def alpha(
-    database_url: str, types: list[dict[str, Any]], *, hooks: Hooks | None = None, lease_clock: Any = None
+    database_url: str, types: list[dict[str, Any]], *, seams: Sequence[Seam] = (), lease_clock: Any = None
 ) -> AsyncIterator[tuple[RunningPool, Store]]:
     store = await Store.open(database_url, max_size=12, application_name="pool-alpha")
     try:
         env = pool_env(types, POOL_INSTANCE_ID="alpha")
-        async with start_pool(store, env, hooks=hooks, lease_clock=lease_clock) as pool:
+        async with start_pool(store, env, seams=seams, lease_clock=lease_clock) as pool:
             yield pool, store
     finally:
         await store.close()
@@ -98,7 +99,7 @@ async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_s
     trusts its own lease but its conditional send is refused by term, so the payload never goes out."""
     journal = tmp_path / "journal"
     held = HeldStep()
-    async with alpha(database_url, [journalled_type(journal)], hooks=Hooks(before_send=held)) as (old, store):
+    async with alpha(database_url, [journalled_type(journal)], seams=[before_send(held)]) as (old, store):
         held.armed = True
         payload = b'{"seconds": 0, "n": "held by the old incarnation"}'
         job = await old.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
@@ -132,9 +133,10 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
     journal = tmp_path / "journal"
     held = HeldStep()
     lease_clock = FakeClock()
-    async with alpha(
-        database_url, [journalled_type(journal)], hooks=Hooks(before_send=held), lease_clock=lease_clock
-    ) as (pool, store):
+    async with alpha(database_url, [journalled_type(journal)], seams=[before_send(held)], lease_clock=lease_clock) as (
+        pool,
+        store,
+    ):
         held.armed = True
         payload = b'{"seconds": 0, "n": "not trusted"}'
         job = await pool.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
@@ -170,12 +172,10 @@ async def test_a_job_a_warm_machine_takes_at_submit_is_running_from_the_answer_a
     journal = tmp_path / "journal"
     sends: list[str] = []
 
-    async def before_send(job_id: str) -> None:
+    async def record_send(job_id: str) -> None:
         sends.append(job_id)
 
-    async with start_pool(
-        pool_store, pool_env([journalled_type(journal)]), hooks=Hooks(before_send=before_send)
-    ) as pool:
+    async with start_pool(pool_store, pool_env([journalled_type(journal)]), seams=[before_send(record_send)]) as pool:
         await pool.run(b"0", machine_type="sleepy")  # a warm machine (its first job, cold, went through mark_sent)
         assert len(sends) == 1
         payload = b'{"seconds": 0, "n": "taken at submit"}'
@@ -197,11 +197,11 @@ async def test_a_submit_while_the_lease_is_not_trusted_claims_the_warm_machine_d
     lease_clock = FakeClock()
     sends: list[str] = []
 
-    async def before_send(job_id: str) -> None:
+    async def record_send(job_id: str) -> None:
         sends.append(job_id)
 
     async with alpha(
-        database_url, [journalled_type(journal)], hooks=Hooks(before_send=before_send), lease_clock=lease_clock
+        database_url, [journalled_type(journal)], seams=[before_send(record_send)], lease_clock=lease_clock
     ) as (pool, store):
         await pool.run(b"0", machine_type="sleepy")  # a warm machine
         payload = b'{"seconds": 0, "n": "submitted untrusted"}'
@@ -235,11 +235,11 @@ async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_
     journal = tmp_path / "journal"
     held, sends = HeldStep(), []
 
-    async def before_send(job_id: str) -> None:
+    async def record_send(job_id: str) -> None:
         sends.append(job_id)
 
-    hooks = Hooks(before_complete=held, before_send=before_send)
-    async with start_pool(pool_store, pool_env([journalled_type(journal)]), hooks=hooks) as pool:
+    seams = [before_complete(held), before_send(record_send)]
+    async with start_pool(pool_store, pool_env([journalled_type(journal)]), seams=seams) as pool:
         await pool.run(b"0", machine_type="sleepy")  # a warm machine
         held.armed = True
         first = await pool.submit(b'{"seconds": 0, "n": "first"}', machine_type="sleepy")
@@ -266,7 +266,7 @@ async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it
     held = HeldStep()
     lease_clock = FakeClock()
     async with alpha(
-        database_url, [journalled_type(journal)], hooks=Hooks(before_complete=held), lease_clock=lease_clock
+        database_url, [journalled_type(journal)], seams=[before_complete(held)], lease_clock=lease_clock
     ) as (pool, store):
         await pool.run(b"0", machine_type="sleepy")
         held.armed = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
@@ -25,9 +25,15 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import (
+    Seam,
+    before_execute,
+    before_hand_back,
+    before_place,
+    before_provider_stop,
+)
 from thermostat.policy.pool.hand_back import Refusal
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.store.db import Store
 
 REFUSED = "Connection refused"
@@ -164,7 +170,7 @@ async def test_the_machine_dying_between_claim_and_send_hands_the_job_back(pool_
     """A submit claims the warm machine, which dies before the payload goes out: a new machine runs the job."""
     box: list[RunningPool] = []
     hook, killed = killing(box, pool_store, times=1)
-    async with start_pool(pool_store, pool_env(), hooks=Hooks(before_execute=hook)) as pool:
+    async with start_pool(pool_store, pool_env(), seams=[before_execute(hook)]) as pool:
         first = await warm_machine(pool)
         box.append(pool)
         body, metadata = await pool.run(b"claimed, then dead")
@@ -179,7 +185,7 @@ async def test_after_two_machines_refused_it_the_job_fails_naming_each_attempt(p
     and why, with one usage event; no third machine is started for it."""
     box: list[RunningPool] = []
     hook, killed = killing(box, pool_store, times=2)
-    async with start_pool(pool_store, pool_env(), hooks=Hooks(before_execute=hook)) as pool:
+    async with start_pool(pool_store, pool_env(), seams=[before_execute(hook)]) as pool:
         await warm_machine(pool)
         box.append(pool)
         body, metadata = await pool.run(b"nowhere to go")
@@ -209,7 +215,7 @@ async def test_a_cancel_landing_before_the_hand_back_stands_and_no_machine_is_st
     async def cancel_first(job_id: str) -> None:
         assert (await cancel(box[0], job_id)).state == "cancelled"
 
-    async with start_pool(pool_store, pool_env(), hooks=Hooks(before_hand_back=cancel_first)) as pool:
+    async with start_pool(pool_store, pool_env(), seams=[before_hand_back(cancel_first)]) as pool:
         box.append(pool)
         dead = await warm_machine(pool)
         await kill(pool, pool_store, dead)
@@ -229,7 +235,7 @@ async def test_a_cancel_landing_before_the_hand_back_stands_and_no_machine_is_st
 async def test_a_cancel_landing_while_the_job_waits_again_stands_and_it_never_runs(pool_store: Store) -> None:
     """Handed back and waiting for placement, the job is cancelled as any queued job: never sent again, no usage."""
     gate = Gate()
-    async with start_pool(pool_store, pool_env(), hooks=Hooks(before_place=gate)) as pool:
+    async with start_pool(pool_store, pool_env(), seams=[before_place(gate)]) as pool:
         dead = await warm_machine(pool)
         await kill(pool, pool_store, dead)
         gate.armed = True
@@ -271,7 +277,7 @@ async def test_a_tenant_at_its_cap_gets_a_new_machine_as_the_dead_one_retires(po
         again.append((handed.handed_back, handed.provider_id))
 
     types = [local_type(max_workers=1)]
-    async with start_pool(pool_store, pool_env(types), hooks=Hooks(before_provider_stop=while_stopping)) as pool:
+    async with start_pool(pool_store, pool_env(types), seams=[before_provider_stop(while_stopping)]) as pool:
         dead.append(await warm_machine(pool))
         provider = await pool_store.pool.fetchval("SELECT provider_id FROM pool_machines")
         box.append(pool)
@@ -301,7 +307,7 @@ async def test_under_the_fleet_cap_the_job_waits_until_the_dead_machine_is_gone(
         while_stopping.append((await machines(pool_store), state))
 
     env = pool_env(POOL_MAX_WORKERS_TOTAL="1")
-    async with start_pool(pool_store, env, hooks=Hooks(before_provider_stop=hold)) as pool:
+    async with start_pool(pool_store, env, seams=[before_provider_stop(hold)]) as pool:
         dead.append(await warm_machine(pool))
         box.append(pool)
         await kill(pool, pool_store, dead[0])
@@ -313,10 +319,10 @@ async def test_under_the_fleet_cap_the_job_waits_until_the_dead_machine_is_gone(
 
 
 @contextlib.asynccontextmanager
-async def instance(database_url: str, instance_id: str, hooks: Hooks | None = None) -> AsyncIterator[RunningPool]:
+async def instance(database_url: str, instance_id: str, seams: Sequence[Seam] = ()) -> AsyncIterator[RunningPool]:
     store = await Store.open(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
-        async with start_pool(store, pool_env(POOL_INSTANCE_ID=instance_id), hooks=hooks) as pool:
+        async with start_pool(store, pool_env(POOL_INSTANCE_ID=instance_id), seams=seams) as pool:
             yield pool
     finally:
         await store.close()
@@ -329,7 +335,7 @@ async def test_another_processs_placement_takes_a_handed_back_job_and_the_caller
     sync submit waiting in alpha answers with the result."""
     gate = Gate()
     async with (
-        instance(database_url, "alpha", Hooks(before_place=gate)) as alpha,
+        instance(database_url, "alpha", [before_place(gate)]) as alpha,
         instance(database_url, "beta") as beta,
     ):
         dead = await warm_machine(alpha)

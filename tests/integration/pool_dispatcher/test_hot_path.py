@@ -17,9 +17,9 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import before_execute
 from tests.integration.pool_dispatcher.test_fences import HeldStep, machine_idle
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.store.db import Store
 
 
@@ -108,7 +108,7 @@ async def test_priority_then_fifo_orders_the_queue(pool_store: Store) -> None:
     placement finds first in line when its pass runs, which can be any of them)."""
     held = HeldStep()
     env = pool_env([sleepy_type(max_workers=1)])
-    async with start_pool(pool_store, env, hooks=Hooks(before_execute=held)) as pool:
+    async with start_pool(pool_store, env, seams=[before_execute(held)]) as pool:
         _, warm_up = await pool.run(b"0", machine_type="sleepy")
         await machine_idle(pool)
         held.armed = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import psutil
 
@@ -19,17 +19,18 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
-from thermostat.pool_dispatcher.dispatcher import Hooks, lease_name
+from tests.integration.pool_dispatcher.seams import Seam, before_insert_machines
+from thermostat.pool_dispatcher.dispatcher import lease_name
 from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
 async def instance(
-    database_url: str, instance_id: str, types: list[dict[str, object]], *, hooks: Hooks | None = None, **env: str
+    database_url: str, instance_id: str, types: list[dict[str, object]], *, seams: Sequence[Seam] = (), **env: str
 ) -> AsyncIterator[tuple[RunningPool, Store]]:
     store = await Store.open(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
-        async with start_pool(store, pool_env(types, POOL_INSTANCE_ID=instance_id, **env), hooks=hooks) as pool:
+        async with start_pool(store, pool_env(types, POOL_INSTANCE_ID=instance_id, **env), seams=seams) as pool:
             yield pool, store
     finally:
         await store.close()
@@ -70,9 +71,10 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
 
     types = [local_type(cool_down_seconds=0)]
     async with (
-        instance(
-            database_url, "alpha", types, hooks=Hooks(before_insert_machines=hold), POOL_MAX_WORKERS_TOTAL="1"
-        ) as (alpha, store),
+        instance(database_url, "alpha", types, seams=[before_insert_machines(hold)], POOL_MAX_WORKERS_TOTAL="1") as (
+            alpha,
+            store,
+        ),
         instance(database_url, "beta", types, POOL_MAX_WORKERS_TOTAL="1") as (beta, _),
     ):
         first = await alpha.submit(b"a", tenant="acme")

@@ -2,7 +2,7 @@
 
 A completion notifies only where a wait may be in another process: the channel of the instance whose sync submit
 waits, or every process when a WaitJob watches the job. Each ordering of "a wait registers" against "the job ends
-elsewhere" is pinned with hooks, and the waiting instance's re-read is set to an hour, so only a notification (or
+elsewhere" is pinned with seams, and the waiting instance's re-read is set to an hour, so only a notification (or
 the wait's own first read) can answer it.
 """
 
@@ -18,10 +18,11 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, sleepy_type
+from tests.integration.pool_dispatcher.seams import before_execute, before_wait
 from tests.integration.pool_dispatcher.test_fences import HeldStep, machine_idle
 from tests.integration.pool_dispatcher.test_instances import instance
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks, lease_name
+from thermostat.pool_dispatcher.dispatcher import lease_name
 from thermostat.pool_dispatcher.repository import JOBS_DONE, job_done_channel
 
 HOUR = 3600.0
@@ -125,7 +126,7 @@ async def test_a_sync_job_another_process_completes_is_notified_to_the_waiting_p
     types = [sleepy_type(max_workers=1)]
     async with (
         notifications(database_url, "alpha", "beta") as notified,
-        instance(database_url, "alpha", types, hooks=Hooks(before_execute=held)) as (alpha, _),
+        instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types) as (beta, _),
     ):
         beta.dispatcher.repoll_seconds = HOUR
@@ -146,8 +147,8 @@ async def test_a_sync_wait_that_registers_after_its_job_ended_elsewhere_reads_it
     late = HeldStep()
     late.armed = True
     async with (
-        instance(database_url, "alpha", types, hooks=Hooks(before_execute=held)) as (alpha, _),
-        instance(database_url, "beta", types, hooks=Hooks(before_wait=late)) as (beta, _),
+        instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
+        instance(database_url, "beta", types, seams=[before_wait(late)]) as (beta, _),
     ):
         beta.dispatcher.repoll_seconds = HOUR
         await busy_with_a_held_job(alpha, held)
@@ -176,7 +177,7 @@ async def test_a_wait_job_elsewhere_that_began_before_the_completion_is_notified
     types = [sleepy_type(max_workers=1)]
     async with (
         notifications(database_url) as notified,
-        instance(database_url, "alpha", types, hooks=Hooks(before_execute=held)) as (alpha, _),
+        instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types) as (beta, _),
     ):
         beta.dispatcher.repoll_seconds = HOUR
@@ -196,8 +197,8 @@ async def test_a_wait_job_elsewhere_that_begins_after_the_completion_reads_the_e
     late = HeldStep()
     async with (
         notifications(database_url) as notified,
-        instance(database_url, "alpha", types, hooks=Hooks(before_execute=held)) as (alpha, _),
-        instance(database_url, "beta", types, hooks=Hooks(before_wait=late)) as (beta, _),
+        instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
+        instance(database_url, "beta", types, seams=[before_wait(late)]) as (beta, _),
     ):
         beta.dispatcher.repoll_seconds = HOUR
         job = await busy_with_a_held_job(alpha, held)
@@ -261,7 +262,7 @@ async def test_a_job_a_freed_machine_passed_over_while_its_row_was_locked_runs_o
     """The machine's completion finds the queued job's row locked (as a WaitJob's first mark locks it), passes it
     over (SKIP LOCKED) and goes idle; the mark, once through, sends placement round: the job runs at once, not
     at the next scaler pass (none runs here)."""
-    async with instance(database_url, "alpha", [sleepy_type(max_workers=1)], hooks=Hooks(before_execute=held)) as (
+    async with instance(database_url, "alpha", [sleepy_type(max_workers=1)], seams=[before_execute(held)]) as (
         alpha,
         store,
     ):

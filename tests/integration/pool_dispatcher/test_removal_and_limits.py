@@ -21,8 +21,8 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import before_machine_ready, before_record_started
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.store.db import Store
 
 
@@ -47,7 +47,7 @@ async def test_removing_a_type_fails_its_queued_jobs_and_lets_a_booting_machine_
 
     clock = FakeClock()
     types = [sleepy_type(max_workers=1, cool_down_seconds=30), local_type()]
-    async with start_pool(pool_store, pool_env(types), hooks=Hooks(before_machine_ready=hold), clock=clock) as pool:
+    async with start_pool(pool_store, pool_env(types), seams=[before_machine_ready(hold)], clock=clock) as pool:
         handed = await pool.submit(b"0", machine_type="sleepy")
         await booting.wait()
         queued = await pool.submit(b"0", machine_type="sleepy")
@@ -101,9 +101,7 @@ async def test_a_started_machine_whose_row_cannot_be_recorded_is_stopped_not_lea
             "UPDATE pool_machines SET owner = 'someone-else', state = 'stopping' WHERE id = $1::uuid", machine_id
         )
 
-    async with start_pool(
-        pool_store, pool_env([local_type()]), hooks=Hooks(before_record_started=taken_meanwhile)
-    ) as pool:
+    async with start_pool(pool_store, pool_env([local_type()]), seams=[before_record_started(taken_meanwhile)]) as pool:
         pool_holder.append(pool)
         hint = await pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type="local"), metadata=caller("acme"))
         assert hint.started
@@ -133,7 +131,7 @@ async def test_a_job_whose_machine_fails_to_boot_after_its_type_was_removed_fail
 
     never_healthy = local_type("mute", image=f"{sys.executable} -c pass", boot_timeout_seconds=1)
     env = pool_env([never_healthy, local_type()])
-    async with start_pool(pool_store, env, hooks=Hooks(before_record_started=hold)) as pool:
+    async with start_pool(pool_store, env, seams=[before_record_started(hold)]) as pool:
         job = await pool.submit(b"x", machine_type="mute")
         await starting.wait()
         await put_catalogue(pool, [local_type()])

@@ -26,10 +26,10 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import before_execute
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.access import Tokens, auth_rules, tenant_rules
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer
 from thermostat.pool_dispatcher.settings import MAX_PAYLOAD_BYTES
 from thermostat.store.db import Store
@@ -266,7 +266,7 @@ async def test_a_cancelled_stream_stops_its_waits_and_its_jobs_run_on_as_a_gone_
     """RunJobs beside the unary SubmitJobSync: a caller that goes away leaves its job running to its end (one usage
     event) and nothing of this process waiting for it."""
     held = Held()
-    async with start_pool(pool_store, pool_env(CATALOGUE), hooks=Hooks(before_execute=held)) as pool:
+    async with start_pool(pool_store, pool_env(CATALOGUE), seams=[before_execute(held)]) as pool:
         if unary:
             request = job(1).job
             call: grpc.aio.Call = pool.stub.SubmitJobSync(request, metadata=caller())
@@ -319,7 +319,7 @@ async def test_the_in_flight_cap_holds_the_reading_of_requests_until_an_answer_g
         times_full += 1
         at_cap.set()
 
-    async with start_pool(pool_store, pool_env(CATALOGUE), hooks=Hooks(before_execute=held)) as pool:
+    async with start_pool(pool_store, pool_env(CATALOGUE), seams=[before_execute(held)]) as pool:
         host, stub, channel = await serve_capped(pool, 3, full)
         try:
             call = stub.RunJobs(iter([job(tag, str(tag).encode()) for tag in range(1, 8)]), metadata=caller())

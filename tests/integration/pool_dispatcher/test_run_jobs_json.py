@@ -32,11 +32,11 @@ from tests.integration.pool_dispatcher.conftest import (
     sleepy_type,
     start_pool,
 )
+from tests.integration.pool_dispatcher.seams import before_execute
 from tests.integration.pool_dispatcher.test_run_jobs import Held
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.access import Tokens, auth_rules, tenant_rules
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.pool_dispatcher.servicer import PoolDispatcherServicer
 from thermostat.store.db import Store
 
@@ -274,7 +274,7 @@ async def test_a_caller_that_cancels_the_call_stops_its_waits_and_its_jobs_run_t
     pool_store: Store,
 ) -> None:
     held = Held()
-    async with start_pool(pool_store, pool_env(CATALOGUE), hooks=Hooks(before_execute=held)) as pool:
+    async with start_pool(pool_store, pool_env(CATALOGUE), seams=[before_execute(held)]) as pool:
         call = pool.stub.RunJobsJson(
             batch_of({"machine_type": "local", "payload": b64(b"a")}, {"machine_type": "local", "payload": b64(b"b")}),
             metadata=caller(),

@@ -18,11 +18,11 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.fixtures.tcp_proxy import FreezableProxy
 from tests.integration.pool_dispatcher.conftest import REFERENCE_WORKER, RunningPool, caller, pool_env, start_pool
+from tests.integration.pool_dispatcher.seams import SEAMS
 from tests.integration.pool_dispatcher.test_fences import HeldStep, journalled_type, machine_idle, reached_worker
 from tests.integration.pool_dispatcher.test_removal_and_limits import put_catalogue
 from tests.integration.store.test_store import through
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Hooks
 from thermostat.pool_dispatcher.repository import Owner, StartingMachine
 from thermostat.providers.pool.backend import MachineHandle, MachineSpec
 from thermostat.store.db import Store
@@ -73,9 +73,9 @@ async def pool_through_outage(
     journal = tmp_path / "journal"
     async with proxied(database_url) as (store, proxy):
         outage = Outage(proxy, lose_answer=lose_answer)
-        hooks = Hooks(**{hook: outage})
+        seams = [SEAMS[hook](outage)]  # the cut lands at the named seam (seams.py)
         types = [journalled_type(journal) | {"max_workers": max_workers}]
-        async with start_pool(store, pool_env(types), hooks=hooks, sleep=outage.sleep) as pool:
+        async with start_pool(store, pool_env(types), sleep=outage.sleep, seams=seams) as pool:
             yield pool, outage, journal
 
 
@@ -126,7 +126,7 @@ async def test_a_completion_cut_off_keeps_its_result_and_usage_and_feeds_the_nex
     ):
         await pool.run(b"0", machine_type="sleepy")  # a warm machine, the only one (max_workers 1)
         held = HeldStep()
-        pool.dispatcher.hooks.before_execute = held
+        pool.dispatcher.runner.before_execute = held
         held.armed = True
         first_payload, next_payload = b'{"seconds": 0, "n": "first"}', b'{"seconds": 0, "n": "next"}'
         first = await pool.submit(first_payload, machine_type="sleepy")
@@ -154,7 +154,7 @@ async def test_a_take_next_cut_off_after_a_cancelled_send_runs_the_next_job_once
         journal,
     ):
         held = HeldStep()
-        pool.dispatcher.hooks.before_send = held
+        pool.dispatcher.runner.before_send = held
         held.armed = True
         cancelled_payload, next_payload = b'{"seconds": 0, "n": "cancelled"}', b'{"seconds": 0, "n": "next"}'
         # no machine: the one placement boots is handed it dispatched, and it is held before its mark_sent

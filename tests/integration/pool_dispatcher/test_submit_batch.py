@@ -18,11 +18,12 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.seams import before_complete, before_submit_batch
 from tests.integration.pool_dispatcher.test_fences import HeldStep
 from thermostat.policy.pool.submit_batch import BatchLimits
 from thermostat.policy.pool.submit_options import SubmitOptions, parse_submit_query
 from thermostat.pool.v1 import pool_pb2
-from thermostat.pool_dispatcher.dispatcher import Dispatcher, Hooks
+from thermostat.pool_dispatcher.dispatcher import Dispatcher
 from thermostat.pool_dispatcher.repository import JobView
 from thermostat.store.db import Store
 
@@ -30,7 +31,8 @@ GATHER_FOR_A_MINUTE = BatchLimits(max_jobs=3, max_delay_seconds=60.0, queued_per
 
 
 class BatchGate:
-    """before_submit_batch: records every batch's job ids, and holds the next batch once armed, until released."""
+    """Before a batch's submit_queued (seams.before_submit_batch): records every batch's job ids, and holds the next
+    batch once armed, until released."""
 
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
@@ -92,8 +94,8 @@ async def joined() -> None:
 @contextlib.asynccontextmanager
 async def backlog(pool_store: Store, limits: BatchLimits = GATHER_FOR_A_MINUTE) -> AsyncIterator[Backlog]:
     held, gate = HeldStep(), BatchGate()
-    hooks = Hooks(before_complete=held, before_submit_batch=gate)
-    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), hooks=hooks) as pool:
+    seams = [before_complete(held), before_submit_batch(gate)]
+    async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), seams=seams) as pool:
         pool.dispatcher.batch_limits = limits
         held.armed = True
         first = await pool.submit(b"0", machine_type="sleepy")  # boots the machine, runs, held before completing

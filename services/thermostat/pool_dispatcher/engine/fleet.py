@@ -28,7 +28,6 @@ from ..repository import Assignment, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineFreed
-from .hooks import Hooks
 from .ownership import Ownership
 from .writes import Sleep, Writes
 
@@ -76,7 +75,6 @@ class Fleet:
         drivers: Drivers,
         writes: Writes,
         events: Events,
-        hooks: Hooks,
         metrics: PoolMetrics,
         now: Callable[[], float],
         sleep: Sleep,
@@ -88,7 +86,6 @@ class Fleet:
         self.drivers = drivers
         self.writes = writes
         self.events = events
-        self.hooks = hooks
         self.metrics = metrics
         self.now = now
         self.sleep = sleep
@@ -145,8 +142,6 @@ class Fleet:
         except BackendError as error:
             await self.boot_failed(machine_id, None, f"start failed: {error}", kind, name)
             raise BootFailed(f"start failed: {error}") from None
-        if self.hooks.before_record_started is not None:
-            await self.hooks.before_record_started(machine_id)
         recorded, _ = await self.writes.durably(  # idempotent: the same values again while the machine is starting
             f"machine {machine_id}: record_started",
             lambda: self.repo.machines.record_started(
@@ -173,8 +168,6 @@ class Fleet:
     async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> None:
         """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
         machine_id, machine_type, tenant_id = plan.machine_id, plan.machine_type, plan.tenant_id
-        if self.hooks.before_machine_ready is not None:
-            await self.hooks.before_machine_ready(machine_id)
         (state, assignment), retried = await self.writes.durably(
             f"machine {machine_id}: ready", lambda: self.repo.machines.machine_ready(machine_id, self.ownership.owner)
         )
@@ -255,8 +248,6 @@ class Fleet:
                     machine_id,
                 )
                 return
-            if self.hooks.before_provider_stop is not None:
-                await self.hooks.before_provider_stop(machine_id)
             try:
                 kind = await self.repo.machines.machine_backend(machine_id) or BackendKind.LOCAL
                 await self.backends.get(kind).stop(provider_id)

@@ -28,7 +28,6 @@ from ..repository import Assignment, PoolRepository
 from .catalogue import CatalogueCache
 from .events import PLACEMENT_WANTED, Events
 from .fleet import Fleet
-from .hooks import Hooks
 from .ownership import Ownership
 from .writes import Writes
 
@@ -54,7 +53,6 @@ class HandBack:
         writes: Writes,
         fleet: Fleet,
         events: Events,
-        hooks: Hooks,
         metrics: PoolMetrics,
     ) -> None:
         self.repo = repo
@@ -63,7 +61,6 @@ class HandBack:
         self.writes = writes
         self.fleet = fleet
         self.events = events
-        self.hooks = hooks
         self.metrics = metrics
 
     async def refused(self, assignment: Assignment, reply: WorkerReply, machine_type: str) -> Refused:
@@ -91,8 +88,6 @@ class HandBack:
                 len(prior),
             )
             return Refused(handed_back=False, outcome=decision.outcome)
-        if self.hooks.before_hand_back is not None:
-            await self.hooks.before_hand_back(job_id)
         handed, _ = await self.writes.durably(
             f"job {job_id}: hand_back",
             functools.partial(self.repo.jobs.hand_back, job_id, machine_id, self.ownership.owner, refusal),

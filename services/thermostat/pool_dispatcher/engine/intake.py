@@ -33,7 +33,6 @@ from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit
 from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, CatalogueChanged, Events, MachineFreed, SlotFreed
-from .hooks import Hooks
 from .ownership import Ownership
 from .tasks import Tasks
 
@@ -65,7 +64,6 @@ class Intake:
         drivers: Drivers,
         tasks: Tasks,
         events: Events,
-        hooks: Hooks,
         channel: str,
         limits: BatchLimits,
     ) -> None:
@@ -75,7 +73,6 @@ class Intake:
         self.drivers = drivers
         self.tasks = tasks
         self.events = events
-        self.hooks = hooks
         self.channel = channel
         self.limits = limits
         self.start_run: StartRun | None = None  # wired by the facade
@@ -221,8 +218,6 @@ class Intake:
         jobs = [job for job, _ in members]
         answers = {job.job_id: answer for job, answer in members}
         try:
-            if self.hooks.before_submit_batch is not None:
-                await self.hooks.before_submit_batch([job.job_id for job in jobs])
             machine_type = self.catalogue.get(type_name)
             max_workers = machine_type.max_workers if machine_type is not None else None
             count = queued_to_count(max_workers=max_workers, limits=self.limits)

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 
 from thermostat.policy.pool.hint import HintDecision, decide_hint
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
@@ -37,7 +38,6 @@ from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import Events, PlacementWanted
 from .fleet import BootPlan, Fleet
-from .hooks import Hooks
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
@@ -46,6 +46,11 @@ log = logging.getLogger("thermostat.pool_dispatcher")
 
 
 class Placement:
+    """Hands queued work to idle warm machines, then starts machines for the rest. `before_place` is an ordering
+    test's seam (production passes none), awaited at the start of every pass before it takes the placement lock:
+    a pass held there leaves the lock free, so other pokes run their own passes, which a hold at the first store
+    call (under the lock) would fold into the held one."""
+
     def __init__(
         self,
         *,
@@ -57,8 +62,8 @@ class Placement:
         fleet: Fleet,
         tasks: Tasks,
         events: Events,
-        hooks: Hooks,
         max_workers_total: int | None,
+        before_place: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -67,7 +72,7 @@ class Placement:
         self.runner = runner
         self.fleet = fleet
         self.tasks = tasks
-        self.hooks = hooks
+        self.before_place = before_place
         self.max_workers_total = max_workers_total
         self.lock = asyncio.Lock()
         self.again = False
@@ -84,8 +89,8 @@ class Placement:
 
     async def place(self) -> None:
         """Hand queued work to idle warm machines, then start machines for what is left (serialized)."""
-        if self.hooks.before_place is not None:
-            await self.hooks.before_place()
+        if self.before_place is not None:
+            await self.before_place()
         held: int | None = None
         async with self.lock:
             self.again = True
@@ -145,8 +150,6 @@ class Placement:
             )
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-            if self.hooks.before_insert_machines is not None:
-                await self.hooks.before_insert_machines()
             for start in plan.starts:
                 machine_type = self.catalogue.get(start.machine_type)
                 if machine_type is None:

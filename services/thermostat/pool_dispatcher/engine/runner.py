@@ -41,7 +41,6 @@ from .drivers import Drivers
 from .events import Events, JobChanged, JobFinished, MachineFreed
 from .fleet import Fleet
 from .hand_back import HandBack
-from .hooks import Hooks
 from .intake import Intake
 from .ownership import Ownership
 from .tasks import Tasks
@@ -55,7 +54,18 @@ NOTIFIED_RESULT_BYTES = 2048
 a sync wait in another process answers without reading the job back; a larger one is read."""
 
 
+Step = Callable[[str], Awaitable[None]]  # a test's barrier, awaited with the job id
+
+
 class Runner:
+    """Runs jobs on this process's machines. `before_send`, `before_execute` and `before_complete` are the ordering
+    tests' seams (production passes none): each is awaited with the job id right before a step no injected call
+    marks, so a test holds a run there while another actor lands. before_send precedes the lease's trust check
+    that gates mark_sent (a test lets the trust lapse inside it); before_execute precedes the run's `sent` mark
+    (reconcile's view) and the worker call; before_complete precedes the trust check that decides whether the
+    completion hands the machine its next job running, and the read of the batches seen (whether it must poke
+    placement). A wrapper on the repository call after each (mark_sent, complete) would hold past those steps."""
+
     def __init__(
         self,
         *,
@@ -70,10 +80,12 @@ class Runner:
         fleet: Fleet,
         tasks: Tasks,
         events: Events,
-        hooks: Hooks,
         metrics: PoolMetrics,
         now: Callable[[], float],
         channel: str,
+        before_send: Step | None = None,
+        before_execute: Step | None = None,
+        before_complete: Step | None = None,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -86,13 +98,15 @@ class Runner:
         self.fleet = fleet
         self.tasks = tasks
         self.events = events
-        self.hooks = hooks
+        self.before_send = before_send
+        self.before_execute = before_execute
+        self.before_complete = before_complete
         self.metrics = metrics
         self.now = now
         self.channel = channel
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
-            hooks=hooks, metrics=metrics,
+            metrics=metrics,
         )  # fmt: skip
 
     def start(self, assignment: Assignment, tenant_id: str, machine_type: str, image: str) -> None:
@@ -105,8 +119,6 @@ class Runner:
     async def take_next(self, machine_id: str, image: str, driver: object) -> Assignment | None:
         """take_next, written until the store answers; a lost answer is read back from the machine."""
         self.drivers.keep(machine_id, driver)
-        if self.hooks.before_take_next is not None:
-            await self.hooks.before_take_next(machine_id)
         assignment, retried = await self.writes.durably(
             f"machine {machine_id}: take_next",
             lambda: self.repo.jobs.take_next(machine_id, image, self.ownership.owner),
@@ -165,8 +177,8 @@ class Runner:
             if endpoint is None:
                 return
             if not assignment.sent:  # claimed dispatched: the conditional send comes now
-                if self.hooks.before_send is not None:
-                    await self.hooks.before_send(assignment.job_id)
+                if self.before_send is not None:
+                    await self.before_send(assignment.job_id)
                 if not trusted():
                     log.warning(
                         "job %s not sent: the instance lease is not trusted for the call; it waits in the queue again",
@@ -196,8 +208,8 @@ class Runner:
                     assignment = await self.take_next(assignment.machine_id, image, driver)
                     resumed = True
                     continue
-            if self.hooks.before_execute is not None:
-                await self.hooks.before_execute(assignment.job_id)
+            if self.before_execute is not None:
+                await self.before_execute(assignment.job_id)
             attributes = {"pool.job_id": assignment.job_id, "pool.machine_id": assignment.machine_id}
             # pool.queue: from the submit (the database's clock) to now, recorded after the fact
             self.metrics.sent(machine_type, assignment.submitted_at)
@@ -227,8 +239,8 @@ class Runner:
                 reply, cancelled=False, timeout_seconds=assignment.timeout_seconds
             )
             tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
-            if self.hooks.before_complete is not None:
-                await self.hooks.before_complete(assignment.job_id)
+            if self.before_complete is not None:
+                await self.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
             keep_feeding = current is not None and current.image == image
             # the next job goes out right after this statement, which is then its conditional send (no

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 
 from ..repository import Finished, JobView, PoolRepository, parse_job_done
 from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished
-from .hooks import Hooks
 
 REPOLL_SECONDS = 1.0
 """A wait re-reads its job this often even without a notification (NOTIFY is a hint, not a delivery)."""
@@ -76,10 +75,21 @@ class Waiters:
 
 
 class Waits:
-    def __init__(self, repo: PoolRepository, events: Events, hooks: Hooks, now: Callable[[], float]) -> None:
+    """Sync and WaitJob waits. `before_wait` is an ordering test's seam (production passes none), awaited with the
+    job id before the wait registers: a completion that lands there is one the wait must find by its read, and no
+    injected call precedes the registration (wait_finished reads nothing before it)."""
+
+    def __init__(
+        self,
+        repo: PoolRepository,
+        events: Events,
+        now: Callable[[], float],
+        *,
+        before_wait: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.repo = repo
         self.events = events
-        self.hooks = hooks
+        self.before_wait = before_wait
         self._now = now  # the monotonic reading
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
@@ -111,8 +121,8 @@ class Waits:
         """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
         out. This process's own completion hands over the job and result with no read; another process's
         arrives by NOTIFY and is read once (job and result together)."""
-        if self.hooks.before_wait is not None:
-            await self.hooks.before_wait(job.id)
+        if self.before_wait is not None:
+            await self.before_wait(job.id)
         now = self._now
         deadline = now() + timeout
         waiter = self.waiters.add(job.id)
@@ -151,8 +161,8 @@ class Waits:
         """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
         None when it is not the tenant's. The first read marks the job watched (registered first, so a completion
         after it notifies and wakes this wait; one before it is what the read finds)."""
-        if self.hooks.before_wait is not None:
-            await self.hooks.before_wait(job_id)
+        if self.before_wait is not None:
+            await self.before_wait(job_id)
         now = self._now
         deadline = now() + timeout
         waiter = self.waiters.add(job_id)
