@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from tests.fixtures.clock import FakeClock
 from tests.fixtures.services import OPERATOR, SIM_API_KEY, VOLUME
 from tests.integration.metering.test_budgets import stack, writes
-from tests.integration.pod_controller.test_warm_schedule import HOURS, OPENS, WallClock, _control, actions_of
+from tests.integration.pod_controller.test_warm_schedule import HOURS, OPENS, _control, actions_of
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
 from thermostat.pod_controller.budget_guard import BudgetGuard
@@ -46,7 +47,7 @@ async def test_a_scheduled_wake_over_budget_is_refused_before_any_runpod_write(
                 db_store.leases,
                 wake,
                 replica="replica-a",
-                clock=WallClock(OPENS - timedelta(minutes=5)),
+                clock=FakeClock(wall=OPENS - timedelta(minutes=5)),
             )
             assert len(await schedule.run_pass()) == 1
             await schedule.settle()
