@@ -76,6 +76,7 @@ def backend_choice(enabled: str | None, default: str | None) -> BackendChoice:
         )
     return BackendChoice(enabled=kinds, default=chosen)
 
+
 # What to set for each backend, named in the refusal when the shell passes no more precise reason.
 REQUIRED_SETTINGS: Mapping[BackendKind, str] = {
     BackendKind.DOCKER: "STRATA_POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST) naming a Docker daemon's socket",
