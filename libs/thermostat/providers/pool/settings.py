@@ -8,15 +8,16 @@
 | POOL_NAME | thermostat | the pool's name: Docker label and every machine's name prefix |
 | POOL_WORKER_PORT | 8080 | the port the worker listens on inside a container, pod or Fly machine |
 | POOL_PROVIDER_TIMEOUT_SECONDS | 30 | one provider API call's timeout |
-| STRATA_POOL_DOCKER_SOCKET (alias POOL_DOCKER_SOCKET) | - | the Docker daemon's socket; else a unix:// DOCKER_HOST; else /var/run/docker.sock |
+| STRATA_POOL_DOCKER_SOCKET | - | the Docker daemon's socket; else a unix:// DOCKER_HOST; else /var/run/docker.sock |
 | POOL_RUNPOD_API_KEY | - | RunPod key for the pool; else RUNPOD_API_KEY (the pod controller's) |
 | RUNPOD_V2_BASE_URL, RUNPOD_PROXY_URL_TEMPLATE | RunPod's | shared with the pod controller |
-| FLY_API_TOKEN, STRATA_POOL_FLY_APP, STRATA_POOL_FLY_REGION | - | all three configure the fly backend (aliases POOL_FLY_APP, POOL_FLY_REGION) |
+| FLY_API_TOKEN, STRATA_POOL_FLY_APP, STRATA_POOL_FLY_REGION | - | all three configure the fly backend |
 | POOL_FLY_BASE_URL | https://api.machines.dev/v1 | the Machines API |
 | POOL_FLY_ENDPOINT_TEMPLATE | http://{id}.vm.{app}.internal:{port} | a machine's worker address |
 
 The worker-pool seed's names (STRATA_POOL_*) are the primary ones, so the original package's deployments carry over;
-the names this service used first stay as aliases. Both set and different is a start-up error naming both
+the names this service used first stay as aliases (POOL_DOCKER_SOCKET, POOL_FLY_APP,
+POOL_FLY_REGION: ALIASES). Both set and different is a start-up error naming both
 (`aliased`): silently preferring one would start machines somewhere the operator did not mean.
 
 A backend is configured when what it needs is set (Docker: a socket file exists at the resolved path);
