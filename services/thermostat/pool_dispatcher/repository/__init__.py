@@ -46,6 +46,7 @@ from .values import (
     Submitted,
     UsageView,
     WorkerView,
+    usage_event_id,
 )
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "WorkerView",
     "job_done_channel",
     "parse_job_done",
+    "usage_event_id",
 ]
 
 
