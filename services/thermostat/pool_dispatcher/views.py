@@ -112,9 +112,12 @@ def orphans_json(sweeper: OrphanSweeper | None) -> JsonObject:
 
 
 def health_json(machine_types: Iterable[str], counts: Mapping[str, int]) -> JsonObject:
-    """GET /health's pool entry: the catalogue's type names and the machines by state, the usual ones at zero."""
+    """GET /health's pool entry: the catalogue's type names and the machines by state, the usual ones at zero
+    (`machines`), and the original strata-pool package's `workers`, only the states present. The edge prints its
+    members at the top of /health too (the registry's health_top_fallback)."""
     machines = {**{str(state): 0 for state in HEALTH_STATES}, **counts}
-    return {"machine_types": list(machine_types), "machines": machines}
+    workers = {state: count for state, count in counts.items() if count > 0}
+    return {"machine_types": list(machine_types), "machines": machines, "workers": workers}
 
 
 def job_message(job: JobView) -> pool_pb2.Job:
