@@ -7,6 +7,7 @@ Plus the usage duration's clock: the monotonic one, whatever the wall clock does
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -189,3 +190,30 @@ async def test_usage_duration_stays_monotonic_across_a_wall_clock_step(pool_stor
     assert event.duration_seconds == 2.5
     assert event.duration_ms == 2500.0
     assert event.completed_at == event.ended_at
+
+
+async def test_a_stored_catalogue_naming_local_after_local_was_disabled_starts_and_refuses_its_jobs(
+    pool_store: Store, docker_daemon: DockerSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A PUT stored a local type while local was enabled; the deployment then drops local. The process starts (it
+    must, to take the PUT that fixes it), logs the type naming the setting, and refuses its jobs (503) naming
+    POOL_ENABLED_BACKENDS, queueing nothing: no command runs on the host."""
+    async with start_pool(pool_store, pool_env([local_type()])) as pool:
+        await put(pool, [local_type()])
+    env = pool_env([], POOL_ENABLED_BACKENDS="docker", STRATA_POOL_DOCKER_SOCKET=docker_daemon.socket_path)
+    with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher"):
+        async with start_pool(pool_store, env) as pool:
+            await pool.dispatcher.refresh_catalogue()
+            assert pool.dispatcher.catalogue.names == ("local",)
+            assert any(
+                "cannot be fully served" in r.getMessage() and "POOL_ENABLED_BACKENDS" in r.getMessage()
+                for r in caplog.records
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await pool.submit(b"id > /tmp/owned")
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert (
+                refused.value.details()
+                == "machine type local: the local backend is not enabled (POOL_ENABLED_BACKENDS)"
+            )
+            assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_jobs") == 0
