@@ -870,7 +870,7 @@ async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_e
     assert sorted(answers) == list(range(1, 12))
     assert all(answers[tag].result == BINARY + bytes([tag]) for tag in range(1, 11))
     assert answers[11].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert "machine_type" in answers[11].error.detail
+    assert answers[11].error.detail == "unknown machine type: 'no-such-type'"
     assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request
 
 
