@@ -61,6 +61,13 @@ class PoolMetrics:
             "timeout, the lease not trusted, a boot released unbooted), by machine type and backend.",
             ["machine_type", "backend"],
         )
+        self.pruned = self.metrics.counter(
+            "thermostat_pool_pruned_rows_total",
+            "Rows retention deleted (POOL_JOB_RETENTION_HOURS, docs/pool-retention.md), by table: pool_jobs (finished "
+            "jobs and their results), pool_usage (usage events the ledger took), pool_machine_events (dead machines' "
+            "boots and stops the ledger took). Counted by the process that deleted them.",
+            ["table"],
+        )
         self.fleet_cap: Gauge | None = None  # registered only when POOL_MAX_WORKERS_TOTAL is set (fleet_capped)
         self.takeover = takeover_counter(self.metrics)
         # The series each job updates, looked up once per label values rather than per job (a family's labels()

@@ -81,6 +81,13 @@ class BatchSize:
         if not self.target_seconds > 0:
             raise ValueError(f"target_seconds must be positive, not {self.target_seconds}")
 
+    @classmethod
+    def at_most(cls, rows: int) -> BatchSize:
+        """Batches never over `rows` (POOL_PRUNE_BATCH_ROWS), starting at a tenth of it and never under 50 (or
+        `rows`, when that is fewer)."""
+        floor = min(50, rows)
+        return cls(rows=max(floor, rows // 10), floor=floor, ceiling=rows)
+
     def after(self, took_seconds: float) -> BatchSize:
         """The next batch's size after one of `rows` took `took_seconds`."""
         if took_seconds > self.target_seconds:
@@ -92,10 +99,11 @@ class BatchSize:
         return BatchSize(rows=rows, floor=self.floor, ceiling=self.ceiling, target_seconds=self.target_seconds)
 
 
-def pause_after(*, deleted: int, asked: int, took_seconds: float, interval_seconds: float) -> float:
-    """How long the pruner waits before its next batch: a full batch (more may be waiting) as long as it took,
-    so pruning holds the store at most half the time while it catches up; a short one the pass interval."""
-    return max(0.0, took_seconds) if deleted >= asked else interval_seconds
+def pause_after(*, prunable: int, asked: int, took_seconds: float, interval_seconds: float) -> float:
+    """How long the pruner waits before a table's next batch, after `prunable` of the `asked` candidates it read were
+    prunable: a full batch (more may be waiting) as long as it took, so pruning holds the store at most half the
+    time while it catches up; a short one the pass interval."""
+    return max(0.0, took_seconds) if prunable >= asked else interval_seconds
 
 
 # Job ids.

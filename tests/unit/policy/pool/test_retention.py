@@ -32,8 +32,12 @@ def event(position: int, hours_ago: float) -> Candidate:
     return Candidate(ended_at=NOW - timedelta(hours=hours_ago), position=position)
 
 
+def minted(*, hours_ago: float) -> uuid.UUID:
+    return mint_job_id(now=NOW - timedelta(hours=hours_ago), random=bytes(10))
+
+
 def test_the_horizon_is_now_less_the_retention() -> None:
-    assert HORIZON == datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    assert datetime(2026, 11, 30, 12, 0, tzinfo=UTC) == HORIZON
 
 
 @pytest.mark.parametrize(
@@ -80,6 +84,19 @@ def test_the_batch_size_stays_within_its_bounds(start: int, took: float, rows: i
 
 
 @pytest.mark.parametrize(
+    ("most", "expected"),
+    [
+        pytest.param(1000, BatchSize(rows=100, floor=50, ceiling=1000), id="a-tenth-of-the-bound-to-start"),
+        pytest.param(200, BatchSize(rows=50, floor=50, ceiling=200), id="never-under-the-floor-to-start"),
+        pytest.param(10, BatchSize(rows=10, floor=10, ceiling=10), id="a-bound-under-the-floor-is-every-batch"),
+    ],
+)
+def test_a_batch_bound_is_the_ceiling(most: int, expected: BatchSize) -> None:
+    """POOL_PRUNE_BATCH_ROWS bounds every statement; the first batch is smaller, and grows while it is quick."""
+    assert BatchSize.at_most(most) == expected
+
+
+@pytest.mark.parametrize(
     "bad",
     [
         pytest.param({"rows": 10, "floor": 50}, id="rows-under-the-floor"),
@@ -89,21 +106,21 @@ def test_the_batch_size_stays_within_its_bounds(start: int, took: float, rows: i
     ],
 )
 def test_a_batch_size_outside_its_bounds_is_refused(bad: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="batch rows|target_seconds"):
+    with pytest.raises(ValueError, match=r"batch rows|target_seconds"):
         BatchSize(**bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("deleted", "pause"),
+    ("prunable", "pause"),
     [
         pytest.param(500, 0.03, id="a-full-batch-waits-as-long-as-it-took"),
         pytest.param(499, 60.0, id="a-short-batch-waits-the-interval"),
         pytest.param(0, 60.0, id="an-empty-batch-waits-the-interval"),
     ],
 )
-def test_the_pause_after_a_batch(deleted: int, pause: float) -> None:
+def test_the_pause_after_a_batch(prunable: int, pause: float) -> None:
     """Catching up, the pruner holds the store at most half the time; caught up, it waits for the next pass."""
-    assert pause_after(deleted=deleted, asked=500, took_seconds=0.03, interval_seconds=60.0) == pause
+    assert pause_after(prunable=prunable, asked=500, took_seconds=0.03, interval_seconds=60.0) == pause
 
 
 def test_a_minted_job_id_is_a_uuid7_carrying_its_millisecond() -> None:
@@ -131,8 +148,8 @@ def test_an_id_of_another_version_carries_no_time() -> None:
 @pytest.mark.parametrize(
     ("job_id", "expired"),
     [
-        pytest.param(mint_job_id(now=NOW - timedelta(hours=25), random=bytes(10)), True, id="minted-before-the-horizon"),
-        pytest.param(mint_job_id(now=NOW - timedelta(hours=23), random=bytes(10)), False, id="minted-within-it"),
+        pytest.param(minted(hours_ago=25), True, id="minted-before-the-horizon"),
+        pytest.param(minted(hours_ago=23), False, id="minted-within-it"),
         pytest.param(uuid.UUID("2b6c0f6e-6a0e-4c8e-9b1e-3f3c2a1d0e9f"), False, id="a-uuid4-of-before-retention"),
     ],
 )
