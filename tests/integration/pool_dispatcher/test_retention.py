@@ -11,6 +11,7 @@ and at the database's own row locks, never by sleeping.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,7 @@ from thermostat.pool_dispatcher.internal import PoolInternalServicer
 from thermostat.pool_dispatcher.metering_repository import PoolMeteringRepository
 from thermostat.pool_dispatcher.metrics import PoolMetrics
 from thermostat.pool_dispatcher.repository.retention import Fence, PrunedTable, RetentionRepository
+from thermostat.pool_dispatcher.repository.retention import Q as RETENTION_SQL
 from thermostat.pool_dispatcher.retention import LEASE, RetentionPruner
 from thermostat.store.db import Store
 from thermostat.store.keeper import LeaseKeeper
@@ -402,3 +404,52 @@ async def gone(store: Store, job_id: str) -> bool | None:
             if await conn.fetchval("SELECT count(*) FROM pool_jobs WHERE id = $1", uuid.UUID(job_id)) == 0
             else None
         )
+
+
+# the scans stay index scans
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """Every node of an EXPLAIN plan: its type and the index (or, for a sequential scan, the table) it reads."""
+    nodes = [(plan["Node Type"], plan.get("Index Name") or plan.get("Relation Name"))]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
+    return nodes
+
+
+PLANNED = {
+    "finished_jobs": ((500,), "pool_jobs_finished"),
+    "oldest_usage": ((500,), "pool_usage_pkey"),
+    "oldest_machine_stops": ((500,), "pool_machine_events_pkey"),
+    "prune_jobs": (([uuid.UUID(int=9)], LEASE, "a", 1), "pool_jobs_pkey"),
+    "prune_usage": (([1, 2], LEASE, "a", 1), "pool_usage_pkey"),
+    "prune_machine_events": (([uuid.UUID(int=9)], LEASE, "a", 1), "pool_machine_events_machine_id_event_key"),
+}
+
+
+@pytest.mark.parametrize("block", sorted(PLANNED))
+async def test_each_prune_statement_reads_an_index_never_the_whole_table(store: Store, block: str) -> None:
+    """With thousands of live rows beside the finished ones, each candidate read walks its index in order and each
+    delete looks its rows up by key: the pruner's cost follows the batch, never the table."""
+    args, index = PLANNED[block]
+    async with store.pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO pool_jobs (id, tenant_id, machine_type, state, timeout_seconds, completed_at)"
+            " SELECT gen_random_uuid(), 'acme', 'cpu', CASE WHEN n % 2 = 0 THEN 'completed' ELSE 'queued' END, 30,"
+            " CASE WHEN n % 2 = 0 THEN now() - n * interval '1 second' END FROM generate_series(1, 5000) n"
+        )
+        await conn.execute(
+            "INSERT INTO pool_machine_events (machine_id, tenant_id, machine_type, event, at)"
+            " SELECT gen_random_uuid(), 'acme', 'cpu', CASE WHEN n % 2 = 0 THEN 'stopped' ELSE 'started' END, now()"
+            " FROM generate_series(1, 5000) n"
+        )
+        await conn.execute(
+            "INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,"
+            " started_at, ended_at) SELECT gen_random_uuid(), 'acme', 'cpu', gen_random_uuid(), 'completed', 1, now(),"
+            " now() FROM generate_series(1, 5000)"
+        )
+        await conn.execute("ANALYZE pool_jobs, pool_usage, pool_machine_events")
+        plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {RETENTION_SQL[block]}", *args)
+    nodes = plan_nodes(json.loads(plan)[0]["Plan"] if isinstance(plan, str) else plan[0]["Plan"])
+    assert any(kind.startswith("Index") and name == index for kind, name in nodes), nodes
+    assert not [name for kind, name in nodes if kind == "Seq Scan" and name != "leases"], nodes
