@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -152,7 +153,8 @@ def assemble(
     pruner = RetentionPruner(
         RetentionRepository(store.pool),
         store.leases,
-        holder=dispatcher.instance_id,
+        # this process alone: an instance id restarted elsewhere while this one stalls must not share its term
+        holder=f"{dispatcher.instance_id}/{uuid.uuid4().hex[:8]}",
         retention=retention,
         every_seconds=settings.pool_prune_seconds,
         lease_seconds=settings.pool_lease_seconds,
