@@ -202,4 +202,5 @@ def _with_idle(machine: Machine, idle_since: float) -> Machine:
         last_session_id=machine.last_session_id,
         health_misses=machine.health_misses,
         cool_down_seconds=machine.cool_down_seconds,
+        yield_to=machine.yield_to,
     )
