@@ -142,4 +142,3 @@ def _donated(
         )
         chosen.extend(candidates[: over[tenant]])
     return chosen[:slots]
-

@@ -20,8 +20,8 @@ writes a machine on real Postgres and checks each change it makes against it.
                                           share, or a stale image making room under the tenant cap)
     busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
                                           (nothing was sent)
-    busy      RETIRE           stopping   complete (the job's outcome retires it, or it yields its slot), abandon_running,
-                                          retire, hand_back (shutdown), reclaim, recover_own
+    busy      RETIRE           stopping   complete (the job's outcome retires it, or it yields its slot),
+                                          abandon_running, retire, hand_back (shutdown), reclaim, recover_own
     stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 
 Why each row:

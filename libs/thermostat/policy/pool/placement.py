@@ -18,8 +18,9 @@ Caps, in this order:
 When the fleet cap binds, each tenant below its fair share (thermostat.policy.pool.fair_share: the cap over the
 tenants with demand) is served first, up to its share, in queue order of each group's first job (priority, then
 FIFO); what room is left goes in queue order. So the fleet's last slot goes to the job first in line among the
-tenants below their share, and never straight back to a backlog a fair-share retirement took it from; a plan whose demand the fleet cap cut says so, for
-the warning the worker-pool seed asks for ("a capped fleet looks exactly like a slow queue from the outside").
+tenants below their share, and never straight back to a backlog a fair-share retirement took it from. A plan
+whose demand the fleet cap cut says so, for the warning the worker-pool seed asks for ("a capped fleet looks
+exactly like a slow queue from the outside").
 A type missing from the catalogue gets no machine: its queued jobs fail with the reason (the service).
 """
 

@@ -54,8 +54,9 @@ class FairShare:
         for deferred in plan.deferred:
             if deferred.reason is DeferReason.FLEET_CAP:
                 held_back[deferred.tenant_id] = held_back.get(deferred.tenant_id, 0) + deferred.count
+        cap = self.max_workers_total
         decision = plan_fair_share(
-            queued=queued_by_tenant(demand), held_back=held_back, machines=seen, max_workers_total=self.max_workers_total
+            queued=queued_by_tenant(demand), held_back=held_back, machines=seen, max_workers_total=cap
         )
         if decision.clear:
             for machine_id in await self.repo.machines.unyield(c, decision.clear):

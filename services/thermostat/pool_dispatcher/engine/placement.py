@@ -160,8 +160,7 @@ class Placement:
                 await machines.unyield(c, None)  # nobody waits: a mark left would retire a machine for no one
                 return [], None
             wanted = [
-                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
-                for d in demand
+                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head) for d in demand
             ]
             plan, seen, freed = await self._plan_room(c, stops, lambda seen: self._placement(wanted, seen))
             if not freed:  # every attempt's retirement was overtaken: nothing starts on room not made (next pass)

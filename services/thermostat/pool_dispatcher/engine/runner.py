@@ -296,14 +296,15 @@ class Runner:
                 if completion.yielded_to is not None and not outcome.retire_machine:
                     self.metrics.fair_share_retired("after_job")
                     log.warning(
-                        "machine %s of tenant %s retired after its job for fair share: tenant %s waits at the fleet cap",
+                        "machine %s of tenant %s retired after its job for fair share: tenant %s waits at the "
+                        "fleet cap",
                         assignment.machine_id, tenant_id, completion.yielded_to,
                     )  # fmt: skip
                 else:
                     log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
                 await self.fleet.finish_stop(assignment.machine_id, completion.provider_id)
                 if completion.yielded_to is not None:
-                    self.events.emit(PLACEMENT_WANTED)  # the slot is free once the row is gone: the waiting tenant boots
+                    self.events.emit(PLACEMENT_WANTED)  # the slot is free once the row is gone: the waiting tenant
                 return
             if completion.machine_state == MachineState.WARM:
                 self.fleet.idle[assignment.machine_id] = ended
