@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
-from tests.integration.pool_dispatcher.seams import before_complete, before_provider_stop
+from tests.integration.pool_dispatcher.seams import before_complete, before_provider_stop, before_send
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
@@ -280,4 +280,49 @@ async def test_a_tenant_whose_demand_disappears_gives_its_idle_machine_back_befo
         assert left > 0  # given back while acme's backlog still waited, not at its end
         await all_done(pool_store, "acme")
         await assert_each_ran_once(pool_store, backlog)
+        assert await most_machines_at_once(pool_store) == 2
+
+
+@pytest.mark.parametrize("carried_out_by", ["placement", "reaper"])
+async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retires_once_idle(
+    pool_store: Store, carried_out_by: str
+) -> None:
+    """The mark lands while acme's machine holds a job not yet sent (held before its send); that job is cancelled:
+    nothing is sent, the machine is idle and still marked, so no claim takes it. The next placement pass (or the
+    reaper, whatever the cool-down) retires it, and globex boots in its slot."""
+    release = asyncio.Event()
+
+    async def hold_send(_job_id: str) -> None:
+        await release.wait()
+
+    env = pool_env(TYPES, POOL_MAX_WORKERS_TOTAL=CAP)
+    async with start_pool(pool_store, env, seams=[before_send(hold_send)]) as pool:
+        backlog = await submit_backlog(pool, 10)
+        await busy_machines(pool_store, "acme", 2)
+        waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
+        await pool.dispatcher.place()
+        [retiring] = await marked(pool_store)
+        held_job = await pool_store.pool.fetchval(
+            "SELECT id::text FROM pool_jobs WHERE worker_id = $1::uuid AND state = 'dispatched'", retiring
+        )
+        await cancel(pool, held_job, "acme")
+        release.set()
+
+        async def idle_and_marked() -> bool | None:
+            state = await pool_store.pool.fetchval(
+                "SELECT state FROM pool_machines WHERE id = $1::uuid AND yield_to = 'globex'", retiring
+            )
+            return True if state == "warm" else None
+
+        await eventually(idle_and_marked, timeout=30, every=0.02)
+        if carried_out_by == "placement":
+            await pool.dispatcher.place()
+        else:
+            await pool.dispatcher.reap()
+        assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"
+        await all_done(pool_store, "acme")
+        await assert_each_ran_once(pool_store, [j for j in backlog if j != held_job])
+        assert (await pool.job(held_job, "acme")).state == "cancelled"
+        lives = await machine_lives(pool_store)
+        assert (retiring, "acme", "stopped") in {(m, t, e) for m, t, e, _ in lives}
         assert await most_machines_at_once(pool_store) == 2
