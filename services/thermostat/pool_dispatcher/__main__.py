@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from grpc import aio
@@ -18,6 +20,7 @@ from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
+from thermostat.policy.pool.retention import BatchSize
 from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.providers.pool.backend import Backend
 from thermostat.providers.pool.local import LocalBackend
@@ -34,6 +37,8 @@ from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
 from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
+from .repository.retention import RetentionRepository
+from .retention import RetentionPruner
 from .servicer import PoolDispatcherServicer
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
 
@@ -73,6 +78,7 @@ class PoolService:
     backend: LocalBackend
     backends: Mapping[BackendKind, Backend]
     orphans: OrphanSweeper
+    retention: RetentionPruner
 
 
 async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
@@ -143,10 +149,23 @@ def assemble(
     orphans = OrphanSweeper(
         dispatcher, mode=settings.orphan_sweep, prefix=settings.pool_name, every_seconds=settings.orphan_sweep_seconds
     )
+    retention = timedelta(hours=settings.pool_job_retention_hours)
+    pruner = RetentionPruner(
+        RetentionRepository(store.pool),
+        store.leases,
+        # this process alone: an instance id restarted elsewhere while this one stalls must not share its term
+        holder=f"{dispatcher.instance_id}/{uuid.uuid4().hex[:8]}",
+        retention=retention,
+        every_seconds=settings.pool_prune_seconds,
+        lease_seconds=settings.pool_lease_seconds,
+        batch=BatchSize.at_most(settings.pool_prune_batch_rows),
+        clock=clock or SYSTEM_CLOCK,
+        metrics=metrics,
+    )
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(
-            PoolDispatcherServicer(dispatcher, gate, orphans=orphans), server
+            PoolDispatcherServicer(dispatcher, gate, orphans=orphans, retention=retention), server
         )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
@@ -156,6 +175,7 @@ def assemble(
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
     async def shutdown() -> None:
+        await pruner.stop()
         await reaper.stop()
         await orphans.stop()
         await dispatcher.close()
@@ -174,7 +194,7 @@ def assemble(
             auth_rules=auth_rules(tokens),
             tenant_rules=tenant_rules(),
             dependency_check=store.ping,
-            on_start=[dispatcher.start, reaper.start, orphans.start],
+            on_start=[dispatcher.start, reaper.start, orphans.start, pruner.start],
             on_stop=[shutdown],
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),
@@ -182,7 +202,9 @@ def assemble(
         ),
         probe_seconds=settings.health_probe_seconds,
     )
-    return PoolService(host=host, dispatcher=dispatcher, backend=backend, backends=backends, orphans=orphans)
+    return PoolService(
+        host=host, dispatcher=dispatcher, backend=backend, backends=backends, orphans=orphans, retention=pruner
+    )
 
 
 if __name__ == "__main__":

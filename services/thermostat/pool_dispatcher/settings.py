@@ -7,6 +7,7 @@ from pydantic import Field, SecretStr
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
 from thermostat.policy.common.orphan_sweep import OrphanSweep
+from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS
 from thermostat.providers.pool.settings import PoolBackendSettings
 
 GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0
@@ -42,4 +43,10 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     orphan_sweep: OrphanSweep = OrphanSweep.REPORT
     orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
     pool_usage_settle_seconds: float = Field(default=10.0, gt=0, le=600)
+    # retention (docs/pool-retention.md): a finished job and its result are kept this long, usage events and dead
+    # machines' events this long and until metering's ledger took them; pruned in batches of at most
+    # POOL_PRUNE_BATCH_ROWS rows per statement, every POOL_PRUNE_SECONDS once caught up, by one process at a time
+    pool_job_retention_hours: float = Field(default=DEFAULT_RETENTION_HOURS, gt=0, le=24 * 366)
+    pool_prune_seconds: float = Field(default=10.0, gt=0, le=3600)
+    pool_prune_batch_rows: int = Field(default=1000, ge=1, le=10000)
     pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)

@@ -45,7 +45,9 @@ Why each row:
 - A `running` job that is cancelled keeps its owner, so the process running it still records its usage when
   the machine answers; that answer (complete) leaves it `cancelled` and drops the result.
 
-Terminal states have no row: nothing moves a finished job.
+Terminal states have no row: nothing moves a finished job. Retention ends its row once it has been kept
+POOL_JOB_RETENTION_HOURS (prune_jobs, thermostat.policy.pool.retention): a delete, not a transition, and only of a
+finished job no process owns (a job cancelled while running stays until its machine answers).
 """
 
 from __future__ import annotations
