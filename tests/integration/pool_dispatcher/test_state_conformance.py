@@ -78,6 +78,7 @@ class World:
     queued_next: bool
     owner: tuple[str, int] = ME
     catalogue: tuple[str, ...] | None = None  # the stored catalogue's type names (None: none stored)
+    released: bool = False  # the machine was released by a deploy (migration 0019), waiting for adoption
     lease: bool = False  # the owner's instance lease is held and current
 
     def __str__(self) -> str:
@@ -121,13 +122,14 @@ async def seed(conn: asyncpg.Connection, world: World) -> None:
     if world.machine is not None:
         await conn.execute(
             "INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, job_id, owner,"
-            " owner_term, cool_down_seconds, last_active_at)"
-            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now())",
+            " owner_term, cool_down_seconds, last_active_at, released_at)"
+            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), CASE WHEN $6 THEN now() END)",
             MACHINE,
             world.machine,
             JOB if world.holds else None,
             instance,
             term,
+            world.released,
         )
     if world.job is not None:
         state = "cancelled" if world.job == CANCELLED_RUNNING else world.job
@@ -367,6 +369,20 @@ def _recover_own() -> Iterator[Run]:
             yield Run(world, (*ME, any_term), frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), label)
 
 
+def _release_own() -> Iterator[Run]:
+    for world in consistent_worlds():
+        args = (*ME, "the dispatcher shut down and its grace ran out")
+        yield Run(world, args, frozenset({JE.REQUEUE, JE.OWNER_LOST}), frozenset({ME_.FREE, ME_.RETIRE}))
+
+
+def _adopt_released() -> Iterator[Run]:
+    """Called for a released machine (released_at set); another's adoption first leaves nothing to take."""
+    for released, healthy in itertools.product((False, True), (False, True)):
+        for world in consistent_worlds(owner=LAPSED):
+            world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, released=released)
+            yield Run(world, (MACHINE, "me", healthy, 3), machines=frozenset({ME_.RETIRE}), label=f" ({healthy})")
+
+
 SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "submit": _submit,
     "submit_queued": _submit_queued,
@@ -389,6 +405,8 @@ SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "replace_catalogue": _replace_catalogue,
     "reclaim": _reclaim,
     "recover_own": _recover_own,
+    "release_own": _release_own,
+    "adopt_released": _adopt_released,
 }
 
 
