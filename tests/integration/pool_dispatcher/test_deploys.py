@@ -239,7 +239,9 @@ async def test_the_instance_lease_defaults_to_30_seconds(database_url: str) -> N
     assert PoolDispatcherSettings.model_fields["pool_lease_seconds"].default == 30.0
     store = await Store.open(database_url, max_size=4, application_name="pool-lease-default")
     try:
-        env = {k: v for k, v in pool_env([sleepy_type()], POOL_INSTANCE_ID="alpha").items() if k != "POOL_LEASE_SECONDS"}
+        env = {
+            k: v for k, v in pool_env([sleepy_type()], POOL_INSTANCE_ID="alpha").items() if k != "POOL_LEASE_SECONDS"
+        }
         async with start_pool(store, env) as pool:
             assert pool.dispatcher.lease_seconds == 30.0
             ttl = await store.pool.fetchval(
