@@ -169,6 +169,8 @@ def assemble(
         await dispatcher.close(departure, grace_seconds=grace)
         if departure is Departure.STOP_FLEET:
             await backend.aclose()  # no worker process of ours outlives the pool going away
+        else:
+            backend.release()  # the released machines run on for the next process (bound ones die with this one)
         for provider in providers.values():
             await provider.aclose()
         await client.aclose()

@@ -259,8 +259,9 @@ class Dispatcher:
     async def drain(self, grace_seconds: float) -> bool:
         """A shutdown's first step: take no new work (a submit or hint now is refused, retryable: ShuttingDown;
         placement stops here, so queued jobs wait for another process) and wait up to `grace_seconds` for this
-        process's in-flight jobs to finish (their results reach their callers). Whether none is left in flight."""
-        self.draining = True
+        process's in-flight jobs to finish (their results reach their callers); a machine whose job finishes takes no
+        next one here, and goes warm for another process to claim. Whether none is left in flight."""
+        self.draining = self.runner.draining = True
         self.placement.closing = True
         deadline = self.clock.monotonic() + grace_seconds
         while self._submitting and self.clock.monotonic() < deadline:  # submits past their check land first

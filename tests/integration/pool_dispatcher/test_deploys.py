@@ -265,3 +265,26 @@ async def gone(provider_id: str) -> bool:
         return True if not worker_alive(provider_id) else None
 
     return bool(await eventually(dead, timeout=15, every=0.05))
+
+
+async def test_a_machine_whose_job_ends_during_the_drain_takes_no_next_job_and_the_adopter_runs_it(
+    database_url: str,
+) -> None:
+    """Draining, alpha's machine finishes its job with another queued behind it: the machine goes warm instead of
+    taking it (new work is not alpha's now), alpha releases it, and beta adopts it and runs the queued job on it."""
+    types = [sleepy_type(max_workers=1)]
+    async with process(database_url, "alpha", types=types) as (alpha, store):
+        first = await alpha.submit(b"1", machine_type="sleepy")
+        await running(alpha, first.id)
+        second = await alpha.submit(b"0", machine_type="sleepy")
+        assert (await alpha.job(second.id)).state == "queued"
+        await sigterm(alpha)
+        assert (
+            await store.pool.fetchval("SELECT state FROM pool_jobs WHERE id = $1", uuid.UUID(first.id)) == "completed"
+        )
+        assert await store.pool.fetchval("SELECT state FROM pool_jobs WHERE id = $1", uuid.UUID(second.id)) == "queued"
+        [machine] = await machines(store)
+        assert machine["state"] == "warm" and machine["released_at"] is not None
+    async with process(database_url, "beta", types=types) as (beta, store):
+        done = await beta.finished(second.id)
+        assert done.state == "completed" and done.worker_id == machine["id"]

@@ -121,11 +121,11 @@ class Child:
 POOL_LOCAL_OUTLIVE_ENV = "POOL_LOCAL_MACHINES_OUTLIVE_PROCESS"
 
 
-def leaving_signal(child: Child) -> signal.Signals:
+def leaving_signal(child_name: str) -> signal.Signals:
     """The signal the stack's own stop sends a child: SIGINT to a pool dispatcher (the whole stack goes away, so
     its machines stop: thermostat.policy.pool.departure), SIGTERM to the rest (a SIGTERM to a pool dispatcher alone
     is a deploy: it releases its machines to the process that follows)."""
-    return signal.SIGINT if child.name.split("#")[0] == POOL_DISPATCHER.name else signal.SIGTERM
+    return signal.SIGINT if child_name.split("#")[0] == POOL_DISPATCHER.name else signal.SIGTERM
 
 
 def restart_delay(restarts: int, uptime: float) -> float:
@@ -489,7 +489,7 @@ class Stack:
             await self.respawn(child)
             log.warning("%s restarted (pid %d)", child.name, child.process.pid)
             if self._stopping.is_set():  # stop() may have passed this child while it was down: stop it here
-                await self._stop(child, leaving_signal(child), 15)
+                await self._stop(child, leaving_signal(child.name), 15)
                 return
 
     async def _relay(self, child: Child, process: asyncio.subprocess.Process) -> None:
@@ -566,7 +566,7 @@ class Stack:
             await self.envoy.stop()
             self.envoy = None
         for child in reversed(self.children):
-            await self._stop(child, leaving_signal(child), 15)
+            await self._stop(child, leaving_signal(child.name), 15)
         # a watcher that restarted its child while stop() passed it stops that child itself
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []

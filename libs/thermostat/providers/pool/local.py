@@ -55,6 +55,9 @@ INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
 
 
+_RELEASED: list[asyncio.subprocess.Process] = []
+"""Handles of machines a deploy released (LocalBackend.release), kept until this process ends."""
+
 IDENTITY_PROBE_BUILD = "thermostat-port-check"
 """The build a boot's health asks to cancel: none runs under it, so the machine's own worker answers 404."""
 
@@ -149,6 +152,15 @@ class LocalBackend:
     async def aclose(self) -> None:
         """Stop every machine this backend started (the service's shutdown)."""
         await asyncio.gather(*(self.stop(provider_id) for provider_id in list(self._children)))
+
+    def release(self) -> None:
+        """Let go of every machine without stopping it (a deploy's shutdown: the next dispatcher process adopts
+        them). Their handles stay referenced for the life of this process: a collected handle of a running child
+        warns, and closing it would kill the machine."""
+        _RELEASED.extend(self._children.values())
+        self._children.clear()
+        self._endpoints.clear()
+        self._unproven.clear()
 
     def pid(self, provider_id: str) -> int | None:
         """The child's process id, for diagnostics and tests."""
