@@ -154,11 +154,16 @@ async def test_a_rolling_deploy_of_both_dispatchers_under_load_loses_no_job_runs
             fleet_before = await machine_ids(db)
             load.phase = "roll"
             rolled_at = time.monotonic()
+            exits, starts = [], []
             for child in chaos.replicas(POOL_DISPATCHER):  # one after the other, as a Deployment rolls
+                signalled = time.monotonic()
                 child.process.send_signal(signal.SIGTERM)
                 assert await child.process.wait() == 0
+                exited = time.monotonic()
+                exits.append(exited - signalled)
                 await chaos.stack.respawn(child)
-                await chaos.stack.wait_serving(child, POOL_DISPATCHER)
+                await chaos.stack.wait_serving(child, POOL_DISPATCHER, timeout=120)
+                starts.append(time.monotonic() - exited)
             roll_seconds = time.monotonic() - rolled_at
             fleet_after_roll = await machine_ids(db)
             load.phase = "after"
@@ -180,6 +185,8 @@ async def test_a_rolling_deploy_of_both_dispatchers_under_load_loses_no_job_runs
     figures.record(scenario, "machines booted during the roll", booted_during_roll, "0 (each moved, warm)")
     figures.record(scenario, "submits refused (retried on the other replica)", load.refusals)
     figures.record(scenario, "roll time, both replicas (s)", roll_seconds)
+    figures.record(scenario, "SIGTERM → exit, each replica (s)", " / ".join(f"{x:.2g}" for x in exits))
+    figures.record(scenario, "start → serving, each replica (s)", " / ".join(f"{x:.2g}" for x in starts))
     figures.record(scenario, "p99 submit→result before the roll (s)", p99(load.latencies["before"]))
     figures.record(scenario, "p99 submit→result during the roll (s)", p99(load.latencies["roll"]), "≈ before")
     figures.record(scenario, "p99 submit→result after the roll (s)", p99(load.latencies["after"]))
