@@ -27,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 import grpc
+import psutil
 import pytest
 
 from tests.chaos.kill_stack import POOL_TOKEN, ChaosStack, chaos_stack
@@ -109,6 +110,25 @@ class Load:
         raise AssertionError(f"job {job_id} never answered terminal")
 
 
+SYNC_PAYLOAD = json.dumps({"seconds": 1, "sync": True}).encode()
+
+
+async def sync_job(stub: pool_pb2_grpc.PoolDispatcherStub) -> bytes:
+    request = pool_pb2.SubmitJobSyncRequest(machine_type="echo", wait_seconds="60")
+    request.payload.data = SYNC_PAYLOAD
+    reply = await stub.SubmitJobSync(request, metadata=CALLER, timeout=60)
+    return bytes(reply.data)
+
+
+async def running_sync(db: asyncpg.Connection) -> None:
+    """Until the sync job runs on its machine (its payload is the only one with "sync" in it)."""
+    for _ in range(3000):
+        if await db.fetchval("SELECT count(*) FROM pool_jobs WHERE state = 'running' AND payload = $1", SYNC_PAYLOAD):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the sync job never ran")
+
+
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
@@ -154,6 +174,9 @@ async def test_a_rolling_deploy_of_both_dispatchers_under_load_loses_no_job_runs
             fleet_before = await machine_ids(db)
             load.phase = "roll"
             rolled_at = time.monotonic()
+            # a sync call in flight on the first replica when its SIGTERM comes: its result must reach the caller
+            sync = asyncio.ensure_future(sync_job(stubs[0]))
+            await running_sync(db)
             exits, starts = [], []
             for child in chaos.replicas(POOL_DISPATCHER):  # one after the other, as a Deployment rolls
                 signalled = time.monotonic()
@@ -165,6 +188,7 @@ async def test_a_rolling_deploy_of_both_dispatchers_under_load_loses_no_job_runs
                 await chaos.stack.wait_serving(child, POOL_DISPATCHER, timeout=120)
                 starts.append(time.monotonic() - exited)
             roll_seconds = time.monotonic() - rolled_at
+            sync_result = await sync
             fleet_after_roll = await machine_ids(db)
             load.phase = "after"
             await asyncio.sleep(chaos_scale.pick(0.5, 10.0))
@@ -193,9 +217,38 @@ async def test_a_rolling_deploy_of_both_dispatchers_under_load_loses_no_job_runs
     counts = " / ".join(str(len(load.latencies[phase])) for phase in ("before", "roll", "after"))
     figures.record(scenario, "jobs before / during / after the roll", counts)
 
+    figures.record(scenario, "sync job in flight at the first SIGTERM", sync_result.decode(), "its result")
+
+    assert sync_result == b"slept 1", "the job in flight at SIGTERM finished and its result reached its caller"
     assert load.sent == answered, "every submitted job answered terminal"
     assert load.outcomes == collections.Counter({"completed": answered}), load.outcomes
     assert twice == 0, "a payload reached a worker twice"
     assert all(ran[hashlib.sha256(p).hexdigest()] == 1 for p in load.payloads.values())
     assert fleet_before and stopped_by_deploy == 0, (fleet_before, fleet_after_roll)
     assert len(load.latencies["roll"]) > 0
+
+
+async def test_only_the_stacks_own_stop_ends_the_machines_a_deploy_kept(deploy_stack: ChaosStack) -> None:
+    """The stack going away (make run's Ctrl-C) sends the dispatchers SIGINT: every machine stops, none is left."""
+    chaos = deploy_stack
+    db = await asyncpg.connect(chaos.database_url)
+    try:
+        async with stubs_for(chaos) as stubs:
+            request = pool_pb2.SubmitJobSyncRequest(machine_type="echo", wait_seconds="60")
+            request.payload.data = json.dumps({"seconds": 0}).encode()
+            await stubs[0].SubmitJobSync(request, metadata=CALLER, timeout=60)
+        pids = [
+            int(r["provider_id"].removeprefix("local-"))
+            for r in await db.fetch("SELECT provider_id FROM pool_machines")
+        ]
+    finally:
+        await db.close()
+    assert pids and all(alive(pid) for pid in pids)
+    await chaos.stack.stop()
+    assert [pid for pid in pids if alive(pid)] == []
+
+
+def alive(pid: int) -> bool:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    return False
