@@ -288,3 +288,25 @@ async def test_a_machine_whose_job_ends_during_the_drain_takes_no_next_job_and_t
     async with process(database_url, "beta", types=types) as (beta, store):
         done = await beta.finished(second.id)
         assert done.state == "completed" and done.worker_id == machine["id"]
+
+
+async def test_a_machine_recovered_under_the_same_id_after_a_crash_keeps_its_remaining_cool_down(
+    database_url: str,
+) -> None:
+    """No release here: alpha is still there (stalled, as after a crash) when a new alpha starts and takes its rows
+    back (recover); the warm machine is kept with 500 s of its 600 s cool-down spent, not a fresh 600."""
+    types = [sleepy_type(cool_down_seconds=600)]
+    async with process(database_url, "alpha", types=types) as (alpha, store):
+        await alpha.run(b"0", machine_type="sleepy")
+        [machine] = await machines(store)
+        await store.pool.execute("UPDATE pool_machines SET idle_since = now() - interval '500 seconds'")
+        clock = FakeClock()
+        async with process(database_url, "alpha", types=types, clock=clock) as (again, _):
+            [kept] = await machines(store)
+            assert kept["id"] == machine["id"] and kept["state"] == "warm" and kept["released_at"] is None
+            clock.advance(95)
+            await again.dispatcher.reap()
+            assert [m["state"] for m in await machines(store)] == ["warm"]
+            clock.advance(10)
+            await again.dispatcher.reap()
+            assert await machines(store) == []
