@@ -100,7 +100,7 @@ SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM failed
 -- name: released_machines
 -- Machines released by a deploy and not yet adopted, with where they are, to probe before adopting them.
 SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
-       provider_id, endpoint, region, backend,
+       provider_id, endpoint, region, backend, yield_to,
        GREATEST(0, extract(epoch FROM now() - idle_since))::double precision AS idle_seconds
 FROM pool_machines WHERE released_at IS NOT NULL ORDER BY released_at, id LIMIT $1;
 
