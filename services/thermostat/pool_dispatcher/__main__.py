@@ -19,6 +19,7 @@ from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
+from thermostat.policy.pool.departure import Departure, departure_for
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
 from thermostat.policy.pool.retention import BatchSize
 from thermostat.pool.v1 import pool_pb2_grpc
@@ -101,7 +102,7 @@ def assemble(
     if settings.strata_pool_token is None:
         log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
     client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
-    backend = LocalBackend(client)
+    backend = LocalBackend(client, outlive_process=settings.pool_local_machines_outlive_process)
     # every backend whose settings are present serves at once; a type picks one by its `backend` field
     providers: dict[BackendKind, ProviderBackend] = build_backends(settings, client)
     backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
@@ -174,12 +175,22 @@ def assemble(
         )
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
+    async def drain() -> None:  # beside the gRPC drain: in-flight jobs finish, their callers get their results
+        if departure_for(host.stopped_by) is Departure.RELEASE:
+            await dispatcher.drain(settings.pool_shutdown_grace_seconds)
+
     async def shutdown() -> None:
         await pruner.stop()
+        departure = departure_for(host.stopped_by)
         await reaper.stop()
         await orphans.stop()
-        await dispatcher.close()
-        await backend.aclose()  # no worker process outlives the service
+        # a deploy drains (the drain hook began it beside the gRPC drain); the pool going away does not wait
+        grace = settings.pool_shutdown_grace_seconds if departure is Departure.RELEASE else 0.0
+        await dispatcher.close(departure, grace_seconds=grace)
+        if departure is Departure.STOP_FLEET:
+            await backend.aclose()  # no worker process of ours outlives the pool going away
+        else:
+            backend.release()  # the released machines run on for the next process (bound ones die with this one)
         for provider in providers.values():
             await provider.aclose()
         await client.aclose()
@@ -196,6 +207,9 @@ def assemble(
             dependency_check=store.ping,
             on_start=[dispatcher.start, reaper.start, orphans.start, pruner.start],
             on_stop=[shutdown],
+            on_drain=[drain],
+            # the gRPC drain lets a sync submit wait as long as the dispatcher's drain lets its job run
+            stop_grace_seconds=settings.pool_shutdown_grace_seconds,
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),
             metrics=metrics.metrics,

@@ -32,7 +32,7 @@ from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
 from .budget_gate import BudgetGate
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, ShuttingDown
 from .metering_repository import PoolMeteringRepository
 from .orphan_sweep import OrphanSweeper
 from .replies import abort, read_body, status
@@ -291,7 +291,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             log.warning("hint refused for budget: %s", over_budget)
             await status(context, 409)
             return pool_pb2.SendHintResponse(started=False, reason="budget")
-        decision = await self.d.hint(tenant, machine_type.strip())
+        try:
+            decision = await self.d.hint(tenant, machine_type.strip())
+        except ShuttingDown as refused:  # a deploy's shutdown began here: retry, another replica takes it
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(refused), 503)
         if isinstance(decision, SubmitError):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
         response = pool_pb2.SendHintResponse(started=decision.started)

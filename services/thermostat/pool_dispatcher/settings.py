@@ -18,6 +18,12 @@ MAX_PAYLOAD_BYTES = GRPC_MESSAGE_BYTES - 1024 * 1024  # the request's other fiel
 payload is a 413 and nothing is queued."""
 
 
+SHUTDOWN_GRACE_DEFAULT = 300.0
+"""POOL_SHUTDOWN_GRACE_SECONDS' default: five minutes, the seed's default sync wait (a sync caller's job that ends
+within its default wait ends within the grace), short enough for a rolling deploy; the Kubernetes manifest's
+terminationGracePeriodSeconds covers it. A job running longer fails at its end (docs/pool-deploys.md)."""
+
+
 class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     """The service's own settings plus the provider backends' (POOL_DOCKER_SOCKET, FLY_API_TOKEN, ...)."""
 
@@ -32,6 +38,11 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     pool_health_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     pool_instance_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # a deploy's SIGTERM: how long in-flight jobs may still run before the process releases its machines
+    # (docs/pool-deploys.md; Kubernetes' terminationGracePeriodSeconds must cover it)
+    # the local backend's machines outlive this process (a deploy's release keeps them; providers/pool/local.py)
+    pool_local_machines_outlive_process: bool = False
+    pool_shutdown_grace_seconds: float = Field(default=SHUTDOWN_GRACE_DEFAULT, gt=0, le=3600)
     # how long a missing usage position may still be filled by a transaction in flight (policy/pool/usage_feed.py)
     # set: every submit and hint asks metering for the tenant's budget first, and is refused when it cannot answer
     metering_addr: str | None = None

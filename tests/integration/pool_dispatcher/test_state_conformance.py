@@ -78,6 +78,7 @@ class World:
     queued_next: bool
     owner: tuple[str, int] = ME
     catalogue: tuple[str, ...] | None = None  # the stored catalogue's type names (None: none stored)
+    released: bool = False  # the machine was released by a deploy (migration 0019), waiting for adoption
     lease: bool = False  # the owner's instance lease is held and current
     yielding: bool = False  # the machine is marked to give its slot to a tenant waiting at the fleet cap
 
@@ -122,14 +123,16 @@ async def seed(conn: asyncpg.Connection, world: World) -> None:
     if world.machine is not None:
         await conn.execute(
             "INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, job_id, owner,"
-            " owner_term, cool_down_seconds, last_active_at, yield_to)"
-            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), $6)",
+            " owner_term, cool_down_seconds, last_active_at, yield_to, released_at)"
+            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), $6,"
+            " CASE WHEN $7 THEN now() END)",
             MACHINE,
             world.machine,
             JOB if world.holds else None,
             instance,
             term,
             "waiting-tenant" if world.yielding else None,
+            world.released,
         )
     if world.job is not None:
         state = "cancelled" if world.job == CANCELLED_RUNNING else world.job
@@ -405,6 +408,20 @@ def _prune_jobs() -> Iterator[Run]:
         yield Run(world, args, label=f" (fence held {lease})", prunes=True)
 
 
+def _release_own() -> Iterator[Run]:
+    for world in consistent_worlds():
+        args = (*ME, "the dispatcher shut down and its grace ran out")
+        yield Run(world, args, frozenset({JE.REQUEUE, JE.OWNER_LOST}), frozenset({ME_.FREE, ME_.RETIRE}))
+
+
+def _adopt_released() -> Iterator[Run]:
+    """Called for a released machine (released_at set); another's adoption first leaves nothing to take."""
+    for released, healthy in itertools.product((False, True), (False, True)):
+        for world in consistent_worlds(owner=LAPSED):
+            world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, released=released)
+            yield Run(world, (MACHINE, "me", healthy, 3), machines=frozenset({ME_.RETIRE}), label=f" ({healthy})")
+
+
 SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "submit": _submit,
     "submit_queued": _submit_queued,
@@ -430,6 +447,8 @@ SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "reclaim": _reclaim,
     "recover_own": _recover_own,
     "prune_jobs": _prune_jobs,
+    "release_own": _release_own,
+    "adopt_released": _adopt_released,
 }
 
 

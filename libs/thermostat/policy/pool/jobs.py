@@ -17,7 +17,7 @@ statement that writes a job on real Postgres and checks each change it makes aga
     queued      CANCEL              cancelled    cancel
     queued      TYPE_REMOVED        failed       replace_catalogue
     dispatched  MARK_SENT           running      mark_sent
-    dispatched  REQUEUE             queued       requeue_unsent, boot_failed
+    dispatched  REQUEUE             queued       requeue_unsent, boot_failed, release_own
     dispatched  CANCEL              cancelled    cancel
     dispatched  TYPE_REMOVED        failed       boot_failed (its type left the catalogue while it booted)
     dispatched  OWNER_LOST          failed       reclaim, recover_own
@@ -28,7 +28,7 @@ statement that writes a job on real Postgres and checks each change it makes aga
     running     HAND_BACK           queued       hand_back (its machine refused the connection: nothing was sent)
     running     CANCEL              cancelled    cancel
     running     ABANDON             failed       abandon_running (no task drives it)
-    running     OWNER_LOST          failed       reclaim, recover_own
+    running     OWNER_LOST          failed       reclaim, recover_own, release_own (past the grace)
 
 Why each row:
 - `dispatched` is handed to a machine but not yet sent: a cancel there means the job never reaches the

@@ -104,6 +104,7 @@ class Runner:
         self.metrics = metrics
         self.now = now
         self.channel = channel
+        self.draining = False  # a shutdown's drain: a finished job's machine takes no next job here (goes warm)
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
             metrics=metrics,
@@ -242,7 +243,7 @@ class Runner:
             if self.before_complete is not None:
                 await self.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
-            keep_feeding = current is not None and current.image == image
+            keep_feeding = current is not None and current.image == image and not self.draining
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and trusted()
