@@ -73,11 +73,12 @@ async def state_of(pool: RunningPool, job_id: str) -> str:
 
 
 async def waiting_on_a_row_lock(store: Store, count: int) -> None:
-    """Until `count` statements of this database wait on a lock (the test's, then each other's)."""
+    """Until `count` sessions of this database are blocked by another's lock (the test's, then each other's)."""
 
     async def waiting() -> bool | None:
         found = await store.pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0"
         )
         return True if found == count else None
 
