@@ -237,7 +237,7 @@ class Runner:
             ended = self.now()  # idle from here: a reap racing the completion below reads the same instant
             duration = max(0.0, ended - started)
             outcome = (refused and refused.outcome) or decide_job_outcome(
-                reply, cancelled=False, timeout_seconds=assignment.timeout_seconds
+                reply, timeout_seconds=assignment.timeout_seconds
             )
             tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.before_complete is not None:
