@@ -13,14 +13,17 @@ writes a machine on real Postgres and checks each change it makes against it.
     (no row)  PLACE            starting   insert_machine (the first queued job in line may be handed to it)
     starting  BOOTED           warm       machine_ready, no job handed (or it was cancelled meanwhile)
     starting  BOOTED_WITH_JOB  busy       machine_ready, its dispatched job handed to it
-    starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own
+    starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own, release_own (a deploy)
     starting  BOOT_FAILED      stopped    boot_failed (its job waits in the queue again)
     warm      CLAIM            busy       submit, take_next
-    warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim
+    warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim, yield_machine (fair
+                                          share, or a stale image making room under the tenant cap), adopt_released
+                                          (no answer to the adopter's probe)
     busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
-                                          (nothing was sent)
-    busy      RETIRE           stopping   complete (the job's outcome retires it), abandon_running, retire, hand_back
-                                          (shutdown), reclaim, recover_own
+                                          (nothing was sent), release_own (its job was never sent)
+    busy      RETIRE           stopping   complete (the job's outcome retires it, or it yields its slot),
+                                          abandon_running, retire, hand_back (shutdown), reclaim, recover_own,
+                                          release_own (its job ran past the grace)
     stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 
 Why each row:
@@ -31,8 +34,17 @@ Why each row:
 - `stopping` still exists at the provider, so it counts against the fleet cap until its stop succeeds; a
   stop that fails stays `stopping` and is retried. reclaim takes a lapsed process's machines in any state to
   stop them (a stopping one stays stopping, now this process's to finish).
+- Fair share (fair_share.py) retires a machine after its current job: `yield_machine`, run by whichever process
+  plans it under placement's lock, retires a warm machine at once (taking it over, as reclaim does: that process
+  stops it) and only marks a busy one (`yield_to`, no state change; `unyield` clears a mark no longer needed).
+  The marked machine's own completion then retires it instead of handing it the next job (busy RETIRE), and no
+  claim takes a marked machine. The mark is read from the completion's snapshot, so a mark landing during it
+  retires the machine after the next job instead: never mid-job, never with a job handed to a stopping machine.
 - recover_own, on start under an id that owned rows, keeps warm machines (the caller probes them) and
   retires the rest: their jobs were lost with the old process.
+- release_own (a deploy's SIGTERM, issue 23) keeps warm machines warm and marks them released (released_at): no
+  state change, so no row; any process adopts one (adopt_released) after a probe, warm as it was, or retires it.
+  The row's `idle_since` (kept by a trigger on every move into and out of warm) is its idle clock across them.
 
 `idle_since` and the `now` the policies take are readings of one monotonic clock, never wall time, so a
 clock step cannot reap a machine early or keep one forever (the service supplies both).
@@ -120,6 +132,7 @@ class Machine:
     last_session_id: str | None = None  # the session of the last job it ran, for affinity
     health_misses: int = 0  # consecutive failed probes
     cool_down_seconds: float = 0.0  # its type's cool-down when it started, for a type since removed
+    yield_to: str | None = None  # the tenant waiting at the fleet cap it gives its slot to after its job (fair_share)
 
 
 def is_stale(machine: Machine, catalogue: Catalogue) -> bool:

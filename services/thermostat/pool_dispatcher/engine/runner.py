@@ -38,7 +38,7 @@ from ..metrics import PoolMetrics
 from ..repository import Assignment, Finished, PoolRepository
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, JobChanged, JobFinished, MachineFreed
+from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished, MachineFreed
 from .fleet import Fleet
 from .hand_back import HandBack
 from .intake import Intake
@@ -104,6 +104,7 @@ class Runner:
         self.metrics = metrics
         self.now = now
         self.channel = channel
+        self.draining = False  # a shutdown's drain: a finished job's machine takes no next job here (goes warm)
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
             metrics=metrics,
@@ -236,13 +237,13 @@ class Runner:
             ended = self.now()  # idle from here: a reap racing the completion below reads the same instant
             duration = max(0.0, ended - started)
             outcome = (refused and refused.outcome) or decide_job_outcome(
-                reply, cancelled=False, timeout_seconds=assignment.timeout_seconds
+                reply, timeout_seconds=assignment.timeout_seconds
             )
             tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.before_complete is not None:
                 await self.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
-            keep_feeding = current is not None and current.image == image
+            keep_feeding = current is not None and current.image == image and not self.draining
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and trusted()
@@ -281,6 +282,7 @@ class Runner:
                 machine_state, held, provider_id = await self.writes.read_back(assignment.machine_id, driver)
                 if machine_state == MachineState.STOPPING:
                     await self.fleet.finish_stop(assignment.machine_id, provider_id)
+                    self.events.emit(PLACEMENT_WANTED)  # it may have yielded its slot (fair share): place again
                     return
                 if machine_state is not None:
                     log.info("job %s: its completion had landed before the store went away", assignment.job_id)
@@ -292,8 +294,18 @@ class Runner:
                 )
                 return
             if completion.machine_state == MachineState.STOPPING:
-                log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
+                if completion.yielded_to is not None and not outcome.retire_machine:
+                    self.metrics.fair_share_retired("after_job")
+                    log.warning(
+                        "machine %s of tenant %s retired after its job for fair share: tenant %s waits at the "
+                        "fleet cap",
+                        assignment.machine_id, tenant_id, completion.yielded_to,
+                    )  # fmt: skip
+                else:
+                    log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
                 await self.fleet.finish_stop(assignment.machine_id, completion.provider_id)
+                if completion.yielded_to is not None:
+                    self.events.emit(PLACEMENT_WANTED)  # the slot is free once the row is gone: the waiting tenant
                 return
             if completion.machine_state == MachineState.WARM:
                 self.fleet.idle[assignment.machine_id] = ended

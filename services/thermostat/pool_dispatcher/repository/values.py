@@ -58,6 +58,7 @@ def machine_from_row(row: Row) -> Machine:
         last_session_id=row["session_id"],
         health_misses=row["health_misses"],
         cool_down_seconds=row["cool_down_seconds"],
+        yield_to=row["yield_to"],
     )
 
 
@@ -209,6 +210,7 @@ class Completion:
     provider_id: str | None
     usage_position: int | None
     next_job: Assignment | None
+    yielded_to: str | None = None  # the machine was retired to give its slot to this tenant (fair share)
 
     @classmethod
     def from_row(cls, row: Row, *, job_id: str, machine_id: str, tenant_id: str, machine_type: str) -> Completion:
@@ -238,6 +240,7 @@ class Completion:
             provider_id=row["provider_id"],
             usage_position=row["position"],
             next_job=next_job,
+            yielded_to=row["yielded_to"],
         )
 
 
@@ -283,6 +286,7 @@ class OwnMachine:
     region: str | None
     backend: str = "local"
     job_id: str | None = None  # the job it holds (busy)
+    idle_seconds: float | None = None  # warm: how long it has been idle by its row's clock (idle_since)
 
     @classmethod
     def from_row(cls, row: Row) -> OwnMachine:
@@ -293,7 +297,19 @@ class OwnMachine:
             region=row["region"],
             backend=row["backend"],
             job_id=text(row["job_id"]),
+            idle_seconds=row["idle_seconds"],
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Released:
+    """What a deploy's release_own did: jobs requeued (never sent), jobs failed (running past the grace),
+    machines set stopping (the caller stops them) and warm machines released for adoption."""
+
+    requeued: int
+    failed: int
+    stopping: int
+    released: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
