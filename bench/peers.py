@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -376,6 +377,10 @@ async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, 
         f"{open_jobs} jobs at {rate:.0f}/s, {calls} one-at-a-time calls; at start: {rig_kit.load_line()}",
         flush=True,
     )
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    # a SIGTERM (timeout, make's ^C) cancels the run, so every worker, dispatcher and server below is stopped
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     run = Run(lanes, rate, open_jobs)
     one_at_a_time: dict[str, list[float]] = {}
     with (
