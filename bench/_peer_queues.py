@@ -1,7 +1,7 @@
 """The queues bench/peers.py measures the pool against, pgqueuer and procrastinate, as their users run them.
 
-Each peer is a `Peer`: it installs its schema in a database of its own, enqueues one job or a batch, counts the
-jobs not finished yet, and runs a worker process (`--peer-worker NAME`, its database
+Each peer is a `Peer`: it installs its schema in a database of its own, enqueues one job or a batch, sees whether a
+job is not finished yet, and runs a worker process (`--peer-worker NAME`, its database
 in PEER_DSN, where to write what it ran in PEER_OUT; `cli()`, imported rather than run as __main__, as procrastinate
 wants its app). A job is trivial, as the pool's echo: the worker notes the
 job's number and the wall-clock time it started, and the enqueue time the job carries; at SIGTERM it stops as
@@ -58,7 +58,7 @@ class Peer:
     enqueue: Callable[[Any, int, float], Awaitable[None]]
     enqueue_batch: Callable[[Any, range, float], Awaitable[None]]
     close: Callable[[Any], Awaitable[None]]
-    pending_sql: str  # counts the jobs not finished yet
+    pending_sql: str  # whether a job is not finished yet
 
 
 # pgqueuer ---------------------------------------------------------------------------------------------------
@@ -122,7 +122,7 @@ PGQUEUER = Peer(
     enqueue=_pgq_enqueue,
     enqueue_batch=_pgq_enqueue_batch,
     close=_pgq_close,
-    pending_sql="SELECT count(*) FROM pgqueuer",  # a finished job's row leaves the queue table
+    pending_sql="SELECT EXISTS (SELECT 1 FROM pgqueuer)",  # a finished job's row leaves the queue table
 )
 
 # procrastinate ----------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ PROCRASTINATE = Peer(
     enqueue=_pcr_enqueue,
     enqueue_batch=_pcr_enqueue_batch,
     close=_pcr_close,
-    pending_sql="SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')",
+    pending_sql="SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))",
 )
 
 PEERS = {peer.name: peer for peer in (PGQUEUER, PROCRASTINATE)}
