@@ -29,6 +29,8 @@ from typing import Any
 import asyncpg
 
 ENTRYPOINT = "echo"
+ENQUEUE_CONNECTIONS = 16
+"""Each peer's enqueuer pool: half the 32 callers, since both peers and the pool share one server's 100 connections."""
 
 
 def job_body(n: int, enqueued: float) -> bytes:
@@ -79,7 +81,7 @@ async def _pgq_connect(dsn: str) -> Any:
     from pgqueuer.db import AsyncpgPoolDriver
     from pgqueuer.queries import Queries
 
-    pool = await asyncpg.create_pool(dsn, min_size=4, max_size=32)
+    pool = await asyncpg.create_pool(dsn, min_size=4, max_size=ENQUEUE_CONNECTIONS)
     return Queries(AsyncpgPoolDriver(pool)), pool
 
 
@@ -130,10 +132,13 @@ PGQUEUER = Peer(
 _NOTES = Notes()
 
 
-def _procrastinate_app(dsn: str) -> Any:
+def _procrastinate_app(dsn: str, *, connections: int = 4) -> Any:
+    """The app over a psycopg pool of up to `connections` (psycopg's default 4 for a worker; for the enqueuer
+    ENQUEUE_CONNECTIONS, as pgqueuer's asyncpg pool here)."""
     import procrastinate
 
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    connector = procrastinate.PsycopgConnector(conninfo=dsn, min_size=min(4, connections), max_size=connections)
+    app = procrastinate.App(connector=connector)
 
     @app.task(name=ENTRYPOINT)
     async def echo(n: int, t: float) -> None:
@@ -149,7 +154,7 @@ async def _pcr_install(dsn: str) -> None:
 
 
 async def _pcr_connect(dsn: str) -> Any:
-    app = _procrastinate_app(dsn)
+    app = _procrastinate_app(dsn, connections=ENQUEUE_CONNECTIONS)
     await app.open_async()
     return app
 
