@@ -164,7 +164,7 @@ class Dispatcher:
         )  # fmt: skip
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events,
+            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
             max_workers_total=max_workers_total,
         )  # fmt: skip
         self.scaler = Scaler(

@@ -61,6 +61,12 @@ class PoolMetrics:
             "timeout, the lease not trusted, a boot released unbooted), by machine type and backend.",
             ["machine_type", "backend"],
         )
+        self.fair_share_retirements = self.metrics.counter(
+            "thermostat_pool_fair_share_retirements_total",
+            "Machines retired to give their fleet slot to a tenant waiting at the fleet cap (fair share), by when: "
+            "idle (a warm machine, retired at once) or after_job (a busy one, retired by its job's completion).",
+            ["when"],
+        )
         self.fleet_cap: Gauge | None = None  # registered only when POOL_MAX_WORKERS_TOTAL is set (fleet_capped)
         self.takeover = takeover_counter(self.metrics)
         # The series each job updates, looked up once per label values rather than per job (a family's labels()
@@ -94,6 +100,10 @@ class PoolMetrics:
     def boot_failed(self, machine_type: str, backend: str) -> None:
         """A boot failed (Fleet.boot_failed, where the store records it): rare, so the series is looked up each time."""
         self.boot_failures.labels(machine_type=machine_type, backend=backend).inc()
+
+    def fair_share_retired(self, when: str) -> None:
+        """A machine gave its slot up for fair share (`idle` or `after_job`): rare, looked up each time."""
+        self.fair_share_retirements.labels(when=when).inc()
 
     def types_known(self, types: Iterable[tuple[str, str]]) -> None:
         """Show each catalogue type's boot failures (name, backend) at 0 before its first, so increase() sees it."""

@@ -79,6 +79,7 @@ class World:
     owner: tuple[str, int] = ME
     catalogue: tuple[str, ...] | None = None  # the stored catalogue's type names (None: none stored)
     lease: bool = False  # the owner's instance lease is held and current
+    yielding: bool = False  # the machine is marked to give its slot to a tenant waiting at the fleet cap
 
     def __str__(self) -> str:
         holding = "holding it" if self.holds else "not holding it"
@@ -121,13 +122,14 @@ async def seed(conn: asyncpg.Connection, world: World) -> None:
     if world.machine is not None:
         await conn.execute(
             "INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, job_id, owner,"
-            " owner_term, cool_down_seconds, last_active_at)"
-            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now())",
+            " owner_term, cool_down_seconds, last_active_at, yield_to)"
+            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), $6)",
             MACHINE,
             world.machine,
             JOB if world.holds else None,
             instance,
             term,
+            "waiting-tenant" if world.yielding else None,
         )
     if world.job is not None:
         state = "cancelled" if world.job == CANCELLED_RUNNING else world.job
@@ -254,16 +256,18 @@ def _complete() -> Iterator[Run]:
     # job runners before it retires busy machines. The statement does not check the machine's state (from
     # stopping it would make the machine warm or busy again), so those worlds are left out.
     # (retire, take the next job, send it now): a retired machine takes nothing
+    # A machine marked to give its slot up (fair share) is retired and takes nothing, whatever the caller asked.
     variants = [(True, False, False), (False, True, True), (False, True, False), (False, False, False)]
     machines = ("starting", "warm", "busy", None)
-    for world, (state, event), (retire, take, send) in itertools.product(
-        consistent_worlds(machines=machines), _OUTCOMES.items(), variants
+    for world, (state, event), (retire, take, send), yielding in itertools.product(
+        consistent_worlds(machines=machines), _OUTCOMES.items(), variants, (False, True)
     ):
+        world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, yielding=yielding)
         result, error = (b"r", None) if state == "completed" else (None, "it broke")
         args = (JOB, MACHINE, state, result, error, 1.0, *ME, retire, take, "t", "cpu", send, 1000, "own")
-        jobs = {event} | ({JE.CLAIM_AND_SEND if send else JE.CLAIM} if take else set())
-        machines = {ME_.RETIRE} if retire else {ME_.FREE}
-        label = f" ({state}, retire {retire}, take next {take}, send {send})"
+        jobs = {event} | ({JE.CLAIM_AND_SEND if send else JE.CLAIM} if take and not yielding else set())
+        machines = {ME_.RETIRE} if retire or yielding else {ME_.FREE}
+        label = f" ({state}, retire {retire}, take next {take}, send {send}, yielding {yielding})"
         yield Run(world, args, frozenset(jobs), frozenset(machines), label)
 
 
@@ -327,6 +331,21 @@ def _retire() -> Iterator[Run]:
         yield Run(world, (MACHINE, *ME, "retired", states), machines=frozenset({ME_.RETIRE}), label=f" ({states})")
 
 
+def _yield_machine() -> Iterator[Run]:
+    # Any owner's machine: the planning process takes a warm one over (as reclaim does) and only marks a busy one.
+    for world, (to_tenant, mark_busy) in itertools.product(
+        itertools.chain(consistent_worlds(), consistent_worlds(owner=LAPSED)), ((None, False), ("waiting", True))
+    ):
+        args = (MACHINE, *ME, to_tenant, mark_busy, "fair share")
+        yield Run(world, args, machines=frozenset({ME_.RETIRE}), label=f" (to {to_tenant}, mark busy {mark_busy})")
+
+
+def _unyield() -> Iterator[Run]:
+    for world, machine_ids in itertools.product(consistent_worlds(), ([MACHINE], None)):
+        world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, yielding=True)
+        yield Run(world, (machine_ids,), label=f" ({machine_ids})")
+
+
 def _forget_machine() -> Iterator[Run]:
     for world in consistent_worlds():
         yield Run(world, (MACHINE, *ME), machines=frozenset({ME_.STOPPED}))
@@ -382,6 +401,8 @@ SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "machine_ready": _machine_ready,
     "boot_failed": _boot_failed,
     "retire": _retire,
+    "yield_machine": _yield_machine,
+    "unyield": _unyield,
     "forget_machine": _forget_machine,
     "record_misses": _record_misses,
     "cancel": _cancel,

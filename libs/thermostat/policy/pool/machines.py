@@ -16,11 +16,12 @@ writes a machine on real Postgres and checks each change it makes against it.
     starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own
     starting  BOOT_FAILED      stopped    boot_failed (its job waits in the queue again)
     warm      CLAIM            busy       submit, take_next
-    warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim
+    warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim, yield_machine (fair
+                                          share, or a stale image making room under the tenant cap)
     busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
                                           (nothing was sent)
-    busy      RETIRE           stopping   complete (the job's outcome retires it), abandon_running, retire, hand_back
-                                          (shutdown), reclaim, recover_own
+    busy      RETIRE           stopping   complete (the job's outcome retires it, or it yields its slot),
+                                          abandon_running, retire, hand_back (shutdown), reclaim, recover_own
     stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 
 Why each row:
@@ -31,6 +32,12 @@ Why each row:
 - `stopping` still exists at the provider, so it counts against the fleet cap until its stop succeeds; a
   stop that fails stays `stopping` and is retried. reclaim takes a lapsed process's machines in any state to
   stop them (a stopping one stays stopping, now this process's to finish).
+- Fair share (fair_share.py) retires a machine after its current job: `yield_machine`, run by whichever process
+  plans it under placement's lock, retires a warm machine at once (taking it over, as reclaim does: that process
+  stops it) and only marks a busy one (`yield_to`, no state change; `unyield` clears a mark no longer needed).
+  The marked machine's own completion then retires it instead of handing it the next job (busy RETIRE), and no
+  claim takes a marked machine. The mark is read from the completion's snapshot, so a mark landing during it
+  retires the machine after the next job instead: never mid-job, never with a job handed to a stopping machine.
 - recover_own, on start under an id that owned rows, keeps warm machines (the caller probes them) and
   retires the rest: their jobs were lost with the old process.
 
@@ -120,6 +127,7 @@ class Machine:
     last_session_id: str | None = None  # the session of the last job it ran, for affinity
     health_misses: int = 0  # consecutive failed probes
     cool_down_seconds: float = 0.0  # its type's cool-down when it started, for a type since removed
+    yield_to: str | None = None  # the tenant waiting at the fleet cap it gives its slot to after its job (fair_share)
 
 
 def is_stale(machine: Machine, catalogue: Catalogue) -> bool:

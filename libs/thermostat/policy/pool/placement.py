@@ -15,18 +15,22 @@ Caps, in this order:
   otherwise an image change under `max_workers: 1` would hold the tenant's queue for a whole cool-down.
   Its stop frees the tenant's slot at once but the fleet's only when it is gone.
 
-When the fleet cap binds, demand is served in queue order of each group's first job (priority, then FIFO),
-so the fleet's last slot goes to the job first in line; a plan whose demand the fleet cap cut says so, for
-the warning the worker-pool seed asks for ("a capped fleet looks exactly like a slow queue from the outside").
+When the fleet cap binds, each tenant below its fair share (thermostat.policy.pool.fair_share: the cap over the
+tenants with demand) is served first, up to its share, in queue order of each group's first job (priority, then
+FIFO); what room is left goes in queue order. So the fleet's last slot goes to the job first in line among the
+tenants below their share, and never straight back to a backlog a fair-share retirement took it from. A plan
+whose demand the fleet cap cut says so, for the warning the worker-pool seed asks for ("a capped fleet looks
+exactly like a slow queue from the outside").
 A type missing from the catalogue gets no machine: its queued jobs fail with the reason (the service).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from thermostat.policy.pool.fair_share import fair_share, holdings, tenants_with_demand
 from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.machines import FLEET_STATES, LIVE_STATES, Machine, MachineState, is_stale, of_tenant
 from thermostat.policy.pool.queue_order import QueuedJob, queue_key
@@ -87,21 +91,21 @@ def plan_placement(
 ) -> PlacementPlan:
     """Starts, early retirements and deferrals for this pass's demand."""
     fleet = sum(1 for machine in machines if machine.state in FLEET_STATES)
-    starts: list[MachineStart] = []
+    wanted_counts: list[tuple[Demand, int, str]] = []
     retire: list[str] = []
     deferred: list[Deferred] = []
-    for wanted in sorted(demand, key=lambda item: queue_key(item.head)):
+    ordered = sorted(demand, key=lambda item: queue_key(item.head))
+    for wanted in ordered:
         machine_type = catalogue.get(wanted.machine_type)
         if machine_type is None or wanted.queued <= 0:
             continue
         mine = [m for m in of_tenant(machines, wanted.tenant_id, wanted.machine_type) if m.id not in retire]
-        planned = sum(1 for s in starts if (s.tenant_id, s.machine_type) == (wanted.tenant_id, wanted.machine_type))
-        need = wanted.queued - ready_count(mine, catalogue) - planned
+        need = wanted.queued - ready_count(mine, catalogue)
         if need <= 0:
             continue
         count = need
         if machine_type.max_workers is not None:
-            live = sum(1 for m in mine if m.state in LIVE_STATES) + planned
+            live = sum(1 for m in mine if m.state in LIVE_STATES)
             room = machine_type.max_workers - live
             if room < need:
                 idle_stale = [m.id for m in mine if m.state is MachineState.WARM and is_stale(m, catalogue)]
@@ -111,16 +115,55 @@ def plan_placement(
             if room < count:
                 deferred.append(_deferred(wanted, count - max(room, 0), DeferReason.TENANT_CAP))
                 count = max(room, 0)
-        if max_workers_total is not None and count > max_workers_total - fleet:
-            room = max(max_workers_total - fleet, 0)
-            deferred.append(_deferred(wanted, count - room, DeferReason.FLEET_CAP))
-            count = room
-        fleet += count
+        if count > 0:
+            wanted_counts.append((wanted, count, machine_type.image))
+    queued = queued_by_tenant(ordered)
+    granted = _fleet_room([(w, n) for w, n, _ in wanted_counts], queued, machines, max_workers_total, fleet)
+    starts: list[MachineStart] = []
+    for (wanted, count, image), got in zip(wanted_counts, granted, strict=True):
+        if got < count:
+            deferred.append(_deferred(wanted, count - got, DeferReason.FLEET_CAP))
         starts.extend(
-            MachineStart(tenant_id=wanted.tenant_id, machine_type=machine_type.name, image=machine_type.image)
-            for _ in range(count)
+            MachineStart(tenant_id=wanted.tenant_id, machine_type=wanted.machine_type, image=image) for _ in range(got)
         )
     return PlacementPlan(starts=tuple(starts), retire=tuple(retire), deferred=tuple(deferred))
+
+
+def _fleet_room(
+    wanted: Sequence[tuple[Demand, int]],
+    queued: Mapping[str, int],
+    machines: Sequence[Machine],
+    cap: int | None,
+    fleet: int,
+) -> list[int]:
+    """How many of each group's wanted starts the fleet cap lets through (`wanted` in queue order).
+
+    Without a cap, all. With one, first each tenant below its fair share (thermostat.policy.pool.fair_share) is
+    served up to its share, in queue order, then what room is left goes in queue order: the slot a fair-share
+    retirement freed goes to the tenant it was freed for, not back to the backlog it came from."""
+    if cap is None:
+        return [count for _, count in wanted]
+    room = max(cap - fleet, 0)
+    share = fair_share(max_workers_total=cap, tenants=len(tenants_with_demand(queued=queued, machines=machines)))
+    held = holdings(machines)
+    granted = [0] * len(wanted)
+    for index, (group, count) in enumerate(wanted):
+        below = max(share - held.get(group.tenant_id, 0), 0)
+        got = min(count, below, room)
+        granted[index], room = got, room - got
+        held[group.tenant_id] = held.get(group.tenant_id, 0) + got
+    for index, (_, count) in enumerate(wanted):
+        got = min(count - granted[index], room)
+        granted[index], room = granted[index] + got, room - got
+    return granted
+
+
+def queued_by_tenant(demand: Iterable[Demand]) -> dict[str, int]:
+    """Each tenant's queued jobs, every type."""
+    queued: dict[str, int] = {}
+    for group in demand:
+        queued[group.tenant_id] = queued.get(group.tenant_id, 0) + max(group.queued, 0)
+    return queued
 
 
 def ready_count(mine: Iterable[Machine], catalogue: Catalogue) -> int:

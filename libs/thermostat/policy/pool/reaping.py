@@ -8,6 +8,9 @@ Idle time is `now - idle_since` in one monotonic clock, so a wall-clock step (NT
 reaps early nor keeps a machine forever. A reading from before `idle_since` (a clock that went backwards,
 which a monotonic one does not) counts as not idle yet rather than as a very long idle.
 
+A warm machine marked to give its slot to a tenant waiting at the fleet cap (thermostat.policy.pool.fair_share:
+its job was cancelled before it was sent, so no completion retired it) retires at once, whatever its cool-down.
+
 A removed type's machines and a changed image's old machines take no new work and retire the same way: at
 cool-down, finishing what they run first. A removed type's cool-down is the one the machine started with.
 """
@@ -26,6 +29,7 @@ class RetireReason(StrEnum):
     COOL_DOWN = "cool_down"
     TYPE_REMOVED = "type_removed"
     IMAGE_CHANGED = "image_changed"
+    FAIR_SHARE = "fair_share"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +43,9 @@ def plan_reaping(*, machines: Iterable[Machine], catalogue: Catalogue, now: floa
     retirements: list[Retirement] = []
     for machine in machines:
         if machine.state is not MachineState.WARM:
+            continue
+        if machine.yield_to is not None:
+            retirements.append(Retirement(machine_id=machine.id, reason=RetireReason.FAIR_SHARE))
             continue
         current = catalogue.get(machine.machine_type)
         cool_down = current.cool_down_seconds if current is not None else machine.cool_down_seconds

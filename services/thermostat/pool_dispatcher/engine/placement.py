@@ -25,24 +25,41 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from thermostat.policy.pool.hint import HintDecision, decide_hint
+from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
-from thermostat.policy.pool.placement import Demand, plan_placement
+from thermostat.policy.pool.placement import Demand, PlacementPlan, plan_placement
 from thermostat.policy.pool.submit_options import SubmitError
 from thermostat.policy.pool.unbooted import PlacedMachine, Recovery, plan_unbooted
 from thermostat.store.connections import borrow
 
+from ..metrics import PoolMetrics
 from ..repository import PoolRepository
+from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import Events, PlacementWanted
+from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
 
 log = logging.getLogger("thermostat.pool_dispatcher")
+
+ROOM_ATTEMPTS = 3
+"""Decisions one placement transaction makes at most when a retirement for room it counted on did not land."""
+
+STALE_FOR_ROOM = "old image, retired to make room under the tenant cap"
+
+D = TypeVar("D", PlacementPlan, HintDecision | SubmitError)
+
+
+def _plan_of(decision: PlacementPlan | HintDecision | SubmitError) -> PlacementPlan:
+    if isinstance(decision, PlacementPlan):
+        return decision
+    return decision.plan if isinstance(decision, HintDecision) else PlacementPlan()
 
 
 class Placement:
@@ -62,6 +79,7 @@ class Placement:
         fleet: Fleet,
         tasks: Tasks,
         events: Events,
+        metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -74,6 +92,7 @@ class Placement:
         self.tasks = tasks
         self.before_place = before_place
         self.max_workers_total = max_workers_total
+        self.fair = FairShare(repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total)
         self.lock = asyncio.Lock()
         self.again = False
         self.closing = False
@@ -127,29 +146,28 @@ class Placement:
                 )
 
     async def _plan_and_insert(self) -> tuple[list[BootPlan], int | None]:
-        """One transaction under the placement lock: count the queue and the fleet, insert the starts.
-        Also the queued jobs the fleet cap holds back (None: the cap was not hit)."""
+        """One transaction under the placement lock: count the queue and the fleet, carry out the plan's retirements
+        (a stale machine for room under the tenant cap, fair share's at the fleet cap), insert the starts. Also the
+        queued jobs the fleet cap holds back (None: the cap was not hit)."""
         starts: list[BootPlan] = []
         held: int | None = None
         machines = self.repo.machines
-        catalogue = self.catalogue.catalogue
+        stops: list[tuple[str, str | None]] = []
         async with borrow(self.repo.pool) as c, c.transaction():
             await machines.lock_placement(c)
             demand = await machines.demand(c)
             if not demand:
+                await machines.unyield(c, None)  # nobody waits: a mark left would retire a machine for no one
                 return [], None
-            fleet = await machines.fleet(c)
-            plan = plan_placement(
-                demand=[
-                    Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head)
-                    for d in demand
-                ],
-                machines=[as_seen(m.machine, m.job_id) for m in fleet],
-                catalogue=catalogue,
-                max_workers_total=self.max_workers_total,
-            )
+            wanted = [
+                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head) for d in demand
+            ]
+            plan, seen, freed = await self._plan_room(c, stops, lambda seen: self._placement(wanted, seen))
+            if not freed:  # every attempt's retirement was overtaken: nothing starts on room not made (next pass)
+                plan = PlacementPlan(deferred=plan.deferred)
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
+            await self.fair.carry_out(c, wanted, plan, seen, stops)
             for start in plan.starts:
                 machine_type = self.catalogue.get(start.machine_type)
                 if machine_type is None:
@@ -177,47 +195,100 @@ class Placement:
                         trace=trace,
                     )
                 )
+        self._stop_after_commit(stops)
         return starts, held
 
+    def _placement(self, wanted: list[Demand], seen: list[Machine]) -> PlacementPlan:
+        return plan_placement(
+            demand=wanted, machines=seen, catalogue=self.catalogue.catalogue, max_workers_total=self.max_workers_total
+        )
+
+    async def _plan_room(
+        self, c: Conn, stops: list[tuple[str, str | None]], decide: Callable[[list[Machine]], D]
+    ) -> tuple[D, list[Machine], bool]:
+        """Decide on the fleet as the store has it, retiring the idle stale-image machines the decision counts on
+        for room under the tenant cap (`plan.retire`) before its starts are inserted; a retirement that did not land
+        (the machine is no longer idle) is decided again on a fresh read, so no start leans on a slot that was not
+        freed. The decision, the fleet it saw, and whether its retirements all landed (False: start nothing)."""
+        decision, seen = None, []
+        for _ in range(ROOM_ATTEMPTS):
+            seen = [as_seen(m.machine, m.job_id) for m in await self.repo.machines.fleet(c)]
+            decision = decide(seen)
+            retire = _plan_of(decision).retire
+            if not retire:
+                return decision, seen, True
+            for machine_id in retire:
+                state, provider_id = await self.repo.machines.yield_machine(
+                    c, machine_id, self.ownership.owner, to_tenant=None, mark_busy=False, reason=STALE_FOR_ROOM
+                )
+                if state == MachineState.STOPPING:
+                    stops.append((machine_id, provider_id))
+                    log.info("machine %s retired: %s", machine_id, STALE_FOR_ROOM)
+        assert decision is not None
+        return decision, seen, False
+
+    def _stop_after_commit(self, stops: list[tuple[str, str | None]]) -> None:
+        """Stop the machines this transaction retired (now this process's), then place again: each frees a slot."""
+        for machine_id, provider_id in stops:
+            self.tasks.spawn(self._stop_then_place(machine_id, provider_id), f"pool-stop-{machine_id}")
+
+    async def _stop_then_place(self, machine_id: str, provider_id: str | None) -> None:
+        await self.fleet.finish_stop(machine_id, provider_id)
+        self.poke()
+
     async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
-        """Start one machine for the tenant unless one is warm or starting, within both caps."""
+        """Start one machine for the tenant unless one is warm or starting, within both caps (an idle stale-image
+        machine the tenant cap counts is retired first, as placement's are)."""
         if self.catalogue.get(machine_type) is None:
             await self.catalogue.type_named(machine_type)
         machine_id, token = str(uuid.uuid4()), secrets.token_urlsafe(32)
+        stops: list[tuple[str, str | None]] = []
+        boot: BootPlan | None = None
         # driven from before its insert is sent: a scaler pass reading the row while the commit's answer is on
         # its way leaves it to the boot below; a commit whose answer is lost leaves it to the pass (recover_unbooted)
         reserved = self.drivers.drive(machine_id)
         try:
             async with borrow(self.repo.pool) as c, c.transaction():
                 await self.repo.machines.lock_placement(c)
-                fleet = await self.repo.machines.fleet(c)
-                decision = decide_hint(
-                    tenant_id=tenant_id,
-                    machine_type=machine_type,
-                    machines=[as_seen(m.machine, m.job_id) for m in fleet],
-                    catalogue=self.catalogue.catalogue,
-                    max_workers_total=self.max_workers_total,
-                )
-                if not isinstance(decision, HintDecision) or not decision.started:
-                    return decision
-                kind = self.catalogue.get(machine_type)
-                assert kind is not None  # decide_hint refused unknown types
-                await self.repo.machines.insert_machine(
+                decision, _, freed = await self._plan_room(
                     c,
-                    machine_id=machine_id,
-                    tenant_id=tenant_id,
-                    machine_type=kind.name,
-                    image=kind.image,
-                    backend=str(kind.backend),
-                    token=token,
-                    owner=self.ownership.owner,
-                    cool_down_seconds=kind.cool_down_seconds,
-                    assign_job=False,
+                    stops,
+                    lambda seen: decide_hint(
+                        tenant_id=tenant_id,
+                        machine_type=machine_type,
+                        machines=seen,
+                        catalogue=self.catalogue.catalogue,
+                        max_workers_total=self.max_workers_total,
+                    ),
                 )
-            plan = BootPlan(machine_id=machine_id, tenant_id=tenant_id, machine_type=kind, token=token)
-            self.tasks.spawn(self.fleet.booting(plan), f"pool-boot-{machine_id}")
+                if isinstance(decision, HintDecision) and decision.started and not freed:
+                    decision = HintDecision(started=False, reason=HintReason.TENANT_CAP, plan=PlacementPlan())
+                kind = self.catalogue.get(machine_type)
+                if isinstance(decision, HintDecision) and decision.started and kind is not None:
+                    await self.repo.machines.insert_machine(
+                        c,
+                        machine_id=machine_id,
+                        tenant_id=tenant_id,
+                        machine_type=kind.name,
+                        image=kind.image,
+                        backend=str(kind.backend),
+                        token=token,
+                        owner=self.ownership.owner,
+                        cool_down_seconds=kind.cool_down_seconds,
+                        assign_job=False,
+                    )
+                    boot = BootPlan(machine_id=machine_id, tenant_id=tenant_id, machine_type=kind, token=token)
+            if boot is not None:
+                self.tasks.spawn(self.fleet.booting(boot), f"pool-boot-{machine_id}")
         finally:
             self.drivers.release(machine_id, reserved)  # the boot registered its own driver in its place, if it started
+        self._stop_after_commit(stops)
+        if isinstance(decision, HintDecision) and decision.reason is HintReason.FLEET_CAP:
+            # the seed: "a capped fleet looks exactly like a slow queue from the outside"
+            log.warning(
+                "fleet cap of %s machines reached: a hint for tenant %s (%s) started no machine",
+                self.max_workers_total, tenant_id, machine_type,
+            )  # fmt: skip
         return decision
 
     async def recover_unbooted(self) -> None:
@@ -280,5 +351,6 @@ def as_seen(machine: Machine, job_id: str | None) -> Machine:
             last_session_id=machine.last_session_id,
             health_misses=machine.health_misses,
             cool_down_seconds=machine.cool_down_seconds,
+            yield_to=machine.yield_to,
         )
     return machine

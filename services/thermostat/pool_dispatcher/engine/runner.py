@@ -38,7 +38,7 @@ from ..metrics import PoolMetrics
 from ..repository import Assignment, Finished, PoolRepository
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, JobChanged, JobFinished, MachineFreed
+from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished, MachineFreed
 from .fleet import Fleet
 from .hand_back import HandBack
 from .intake import Intake
@@ -281,6 +281,7 @@ class Runner:
                 machine_state, held, provider_id = await self.writes.read_back(assignment.machine_id, driver)
                 if machine_state == MachineState.STOPPING:
                     await self.fleet.finish_stop(assignment.machine_id, provider_id)
+                    self.events.emit(PLACEMENT_WANTED)  # it may have yielded its slot (fair share): place again
                     return
                 if machine_state is not None:
                     log.info("job %s: its completion had landed before the store went away", assignment.job_id)
@@ -292,8 +293,18 @@ class Runner:
                 )
                 return
             if completion.machine_state == MachineState.STOPPING:
-                log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
+                if completion.yielded_to is not None and not outcome.retire_machine:
+                    self.metrics.fair_share_retired("after_job")
+                    log.warning(
+                        "machine %s of tenant %s retired after its job for fair share: tenant %s waits at the "
+                        "fleet cap",
+                        assignment.machine_id, tenant_id, completion.yielded_to,
+                    )  # fmt: skip
+                else:
+                    log.info("machine %s retired: %s", assignment.machine_id, outcome.error)
                 await self.fleet.finish_stop(assignment.machine_id, completion.provider_id)
+                if completion.yielded_to is not None:
+                    self.events.emit(PLACEMENT_WANTED)  # the slot is free once the row is gone: the waiting tenant
                 return
             if completion.machine_state == MachineState.WARM:
                 self.fleet.idle[assignment.machine_id] = ended

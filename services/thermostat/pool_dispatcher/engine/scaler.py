@@ -2,9 +2,10 @@
 
 Every `scaler_seconds` (thermostat.chassis.periodic.Periodic, with its bounded stop), one pass: keep the instance
 lease (ownership.py), re-listen if the connection dropped, reclaim lapsed instances' rows, reconcile claims that
-lost their sender, apply a newer catalogue, boot machines a lost placement answer left unbooted, place, reap
-machines idle past their type's cool-down, probe the warm ones (N misses retire; a pass where all fail is this
-process's network), and retry failed stops. A pass that raises is logged and the next one retries.
+lost their sender, apply a newer catalogue, boot machines a lost placement answer left unbooted, place (fair share
+at the fleet cap included: placement's), reap machines idle past their type's cool-down (or marked to give their
+slot up), probe the warm ones (N misses retire; a pass where all fail is this process's network), and retry failed
+stops. A pass that raises is logged and the next one retries.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from thermostat.chassis.clock import Clock
 from thermostat.chassis.periodic import Periodic
 from thermostat.policy.pool.health import judge_health, machines_to_probe
 from thermostat.policy.pool.machines import Machine, MachineState
-from thermostat.policy.pool.reaping import plan_reaping
+from thermostat.policy.pool.reaping import RetireReason, plan_reaping
 from thermostat.providers.pool.backend import MachineHandle
 
 from ..metrics import PoolMetrics
@@ -151,6 +152,8 @@ class Scaler:
             plan = RetirePlan(machine_id=retirement.machine_id, provider_id=provider, reason=str(retirement.reason))
             if await self.fleet.retire(plan):
                 log.info("machine %s retired: %s", retirement.machine_id, retirement.reason)
+                if retirement.reason is RetireReason.FAIR_SHARE:
+                    self.placement.poke()  # its slot was kept for a tenant waiting at the fleet cap: it boots now
 
     async def probe(self) -> None:
         """Probe this process's warm machines at once; N misses retire, a pass where all fail is ours."""
@@ -202,4 +205,5 @@ def _with_idle(machine: Machine, idle_since: float) -> Machine:
         last_session_id=machine.last_session_id,
         health_misses=machine.health_misses,
         cool_down_seconds=machine.cool_down_seconds,
+        yield_to=machine.yield_to,
     )

@@ -27,7 +27,7 @@ WITH ahead AS (
     LIMIT 1
 ), machine AS (
     SELECT id FROM pool_machines
-    WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4
+    WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4 AND yield_to IS NULL
       AND NOT EXISTS (SELECT 1 FROM ahead)
     ORDER BY ($6::text IS NOT NULL AND session_id = $6) IS TRUE DESC, last_active_at DESC NULLS LAST, id
     LIMIT 1
@@ -98,7 +98,8 @@ FROM inserted;
 -- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
 -- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
 -- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept and
--- its image is current. $13: the next job is sent at once, so this statement is its conditional send (running,
+-- its image is current. A machine marked to give its slot to a tenant waiting at the fleet cap (`yield_to`,
+-- thermostat.policy.pool.fair_share) is retired instead of taking the next job (`yielded_to` names that tenant). $13: the next job is sent at once, so this statement is its conditional send (running,
 -- as mark_sent would make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
 -- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
 -- Notified only where someone may wait in another process (this process wakes its own waiters): the channel of
@@ -125,10 +126,12 @@ WITH job AS (
     SELECT id, tenant_id, machine_type, worker_id, state, $6::double precision, started_at, completed_at FROM job
     ON CONFLICT (job_id) DO NOTHING
     RETURNING position
+), yielding AS (  -- the statement's snapshot: a mark landing meanwhile retires the machine after its next job
+    SELECT yield_to FROM pool_machines WHERE id = $2 AND yield_to IS NOT NULL
 ), next AS (
     SELECT id FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = $11 AND machine_type = $12 AND $10 AND NOT $9
-      AND EXISTS (SELECT 1 FROM job)
+      AND EXISTS (SELECT 1 FROM job) AND NOT EXISTS (SELECT 1 FROM yielding)
     ORDER BY priority DESC, queue_seq
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -141,7 +144,8 @@ WITH job AS (
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at, j.state
 ), machine AS (
     UPDATE pool_machines m
-    SET state = CASE WHEN $9 THEN 'stopping' WHEN EXISTS (SELECT 1 FROM handed) THEN 'busy' ELSE 'warm' END,
+    SET state = CASE WHEN $9 OR EXISTS (SELECT 1 FROM yielding) THEN 'stopping'
+                     WHEN EXISTS (SELECT 1 FROM handed) THEN 'busy' ELSE 'warm' END,
         job_id = (SELECT id FROM handed),
         session_id = COALESCE((SELECT session_id FROM handed), m.session_id),
         last_active_at = now()
@@ -155,6 +159,7 @@ SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priorit
        (SELECT state FROM machine) AS machine_state,
        (SELECT provider_id FROM machine) AS provider_id,
        (SELECT position FROM usage) AS position,
+       (SELECT yield_to FROM yielding WHERE EXISTS (SELECT 1 FROM machine)) AS yielded_to,
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
        handed.submitted_at, handed.state = 'running' AS sent,
        (SELECT pg_notify(done_channel, id::text || CASE
@@ -169,7 +174,7 @@ FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 -- machine becomes this process's, as a submit's claim makes it.
 WITH machine AS (
     SELECT id, tenant_id, machine_type FROM pool_machines
-    WHERE id = $1 AND state = 'warm' AND image = $4
+    WHERE id = $1 AND state = 'warm' AND image = $4 AND yield_to IS NULL
     FOR UPDATE SKIP LOCKED
 ), next AS (
     SELECT j.id FROM pool_jobs j, machine

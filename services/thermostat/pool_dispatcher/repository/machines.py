@@ -154,6 +154,23 @@ class MachineRepository:
             row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason, list(states))
         return (False, None) if row is None else (True, row["provider_id"])
 
+    async def yield_machine(
+        self, c: Conn, machine_id: str, owner: Owner, *, to_tenant: str | None, mark_busy: bool, reason: str
+    ) -> tuple[str | None, str | None]:
+        """Retire a warm machine now (this process's to stop) or, with `mark_busy`, mark a busy one to give its slot
+        to `to_tenant` after its job, in the caller's placement transaction; (its state after, provider id), or
+        (None, None) when it was neither."""
+        row = await c.fetchrow(
+            Q["yield_machine"], uuid.UUID(machine_id), owner.instance, owner.term, to_tenant, mark_busy, reason
+        )
+        return (None, None) if row is None else (row["state"], row["provider_id"])
+
+    async def unyield(self, c: Conn, machine_ids: Sequence[str] | None) -> list[str]:
+        """Clear the marks of these machines (None: of every machine); the ids cleared."""
+        ids = None if machine_ids is None else [uuid.UUID(m) for m in machine_ids]
+        rows = await c.fetch(Q["unyield"], ids)
+        return [str(r["id"]) for r in rows]
+
     async def stopping(self, owner: Owner) -> list[tuple[str, str | None]]:
         async with borrow(self.pool) as c:
             rows = await c.fetch(Q["stopping"], owner.instance, owner.term)

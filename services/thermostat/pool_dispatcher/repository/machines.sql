@@ -27,7 +27,7 @@ ORDER BY tenant_id, machine_type, priority DESC, queue_seq;
 
 -- name: fleet
 -- Every machine, as the placement and hint policies see it.
-SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id, yield_to
 FROM pool_machines;
 
 -- name: insert_machine
@@ -110,6 +110,32 @@ UPDATE pool_machines SET state = 'stopping', last_error = $4
 WHERE id = $1 AND owner = $2 AND owner_term = $3 AND state = ANY($5::text[])
 RETURNING provider_id;
 
+-- name: yield_machine
+-- Give a machine's slot up, under placement's lock, by whichever process planned it (thermostat.policy.pool.
+-- fair_share; placement's stale-image retirement for room under the tenant cap): a warm machine is retired at once
+-- and becomes this process's to stop, as reclaim takes a lapsed process's machines (its former owner's writes to it
+-- are fenced off by owner and term, and it has no job to lose); a busy one, if $5, is only marked to give its slot to
+-- tenant $4 after its current job (its owner's completion retires it). The state is read again at the row, so a
+-- machine that went busy → warm meanwhile is retired and one that went warm → busy is marked (or, without $5, left
+-- alone). $1 machine, $2 me, $3 term, $4 the waiting tenant (NULL: room under the tenant cap), $5 mark a busy
+-- machine, $6 why (its last error).
+UPDATE pool_machines
+SET state = CASE WHEN state = 'warm' THEN 'stopping' ELSE state END,
+    owner = CASE WHEN state = 'warm' THEN $2 ELSE owner END,
+    owner_term = CASE WHEN state = 'warm' THEN $3::bigint ELSE owner_term END,
+    yield_to = CASE WHEN state = 'busy' THEN $4 ELSE yield_to END,
+    last_error = CASE WHEN state = 'warm' THEN $6 ELSE last_error END
+WHERE id = $1 AND (state = 'warm' OR (state = 'busy' AND $5))
+RETURNING state, provider_id;
+
+-- name: unyield
+-- Fair share no longer needs these machines' slots (the waiting job was cancelled, or another slot came free):
+-- their marks go and each goes on with its tenant's backlog. A machine whose completion already retired it stays
+-- stopping. $1 the machines (NULL: every marked machine, when nothing is queued at all).
+UPDATE pool_machines SET yield_to = NULL
+WHERE ($1::uuid[] IS NULL OR id = ANY($1::uuid[])) AND yield_to IS NOT NULL AND state <> 'stopping'
+RETURNING id;
+
 -- name: stopping
 -- This process's machines whose stop has not finished (a failed stop is retried on the next pass).
 SELECT id, provider_id FROM pool_machines WHERE owner = $1 AND owner_term = $2 AND state = 'stopping';
@@ -126,7 +152,7 @@ WHERE id = $1 AND owner = $3 AND owner_term = $4 AND state = 'warm';
 -- This process's machines, with where they are and on which backend (for probes and stops; never leaves
 -- the service).
 SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
-       provider_id, endpoint, region, backend
+       provider_id, endpoint, region, backend, yield_to
 FROM pool_machines WHERE owner = $1 AND owner_term = $2;
 
 -- name: starting_machines
@@ -134,7 +160,7 @@ FROM pool_machines WHERE owner = $1 AND owner_term = $2;
 -- handed to it and that job's trace headers) and whether a provider start was recorded: the scaler pass
 -- boots the ones a placement inserted whose answer was lost (thermostat.policy.pool.unbooted). $1 me, $2 term.
 SELECT m.id, m.tenant_id, m.machine_type, m.image, m.state, m.session_id, m.health_misses, m.cool_down_seconds,
-       m.token, m.backend, m.provider_id, j.id AS job_id, j.traceparent, j.tracestate
+       m.yield_to, m.token, m.backend, m.provider_id, j.id AS job_id, j.traceparent, j.tracestate
 FROM pool_machines m
 LEFT JOIN pool_jobs j ON j.id = m.job_id AND j.worker_id = m.id AND j.state = 'dispatched'
 WHERE m.owner = $1 AND m.owner_term = $2 AND m.state = 'starting';

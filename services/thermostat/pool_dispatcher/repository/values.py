@@ -47,6 +47,7 @@ def machine_from_row(row: Row) -> Machine:
         last_session_id=row["session_id"],
         health_misses=row["health_misses"],
         cool_down_seconds=row["cool_down_seconds"],
+        yield_to=row["yield_to"],
     )
 
 
@@ -198,6 +199,7 @@ class Completion:
     provider_id: str | None
     usage_position: int | None
     next_job: Assignment | None
+    yielded_to: str | None = None  # the machine was retired to give its slot to this tenant (fair share)
 
     @classmethod
     def from_row(cls, row: Row, *, job_id: str, machine_id: str, tenant_id: str, machine_type: str) -> Completion:
@@ -227,6 +229,7 @@ class Completion:
             provider_id=row["provider_id"],
             usage_position=row["position"],
             next_job=next_job,
+            yielded_to=row["yielded_to"],
         )
 
 

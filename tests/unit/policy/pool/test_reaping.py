@@ -88,3 +88,19 @@ def test_stale_machines_retire_at_cool_down(fields: dict[str, object], elapsed: 
 def test_stale_busy_machine_finishes_its_job() -> None:
     """A removed type's busy machine is not reaped while it runs."""
     assert reaped([machine("m", S.BUSY, machine_type="gone", idle_since=START)], START + 10_000) == ()
+
+
+@pytest.mark.parametrize(
+    ("state", "reaped_"),
+    [
+        pytest.param(S.WARM, True, id="idle-marked-machine-retires-at-once"),
+        pytest.param(S.BUSY, False, id="busy-marked-machine-finishes-its-job"),
+    ],
+)
+def test_a_machine_marked_to_give_its_slot_up_retires_once_idle_whatever_its_cool_down(
+    state: MachineState, reaped_: bool
+) -> None:
+    """Fair share marked it and its job was cancelled before it was sent: no completion retires it, the reaper does."""
+    marked = machine("m1", state, idle_since=START, yield_to="globex")
+    expected = (Retirement(machine_id="m1", reason=RetireReason.FAIR_SHARE),) if reaped_ else ()
+    assert reaped([marked], START + 1) == expected
