@@ -152,6 +152,8 @@ class Resources:
     memory_limit: str = "512Mi"
 
 
+POOL_SHUTDOWN_GRACE_SECONDS = 300  # the setting's default (thermostat.pool_dispatcher.settings, checked by a test)
+
 INTERNAL_TOKEN = SecretEnv(var=INTERNAL_TOKEN_ENV, secret=INTERNAL_SECRET, key="internal-token", optional=False)
 OPERATOR_TOKEN = SecretEnv(var="RIG_OPERATOR_TOKEN", secret=RUNPOD_SECRET, key="rig-operator-token")
 POOL_TOKENS = (
@@ -169,6 +171,7 @@ class Rollout:
     termination_grace_seconds: int | None = None
     termination_note: str = ""
     env: tuple[tuple[str, str], ...] = ()  # plain values (name, value)
+    field_env: tuple[tuple[str, str], ...] = ()  # the pod's own fields (name, fieldPath): the downward API
     secrets: tuple[SecretEnv, ...] = ()  # besides the internal token, which every service reads
     secrets_note: str = ""
     resources: Resources = Resources()
@@ -190,6 +193,13 @@ ROLLOUTS = {
         secrets_note="no RunPod key here: the controller is the one judge of whether a pod is configured",
     ),
     "pool-dispatcher": Rollout(
+        # a deploy's SIGTERM drains in-flight jobs for POOL_SHUTDOWN_GRACE_SECONDS, then releases the warm machines
+        # to the other replica (docs/pool-deploys.md); the margin is the release and the stop of mid-job machines
+        termination_grace_seconds=POOL_SHUTDOWN_GRACE_SECONDS + 30,
+        termination_note="in-flight jobs drain for POOL_SHUTDOWN_GRACE_SECONDS; a longer job fails at its end",
+        env=(("POOL_SHUTDOWN_GRACE_SECONDS", str(POOL_SHUTDOWN_GRACE_SECONDS)),),
+        # one instance id per pod, readable in the store's owner columns and logs (a restarted pod is a new name)
+        field_env=(("POOL_INSTANCE_ID", "metadata.name"),),
         # the local backend's machines are child processes of the pool, and payloads reach 32 MiB
         resources=Resources(cpu_request="200m", memory_request="512Mi", cpu_limit="2", memory_limit="2Gi"),
         secrets=(
@@ -287,6 +297,8 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         "        env:",
         *(f"        - {{name: {var}, value: {_q(value)}}}" for var, value in service_env(service)),
     ]
+    for var, field_path in rollout.field_env:
+        lines += [f"        - name: {var}", f"          valueFrom: {{fieldRef: {{fieldPath: {field_path}}}}}"]
     for secret in service_secrets(service):
         lines += [f"        - name: {secret.var}", f"          valueFrom: {_secret_ref(secret)}"]
     if rollout.secrets_note:

@@ -62,6 +62,8 @@ SHORT_LEASES = {
     "STRATA_POOL_TOKEN": POOL_TOKEN,
     "STRATA_POOL_ADMIN_TOKEN": POOL_ADMIN_TOKEN,
     "POOL_LEASE_SECONDS": str(POOL_LEASE_SECONDS),
+    # a killed dispatcher's machines die with it here (the dev stack's own default keeps them: a restart adopts)
+    "POOL_LOCAL_MACHINES_OUTLIVE_PROCESS": "false",
     "POOL_SCALER_SECONDS": "0.2",
     "POOL_HEALTH_POLL_SECONDS": "0.05",
     "POOL_USAGE_SETTLE_SECONDS": "1",

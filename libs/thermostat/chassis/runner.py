@@ -1,12 +1,21 @@
-"""`python -m thermostat.<service>`: settings, logging, the store, the service, until SIGTERM."""
+"""`python -m thermostat.<service>`: settings, logging, the store, the service, until SIGTERM.
+
+A service that stopped cleanly ends its process at once (`exit_without_teardown`): its stop hooks have run (the
+store closed, traces flushed), then every atexit handler (logging's flush among them) and the standard streams'
+flush; what is skipped is only the interpreter's own teardown, which with grpc's core loaded takes 0.5-1 s of
+an idle process (2 s on a loaded host) for nothing anyone reads. Every stop pays it: a rolling deploy's, `make
+run`'s Ctrl-C (services stopped one after another), each test stack's.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from thermostat.chassis.event_loop import choose_loop, run, running_loop_name
 from thermostat.chassis.logs import configure_logging
@@ -23,11 +32,23 @@ Build = Callable[[S, Mapping[str, str], Store], Awaitable[ServiceHost]]
 log = logging.getLogger("thermostat.chassis.runner")
 
 
-def service_main(settings_class: type[S], service: ServiceDef, *, build: Build[S]) -> int:
-    """A service's `__main__`: its settings, then `run_service` on the event loop they name (EVENT_LOOP)."""
+def service_main(settings_class: type[S], service: ServiceDef, *, build: Build[S]) -> NoReturn:
+    """A service's `__main__`: its settings, then `run_service` on the event loop they name (EVENT_LOOP), then the
+    process ends with its code (a failure raises as before, through the interpreter's ordinary exit)."""
     settings = load_settings(settings_class)
     choice = choose_loop(settings.event_loop)
-    return run(run_service(settings_class, service, build=build, settings=settings, fallback=choice.fallback), choice)
+    code = run(run_service(settings_class, service, build=build, settings=settings, fallback=choice.fallback), choice)
+    exit_without_teardown(code)
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process now, after what an ordinary exit runs that anyone sees: the atexit handlers (logging's
+    flush, any library's own) and the standard streams' flush; the interpreter's teardown is skipped (see above)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (the reader gone) or stream: nothing to write
+            stream.flush()
+    os._exit(code)
 
 
 async def run_service(

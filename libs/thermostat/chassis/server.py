@@ -57,6 +57,11 @@ class ServiceSpec:
     dependency_check: DependencyCheck | None = None
     on_start: Sequence[Hook] = ()
     on_stop: Sequence[Hook] = ()
+    # run as the stop begins, beside the gRPC drain and within its grace: a service finishing its own in-flight
+    # work (the pool dispatcher's jobs) before the stop hooks run
+    on_drain: Sequence[Hook] = ()
+    # the service's own termination grace, over the runner's SHUTDOWN_GRACE_SECONDS (the pool's covers its jobs)
+    stop_grace_seconds: float | None = None
     # extra names served by reflection (e.g. every Thermostat service, for grpcurl through the edge)
     reflection_names: Sequence[str] = ()
     # The deployment's internal token (THERMOSTAT_INTERNAL_TOKEN); None refuses every internal call. Every
@@ -89,6 +94,7 @@ class ServiceHost:
         self.serving = False
         self.metrics_server: MetricsServer | None = None
         self.metrics_port: int | None = None
+        self.stopped_by: str | None = None  # the signal's name that stopped it (serve_until_signalled), else None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, *, metrics_port: int | None = None) -> int:
         """Serve gRPC on `port` (0: a free one) and, unless `metrics_port` is None, `GET /metrics` on it."""
@@ -178,7 +184,8 @@ class ServiceHost:
             await self._set_all(await self._dependencies_ok())
 
     async def stop(self, grace: float) -> None:
-        """Turn NOT_SERVING, refuse new RPCs, let in-flight ones finish within `grace`, run stop hooks."""
+        """Turn NOT_SERVING, refuse new RPCs, let in-flight ones (and the drain hooks) finish within `grace`, run
+        stop hooks."""
         self._draining = True
         await self.health.enter_graceful_shutdown()
         if self._probe:
@@ -189,6 +196,7 @@ class ServiceHost:
             if probing:
                 log.error("%s: the health probe did not end; stopping anyway", self.spec.name)
         log.info("%s draining (grace %.1fs)", self.spec.name, grace)
+        drains = {asyncio.ensure_future(hook()) for hook in self.spec.on_drain}
         if self.server is not None:
             # Bounded: grpc's stop waits for its core to report the shutdown complete, and a completion that never
             # comes would hold the stop hooks (which record what was interrupted) forever.
@@ -200,6 +208,13 @@ class ServiceHost:
                     self.spec.name,
                     grace + STOP_MARGIN_SECONDS,
                 )
+        if drains:
+            done, pending = await asyncio.wait(drains, timeout=grace + STOP_MARGIN_SECONDS)
+            for task in pending:
+                task.cancel()
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("%s drain hook failed", self.spec.name, exc_info=task.exception())
         for hook in self.spec.on_stop:
             try:
                 await hook()
@@ -232,8 +247,14 @@ async def serve_until_signalled(
     """Start the service and run it until SIGTERM or SIGINT, then stop it gracefully."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stopped_by(sig: signal.Signals) -> None:
+        if host_.stopped_by is None:  # the first signal says how the service leaves (the pool: policy/departure)
+            host_.stopped_by = sig.name
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopped_by, sig)
     await host_.start(host, port, metrics_port=metrics_port)
     await stop.wait()
-    await host_.stop(grace)
+    await host_.stop(host_.spec.stop_grace_seconds if host_.spec.stop_grace_seconds is not None else grace)

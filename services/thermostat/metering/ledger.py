@@ -5,7 +5,8 @@ Each feed is a `Feed`: where it is read (its source name), how a page is read af
 page lands. The pod controller's billable actions (`PodActionFeed`), the pool's usage events
 (`PoolUsageFeed`) and machine boots and stops (`PoolMachineFeed`, both when POOL_DISPATCHER_ADDR is set) each
 land in their own table, read by the same loop from
-their own position.
+their own position. Each read of a pool feed acknowledges the stored position (everything at or before it has
+landed), so the pool's retention deletes only events the ledger holds.
 
 Lag is bounded and visible: a feed read until it returns less than a page, then every `poll_seconds`; each
 read records the feed's head beside the stored position and a read that fails records why (keeping the last
@@ -112,7 +113,8 @@ class PoolUsageFeed:
 
     async def read(self, after: int, limit: int) -> Page:
         reply = await self.stub.ListUsageEvents(
-            pool_pb2.ListUsageEventsRequest(after_position=after, page_size=limit),
+            # `after` is the stored position, landed in the ledger: the pool may delete what lies at or before it
+            pool_pb2.ListUsageEventsRequest(after_position=after, page_size=limit, acknowledged_position=after),
             timeout=self.timeout,
             wait_for_ready=True,
             metadata=outgoing_metadata(),
@@ -150,7 +152,7 @@ class PoolMachineFeed:
 
     async def read(self, after: int, limit: int) -> Page:
         reply = await self.stub.ListMachineEvents(
-            pool_pb2.ListMachineEventsRequest(after_position=after, page_size=limit),
+            pool_pb2.ListMachineEventsRequest(after_position=after, page_size=limit, acknowledged_position=after),
             timeout=self.timeout,
             wait_for_ready=True,
             metadata=outgoing_metadata(),

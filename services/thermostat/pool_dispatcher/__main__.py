@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from grpc import aio
@@ -17,7 +19,9 @@ from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
+from thermostat.policy.pool.departure import Departure, departure_for
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
+from thermostat.policy.pool.retention import BatchSize
 from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.providers.pool.backend import Backend
 from thermostat.providers.pool.local import LocalBackend
@@ -34,6 +38,8 @@ from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
 from .orphan_sweep import OrphanSweeper
 from .repository import PoolRepository
+from .repository.retention import RetentionRepository
+from .retention import RetentionPruner
 from .servicer import PoolDispatcherServicer
 from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
 
@@ -73,6 +79,7 @@ class PoolService:
     backend: LocalBackend
     backends: Mapping[BackendKind, Backend]
     orphans: OrphanSweeper
+    retention: RetentionPruner
 
 
 async def build(settings: PoolDispatcherSettings, env: Mapping[str, str], store: Store) -> ServiceHost:
@@ -95,7 +102,7 @@ def assemble(
     if settings.strata_pool_token is None:
         log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
     client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
-    backend = LocalBackend(client)
+    backend = LocalBackend(client, outlive_process=settings.pool_local_machines_outlive_process)
     # every backend whose settings are present serves at once; a type picks one by its `backend` field
     providers: dict[BackendKind, ProviderBackend] = build_backends(settings, client)
     backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
@@ -143,10 +150,23 @@ def assemble(
     orphans = OrphanSweeper(
         dispatcher, mode=settings.orphan_sweep, prefix=settings.pool_name, every_seconds=settings.orphan_sweep_seconds
     )
+    retention = timedelta(hours=settings.pool_job_retention_hours)
+    pruner = RetentionPruner(
+        RetentionRepository(store.pool),
+        store.leases,
+        # this process alone: an instance id restarted elsewhere while this one stalls must not share its term
+        holder=f"{dispatcher.instance_id}/{uuid.uuid4().hex[:8]}",
+        retention=retention,
+        every_seconds=settings.pool_prune_seconds,
+        lease_seconds=settings.pool_lease_seconds,
+        batch=BatchSize.at_most(settings.pool_prune_batch_rows),
+        clock=clock or SYSTEM_CLOCK,
+        metrics=metrics,
+    )
 
     def register(server: aio.Server) -> None:
         pool_pb2_grpc.add_PoolDispatcherServicer_to_server(
-            PoolDispatcherServicer(dispatcher, gate, orphans=orphans), server
+            PoolDispatcherServicer(dispatcher, gate, orphans=orphans, retention=retention), server
         )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
@@ -155,11 +175,22 @@ def assemble(
         )
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)
 
+    async def drain() -> None:  # beside the gRPC drain: in-flight jobs finish, their callers get their results
+        if departure_for(host.stopped_by) is Departure.RELEASE:
+            await dispatcher.drain(settings.pool_shutdown_grace_seconds)
+
     async def shutdown() -> None:
+        await pruner.stop()
+        departure = departure_for(host.stopped_by)
         await reaper.stop()
         await orphans.stop()
-        await dispatcher.close()
-        await backend.aclose()  # no worker process outlives the service
+        # a deploy drains (the drain hook began it beside the gRPC drain); the pool going away does not wait
+        grace = settings.pool_shutdown_grace_seconds if departure is Departure.RELEASE else 0.0
+        await dispatcher.close(departure, grace_seconds=grace)
+        if departure is Departure.STOP_FLEET:
+            await backend.aclose()  # no worker process of ours outlives the pool going away
+        else:
+            backend.release()  # the released machines run on for the next process (bound ones die with this one)
         for provider in providers.values():
             await provider.aclose()
         await client.aclose()
@@ -174,15 +205,20 @@ def assemble(
             auth_rules=auth_rules(tokens),
             tenant_rules=tenant_rules(),
             dependency_check=store.ping,
-            on_start=[dispatcher.start, reaper.start, orphans.start],
+            on_start=[dispatcher.start, reaper.start, orphans.start, pruner.start],
             on_stop=[shutdown],
+            on_drain=[drain],
+            # the gRPC drain lets a sync submit wait as long as the dispatcher's drain lets its job run
+            stop_grace_seconds=settings.pool_shutdown_grace_seconds,
             grpc_options=grpc_options(),
             internal_token=settings.internal_token(),
             metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )
-    return PoolService(host=host, dispatcher=dispatcher, backend=backend, backends=backends, orphans=orphans)
+    return PoolService(
+        host=host, dispatcher=dispatcher, backend=backend, backends=backends, orphans=orphans, retention=pruner
+    )
 
 
 if __name__ == "__main__":

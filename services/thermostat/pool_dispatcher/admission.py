@@ -17,7 +17,7 @@ from thermostat.policy.pool.submit_options import SubmitOptions
 from thermostat.pool.v1 import pool_pb2
 
 from .budget_gate import BudgetGate
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, ShuttingDown
 from .metering_repository import PoolMeteringRepository
 from .repository import JobView
 
@@ -73,6 +73,8 @@ class Admission:
         remaining: Callable[[], float | None],
     ) -> tuple[JobView, SubmitOptions] | Refusal:
         """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
+        if self.d.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
+            return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.d.instance_id)), 503)
         ask = ask_of(request, sync=sync)
         if ask.machine_type and self.d.catalogue.get(ask.machine_type) is None:
             await self.d.type_named(ask.machine_type)  # another replica's catalogue write may name it
@@ -99,12 +101,15 @@ class Admission:
             return Refusal.of(over_budget(reason, job_id))
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
         trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
-        job = await self.d.submit(
-            tenant_id=tenant,
-            options=options,
-            payload=request.payload.data,
-            trace=trace,
-            waiting=sync,
-            remaining=remaining(),
-        )
+        try:
+            job = await self.d.submit(
+                tenant_id=tenant,
+                options=options,
+                payload=request.payload.data,
+                trace=trace,
+                waiting=sync,
+                remaining=remaining(),
+            )
+        except ShuttingDown as refused:  # the drain began while this submit was being admitted
+            return Refusal(grpc.StatusCode.UNAVAILABLE, str(refused), 503)
         return job, options

@@ -37,6 +37,7 @@ from datetime import datetime
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.policy.pool.cancel import decide_cancel
+from thermostat.policy.pool.departure import Departure, grace_error
 from thermostat.policy.pool.hint import HintDecision
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, CatalogueRejected, MachineType
@@ -59,11 +60,34 @@ from .engine.tasks import Tasks
 from .engine.waits import Waits
 from .engine.writes import Sleep, Writes
 from .metrics import PoolMetrics
-from .repository import CATALOGUE, JOBS_DONE, Finished, JobView, Owner, PoolRepository, Subscription, job_done_channel
+from .repository import (
+    CATALOGUE,
+    JOBS_DONE,
+    RELEASED,
+    Finished,
+    JobView,
+    Owner,
+    PoolRepository,
+    Subscription,
+    job_done_channel,
+)
 
-__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "Sleep", "lease_name"]
+__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "ShuttingDown", "Sleep", "lease_name"]
 
 log = logging.getLogger("thermostat.pool_dispatcher")
+
+DRAIN_POLL_SECONDS = 0.05
+"""How often a shutdown's drain counts its in-flight jobs again (one indexed count: pool_jobs_owned)."""
+
+
+class ShuttingDown(Exception):
+    """A submit or hint reached a dispatcher whose shutdown drain began: nothing was queued or started; retry (the
+    servicer answers UNAVAILABLE, which gRPC clients and the edge treat as retryable; another replica takes it)."""
+
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(
+            f"pool dispatcher instance {instance_id} is shutting down (a deploy): nothing was queued; retry"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +154,8 @@ class Dispatcher:
         self.sleep: Sleep = sleep or clock.sleep
         self._run_scaler = run_scaler
         self._closing = False
+        self.draining = False  # a shutdown's drain began: no new work here (drain)
+        self._submitting = 0  # submits past their draining check, not yet answered
         self._listener: Subscription | None = None
         now = clock.monotonic
 
@@ -223,12 +249,43 @@ class Dispatcher:
         self.catalogues.warn_unservable(self.catalogue, self.state.version)
         await self._listen()
         await self.fleet.recover()
+        adopted = await self.fleet.adopt_released()  # a deploy's machines: no lease to wait out
+        if adopted:
+            log.info("instance %s adopted %d warm machine(s) a deploy released", self.instance_id, adopted)
         if self._run_scaler:
             await self.scaler.loop.start()
         log.info("pool dispatcher instance %s started (lease term %d)", self.instance_id, term)
 
-    async def close(self) -> None:
-        """Stop the scaler and every machine of this process; fail its in-flight jobs; release the lease."""
+    async def drain(self, grace_seconds: float) -> bool:
+        """A shutdown's first step: take no new work (a submit or hint now is refused, retryable: ShuttingDown;
+        placement stops here, so queued jobs wait for another process) and wait up to `grace_seconds` for this
+        process's in-flight jobs to finish (their results reach their callers); a machine whose job finishes takes no
+        next one here, and goes warm for another process to claim. Whether none is left in flight."""
+        self.draining = self.runner.draining = True
+        self.placement.closing = True
+        deadline = self.clock.monotonic() + grace_seconds
+        while self._submitting and self.clock.monotonic() < deadline:  # submits past their check land first
+            await self.sleep(DRAIN_POLL_SECONDS)
+        if not self.ownership.started:
+            return True
+        while True:
+            in_flight = await self.repo.jobs.in_flight(self.owner)
+            left = deadline - self.clock.monotonic()
+            if in_flight == 0:
+                return True
+            if left <= 0:
+                log.warning("instance %s: %d job(s) in flight at the end of its grace", self.instance_id, in_flight)
+                return False
+            await self.sleep(min(DRAIN_POLL_SECONDS, left))
+
+    async def close(self, departure: Departure = Departure.STOP_FLEET, *, grace_seconds: float = 0.0) -> None:
+        """Leave: `RELEASE` (a deploy's SIGTERM) keeps the warm machines running for the next process (released,
+        their idle clock in the row); `STOP_FLEET` (Ctrl-C, or a direct close) stops every machine of this process.
+        A drain (`drain`, or here with `grace_seconds`) comes first; then the jobs still in flight are requeued
+        (never sent) or failed (running), and the lease goes (thermostat.policy.pool.departure)."""
+        if not self.draining and grace_seconds > 0:
+            await self.drain(grace_seconds)
+        self.draining = True
         self._closing = True
         self.placement.closing = True
         await self.scaler.loop.stop()
@@ -236,22 +293,42 @@ class Dispatcher:
         await self.tasks.cancel_all()
         if self.ownership.started:
             with contextlib.suppress(Exception):
-                for own in await self.repo.machines.own_machines(self.owner):
-                    await self.fleet.retire(
-                        RetirePlan(
-                            machine_id=own.machine.id,
-                            provider_id=own.provider_id,
-                            reason="dispatcher shutting down",
-                            states=("starting", "warm", "busy", "stopping"),
-                        )
-                    )
-                await self.repo.ownership.recover_own(self.owner, any_term=False)
+                if departure is Departure.RELEASE:
+                    await self._release(grace_seconds)
+                else:
+                    await self._stop_fleet()
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
             self._listener = None
         with contextlib.suppress(Exception):
             await self.ownership.release()
+
+    async def _release(self, grace_seconds: float) -> None:
+        released = await self.repo.ownership.release_own(self.owner, grace_error(self.instance_id, grace_seconds))
+        for machine_id, provider_id in await self.repo.machines.stopping(self.owner):
+            await self.fleet.finish_stop(machine_id, provider_id)
+        log.info(
+            "instance %s released %d warm machine(s) for the next process; %d job(s) requeued (never sent), "
+            "%d failed (running past the grace), %d machine(s) stopped (mid-boot or mid-job)",
+            self.instance_id,
+            released.released,
+            released.requeued,
+            released.failed,
+            released.stopping,
+        )
+
+    async def _stop_fleet(self) -> None:
+        for own in await self.repo.machines.own_machines(self.owner):
+            await self.fleet.retire(
+                RetirePlan(
+                    machine_id=own.machine.id,
+                    provider_id=own.provider_id,
+                    reason="dispatcher shutting down",
+                    states=("starting", "warm", "busy", "stopping"),
+                )
+            )
+        await self.repo.ownership.recover_own(self.owner, any_term=False)
 
     def trusted_for_call(self) -> bool:
         """Whether the instance lease stays trusted for longer than a guarded call may take."""
@@ -267,12 +344,25 @@ class Dispatcher:
             self._listener = None
         on_job_done = self.waits.on_job_done
         self._listener = await self.repo.listen(
-            {JOBS_DONE: on_job_done, self.channel: on_job_done, CATALOGUE: self._on_catalogue}
+            {
+                JOBS_DONE: on_job_done,
+                self.channel: on_job_done,
+                CATALOGUE: self._on_catalogue,
+                RELEASED: self._on_released,
+            }
         )
 
     def _on_catalogue(self, _version: str) -> None:
         if not self._closing:
             self.tasks.spawn(self.refresh_catalogue(), "pool-catalogue-refresh")
+
+    def _on_released(self, instance: str) -> None:
+        """A deploy released its warm machines: adopt them now, not at the next scaler pass."""
+        if not self.draining and instance != self.instance_id:
+            self.tasks.spawn(self._adopt(), "pool-adopt-released")
+
+    async def _adopt(self) -> None:
+        await self.fleet.adopt_released()
 
     # catalogue and backends
 
@@ -310,10 +400,18 @@ class Dispatcher:
     ) -> JobView:
         """Queue the job, or hand it to a warm machine at once. `waiting`: a sync wait (wait_finished) follows here,
         so a completion in another process notifies this one. `remaining`: seconds left of the call (None: no
-        deadline). A submit of a key expected to queue joins that key's batch (engine/intake.py)."""
-        return await self.intake.submit(
-            tenant_id=tenant_id, options=options, payload=payload, trace=trace, waiting=waiting, remaining=remaining
-        )
+        deadline). A submit of a key expected to queue joins that key's batch (engine/intake.py). ShuttingDown once a
+        drain began: nothing is queued, and the caller retries (another replica takes it)."""
+        if self.draining:
+            raise ShuttingDown(self.instance_id)
+        self._submitting += 1
+        try:
+            return await self.intake.submit(
+                tenant_id=tenant_id, options=options, payload=payload, trace=trace, waiting=waiting,
+                remaining=remaining,
+            )  # fmt: skip
+        finally:
+            self._submitting -= 1
 
     async def wait_finished(self, job: JobView, timeout: float) -> Finished:
         """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
@@ -328,7 +426,10 @@ class Dispatcher:
         return await self.waits.wait(job_id, tenant_id, timeout, since_state=since_state)
 
     async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
-        """Start one machine for the tenant unless one is warm or starting, within both caps."""
+        """Start one machine for the tenant unless one is warm or starting, within both caps (ShuttingDown once a
+        drain began: a machine booted now would be this process's to give away at once)."""
+        if self.draining:
+            raise ShuttingDown(self.instance_id)
         return await self.placement.hint(tenant_id, machine_type)
 
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelOutcome | None:

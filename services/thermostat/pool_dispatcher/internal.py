@@ -1,7 +1,8 @@
 """PoolDispatcherInternal: what other services of the deployment call (metering's usage and machine-life feeds).
 
 The internal token guards it (chassis/internal_auth.py), so metering needs neither of the pool's tokens to
-read every tenant's events. Kept apart from the public servicer: it reads only the two event tables.
+read every tenant's events. Kept apart from the public servicer: it reads only the two event tables, and records how
+far the reader acknowledged each (retention deletes only what metering's ledger has taken).
 """
 
 from __future__ import annotations
@@ -35,10 +36,22 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
         request: pool_pb2.ListUsageEventsRequest | pool_pb2.ListMachineEventsRequest,
         context: grpc.aio.ServicerContext,
         read: Callable[[int, int], Awaitable[EventPage]],
+        feed: str,
     ) -> tuple[tuple[dict[str, Any], ...], int]:
-        """The rows a reader may take after its position (never past a position still in flight), and the head."""
-        if request.after_position < 0 or request.page_size < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative")
+        """The rows a reader may take after its position (never past a position still in flight), and the head.
+        The reader's acknowledgement is recorded first (retention deletes only what the ledger has taken)."""
+        if request.after_position < 0 or request.page_size < 0 or request.acknowledged_position < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "after_position, page_size and acknowledged_position must not be negative",
+            )
+        if request.acknowledged_position > request.after_position:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "acknowledged_position must not pass after_position: a reader has landed no more than it read",
+            )
+        if request.acknowledged_position:
+            await self.repository.acknowledge(feed, request.acknowledged_position)
         page = await read(request.after_position, min(request.page_size or DEFAULT_PAGE, MAX_PAGE))
         visible = [Recorded(position=r["position"], recorded_at=r["recorded_at"]) for r in page.rows]
         take = readable_count(after=request.after_position, rows=visible, now=page.now, settle=self.settle)
@@ -48,7 +61,7 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
     async def ListUsageEvents(
         self, request: pool_pb2.ListUsageEventsRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListUsageEventsResponse:
-        rows, head = await self._page(request, context, self.repository.usage_page)
+        rows, head = await self._page(request, context, self.repository.usage_page, "usage")
         response = pool_pb2.ListUsageEventsResponse(head_position=head)
         for r in rows:
             response.events.add(
@@ -67,7 +80,7 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
     async def ListMachineEvents(
         self, request: pool_pb2.ListMachineEventsRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListMachineEventsResponse:
-        rows, head = await self._page(request, context, self.repository.machine_events_page)
+        rows, head = await self._page(request, context, self.repository.machine_events_page, "machines")
         catalogue = self.catalogue()
         response = pool_pb2.ListMachineEventsResponse(head_position=head)
         for r in rows:

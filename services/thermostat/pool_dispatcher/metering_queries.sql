@@ -28,3 +28,11 @@ SELECT COALESCE((SELECT max(position) FROM pool_machine_events), 0) AS head, clo
 INSERT INTO pool_jobs (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, error,
                        completed_at)
 VALUES ($1, $2, $3, 'failed', $4, $5, $6, $7, now());
+
+-- name: acknowledge_feed
+-- The position metering's ledger landed a feed through ($1 'usage' or 'machines', $2 position), as its reader says
+-- with each page request; it never goes back (a stale reader's older word moves nothing), and an unchanged one
+-- writes nothing.
+INSERT INTO pool_feed_acks AS a (feed, position) VALUES ($1, $2)
+ON CONFLICT (feed) DO UPDATE SET position = excluded.position, acknowledged_at = now()
+    WHERE a.position < excluded.position;

@@ -3,7 +3,6 @@ tables its feeds read, and the budget refusals it records. Kept apart from repos
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +12,8 @@ import asyncpg
 
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
+
+from .repository.ids import new_job_id
 
 Q = load_sql(Path(__file__).with_name("metering_queries.sql"))
 
@@ -44,6 +45,11 @@ class PoolMeteringRepository:
     async def machine_events_page(self, after: int, size: int) -> EventPage:
         return await self._page("machine_events_after", "machine_events_head", after, size)
 
+    async def acknowledge(self, feed: str, position: int) -> None:
+        """Metering's ledger has landed `feed` ('usage' or 'machines') through `position` (never moves back)."""
+        async with borrow(self.pool) as c:
+            await c.execute(Q["acknowledge_feed"], feed, position)
+
     async def record_refused_submit(
         self,
         *,
@@ -55,7 +61,7 @@ class PoolMeteringRepository:
         error: str,
     ) -> str:
         """A submit refused for the tenant's budget, as a failed job on the record; its id."""
-        job_id = uuid.uuid4()
+        job_id = new_job_id()
         async with borrow(self.pool) as c:
             await c.execute(
                 Q["record_refusal"], job_id, tenant_id, machine_type, priority, session_id, timeout_seconds, error

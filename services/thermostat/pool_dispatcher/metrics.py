@@ -61,6 +61,13 @@ class PoolMetrics:
             "timeout, the lease not trusted, a boot released unbooted), by machine type and backend.",
             ["machine_type", "backend"],
         )
+        self.pruned = self.metrics.counter(
+            "thermostat_pool_pruned_rows_total",
+            "Rows retention deleted (POOL_JOB_RETENTION_HOURS, docs/pool-retention.md), by table: pool_jobs (finished "
+            "jobs and their results), pool_usage (usage events the ledger took), pool_machine_events (dead machines' "
+            "boots and stops the ledger took). Counted by the process that deleted them.",
+            ["table"],
+        )
         self.fair_share_retirements = self.metrics.counter(
             "thermostat_pool_fair_share_retirements_total",
             "Machines retired to give their fleet slot to a tenant waiting at the fleet cap (fair share), by when: "

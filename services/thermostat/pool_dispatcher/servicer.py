@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import NoReturn
 
 import grpc
 from google.api import httpbody_pb2
@@ -24,12 +26,13 @@ from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.job_batch import read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
+from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS, missing_job_detail
 from thermostat.policy.pool.submit_options import SubmitError
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
 from .budget_gate import BudgetGate
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, ShuttingDown
 from .metering_repository import PoolMeteringRepository
 from .orphan_sweep import OrphanSweeper
 from .replies import abort, read_body, status
@@ -95,8 +98,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         stream_full: Callable[[], Awaitable[None]] | None = None,
         batch_result_bytes: int = BATCH_RESULT_BYTES,
         batch_answer_bytes: int = BATCH_ANSWER_BYTES,
+        retention: timedelta = timedelta(hours=DEFAULT_RETENTION_HOURS),
     ) -> None:
         self.d = dispatcher
+        self.retention = retention
         self.orphans = orphans
         self.gate = gate or BudgetGate(None)
         self.admission = Admission(dispatcher, self.gate, metering or PoolMeteringRepository(dispatcher.repo.pool))
@@ -113,6 +118,11 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             return str(uuid.UUID(raw))
         except ValueError:
             await abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+
+    async def _missing(self, context: grpc.aio.ServicerContext, job_id: str) -> NoReturn:
+        """404 for a job the store does not hold (for this tenant): expired when retention may have pruned it."""
+        detail = missing_job_detail(uuid.UUID(job_id), now=self.d.clock.now(), retention=self.retention)
+        await abort(context, grpc.StatusCode.NOT_FOUND, detail, 404)
 
     async def _submit(self, request: SubmitRequest, context: grpc.aio.ServicerContext) -> JobView:
         admitted = await self.admission.admit(
@@ -199,9 +209,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     async def _own_job(self, raw_id: str, context: grpc.aio.ServicerContext) -> JobView:
         tenant = _tenant()
-        job = await self.d.repo.get_job(await self._job_id(context, raw_id), tenant)
-        if job is None:  # another tenant's job is not found, so the id confirms nothing
-            await abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+        job_id = await self._job_id(context, raw_id)
+        job = await self.d.repo.get_job(job_id, tenant)
+        if job is None:  # another tenant's job is not found; the detail reads only the id, so it confirms nothing
+            await self._missing(context, job_id)
         return job
 
     async def GetJobResult(
@@ -235,7 +246,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, build_id.detail, 400)
         outcome = await self.d.cancel(job_id, tenant, build_id)
         if outcome is None:
-            await abort(context, grpc.StatusCode.NOT_FOUND, "no such job", 404)
+            await self._missing(context, job_id)
         if outcome.status_code == 409:
             await abort(context, grpc.StatusCode.ABORTED, f"job {job_id} already finished as {outcome.job.state}", 409)
         return outcome.job
@@ -280,7 +291,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             log.warning("hint refused for budget: %s", over_budget)
             await status(context, 409)
             return pool_pb2.SendHintResponse(started=False, reason="budget")
-        decision = await self.d.hint(tenant, machine_type.strip())
+        try:
+            decision = await self.d.hint(tenant, machine_type.strip())
+        except ShuttingDown as refused:  # a deploy's shutdown began here: retry, another replica takes it
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(refused), 503)
         if isinstance(decision, SubmitError):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
         response = pool_pb2.SendHintResponse(started=decision.started)

@@ -7,6 +7,7 @@ from pydantic import Field, SecretStr
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
 from thermostat.policy.common.orphan_sweep import OrphanSweep
+from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS
 from thermostat.providers.pool.settings import PoolBackendSettings
 
 GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0
@@ -15,6 +16,12 @@ GRPC_MESSAGE_BYTES = POOL_DISPATCHER.max_message_bytes or 0
 MAX_PAYLOAD_BYTES = GRPC_MESSAGE_BYTES - 1024 * 1024  # the request's other fields fit in the last MiB
 """The largest payload (and stored result) the pool accepts: 32 MiB, over the seed's 16 MiB floor. A larger
 payload is a 413 and nothing is queued."""
+
+
+SHUTDOWN_GRACE_DEFAULT = 300.0
+"""POOL_SHUTDOWN_GRACE_SECONDS' default: five minutes, the seed's default sync wait (a sync caller's job that ends
+within its default wait ends within the grace), short enough for a rolling deploy; the Kubernetes manifest's
+terminationGracePeriodSeconds covers it. A job running longer fails at its end (docs/pool-deploys.md)."""
 
 
 class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
@@ -31,6 +38,11 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     pool_health_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     pool_instance_id: str | None = Field(default=None, min_length=1, max_length=100)
+    # a deploy's SIGTERM: how long in-flight jobs may still run before the process releases its machines
+    # (docs/pool-deploys.md; Kubernetes' terminationGracePeriodSeconds must cover it)
+    # the local backend's machines outlive this process (a deploy's release keeps them; providers/pool/local.py)
+    pool_local_machines_outlive_process: bool = False
+    pool_shutdown_grace_seconds: float = Field(default=SHUTDOWN_GRACE_DEFAULT, gt=0, le=3600)
     # how long a missing usage position may still be filled by a transaction in flight (policy/pool/usage_feed.py)
     # set: every submit and hint asks metering for the tenant's budget first, and is refused when it cannot answer
     metering_addr: str | None = None
@@ -42,4 +54,10 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     orphan_sweep: OrphanSweep = OrphanSweep.REPORT
     orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
     pool_usage_settle_seconds: float = Field(default=10.0, gt=0, le=600)
+    # retention (docs/pool-retention.md): a finished job and its result are kept this long, usage events and dead
+    # machines' events this long and until metering's ledger took them; pruned in batches of at most
+    # POOL_PRUNE_BATCH_ROWS rows per statement, every POOL_PRUNE_SECONDS once caught up, by one process at a time
+    pool_job_retention_hours: float = Field(default=DEFAULT_RETENTION_HOURS, gt=0, le=24 * 366)
+    pool_prune_seconds: float = Field(default=10.0, gt=0, le=3600)
+    pool_prune_batch_rows: int = Field(default=1000, ge=1, le=10000)
     pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)

@@ -19,6 +19,7 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.seams import Seam
+from thermostat.chassis.server import ServiceHost
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
 from thermostat.pool_dispatcher.dispatcher import Dispatcher
@@ -83,6 +84,7 @@ class RunningPool:
     stub: pool_pb2_grpc.PoolDispatcherStub
     orphans: OrphanSweeper
     metrics_port: int | None = None
+    host: ServiceHost | None = None  # a deploy test stops it as a signal would (test_deploys.py)
 
     async def submit(
         self, payload: bytes = b"hello", *, tenant: str = "acme", machine_type: str = "local", **options: str
@@ -180,6 +182,7 @@ async def start_pool(
             stub=pool_pb2_grpc.PoolDispatcherStub(channel),
             orphans=service.orphans,
             metrics_port=service.host.metrics_port,
+            host=service.host,
         )
     finally:
         await channel.close()

@@ -29,7 +29,7 @@ import asyncpg
 import pytest
 
 from tests.integration.pool_dispatcher.pool_sql import pool_blocks, statement
-from thermostat.policy.pool.jobs import JOB_TRANSITIONS, JobEvent, JobState
+from thermostat.policy.pool.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobEvent, JobState
 from thermostat.policy.pool.machines import MACHINE_TRANSITIONS, MachineEvent, MachineState
 
 _WRITES = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+pool_(jobs|machines)\b", re.IGNORECASE)
@@ -78,6 +78,7 @@ class World:
     queued_next: bool
     owner: tuple[str, int] = ME
     catalogue: tuple[str, ...] | None = None  # the stored catalogue's type names (None: none stored)
+    released: bool = False  # the machine was released by a deploy (migration 0019), waiting for adoption
     lease: bool = False  # the owner's instance lease is held and current
     yielding: bool = False  # the machine is marked to give its slot to a tenant waiting at the fleet cap
 
@@ -122,14 +123,16 @@ async def seed(conn: asyncpg.Connection, world: World) -> None:
     if world.machine is not None:
         await conn.execute(
             "INSERT INTO pool_machines (id, tenant_id, machine_type, image, backend, token, state, job_id, owner,"
-            " owner_term, cool_down_seconds, last_active_at, yield_to)"
-            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), $6)",
+            " owner_term, cool_down_seconds, last_active_at, yield_to, released_at)"
+            " VALUES ($1, 't', 'cpu', 'img', 'local', 'tok', $2, $3, $4, $5, 60, now(), $6,"
+            " CASE WHEN $7 THEN now() END)",
             MACHINE,
             world.machine,
             JOB if world.holds else None,
             instance,
             term,
             "waiting-tenant" if world.yielding else None,
+            world.released,
         )
     if world.job is not None:
         state = "cancelled" if world.job == CANCELLED_RUNNING else world.job
@@ -172,6 +175,7 @@ class Run:
     jobs: frozenset[JobEvent] = frozenset()
     machines: frozenset[MachineEvent] = frozenset()
     label: str = ""
+    prunes: bool = False  # the call may delete a finished, unowned job (retention): the end of its row, no transition
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +206,18 @@ async def call(conn: asyncpg.Connection, block: str, run: Run) -> list[Change]:
     return [Change(r["kind"], r["before"], r["after"]) for r in rows]
 
 
+def pruned_rightly(run: Run, change: Change) -> bool:
+    """A job row retention may delete: finished and unowned (a job cancelled while running keeps its owner until its
+    machine answers, and its usage is still to be recorded)."""
+    finished = change.before is not None and JobState(change.before) in TERMINAL_STATES
+    return run.prunes and change.after == "stopped" and finished and run.world.job != CANCELLED_RUNNING
+
+
 def judge(block: str, run: Run, changes: list[Change], outcome: Outcome) -> None:
     for change in changes:
+        if change.kind == "job" and pruned_rightly(run, change):
+            outcome.made.add(("job", JobState(change.before or ""), "pruned"))
+            continue
         if change.kind == "job":
             before = None if change.before is None else JobState(change.before)
             rows = [(e, JOB_TRANSITIONS.get((before, e))) for e in run.jobs]
@@ -386,6 +400,28 @@ def _recover_own() -> Iterator[Run]:
             yield Run(world, (*ME, any_term), frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), label)
 
 
+def _prune_jobs() -> Iterator[Run]:
+    # the fence is the retention lease's; the world's instance lease row stands in for it (name, holder, term)
+    for world, lease in itertools.product(consistent_worlds(), (False, True)):
+        world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, lease=lease)
+        args = ([JOB, NEXT], f"pool-instance:{ME[0]}", *ME)
+        yield Run(world, args, label=f" (fence held {lease})", prunes=True)
+
+
+def _release_own() -> Iterator[Run]:
+    for world in consistent_worlds():
+        args = (*ME, "the dispatcher shut down and its grace ran out")
+        yield Run(world, args, frozenset({JE.REQUEUE, JE.OWNER_LOST}), frozenset({ME_.FREE, ME_.RETIRE}))
+
+
+def _adopt_released() -> Iterator[Run]:
+    """Called for a released machine (released_at set); another's adoption first leaves nothing to take."""
+    for released, healthy in itertools.product((False, True), (False, True)):
+        for world in consistent_worlds(owner=LAPSED):
+            world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, released=released)
+            yield Run(world, (MACHINE, "me", healthy, 3), machines=frozenset({ME_.RETIRE}), label=f" ({healthy})")
+
+
 SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "submit": _submit,
     "submit_queued": _submit_queued,
@@ -410,6 +446,9 @@ SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {
     "replace_catalogue": _replace_catalogue,
     "reclaim": _reclaim,
     "recover_own": _recover_own,
+    "prune_jobs": _prune_jobs,
+    "release_own": _release_own,
+    "adopt_released": _adopt_released,
 }
 
 
@@ -431,6 +470,13 @@ async def test_a_block_makes_only_transitions_the_tables_allow(logged: asyncpg.C
     """From every consistent world, each state change the block makes is a table row under one of its events."""
     outcome = await conform(logged, block)
     assert outcome.illegal == [], "\n".join(outcome.illegal[:20])
+
+
+async def test_retention_deletes_each_finished_state_and_nothing_else(logged: asyncpg.Connection) -> None:
+    """prune_jobs removes a completed, failed, timed-out or cancelled unowned job under its fence, and only those."""
+    outcome = await conform(logged, "prune_jobs")
+    assert outcome.illegal == []
+    assert {before for kind, before, event in outcome.made if event == "pruned"} == set(TERMINAL_STATES)
 
 
 async def test_every_table_row_is_made_by_some_block(logged: asyncpg.Connection) -> None:

@@ -4,6 +4,7 @@ is the traceparent the worker receives."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -92,6 +93,35 @@ async def test_a_failed_boot_is_an_error_span_under_the_submit_of_the_job_first_
         assert under(boot, submit) and in_the_callers_trace(boot)
         assert boot.status.status_code is StatusCode.ERROR and "start failed" in (boot.status.description or "")
         assert spans.named("pool.execute") == []
+
+
+async def test_a_boot_timeout_is_an_error_span_naming_the_timeout_with_its_health_polls_under_it(
+    pool_store: Store, spans: Spans
+) -> None:
+    """The machine starts and never answers its health check: pool.boot ends in error when the type's boot timeout
+    passes, under the submit of the job first in line, with every poll inside it; the machine is stopped, nothing
+    is executed and the job waits in the queue again."""
+    mute = local_type(image=f'{sys.executable} -c "import time; time.sleep(120)"', boot_timeout_seconds=1)
+    async with start_pool(pool_store, pool_env([mute])) as pool:
+        request = pool_pb2.SubmitJobRequest(machine_type="local")
+        request.payload.data = b"x"
+        job = await pool.stub.SubmitJob(request, metadata=caller(traceparent=TRACEPARENT))
+        submit, boot = await spans.wait_for(SUBMIT, "pool.boot", timeout=15)
+        assert under(boot, submit) and in_the_callers_trace(boot)
+        assert boot.status.status_code is StatusCode.ERROR
+        assert boot.status.description == "no health answer within 1 s"
+        assert boot.attributes["pool.machine_type"] == "local"
+        assert (boot.end_time - boot.start_time) / 1e9 >= 1  # it lasted the whole boot timeout
+        polls = [s for s in spans.all() if s.name == "GET" and s.attributes["url.full"].endswith("/health")]
+        assert len(polls) > 1 and all(under(p, boot) for p in polls)
+        assert spans.named("pool.execute") == []
+
+        async def stopped_and_requeued() -> bool | None:
+            machines = await pool_store.pool.fetchval("SELECT count(*) FROM pool_machines")
+            idle = machines == 0 and pool.backend._children == {}
+            return True if idle and (await pool.job(job.id)).state == "queued" else None
+
+        await eventually(stopped_and_requeued, timeout=10)
 
 
 async def test_without_a_recording_sdk_the_callers_context_is_kept_with_the_job_unchanged(

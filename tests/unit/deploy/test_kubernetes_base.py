@@ -265,3 +265,21 @@ def test_the_migration_job_runs_the_migration_step_with_the_database_secret(reso
     assert step["envFrom"] == [{"secretRef": {"name": "thermostat-database"}}]
     assert job["template"]["spec"]["restartPolicy"] == "Never"
     assert job["ttlSecondsAfterFinished"] > 0  # gone after a while, so the next apply runs it again
+
+
+def test_each_pool_dispatcher_pod_is_its_own_instance_by_its_name(resources: Resources) -> None:
+    """POOL_INSTANCE_ID from the pod's name (the downward API): readable owners, and a restarted pod a new id."""
+    assert env(resources, "pool-dispatcher", "POOL_INSTANCE_ID")["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}
+    }
+
+
+def test_the_pool_dispatchers_termination_grace_covers_its_drain(resources: Resources) -> None:
+    """A deploy's SIGTERM drains in-flight jobs for POOL_SHUTDOWN_GRACE_SECONDS; the pod is killed only after that,
+    with room for the release; the manifest's figure is the setting's default."""
+    from thermostat.pool_dispatcher.settings import PoolDispatcherSettings
+
+    pod = find(resources, "Deployment", "pool-dispatcher")["spec"]["template"]["spec"]
+    drain = float(env(resources, "pool-dispatcher", "POOL_SHUTDOWN_GRACE_SECONDS")["value"])
+    assert drain == PoolDispatcherSettings.model_fields["pool_shutdown_grace_seconds"].default
+    assert pod["terminationGracePeriodSeconds"] >= drain + 10

@@ -9,7 +9,9 @@ simulated machine is a real reference-worker process; the simulators kill theirs
 
 Used by `make run` (python -m thermostat.dev.stack) and by the end-to-end tests. Each child runs in its own
 session, so Ctrl-C reaches only this process, which then stops the children in reverse order (edge first,
-Postgres last) and waits for each: nothing is left behind. Children's log lines are relayed with the
+Postgres last) and waits for each: nothing is left behind. A pool dispatcher is stopped with SIGINT, which stops
+its machines; a SIGTERM to it alone is a deploy, and the dispatcher started again adopts its warm machines
+(`leaving_signal`; docs/pool-deploys.md). Children's log lines are relayed with the
 child's name in front.
 
 Once the stack is up, a child that exits (a crash, a kill -9) is reported and started again after a backoff
@@ -41,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
-from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
+from thermostat.chassis.registry import POOL_DISPATCHER, SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
@@ -114,6 +116,16 @@ class Child:
     # its last output lines, relayed or not: why a child that died while the stack started did (a test's stack
     # relays nothing, and "exited with status 1" alone left a CI failure unexplained)
     last_lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LAST_LINES))
+
+
+POOL_LOCAL_OUTLIVE_ENV = "POOL_LOCAL_MACHINES_OUTLIVE_PROCESS"
+
+
+def leaving_signal(child_name: str) -> signal.Signals:
+    """The signal the stack's own stop sends a child: SIGINT to a pool dispatcher (the whole stack goes away, so
+    its machines stop: thermostat.policy.pool.departure), SIGTERM to the rest (a SIGTERM to a pool dispatcher alone
+    is a deploy: it releases its machines to the process that follows)."""
+    return signal.SIGINT if child_name.split("#")[0] == POOL_DISPATCHER.name else signal.SIGTERM
 
 
 def restart_delay(restarts: int, uptime: float) -> float:
@@ -236,6 +248,9 @@ class Stack:
         log.info("store ready (%d migration(s) applied)", len(applied))
 
         env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
+        # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
+        # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
+        env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
         if not env.get(INTERNAL_TOKEN_ENV):
             # one token for the whole stack, minted per run: the services' internal calls authenticate with it
             env[INTERNAL_TOKEN_ENV] = secrets.token_urlsafe(32)
@@ -474,7 +489,7 @@ class Stack:
             await self.respawn(child)
             log.warning("%s restarted (pid %d)", child.name, child.process.pid)
             if self._stopping.is_set():  # stop() may have passed this child while it was down: stop it here
-                await self._stop(child, signal.SIGTERM, 15)
+                await self._stop(child, leaving_signal(child.name), 15)
                 return
 
     async def _relay(self, child: Child, process: asyncio.subprocess.Process) -> None:
@@ -551,7 +566,7 @@ class Stack:
             await self.envoy.stop()
             self.envoy = None
         for child in reversed(self.children):
-            await self._stop(child, signal.SIGTERM, 15)
+            await self._stop(child, leaving_signal(child.name), 15)
         # a watcher that restarted its child while stop() passed it stops that child itself
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []

@@ -19,7 +19,10 @@ The worker-pool seed: "The caller has to be able to tell 'your code raised' from
 - A result over the pool's size limit: failed, machine kept (the worker worked; the pool refused the bytes).
 
 A job cancelled while running stays cancelled whatever the reply (worker-pool seed: "The cancel stands even if the
-machine finished first: its result is dropped"); the machine follows the same rule as above, so one that
+machine finished first: its result is dropped"). That is not decided here: the runner cannot know of a cancel that
+lands after the reply, so the completion's statement keeps a cancelled row and drops the result
+(pool_dispatcher/repository/jobs.sql `complete`; its orderings in
+tests/integration/pool_dispatcher/test_cancel_running.py). The machine follows the reply as above, so one that
 ignored the cancel and never answers is retired at the job's timeout.
 
 Every outcome here is of a job that reached a machine, so each records exactly one usage event, with the
@@ -68,8 +71,8 @@ class JobOutcome:
     retire_machine: bool
 
 
-def decide_job_outcome(reply: WorkerReply, *, cancelled: bool, timeout_seconds: float) -> JobOutcome:
-    """Map one worker reply; `cancelled` is whether the job was cancelled while it ran."""
+def decide_job_outcome(reply: WorkerReply, *, timeout_seconds: float) -> JobOutcome:
+    """Map one worker reply (a cancel that landed meanwhile is kept by the completion's statement: see above)."""
     if reply.kind is ReplyKind.ANSWERED and reply.status is not None and 200 <= reply.status < 300:
         outcome = JobOutcome(state=JobState.COMPLETED, result=reply.body, error=None, retire_machine=False)
     elif reply.kind is ReplyKind.ANSWERED and reply.status in GATEWAY_STATUSES:
@@ -90,6 +93,4 @@ def decide_job_outcome(reply: WorkerReply, *, cancelled: bool, timeout_seconds: 
     else:
         error = "worker call failed" + (f": {reply.error}" if reply.error else "")
         outcome = JobOutcome(state=JobState.FAILED, result=None, error=error, retire_machine=True)
-    if cancelled:
-        return JobOutcome(state=JobState.CANCELLED, result=None, error=None, retire_machine=outcome.retire_machine)
     return outcome

@@ -17,7 +17,7 @@ statement that writes a job on real Postgres and checks each change it makes aga
     queued      CANCEL              cancelled    cancel
     queued      TYPE_REMOVED        failed       replace_catalogue
     dispatched  MARK_SENT           running      mark_sent
-    dispatched  REQUEUE             queued       requeue_unsent, boot_failed
+    dispatched  REQUEUE             queued       requeue_unsent, boot_failed, release_own
     dispatched  CANCEL              cancelled    cancel
     dispatched  TYPE_REMOVED        failed       boot_failed (its type left the catalogue while it booted)
     dispatched  OWNER_LOST          failed       reclaim, recover_own
@@ -28,7 +28,7 @@ statement that writes a job on real Postgres and checks each change it makes aga
     running     HAND_BACK           queued       hand_back (its machine refused the connection: nothing was sent)
     running     CANCEL              cancelled    cancel
     running     ABANDON             failed       abandon_running (no task drives it)
-    running     OWNER_LOST          failed       reclaim, recover_own
+    running     OWNER_LOST          failed       reclaim, recover_own, release_own (past the grace)
 
 Why each row:
 - `dispatched` is handed to a machine but not yet sent: a cancel there means the job never reaches the
@@ -45,7 +45,9 @@ Why each row:
 - A `running` job that is cancelled keeps its owner, so the process running it still records its usage when
   the machine answers; that answer (complete) leaves it `cancelled` and drops the result.
 
-Terminal states have no row: nothing moves a finished job.
+Terminal states have no row: nothing moves a finished job. Retention ends its row once it has been kept
+POOL_JOB_RETENTION_HOURS (prune_jobs, thermostat.policy.pool.retention): a delete, not a transition, and only of a
+finished job no process owns (a job cancelled while running stays until its machine answers).
 """
 
 from __future__ import annotations

@@ -13,15 +13,17 @@ writes a machine on real Postgres and checks each change it makes against it.
     (no row)  PLACE            starting   insert_machine (the first queued job in line may be handed to it)
     starting  BOOTED           warm       machine_ready, no job handed (or it was cancelled meanwhile)
     starting  BOOTED_WITH_JOB  busy       machine_ready, its dispatched job handed to it
-    starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own
+    starting  RETIRE           stopping   retire (shutdown), reclaim, recover_own, release_own (a deploy)
     starting  BOOT_FAILED      stopped    boot_failed (its job waits in the queue again)
     warm      CLAIM            busy       submit, take_next
     warm      RETIRE           stopping   retire (cool-down, health, stale image), reclaim, yield_machine (fair
-                                          share, or a stale image making room under the tenant cap)
+                                          share, or a stale image making room under the tenant cap), adopt_released
+                                          (no answer to the adopter's probe)
     busy      FREE             warm       complete (nothing next, or not kept), mark_sent and requeue_unsent
-                                          (nothing was sent)
+                                          (nothing was sent), release_own (its job was never sent)
     busy      RETIRE           stopping   complete (the job's outcome retires it, or it yields its slot),
-                                          abandon_running, retire, hand_back (shutdown), reclaim, recover_own
+                                          abandon_running, retire, hand_back (shutdown), reclaim, recover_own,
+                                          release_own (its job ran past the grace)
     stopping  STOPPED          stopped    forget_machine (the provider stop succeeded)
 
 Why each row:
@@ -40,6 +42,9 @@ Why each row:
   retires the machine after the next job instead: never mid-job, never with a job handed to a stopping machine.
 - recover_own, on start under an id that owned rows, keeps warm machines (the caller probes them) and
   retires the rest: their jobs were lost with the old process.
+- release_own (a deploy's SIGTERM, issue 23) keeps warm machines warm and marks them released (released_at): no
+  state change, so no row; any process adopts one (adopt_released) after a probe, warm as it was, or retires it.
+  The row's `idle_since` (kept by a trigger on every move into and out of warm) is its idle clock across them.
 
 `idle_since` and the `now` the policies take are readings of one monotonic clock, never wall time, so a
 clock step cannot reap a machine early or keep one forever (the service supplies both).

@@ -24,6 +24,10 @@ Theory of operation:
   machines in order, and `stop` signals the whole group (a worker's own children included). A provider id
   another dispatcher process on this host started (rows move between processes) is stopped by signalling
   its group, and its health is asked of its worker.
+- `outlive_process` (POOL_LOCAL_MACHINES_OUTLIVE_PROCESS, issue 23): no parent-death signal, so a deploy's
+  SIGTERM, which releases the warm machines for the next dispatcher process to adopt, leaves them running (the dev
+  stack sets it: a dispatcher it restarts keeps its fleet; its Ctrl-C sends SIGINT, which stops them in order). A
+  crashed dispatcher's children then live on until a live process reclaims the rows and stops them by group.
 - `stop` sends SIGTERM, waits `stop_grace_seconds`, then SIGKILL; it is idempotent, and a provider id this
   backend did not start is signalled by group (see above).
 - `health` is "the process is alive and its worker answers GET /health with 200".
@@ -51,6 +55,9 @@ INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
 
 
+_RELEASED: list[asyncio.subprocess.Process] = []
+"""Handles of machines a deploy released (LocalBackend.release), kept until this process ends."""
+
 IDENTITY_PROBE_BUILD = "thermostat-port-check"
 """The build a boot's health asks to cancel: none runs under it, so the machine's own worker answers 404."""
 
@@ -65,12 +72,14 @@ class LocalBackend:
         stop_grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS,
         environ: Mapping[str, str] | None = None,
         output: int | None = asyncio.subprocess.DEVNULL,
+        outlive_process: bool = False,
     ) -> None:
         self._client = client
         self._grace = stop_grace_seconds
         source = os.environ if environ is None else environ
         self._inherited = {name: source[name] for name in INHERITED_VARIABLES if name in source}
         self._output = output
+        self._outlive = outlive_process  # POOL_LOCAL_MACHINES_OUTLIVE_PROCESS: no parent-death signal (module doc)
         self._children: dict[str, asyncio.subprocess.Process] = {}
         self._endpoints: dict[str, str] = {}
         self._unproven: dict[str, str] = {}  # provider id -> token, until its worker proves it holds the port
@@ -89,7 +98,7 @@ class LocalBackend:
         if shutil.which(argv[0], path=env.get("PATH")) is None:  # the launcher would only learn it after exec
             raise BackendError(f"cannot start {argv[0]!r}: no such executable")
         memory = None if spec.machine_type.memory_mb is None else spec.machine_type.memory_mb * 1024 * 1024
-        launch = _launcher(memory_bytes=memory, cpus=self._cpus(spec.machine_type.cpus))
+        launch = _launcher(memory_bytes=memory, cpus=self._cpus(spec.machine_type.cpus), bound=not self._outlive)
         try:
             process = await asyncio.create_subprocess_exec(
                 *launch,
@@ -144,6 +153,15 @@ class LocalBackend:
         """Stop every machine this backend started (the service's shutdown)."""
         await asyncio.gather(*(self.stop(provider_id) for provider_id in list(self._children)))
 
+    def release(self) -> None:
+        """Let go of every machine without stopping it (a deploy's shutdown: the next dispatcher process adopts
+        them). Their handles stay referenced for the life of this process: a collected handle of a running child
+        warns, and closing it would kill the machine."""
+        _RELEASED.extend(self._children.values())
+        self._children.clear()
+        self._endpoints.clear()
+        self._unproven.clear()
+
     def pid(self, provider_id: str) -> int | None:
         """The child's process id, for diagnostics and tests."""
         process = self._children.get(provider_id)
@@ -196,7 +214,7 @@ def _signal_group(pid: int, signum: signal.Signals) -> None:
 _LAUNCH = """
 import ctypes, os, resource, sys
 parent, memory, cpus, *command = sys.argv[1:]
-if sys.platform.startswith("linux"):
+if parent != "-" and sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
     if os.getppid() != int(parent):  # the pool died before the request took effect
         os._exit(1)
@@ -212,7 +230,7 @@ except OSError as error:
 """
 
 
-def _launcher(*, memory_bytes: int | None, cpus: tuple[int, ...] | None) -> list[str]:
+def _launcher(*, memory_bytes: int | None, cpus: tuple[int, ...] | None, bound: bool = True) -> list[str]:
     """The argv prefix that applies the parent-death signal and the limits, then execs the command.
 
     A small interpreter (`-I -S`: no site, no user paths) does it rather than a `preexec_fn`: Python code run
@@ -225,7 +243,7 @@ def _launcher(*, memory_bytes: int | None, cpus: tuple[int, ...] | None) -> list
         "-S",
         "-c",
         _LAUNCH,
-        str(os.getpid()),
+        str(os.getpid()) if bound else "-",
         "-" if memory_bytes is None else str(memory_bytes),
         "-" if not cpus else ",".join(str(cpu) for cpu in cpus),
     ]

@@ -8,7 +8,9 @@ then the machine's health is polled until it answers or the type's boot timeout 
 warm, or busy with its dispatched job, which goes to the runner at once (`run`, the runner's). A failed boot stops
 what the provider started, forgets the row and puts its job back in the queue (or fails it: its type is gone).
 A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
-the monotonic clock, for the reaper.
+the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration 0019) when a
+machine comes to this process from another (a deploy's release, adopted after a probe) or from this id's last
+incarnation (recover), so it keeps what is left of its cool-down.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from thermostat.chassis import tracing
+from thermostat.policy.pool.departure import Adoption, adopt
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.policy.pool.machines import MachineState
 from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
 
 from ..metrics import PoolMetrics
-from ..repository import Assignment, PoolRepository
+from ..repository import Assignment, OwnMachine, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineFreed
@@ -263,20 +266,13 @@ class Fleet:
             log.error("provider machine %s: stop failed: %s", provider_id, error)
 
     async def recover(self) -> None:
-        """After a restart under the same id: keep the warm machines that answer, stop the rest."""
+        """After a restart under the same id: keep the warm machines that answer, with the cool-down left on their
+        row's idle clock; stop the rest (thermostat.policy.pool.departure.adopt)."""
         for row in await self.repo.machines.own_machines(self.ownership.owner):
-            healthy = False
-            if (
-                row.machine.state is MachineState.WARM
-                and row.provider_id
-                and row.endpoint
-                and row.backend in self.backends.by_kind
-            ):
-                healthy = await self.backends.get(row.backend).health(
-                    MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
-                )
-            if healthy:
-                self.idle[row.machine.id] = self.now()
+            healthy = row.machine.state is MachineState.WARM and await self._answers(row)
+            kept = adopt(state=row.machine.state, healthy=healthy, idle_seconds=row.idle_seconds)
+            if kept.verdict is Adoption.KEEP:
+                self.idle[row.machine.id] = self.now() - kept.idle_seconds
             else:
                 await self.retire(
                     RetirePlan(
@@ -286,3 +282,39 @@ class Fleet:
                         states=("warm", "stopping"),
                     )
                 )
+
+    async def adopt_released(self) -> int:
+        """Adopt the machines a deploy released (any instance's, this id's included): each is probed first, then
+        taken warm with the cool-down left on its row's idle clock, or taken stopping and stopped (no answer: never
+        reused). Another process adopting the same machine first is fine: one adoption wins. How many were kept."""
+        kept = 0
+        for row in await self.repo.ownership.released_machines():
+            healthy = await self._answers(row)
+            verdict = adopt(state=row.machine.state, healthy=healthy, idle_seconds=row.idle_seconds)
+            taken = await self.repo.ownership.adopt_released(
+                row.machine.id, self.ownership.owner, healthy=verdict.verdict is Adoption.KEEP
+            )
+            if taken is None:
+                continue  # another process adopted it first
+            state, idle_seconds = taken
+            if state == MachineState.WARM:
+                kept += 1
+                self.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
+                log.info("machine %s adopted after a deploy (idle %.1f s)", row.machine.id, idle_seconds or 0.0)
+                self.events.emit(MachineFreed(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
+            else:
+                log.warning("machine %s released by a deploy did not answer its probe: stopping it", row.machine.id)
+                await self.finish_stop(row.machine.id, row.provider_id)
+        if kept:
+            self.events.emit(PLACEMENT_WANTED)  # queued work may be waiting for exactly these machines
+        return kept
+
+    async def _answers(self, row: OwnMachine) -> bool:
+        if not (row.provider_id and row.endpoint and row.backend in self.backends.by_kind):
+            return False
+        try:
+            return await self.backends.get(row.backend).health(
+                MachineHandle(provider_id=row.provider_id, endpoint=row.endpoint, region=row.region)
+            )
+        except (BackendError, OSError):
+            return False

@@ -14,7 +14,6 @@ placement only when placement can act (policy: placement_may_act).
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +29,7 @@ from thermostat.policy.pool.submit_batch import (
 from thermostat.policy.pool.submit_options import SubmitOptions
 
 from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit
+from ..repository.ids import new_job_id
 from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, CatalogueChanged, Events, MachineFreed, SlotFreed
@@ -115,7 +115,7 @@ class Intake:
                 self.singles_waiting[key] -= 1
                 if not self.singles_waiting[key]:
                     del self.singles_waiting[key]
-        job_id = str(uuid.uuid4())
+        job_id = new_job_id()
         answered = self.drivers.submitting()
         try:
             # a warm machine's claim is the job's send when the lease is trusted for the call now, as before mark_sent
@@ -168,7 +168,7 @@ class Intake:
         the batch's statement is written (the window, or a wait for a connection) leaves it, and nothing of it is
         queued; once the statement is written its job is queued, as a single submit's whose statement was sent."""
         job = QueuedSubmit(
-            job_id=str(uuid.uuid4()),
+            job_id=new_job_id(),
             priority=options.priority,
             session_id=options.session_id,
             timeout_seconds=options.timeout_seconds,

@@ -104,6 +104,7 @@ class Runner:
         self.metrics = metrics
         self.now = now
         self.channel = channel
+        self.draining = False  # a shutdown's drain: a finished job's machine takes no next job here (goes warm)
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
             metrics=metrics,
@@ -236,13 +237,13 @@ class Runner:
             ended = self.now()  # idle from here: a reap racing the completion below reads the same instant
             duration = max(0.0, ended - started)
             outcome = (refused and refused.outcome) or decide_job_outcome(
-                reply, cancelled=False, timeout_seconds=assignment.timeout_seconds
+                reply, timeout_seconds=assignment.timeout_seconds
             )
             tracing.end_span(span, None if outcome.state == JobState.COMPLETED else outcome.error or str(outcome.state))
             if self.before_complete is not None:
                 await self.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
-            keep_feeding = current is not None and current.image == image
+            keep_feeding = current is not None and current.image == image and not self.draining
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and trusted()

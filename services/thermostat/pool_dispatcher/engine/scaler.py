@@ -3,9 +3,10 @@
 Every `scaler_seconds` (thermostat.chassis.periodic.Periodic, with its bounded stop), one pass: keep the instance
 lease (ownership.py), re-listen if the connection dropped, reclaim lapsed instances' rows, reconcile claims that
 lost their sender, apply a newer catalogue, boot machines a lost placement answer left unbooted, place (fair share
-at the fleet cap included: placement's), reap machines idle past their type's cool-down (or marked to give their
-slot up), probe the warm ones (N misses retire; a pass where all fail is this process's network), and retry failed
-stops. A pass that raises is logged and the next one retries.
+at the fleet cap included: placement's), adopt machines a deploy released (fleet.py; a notification usually brings
+them at once), reap machines idle past their type's cool-down (or marked to give their slot up), probe the warm
+ones (N misses retire; a pass where all fail is this process's network), and retry failed stops. A pass that
+raises is logged and the next one retries.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Scaler:
         await self.catalogue.refresh()
         await self.placement.recover_unbooted()
         await self.placement.place()
+        await self.fleet.adopt_released()  # a deploy's release whose notification this process missed
         await self.reap()
         await self.probe()
         for machine_id, provider_id in await self.repo.machines.stopping(self.ownership.owner):
@@ -145,7 +147,8 @@ class Scaler:
         for row in own:
             machine = row.machine
             if machine.state is MachineState.WARM:
-                idle = self.fleet.idle.setdefault(machine.id, now)
+                # first seen here (claimed from another process, or adopted): its row's clock says since when
+                idle = self.fleet.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
                 seen.append(_with_idle(machine, idle))
         for retirement in plan_reaping(machines=seen, catalogue=self.catalogue.catalogue, now=now):
             provider = next((r.provider_id for r in own if r.machine.id == retirement.machine_id), None)

@@ -25,7 +25,7 @@ import asyncpg
 from .catalogue import CatalogueRepository
 from .jobs import JobRepository
 from .machines import Conn, MachineRepository
-from .notify import CATALOGUE, JOBS_DONE, Subscription, job_done_channel, listen, parse_job_done
+from .notify import CATALOGUE, JOBS_DONE, RELEASED, Subscription, job_done_channel, listen, parse_job_done
 from .ownership import OwnershipRepository
 from .values import (
     Assignment,
@@ -41,6 +41,7 @@ from .values import (
     OwnMachine,
     QueuedBatch,
     QueuedSubmit,
+    Released,
     StartingMachine,
     StoredResult,
     Submitted,
@@ -51,6 +52,7 @@ from .values import (
 __all__ = [
     "CATALOGUE",
     "JOBS_DONE",
+    "RELEASED",
     "Assignment",
     "CancelResult",
     "CatalogueRepository",
@@ -70,6 +72,7 @@ __all__ = [
     "PoolRepository",
     "QueuedBatch",
     "QueuedSubmit",
+    "Released",
     "StartingMachine",
     "StoredResult",
     "Submitted",

@@ -272,6 +272,12 @@ class JobRepository:
             row = await c.fetchrow(Q["watch_job"], uuid.UUID(job_id), tenant_id)
         return (None, False) if row is None else (JobView.from_row(row), bool(row["marked"]))
 
+    async def in_flight(self, owner: Owner) -> int:
+        """How many jobs this process has dispatched or running (a shutdown's drain waits for none)."""
+        async with borrow(self.pool) as c:
+            count: int = await c.fetchval(Q["in_flight"], owner.instance, owner.term)
+        return count
+
     async def get_job(self, job_id: str, tenant_id: str) -> JobView | None:
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["get_job"], uuid.UUID(job_id), tenant_id)

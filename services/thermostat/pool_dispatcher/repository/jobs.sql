@@ -28,6 +28,7 @@ WITH ahead AS (
 ), machine AS (
     SELECT id FROM pool_machines
     WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4 AND yield_to IS NULL
+      AND released_at IS NULL  -- released by a deploy: adopted (probed) first
       AND NOT EXISTS (SELECT 1 FROM ahead)
     ORDER BY ($6::text IS NOT NULL AND session_id = $6) IS TRUE DESC, last_active_at DESC NULLS LAST, id
     LIMIT 1
@@ -175,6 +176,7 @@ FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 WITH machine AS (
     SELECT id, tenant_id, machine_type FROM pool_machines
     WHERE id = $1 AND state = 'warm' AND image = $4 AND yield_to IS NULL
+      AND released_at IS NULL  -- released by a deploy: adopted (probed) first
     FOR UPDATE SKIP LOCKED
 ), next AS (
     SELECT j.id FROM pool_jobs j, machine
@@ -369,3 +371,8 @@ LIMIT $3;
 SELECT 'queued' AS state, count(*) AS jobs FROM pool_jobs WHERE state = 'queued'
 UNION ALL
 SELECT state, count(*) AS jobs FROM pool_jobs WHERE state IN ('dispatched', 'running') GROUP BY state;
+
+-- name: in_flight
+-- This process's jobs in flight (dispatched or running under its owner and term): a shutdown's drain waits for
+-- none before it releases the machines. $1 me, $2 term.
+SELECT count(*) FROM pool_jobs WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running');

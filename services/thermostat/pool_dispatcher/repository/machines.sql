@@ -150,10 +150,12 @@ WHERE id = $1 AND owner = $3 AND owner_term = $4 AND state = 'warm';
 
 -- name: own_machines
 -- This process's machines, with where they are and on which backend (for probes and stops; never leaves
--- the service).
+-- the service). `idle_seconds`: how long a warm machine has been idle by its row's clock (idle_since, kept by the
+-- database across processes: migration 0019), which seeds this process's monotonic idle clock for the reaper.
 SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
-       provider_id, endpoint, region, backend, yield_to
-FROM pool_machines WHERE owner = $1 AND owner_term = $2;
+       provider_id, endpoint, region, backend, yield_to,
+       GREATEST(0, extract(epoch FROM now() - idle_since))::double precision AS idle_seconds
+FROM pool_machines WHERE owner = $1 AND owner_term = $2 AND released_at IS NULL;
 
 -- name: starting_machines
 -- This process's starting machines, with what a boot needs (the token the worker is started with, the job

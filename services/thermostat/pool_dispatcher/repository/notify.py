@@ -18,6 +18,9 @@ JOBS_DONE = "pool_jobs_done"
 CATALOGUE = "pool_catalogue"
 """Every process's channel: the stored catalogue has a new version."""
 
+RELEASED = "pool_machines_released"
+"""Every process's channel: a dispatcher shutting down for a deploy released its warm machines (payload: its id)."""
+
 
 def job_done_channel(instance: str) -> str:
     """The channel of one instance's sync waits (a completion elsewhere notifies only the waiting process). Hashed:

@@ -1,8 +1,10 @@
-"""Ownership of the pool's rows across processes (ownership.sql): which instances lapsed, their rows reclaimed, and
-a restart under the same id taking its own rows back under its new lease term."""
+"""Ownership of the pool's rows across processes (ownership.sql): which instances lapsed, their rows reclaimed, a
+restart under the same id taking its own rows back under its new lease term, and a deploy's release of its warm
+machines with their adoption by any process."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import asyncpg
@@ -10,7 +12,7 @@ import asyncpg
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
-from .values import Owner, one
+from .values import Owner, OwnMachine, Released, one
 
 Q = load_sql(Path(__file__).with_name("ownership.sql"))
 
@@ -37,3 +39,25 @@ class OwnershipRepository:
         async with borrow(self.pool) as c:
             row = one(await c.fetchrow(Q["recover_own"], owner.instance, owner.term, any_term))
         return row["jobs"], row["machines"]
+
+    async def release_own(self, owner: Owner, running_error: str) -> Released:
+        """A deploy's shutdown: requeue the unsent jobs, fail the running ones with `running_error`, set the
+        starting and mid-job machines stopping and release the warm ones (ownership.sql says more)."""
+        async with borrow(self.pool) as c:
+            row = one(await c.fetchrow(Q["release_own"], owner.instance, owner.term, running_error))
+        return Released(
+            requeued=row["requeued"], failed=row["failed"], stopping=row["stopping"], released=row["released"]
+        )
+
+    async def released_machines(self, limit: int = 100) -> list[OwnMachine]:
+        """Machines released by a deploy and not yet adopted (to probe first)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["released_machines"], limit)
+        return [OwnMachine.from_row(r) for r in rows]
+
+    async def adopt_released(self, machine_id: str, owner: Owner, *, healthy: bool) -> tuple[str, float | None] | None:
+        """Take a released machine: warm (healthy) or stopping; (its state, idle seconds), or None when another
+        process adopted it first."""
+        async with borrow(self.pool) as c:
+            row = await c.fetchrow(Q["adopt_released"], uuid.UUID(machine_id), owner.instance, healthy, owner.term)
+        return None if row is None else (row["state"], row["idle_seconds"])

@@ -275,6 +275,7 @@ class OwnMachine:
     region: str | None
     backend: str = "local"
     job_id: str | None = None  # the job it holds (busy)
+    idle_seconds: float | None = None  # warm: how long it has been idle by its row's clock (idle_since)
 
     @classmethod
     def from_row(cls, row: Row) -> OwnMachine:
@@ -285,7 +286,19 @@ class OwnMachine:
             region=row["region"],
             backend=row["backend"],
             job_id=text(row["job_id"]),
+            idle_seconds=row["idle_seconds"],
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Released:
+    """What a deploy's release_own did: jobs requeued (never sent), jobs failed (running past the grace),
+    machines set stopping (the caller stops them) and warm machines released for adoption."""
+
+    requeued: int
+    failed: int
+    stopping: int
+    released: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

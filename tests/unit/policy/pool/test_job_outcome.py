@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thermostat.policy.pool.job_outcome import JobOutcome, ReplyKind, WorkerReply, decide_job_outcome
+from thermostat.policy.pool.job_outcome import ReplyKind, WorkerReply, decide_job_outcome
 from thermostat.policy.pool.jobs import JobState
 
 
@@ -87,7 +87,7 @@ def test_worker_reply_maps_to_job_state_and_machine_fate(
     reply: WorkerReply, state: JobState, retire: bool, error: str | None
 ) -> None:
     """A worker that answered keeps its machine; one that did not is retired."""
-    outcome = decide_job_outcome(reply, cancelled=False, timeout_seconds=30)
+    outcome = decide_job_outcome(reply, timeout_seconds=30)
     assert (outcome.state, outcome.retire_machine, outcome.error) == (state, retire, error)
     assert outcome.result == (reply.body if state is JobState.COMPLETED else None)
 
@@ -95,31 +95,13 @@ def test_worker_reply_maps_to_job_state_and_machine_fate(
 def test_result_bytes_are_kept_verbatim() -> None:
     """The result is the worker's body, byte for byte."""
     body = bytes(range(256))
-    outcome = decide_job_outcome(
-        WorkerReply(kind=ReplyKind.ANSWERED, status=200, body=body), cancelled=False, timeout_seconds=1
-    )
+    outcome = decide_job_outcome(WorkerReply(kind=ReplyKind.ANSWERED, status=200, body=body), timeout_seconds=1)
     assert outcome.result == body
 
 
 def test_long_worker_error_is_cut() -> None:
     """A worker's error body is cut to a bounded message."""
     outcome = decide_job_outcome(
-        WorkerReply(kind=ReplyKind.ANSWERED, status=500, body=b"x" * 10_000), cancelled=False, timeout_seconds=1
+        WorkerReply(kind=ReplyKind.ANSWERED, status=500, body=b"x" * 10_000), timeout_seconds=1
     )
     assert outcome.error is not None and len(outcome.error) < 1100
-
-
-@pytest.mark.parametrize(
-    ("reply", "retire"),
-    [
-        pytest.param(
-            WorkerReply(kind=ReplyKind.ANSWERED, status=200, body=b"r"), False, id="finished-first-result-dropped"
-        ),
-        pytest.param(WorkerReply(kind=ReplyKind.ANSWERED, status=409), False, id="worker-honoured-cancel"),
-        pytest.param(WorkerReply(kind=ReplyKind.DEADLINE), True, id="ignored-cancel-retired-at-timeout"),
-    ],
-)
-def test_cancel_while_running_stands_whatever_the_reply(reply: WorkerReply, retire: bool) -> None:
-    """A job cancelled while it ran stays cancelled; its result is dropped; the machine follows the reply."""
-    outcome = decide_job_outcome(reply, cancelled=True, timeout_seconds=5)
-    assert outcome == JobOutcome(state=JobState.CANCELLED, result=None, error=None, retire_machine=retire)
