@@ -65,8 +65,15 @@ lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and 
 chaos: proto ## run the chaos suite at full scale and print its figures (make test runs the short version)
 	@$(BIN)/python -m pytest tests/chaos --chaos-scale=full $(PYTEST_ARGS)
 
-bench: proto ## run the benchmarks under bench/ (prints ratios measured in one run)
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b; done
+# The queues bench/peers.py measures the pool against: into the venv for the benches only, never the image's.
+PEERS_STAMP := $(VENV)/.peers-installed
+$(PEERS_STAMP): $(STAMP) bench/requirements-peers.txt
+	@echo "installing bench/requirements-peers.txt into $(VENV) (benches only) ..."
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r bench/requirements-peers.txt 2>&1 | { grep -v '^WARNING: Location' || true; }
+	@touch $@
+
+bench: proto $(PEERS_STAMP) ## run the benchmarks under bench/ (prints ratios measured in one run; bench/_*.py are their helpers)
+	@for b in bench/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b; done
 
 clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data

@@ -24,6 +24,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
@@ -42,6 +43,20 @@ WARMUP = 200
 
 def percentile(samples: list[float], q: int) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
+
+
+async def interleaved(paths: dict[str, Callable[[int], Awaitable[None]]], calls: int) -> dict[str, list[float]]:
+    """Milliseconds of each call of each path, one call at a time, the paths taking turns (the order reversing
+    each turn) so machine noise hits them alike; the first WARMUP turns unmeasured. bench/peers.py uses it too."""
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    order = list(paths.items())
+    for i in range(WARMUP + calls):
+        for name, call in order if i % 2 else order[::-1]:
+            started = time.perf_counter()
+            await call(i)
+            if i >= WARMUP:
+                samples[name].append((time.perf_counter() - started) * 1000)
+    return samples
 
 
 async def main(calls: int) -> None:
@@ -74,13 +89,7 @@ async def main(calls: int) -> None:
         async def grpc_hop(n: int) -> None:
             await health.Check(check, timeout=60)
 
-        paths = list(zip(samples, (through_pool, direct, grpc_hop), strict=True))
-        for i in range(WARMUP + calls):
-            for name, call in paths if i % 2 else paths[::-1]:
-                started = time.perf_counter()
-                await call(i)
-                if i >= WARMUP:
-                    samples[name].append((time.perf_counter() - started) * 1000)
+        samples = await interleaved(dict(zip(samples, (through_pool, direct, grpc_hop), strict=True)), calls)
     pool, direct_ms = samples["pool (gRPC SubmitJobSync)"], samples["direct (POST /execute)"]
     print(f"\n{'path':<28}{'p50 ms':>9}{'p99 ms':>9}")
     for name, values in samples.items():

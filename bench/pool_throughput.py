@@ -239,18 +239,23 @@ async def _start_envoy(rig: PoolRig, workdir: Path, config_of: EdgeConfig = edge
 
 @contextlib.asynccontextmanager
 async def pool_rig(
-    *, processes: int, workers: int, edge: bool, edge_config_of: EdgeConfig = edge_config, over_tcp: bool = False
+    *,
+    processes: int,
+    workers: int,
+    edge: bool,
+    edge_config_of: EdgeConfig = edge_config,
+    over_tcp: bool = False,
+    dsn: str | None = None,
 ) -> AsyncIterator[PoolRig]:
     """Postgres, `processes` dispatcher subprocesses sharing `workers` warm echo workers, and the edge (its
     config from `edge_config_of`, given the dispatchers' ports).
 
-    Everything reaches Postgres over its Unix socket, as `make run`'s services do (`over_tcp`: TCP loopback)."""
-    with (
-        embedded_data_dir() as data_dir,
-        EmbeddedPostgres(data_dir, durable=False) as server,
-        tempfile.TemporaryDirectory(prefix="pool-bench-") as tmp,
-    ):
-        dsn = server.dsn if over_tcp else server.local_dsn
+    Everything reaches Postgres over its Unix socket, as `make run`'s services do (`over_tcp`: TCP loopback).
+    `dsn`: an empty database on a server the caller runs (bench/peers.py shares one with other queues)."""
+    with contextlib.ExitStack() as servers, tempfile.TemporaryDirectory(prefix="pool-bench-") as tmp:
+        if dsn is None:
+            server = servers.enter_context(EmbeddedPostgres(servers.enter_context(embedded_data_dir()), durable=False))
+            dsn = server.dsn if over_tcp else server.local_dsn
         await apply_migrations(dsn)
         rig = PoolRig(dsn=dsn)
         try:
@@ -283,8 +288,9 @@ ROLES = (
 )
 
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by this process and every process under it, by role."""
+def cpu_seconds(roles: tuple[tuple[str, str], ...] = ROLES) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process and every process under it, by role (the first
+    of `roles` whose marker is in a process's command line)."""
     me = psutil.Process()
     totals: dict[str, float] = {}
     for process in [me, *me.children(recursive=True)]:
@@ -293,7 +299,7 @@ def cpu_seconds() -> dict[str, float]:
             role = "bench process"
             if process.pid != me.pid:
                 command = " ".join(process.cmdline())
-                role = next((name for marker, name in ROLES if marker in command), "other")
+                role = next((name for marker, name in roles if marker in command), "other")
             totals[role] = totals.get(role, 0.0) + times.user + times.system
     return totals
 

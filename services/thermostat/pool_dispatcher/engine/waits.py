@@ -1,14 +1,15 @@
 """Waits: a sync submit's wait for its job (wait_finished) and WaitJob's (wait), on in-process events.
 
 The events are set by this process's completions (`JobFinished`, `JobChanged`) and by notifications of other
-processes' (listener.py); NOTIFY is a hint, so every wait also re-reads the job once a second. A completion
-notifies only where a wait may be in another process: the channel of the process whose sync submit waits (recorded
-on the job by the submit; `job_done_channel`), and every process's `pool_jobs_done` when a WaitJob watches the job
-(its first read marks the row, so a completion either lands before and is read, or after and notifies). A sync
-wait whose job this process completed takes the job and result from the completion (no read, no notification); one
-completed elsewhere takes a small result from the notification (no read either) and reads a larger one, or a
-failure, once. A re-read that finds the job still queued asks for placement: the backstop for a completion that
-raced its submit.
+processes' (listener.py); NOTIFY is a hint, so every wait also re-reads the job once a second (a sync wait's
+re-reads gathered into one statement with the others': rereads.py). A completion notifies only where a wait may
+be in another process: the channel of the process whose sync submit waits (recorded on the job by the submit;
+`job_done_channel`), and every process's `pool_jobs_done` when a WaitJob watches the job (its first read marks
+the row, so a completion either lands before and is read, or after and notifies). A sync wait whose job this
+process completed takes the job and result from the completion (no read, no notification); one completed
+elsewhere takes a small result from the notification (no read either) and reads a larger one, or a failure,
+once. A re-read that finds the job still queued asks for placement: the backstop for a completion that raced
+its submit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 
 from ..repository import Finished, JobView, PoolRepository, parse_job_done
 from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished
+from .rereads import Rereads
 
 REPOLL_SECONDS = 1.0
 """A wait re-reads its job this often even without a notification (NOTIFY is a hint, not a delivery)."""
@@ -93,6 +95,7 @@ class Waits:
         self._now = now  # the monotonic reading
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
+        self.rereads = Rereads(repo.jobs.get_jobs, events)
         events.on(JobFinished, lambda e: self.waiters.finish(e.job_id, e.finished))
         events.on(JobChanged, lambda e: self.waiters.wake(e.job_id))
 
@@ -129,6 +132,7 @@ class Waits:
         try:
             latest = Finished(job=job, result=None)
             stale = job.id in self.waiters.recent  # its notification came before this wait began
+            timed_out = False  # a second passed with no wake-up
             while True:
                 if waiter.finished is not None:
                     return waiter.finished
@@ -136,7 +140,18 @@ class Waits:
                     completed = replace(job, state=str(JobState.COMPLETED), has_result=True)
                     return Finished(job=completed, result=waiter.announced)
                 remaining = deadline - now()
-                if stale or remaining <= 0:
+                if timed_out and remaining > self.rereads.gather_seconds:
+                    # the backstop's re-read, gathered with the others' (rereads.py); the job alone, with its
+                    # result, only once it is done or gone
+                    timed_out = False
+                    waiter.event.clear()
+                    view = await self.rereads.read(job.id)
+                    if view is None or view.tenant_id != job.tenant_id or JobState(view.state) in TERMINAL_STATES:
+                        stale = True
+                        continue
+                    latest = Finished(job=view, result=None)
+                    remaining = deadline - now()
+                elif stale or remaining <= 0:
                     waiter.event.clear()
                     read = await self.repo.jobs.get_job_result(job.id, job.tenant_id)
                     if read is None:
@@ -148,10 +163,12 @@ class Waits:
                     if state is JobState.QUEUED:
                         self.events.emit(PLACEMENT_WANTED)
                     remaining = deadline - now()  # the read took a while: the wait is that much shorter
-                stale = True  # a wake-up, or a second without one: read again
-                with contextlib.suppress(TimeoutError):
+                stale = True  # a wake-up: read again
+                try:
                     async with asyncio.timeout(max(0.0, min(remaining, self.repoll_seconds))):
                         await waiter.event.wait()
+                except TimeoutError:
+                    stale, timed_out = False, True
         finally:
             self.waiters.remove(job.id, waiter)
 

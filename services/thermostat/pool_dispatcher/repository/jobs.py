@@ -291,6 +291,12 @@ class JobRepository:
             return None
         return Finished(job=JobView.from_row(row), result=None if row["result"] is None else bytes(row["result"]))
 
+    async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobView]:
+        """The jobs of `job_ids` still in the store, by id, whatever their tenant (the caller checks it)."""
+        async with borrow(self.pool) as c:
+            rows = await c.fetch(Q["get_jobs"], [uuid.UUID(j) for j in job_ids])
+        return {str(r["id"]): JobView.from_row(r) for r in rows}
+
     async def get_result(self, job_id: str, tenant_id: str) -> StoredResult | None:
         async with borrow(self.pool) as c:
             row = await c.fetchrow(Q["get_result"], uuid.UUID(job_id), tenant_id)

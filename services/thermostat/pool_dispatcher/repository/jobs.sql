@@ -344,6 +344,14 @@ SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, w
        COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, result
 FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 
+-- name: get_jobs
+-- Many jobs as callers see them (no result), by id: the sync waits' once-a-second re-reads, gathered into one read
+-- (engine/waits.py); each wait checks the tenant itself.
+SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
+       error, started_at, completed_at, result IS NOT NULL AS has_result,
+       COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
+FROM pool_jobs WHERE id = ANY($1::uuid[]);
+
 -- name: get_result
 SELECT state, error, result FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 

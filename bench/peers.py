@@ -1,0 +1,595 @@
+"""Peers: the pool against the queues users would pick instead (pgqueuer, procrastinate), side by side in one run.
+
+Run: .venv/bin/python bench/peers.py [--jobs 1500] [--rounds 3] [--clients 32] [--rate 200] [--open-jobs 1200]
+     (`make bench` installs bench/requirements-peers.txt into .venv first; never in the image)
+
+One embedded Postgres (fsync off, over its Unix socket, as the pool's other benches) holds a database for each
+queue. Two worker processes each: pgqueuer's and procrastinate's (bench/_peer_queues.py, their defaults, a
+trivial job that notes its number and start time), and the pool's rig from bench/pool_throughput.py (two
+dispatcher processes, two warm echo workers, the Envoy edge). Everything runs for the whole run; in each of
+`--rounds` rounds every path runs once, the order rotating, and the median round is printed:
+
+  one at a time   `--clients` callers each enqueue one job a call (pgqueuer `enqueue`, procrastinate
+                  `defer_async`); the pool's gRPC SubmitJobSync, async SubmitJob (then the drain), REST
+                  POST /v1/jobs/sync and RunJobs (`--clients` callers on 4 shared streams)
+  batch of 16     the same callers enqueue 16 jobs a call (pgqueuer's list enqueue, procrastinate's
+                  batch_defer_async); the pool's REST POST /v1/jobs/batch of 16
+  open loop       `--rate` jobs a second regardless of answers, `--open-jobs` of them: the peers' enqueue → start
+                  (the worker's clock against the enqueuer's, one machine), the pool's submit → result
+                  (SubmitJobSync: a result back, against a start)
+
+A rate runs from the first enqueue until no job is left unfinished (the peers' and the async path's drain are
+seen by polling their tables). CPU per job is every process's CPU over the path (this process, Postgres, the
+system's own processes) over its jobs; "cores ÷ CPU" is the rate two idle cores would reach.
+
+The floor of a per-request job, measured alone in the same run: a bare gRPC call (Health.Check on the
+dispatchers), the worker hop (POST /execute straight to a warm pool worker with the pool's WorkerClient), and
+the two statements exactly-once needs (the repository's submit and complete, serially, bench/pool_pg_cost.py's
+steady state in a database of its own). One at a time, interleaved (bench/pool_dispatch_overhead.py's loop):
+SubmitJobSync, the bare call and the worker hop, p50 and p99.
+The floor of a job in a batch is the worker hop and the two statements without the call: a batch shares its
+call among its jobs, but each job still needs its own claim, worker hop and completion to be run exactly once.
+
+Exactly once, every run: each peer job's number noted by exactly one worker exactly once, none missing; the
+pool's rows and usage feed as bench/pool_throughput.py checks them.
+
+Goals (issue 25), each printed as a ratio from this run: SubmitJobSync and REST sync ≥ 0.8× pgqueuer one at a
+time; RunJobs and REST batch ≥ 0.5× pgqueuer's batch; the pool's p50 one at a time ≤ 1.8× the bare gRPC call,
+p99 ≤ 3 ms; at `--rate` submit → result p50 and p99 ≤ pgqueuer's enqueue → start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import aiohttp  # noqa: E402
+import asyncpg  # noqa: E402
+import pool_pg_cost  # noqa: E402
+import pool_throughput as rig_kit  # noqa: E402
+from _peer_queues import PEERS, Peer  # noqa: E402
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+from pool_dispatch_overhead import interleaved, percentile  # noqa: E402
+
+from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
+from thermostat.chassis.event_loop import choose_loop  # noqa: E402
+from thermostat.chassis.event_loop import run as run_on  # noqa: E402
+from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
+from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
+from thermostat.pool.v1 import pool_pb2  # noqa: E402
+from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
+from thermostat.store.db import create_pool  # noqa: E402
+from thermostat.store.migrations import discover_migrations, migrate  # noqa: E402
+
+BATCH = 16
+STREAMS = 4
+WARMUP = 200
+ROLES = (
+    ("--peer-worker pgqueuer", "pgqueuer"),
+    ("--peer-worker procrastinate", "procrastinate"),
+    *rig_kit.ROLES,
+)
+SHARED = ("bench process", "postgres")
+POOL_ROLES = ("dispatchers", "workers", "envoy")
+# whether a job is unfinished, each half on a partial index (a count over the table would cost Postgres a scan a poll)
+POOL_PENDING = (
+    "SELECT EXISTS (SELECT 1 FROM pool_jobs WHERE state = 'queued')"
+    " OR EXISTS (SELECT 1 FROM pool_jobs WHERE state IN ('dispatched', 'running'))"
+)
+POLL_SECONDS = 0.01
+
+
+def since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+async def drained(
+    connection: asyncpg.Connection, pending_sql: str, workers: list[asyncio.subprocess.Process] | None = None
+) -> None:
+    """Until `pending_sql` finds no job unfinished; a worker that died ends the run rather than the wait."""
+    while await connection.fetchval(pending_sql):
+        if any(w.returncode is not None for w in workers or []):
+            raise SystemExit("a peer worker exited during the run (its error is above)")
+        await asyncio.sleep(POLL_SECONDS)
+
+
+@dataclass
+class Measure:
+    """A path's figures over the rounds."""
+
+    rates: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)  # role -> seconds over every round
+    jobs: int = 0
+    latencies: list[float] = field(default_factory=list)  # ms, the open loop's
+
+    def cpu_per_job(self, roles: tuple[str, ...]) -> dict[str, float]:
+        return {role: self.cpu.get(role, 0.0) / max(1, self.jobs) * 1e6 for role in roles}
+
+
+@dataclass
+class PeerRig:
+    peer: Peer
+    dsn: str
+    handle: Any
+    watch: asyncpg.Connection
+    workers: list[asyncio.subprocess.Process]
+    outs: list[Path]
+
+
+@contextlib.asynccontextmanager
+async def peer_rig(peer: Peer, admin: asyncpg.Connection, server_dsn: str, tmp: Path) -> AsyncIterator[PeerRig]:
+    await admin.execute(f"CREATE DATABASE peers_{peer.name}")
+    dsn = database_dsn(server_dsn, f"peers_{peer.name}")
+    await peer.install(dsn)
+    workers, outs = [], []
+    for i in range(2):
+        out = tmp / f"{peer.name}-{i}.json"
+        env = {**os.environ, "PEER_DSN": dsn, "PEER_OUT": str(out), "PYTHONUNBUFFERED": "1"}
+        process = await asyncio.create_subprocess_exec(  # imported, not run as __main__: procrastinate's advice
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import _peer_queues; _peer_queues.cli()",
+            "--peer-worker",
+            peer.name,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        assert process.stdout is not None
+        if (await asyncio.wait_for(process.stdout.readline(), 60)).strip() != b"ready":
+            raise SystemExit(f"a {peer.name} worker did not start")
+        workers.append(process)
+        outs.append(out)
+    handle = await peer.connect(dsn)
+    watch = await asyncpg.connect(dsn)
+    try:
+        yield PeerRig(peer=peer, dsn=dsn, handle=handle, watch=watch, workers=workers, outs=outs)
+    finally:
+        await watch.close()
+        await peer.close(handle)
+        for process in workers:
+            if process.returncode is None:
+                process.terminate()
+        for process in workers:
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+def peer_notes(rig: PeerRig) -> list[tuple[int, float, float]]:
+    """Every (job number, enqueued at, started at) the rig's workers noted (after they stopped)."""
+    return [tuple(row) for out in rig.outs for row in json.loads(out.read_text(encoding="utf-8"))]  # type: ignore[misc]
+
+
+def exactly_once(name: str, noted: list[int], expected: int) -> str:
+    counts: dict[int, int] = {}
+    for n in noted:
+        counts[n] = counts.get(n, 0) + 1
+    twice = sum(1 for c in counts.values() if c > 1)
+    missing = sum(1 for n in range(expected) if n not in counts)
+    foreign = sum(1 for n in counts if not 0 <= n < expected)
+    ok = twice == missing == foreign == 0 and len(noted) == expected
+    verdict = "yes" if ok else "NO"
+    return (
+        f"{name}: exactly once: {verdict} — {len(noted)} runs of {expected} jobs, {twice} run twice, {missing} missing"
+    )
+
+
+async def open_loop(send: Callable[[int, float], Awaitable[None]], first: int, jobs: int, rate: float) -> None:
+    """`jobs` sends at `rate` a second on schedule, whatever the answers; returns when all have returned."""
+    started = time.perf_counter()
+    tasks = []
+    for i in range(jobs):
+        delay = started + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(send(first + i, time.time())))
+    await asyncio.gather(*tasks)
+
+
+Path_ = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jobs per second
+
+
+class Run:
+    """Every path of the run, its figures and the job numbers each system has used."""
+
+    def __init__(self, lanes: int, rate: float, open_jobs: int) -> None:
+        self.lanes, self.rate, self.open_jobs = lanes, rate, open_jobs
+        self.figures: dict[str, Measure] = {}
+        self.numbered: dict[str, int] = {}  # system -> next job number
+        self.open_ranges: dict[str, list[range]] = {}
+        self.order: list[str] = []  # the paths, in the order they are printed
+
+    async def measure(self, system: str, path: str, runner: Path_, jobs: int, *, record: bool = True) -> float:
+        first = self.numbered.get(system, 0)
+        self.numbered[system] = first + jobs
+        before = rig_kit.cpu_seconds(ROLES)
+        rate = await runner(first, jobs)
+        after = rig_kit.cpu_seconds(ROLES)
+        if record:
+            figure = self.figures.setdefault(path, Measure())
+            figure.rates.append(rate)
+            figure.jobs += jobs
+            for role, seconds in after.items():
+                figure.cpu[role] = figure.cpu.get(role, 0.0) + max(0.0, seconds - before.get(role, 0.0))
+        return rate
+
+
+def peer_paths(run: Run, rig: PeerRig) -> dict[str, Path_]:
+    peer = rig.peer
+
+    async def one(first: int, jobs: int) -> float:
+        started = time.perf_counter()
+        await rig_kit.run_lanes(lambda n: peer.enqueue(rig.handle, n, time.time()), first, jobs, run.lanes)
+        await drained(rig.watch, peer.pending_sql, rig.workers)
+        return jobs / since(started)
+
+    async def batch(first: int, jobs: int) -> float:
+        started = time.perf_counter()
+        await rig_kit.run_batched_lanes(
+            lambda numbers: peer.enqueue_batch(rig.handle, numbers, time.time()), first, jobs, run.lanes, BATCH
+        )
+        await drained(rig.watch, peer.pending_sql, rig.workers)
+        return jobs / since(started)
+
+    async def steady(first: int, jobs: int) -> float:
+        run.open_ranges.setdefault(peer.name, []).append(range(first, first + jobs))
+        started = time.perf_counter()
+        await open_loop(lambda n, t: peer.enqueue(rig.handle, n, t), first, jobs, run.rate)
+        await drained(rig.watch, peer.pending_sql, rig.workers)
+        return jobs / since(started)
+
+    return {
+        f"{peer.name} one at a time": one,
+        f"{peer.name} batch of {BATCH}": batch,
+        f"{peer.name} open loop": steady,
+    }
+
+
+GRPC, ASYNC, REST, STREAM = "pool gRPC SubmitJobSync", "pool async SubmitJob, drain", "pool REST sync", "pool RunJobs"
+REST_BATCH, OPEN = f"pool REST batch of {BATCH}", "pool open loop"
+HEALTH, HOP, STATEMENTS = "floor: bare gRPC Health.Check", "floor: worker hop", "floor: 2 statements"
+
+
+def pool_paths(
+    run: Run, rig: rig_kit.PoolRig, session: aiohttp.ClientSession, stream: rig_kit.Call
+) -> dict[str, Path_]:
+    watch: list[asyncpg.Connection] = []
+
+    def lanes(call: rig_kit.Call) -> Path_:
+        return lambda first, jobs: rig_kit.run_lanes(call, first, jobs, run.lanes)
+
+    stubs = [d.stub for d in rig.dispatchers]
+
+    async def submit(n: int) -> None:
+        request = pool_pb2.SubmitJobRequest(machine_type=rig_kit.TYPE)
+        request.payload.data = rig_kit.payload(n)
+        await stubs[n % len(stubs)].SubmitJob(request, metadata=rig_kit.auth(), timeout=60)
+
+    async def asynchronous(first: int, jobs: int) -> float:
+        if not watch:
+            watch.append(await asyncpg.connect(rig.dsn))
+        started = time.perf_counter()
+        await rig_kit.run_lanes(submit, first, jobs, run.lanes)
+        await drained(watch[0], POOL_PENDING)
+        return jobs / since(started)
+
+    sync = rig_kit.grpc_caller(rig)
+    latencies = run.figures.setdefault(OPEN, Measure()).latencies
+
+    async def timed(n: int, _enqueued: float) -> None:
+        started = time.perf_counter()
+        await sync(n)
+        latencies.append(since(started) * 1000)
+
+    async def steady(first: int, jobs: int) -> float:
+        started = time.perf_counter()
+        await open_loop(timed, first, jobs, run.rate)
+        return jobs / since(started)
+
+    batch = rig_kit.rest_batch_caller(rig, session)
+    return {
+        GRPC: lanes(sync),
+        ASYNC: asynchronous,
+        REST: lanes(rig_kit.rest_caller(rig, session)),
+        STREAM: lanes(stream),
+        REST_BATCH: lambda first, jobs: rig_kit.run_batched_lanes(batch, first, jobs, run.lanes, BATCH),
+        OPEN: steady,
+    }
+
+
+async def floor_paths(run: Run, rig: rig_kit.PoolRig, client: WorkerClient, statements: Any) -> dict[str, Path_]:
+    machines = await rig.machines()
+
+    async def hop(n: int) -> None:
+        machine = machines[n % len(machines)]
+        reply = await client.execute(machine["endpoint"], machine["token"], rig_kit.payload(n), deadline_seconds=60)
+        if reply.status != 200 or reply.body != rig_kit.payload(n):
+            raise SystemExit(f"worker hop {n}: {reply}")
+
+    async def serial(_first: int, jobs: int) -> float:
+        started = time.perf_counter()
+        for _ in range(jobs):
+            await statements.job()
+        return jobs / since(started)
+
+    return {
+        HEALTH: lambda first, jobs: rig_kit.run_lanes(rig_kit.health_caller(rig), first, jobs, run.lanes),
+        HOP: lambda first, jobs: rig_kit.run_lanes(hop, first, jobs, 2),  # a worker runs one job at a time
+        STATEMENTS: serial,
+    }
+
+
+@contextlib.asynccontextmanager
+async def statements_state(admin: asyncpg.Connection, server_dsn: str) -> AsyncIterator[Any]:
+    """bench/pool_pg_cost.py's steady state (the repository's submit and complete) in a database of its own."""
+    await admin.execute("CREATE DATABASE peers_statements")
+    dsn = database_dsn(server_dsn, "peers_statements")
+    connection = await asyncpg.connect(dsn)
+    await migrate(connection, discover_migrations())
+    await connection.close()
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    listener = await asyncpg.connect(dsn)
+    try:
+        state = pool_pg_cost.SteadyState(pool, listener)
+        await state.start()
+        yield state
+    finally:
+        await listener.close()
+        await pool.close()
+
+
+SYSTEM_ROLES = {"pgqueuer": ("pgqueuer",), "procrastinate": ("procrastinate",), "pool": POOL_ROLES}
+
+
+def system_of(path: str) -> str:
+    return path.split()[0] if path.split()[0] in ("pgqueuer", "procrastinate") else "pool"
+
+
+def cpu_roles(path: str) -> tuple[str, ...]:
+    if path == HEALTH:
+        return (*SHARED[:1], "dispatchers")
+    if path == HOP:
+        return (*SHARED[:1], "workers")
+    if path == STATEMENTS:
+        return SHARED
+    return (*SHARED, *SYSTEM_ROLES[system_of(path)])
+
+
+def progress(text: str) -> None:
+    print(f"  [{time.strftime('%H:%M:%S')}, {rig_kit.load_line()}] {text}", flush=True)
+
+
+async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, calls: int) -> None:
+    print(
+        f"peers: {jobs} jobs a path a round, {rounds} rounds, {lanes} callers, batches of {BATCH}, open loop "
+        f"{open_jobs} jobs at {rate:.0f}/s, {calls} one-at-a-time calls; at start: {rig_kit.load_line()}",
+        flush=True,
+    )
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    # a SIGTERM (timeout, make's ^C) cancels the run, so every worker, dispatcher and server below is stopped
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
+    run = Run(lanes, rate, open_jobs)
+    one_at_a_time: dict[str, list[float]] = {}
+    with (
+        embedded_data_dir() as data_dir,
+        EmbeddedPostgres(data_dir, durable=False) as server,
+        tempfile.TemporaryDirectory(prefix="peers-") as tmp,
+    ):
+        admin = await asyncpg.connect(server.local_dsn)
+        await admin.execute("CREATE DATABASE peers_pool")
+        async with contextlib.AsyncExitStack() as stack:
+            peers = [
+                await stack.enter_async_context(peer_rig(p, admin, server.local_dsn, Path(tmp))) for p in PEERS.values()
+            ]
+            progress("peers' workers up (2 each)")
+            rig = await stack.enter_async_context(
+                rig_kit.pool_rig(processes=2, workers=2, edge=True, dsn=database_dsn(server.local_dsn, "peers_pool"))
+            )
+            progress("pool up (2 dispatchers, 2 warm workers, Envoy)")
+            session = await stack.enter_async_context(aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)))
+            stream = await stack.enter_async_context(rig_kit.stream_caller(rig, STREAMS))
+            client = await stack.enter_async_context(WorkerClient())
+            statements = await stack.enter_async_context(statements_state(admin, server.local_dsn))
+            paths: dict[str, Path_] = {}
+            for peer in peers:
+                paths.update(peer_paths(run, peer))
+            paths.update(pool_paths(run, rig, session, stream))
+            paths.update(await floor_paths(run, rig, client, statements))
+            for name, runner in paths.items():
+                if "open loop" not in name:
+                    await run.measure(
+                        system_of(name) if not name.startswith("floor") else name, name, runner, WARMUP, record=False
+                    )
+            progress("warmed every path")
+            order = run.order = list(paths)
+            for r in range(rounds):
+                for name in order[r % len(order) :] + order[: r % len(order)]:
+                    system = system_of(name) if not name.startswith("floor") else name
+                    count = open_jobs if "open loop" in name else jobs
+                    got = await run.measure(system, name, paths[name], count)
+                    cpu = sum(run.figures[name].cpu_per_job(cpu_roles(name)).values())
+                    progress(f"round {r + 1}/{rounds} {name}: {got:,.0f} jobs/s, {cpu:,.0f} µs CPU/job so far")
+                stub = rig.dispatchers[0].stub
+                health = health_pb2_grpc.HealthStub(rig.dispatchers[0].channel)
+                check = health_pb2.HealthCheckRequest(service=POOL_DISPATCHER.health_service)
+                (machine, *_) = await rig.machines()
+                base = run.numbered.get("pool", 0)
+                run.numbered["pool"] = base + 200 + calls
+
+                async def pool_one(n: int, stub: Any = stub, base: int = base) -> None:
+                    request = pool_pb2.SubmitJobSyncRequest(machine_type=rig_kit.TYPE, wait_seconds="60")
+                    request.payload.data = rig_kit.payload(base + n)
+                    body = await stub.SubmitJobSync(request, metadata=rig_kit.auth(), timeout=60)
+                    if body.data != rig_kit.payload(base + n):
+                        raise SystemExit(f"pool job {base + n}: {body.data!r}")
+
+                async def bare(n: int, health: Any = health, check: Any = check) -> None:
+                    await health.Check(check, timeout=60)
+
+                async def direct(n: int, machine: Any = machine) -> None:
+                    await client.execute(machine["endpoint"], machine["token"], rig_kit.payload(n), deadline_seconds=60)
+
+                async def both(n: int) -> None:
+                    await statements.job()
+
+                samples = await interleaved(
+                    {
+                        "pool SubmitJobSync": pool_one,
+                        "bare gRPC call": bare,
+                        "worker hop": direct,
+                        "2 statements": both,
+                    },
+                    calls,
+                )
+                for name, values in samples.items():
+                    one_at_a_time.setdefault(name, []).extend(values)
+                progress(
+                    f"round {r + 1}/{rounds} one at a time: pool p50 "
+                    f"{percentile(samples['pool SubmitJobSync'], 50):.2f} ms, "
+                    f"bare gRPC {percentile(samples['bare gRPC call'], 50):.2f} ms"
+                )
+            await asyncio.sleep(0.5)
+            pool_expected = 2 * 4 + run.numbered["pool"]
+            pool_verdict = await rig_kit.check_exactly_once(rig.dsn, pool_expected)
+        verdicts = [f"pool: {pool_verdict}"]
+        peer_latency: dict[str, list[float]] = {}
+        for peer in peers:
+            notes = peer_notes(peer)
+            verdicts.append(exactly_once(peer.peer.name, [n for n, _, _ in notes], run.numbered[peer.peer.name]))
+            wanted = {n for span in run.open_ranges.get(peer.peer.name, []) for n in span}
+            peer_latency[peer.peer.name] = [(started - enq) * 1000 for n, enq, started in notes if n in wanted]
+        await admin.close()
+    report(run, one_at_a_time, peer_latency, verdicts)
+
+
+def ratio_line(label: str, value: float, goal: float, *, at_most: bool = False) -> str:
+    met = value <= goal if at_most else value >= goal
+    sign = "≤" if at_most else "≥"
+    return f"  {label:<58}{value:>7.2f}x   goal {sign} {goal:.2f}x: {'met' if met else 'NOT met'}"
+
+
+def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[float]], verdicts: list[str]) -> None:
+    cores = os.cpu_count() or 1
+    rate = {name: statistics.median(run.figures[name].rates) for name in run.order}
+    cpu = {name: m.cpu_per_job(cpu_roles(name)) for name, m in run.figures.items() if m.jobs}
+    print(
+        f"\n{'path (median round)':<36}{'jobs/s':>8}{'CPU µs/job':>11}{'cores÷CPU':>10}"
+        "   CPU by process, µs/job; rounds"
+    )
+    for name in rate:
+        total = sum(cpu[name].values())
+        parts = " ".join(f"{role} {us:.0f}" for role, us in cpu[name].items())
+        rounds = " ".join(f"{v:.0f}" for v in run.figures[name].rates)
+        print(f"{name:<36}{rate[name]:>8,.0f}{total:>11,.0f}{cores / total * 1e6:>10,.0f}   {parts}; {rounds}")
+    floor_cpu = sum(sum(cpu[name].values()) for name in (HEALTH, HOP, STATEMENTS))
+    print(
+        f"{'floor of a per-request job (sum)':<36}{'':>8}{floor_cpu:>11,.0f}{cores / floor_cpu * 1e6:>10,.0f}"
+        "   a bare gRPC call + the worker hop + the 2 statements"
+    )
+    # a batch carries many jobs in one call, but exactly once still costs each job its worker hop and its own
+    # claim and completion: that per-job floor bounds what any batching of calls alone can reach
+    batch_floor_cpu = sum(sum(cpu[name].values()) for name in (HOP, STATEMENTS))
+    print(
+        f"{'floor of a job in a batch (sum)':<36}{'':>8}{batch_floor_cpu:>11,.0f}"
+        f"{cores / batch_floor_cpu * 1e6:>10,.0f}   the worker hop + the 2 statements"
+    )
+    one_pgq, batch_pgq = rate["pgqueuer one at a time"], rate[f"pgqueuer batch of {BATCH}"]
+    one_pcr, batch_pcr = rate["procrastinate one at a time"], rate[f"procrastinate batch of {BATCH}"]
+    print("\nratios (jobs/s, this run)")
+    print(ratio_line("gRPC SubmitJobSync ÷ pgqueuer one at a time", rate[GRPC] / one_pgq, 0.8))
+    print(ratio_line("REST sync ÷ pgqueuer one at a time", rate[REST] / one_pgq, 0.8))
+    print(ratio_line("RunJobs ÷ pgqueuer batch", rate[STREAM] / batch_pgq, 0.5))
+    print(ratio_line(f"REST batch of {BATCH} ÷ pgqueuer batch", rate[REST_BATCH] / batch_pgq, 0.5))
+    batch_floor = cores / batch_floor_cpu * 1e6 / batch_pgq
+    print(f"  {'batch floor (cores ÷ floor CPU of a job) ÷ pgqueuer batch':<58}{batch_floor:>7.2f}x")
+    print(f"  {'async SubmitJob, drain ÷ pgqueuer one at a time':<58}{rate[ASYNC] / one_pgq:>7.2f}x")
+    print(f"  {'floor (cores ÷ floor CPU) ÷ pgqueuer one at a time':<58}{cores / floor_cpu * 1e6 / one_pgq:>7.2f}x")
+    for name in (GRPC, ASYNC, REST, STREAM):
+        print(f"  {name + ' ÷ procrastinate one at a time':<58}{rate[name] / one_pcr:>7.2f}x")
+    print(f"  {f'REST batch of {BATCH} ÷ procrastinate batch':<58}{rate[REST_BATCH] / batch_pcr:>7.2f}x")
+    pgq_cpu = sum(cpu["pgqueuer one at a time"].values())
+    print(f"  {'SubmitJobSync CPU/job ÷ pgqueuer one at a time CPU/job':<58}{sum(cpu[GRPC].values()) / pgq_cpu:>7.2f}x")
+    print(f"  {'0.8× pgqueuer one at a time means CPU/job at most (µs)':<58}{pgq_cpu / 0.8:>7,.0f}")
+
+    print(f"\nopen loop at {run.rate:.0f} jobs/s ({run.open_jobs} a round), ms")
+    lat = {f"{name} enqueue→start": values for name, values in peer_latency.items()}
+    lat["pool submit→result"] = run.figures[OPEN].latencies
+    for name, values in lat.items():
+        system = name.split()[0]
+        path = "pool open loop" if system == "pool" else f"{system} open loop"
+        per_job = sum(cpu[path].values())
+        print(
+            f"  {name:<34}p50 {percentile(values, 50):>6.2f}   p99 {percentile(values, 99):>6.2f}"
+            f"   CPU {per_job:,.0f} µs/job"
+        )
+    pool_lat, pgq_lat = lat["pool submit→result"], lat["pgqueuer enqueue→start"]
+    print(
+        ratio_line(
+            "pool submit→result p50 ÷ pgqueuer enqueue→start p50",
+            percentile(pool_lat, 50) / percentile(pgq_lat, 50),
+            1.0,
+            at_most=True,
+        )
+    )
+    print(
+        ratio_line(
+            "pool submit→result p99 ÷ pgqueuer enqueue→start p99",
+            percentile(pool_lat, 99) / percentile(pgq_lat, 99),
+            1.0,
+            at_most=True,
+        )
+    )
+
+    print("\none at a time, interleaved, ms")
+    for name, values in one.items():
+        print(f"  {name:<34}p50 {percentile(values, 50):>6.3f}   p99 {percentile(values, 99):>6.3f}")
+    pool_p50, hop_p50 = percentile(one["pool SubmitJobSync"], 50), percentile(one["bare gRPC call"], 50)
+    floor_p50 = hop_p50 + percentile(one["worker hop"], 50) + percentile(one["2 statements"], 50)
+    print(
+        f"  {'floor (the three above, summed)':<34}p50 {floor_p50:>6.3f}"
+        f"   = {floor_p50 / hop_p50:.2f}x the bare gRPC call"
+    )
+    print(ratio_line("pool p50 ÷ bare gRPC call p50", pool_p50 / hop_p50, 1.8, at_most=True))
+    p99 = percentile(one["pool SubmitJobSync"], 99)
+    print(f"  {'pool p99 (ms)':<58}{p99:>7.2f}    goal ≤ 3.00 ms: {'met' if p99 <= 3 else 'NOT met'}")
+    print()
+    for verdict in verdicts:
+        print(verdict)
+    print(f"at end: {rig_kit.load_line()}")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1500, help="jobs a path a round (default 1500)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, the path order rotating (default 3)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
+    parser.add_argument("--rate", type=float, default=200.0, help="the open loop's jobs a second (default 200)")
+    parser.add_argument("--open-jobs", type=int, default=1200, help="the open loop's jobs a round (default 1200)")
+    parser.add_argument("--calls", type=int, default=1000, help="one-at-a-time calls a path a round (default 1000)")
+    args = parser.parse_args()
+    choice = choose_loop("uvloop")
+    run_on(main(args.jobs, args.rounds, args.clients, args.rate, args.open_jobs, args.calls), choice)
+
+
+if __name__ == "__main__":
+    cli()
