@@ -62,6 +62,8 @@ class Upstream:
     long_calls: tuple[str, ...] = ()  # "pkg.Service/Method": routed with long_call_seconds, not the default
     long_call_seconds: float = 0.0
     health_detail: str | None = None  # "pkg.Service/Method" answering HttpBody JSON, shown by GET /health
+    # set: the detail's members also at /health's top level, this JSON object's members when it does not answer
+    health_top_fallback: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +179,7 @@ def upstreams(
             long_calls=s.long_calls,
             long_call_seconds=s.long_call_seconds,
             health_detail=s.health_detail,
+            health_top_fallback=s.health_top_fallback,
         )
         for s in services
     )
@@ -257,7 +260,18 @@ def _health_script(spec: EdgeSpec) -> str:
         return "{" + ", ".join(f'"{n}"' for n in names) + "}"
 
     def detail(u: Upstream) -> str:
-        return f', detail = "/{u.health_detail}"' if u.health_detail else ""
+        if not u.health_detail:
+            return ""
+        top = ""
+        if u.health_top_fallback is not None:
+            fallback = json.loads(u.health_top_fallback)
+            if not isinstance(fallback, dict):
+                raise ValueError(f"{u.cluster}: health_top_fallback must be a JSON object")
+            text = json.dumps(fallback, separators=(",", ":"))
+            if "]=]" in text:
+                raise ValueError(f"{u.cluster}: health_top_fallback must not hold ']=]'")
+            top = f", top = [=[{text}]=]"  # a Lua long string: no escapes
+        return f', detail = "/{u.health_detail}"{top}'
 
     upstreams = ",\n".join(
         f'  {{cluster = "{u.cluster}", health_service = "{u.health_service}", services = {lua_list(u.services)}'

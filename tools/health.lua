@@ -6,6 +6,12 @@
 -- counts) is asked that too: its google.api.HttpBody answer holds a JSON object, shown as the entry's "detail"
 -- (null when it does not answer). It never changes the status: serving is the health service's word.
 --
+-- An upstream with a `top` (the registry's health_top_fallback, the pool's) also has its detail's members printed
+-- at the top level, beside "status" and "upstreams" (the `top` object's members when the detail does not answer):
+-- the worker-pool seed's clients read the original strata-pool package's /health, {"status": "ok", "workers":
+-- {...}, "machine_types": [...]}. So "status" is "ok" when every upstream serves ("unavailable" when not), and the
+-- word every upstream's health service gave overall ("SERVING" / "NOT_SERVING") is "serving".
+--
 -- Enabled on the /health route only (per-route Lua), so no other request runs this script. UPSTREAMS and
 -- TIMEOUT_MS are prepended by envoy_config.py from the edge's upstreams.
 
@@ -129,6 +135,7 @@ end
 function envoy_on_request(handle)
   local all = true
   local entries = {}
+  local tops = {}
   for _, upstream in ipairs(UPSTREAMS) do
     local serving, status = check(handle, upstream)
     all = all and serving
@@ -138,13 +145,28 @@ function envoy_on_request(handle)
     end
     local extra = ""
     if upstream.detail ~= nil then
-      extra = ',"detail":' .. detail(handle, upstream)
+      local shown = detail(handle, upstream)
+      extra = ',"detail":' .. shown
+      if upstream.top ~= nil then
+        local members = shown
+        if members == "null" then
+          members = upstream.top
+        end
+        members = members:match("^%s*{(.*)}%s*$") or ""
+        if members:match("%S") then
+          tops[#tops + 1] = members
+        end
+      end
     end
     entries[#entries + 1] = string.format('{"name":"%s","services":[%s],"serving":%s,"status":"%s"%s}',
       upstream.cluster, table.concat(services, ","), tostring(serving), status, extra)
   end
-  local body = string.format('{"status":"%s","upstreams":[%s]}', all and "SERVING" or "NOT_SERVING",
-    table.concat(entries, ","))
+  local top = ""
+  if #tops > 0 then
+    top = "," .. table.concat(tops, ",")
+  end
+  local body = string.format('{"status":"%s","serving":"%s"%s,"upstreams":[%s]}', all and "ok" or "unavailable",
+    all and "SERVING" or "NOT_SERVING", top, table.concat(entries, ","))
   handle:respond({
     [":status"] = all and "200" or "503",
     ["content-type"] = "application/json",

@@ -331,7 +331,8 @@ async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncC
         assert down.status_code == 503
         assert down.headers["content-type"] == "application/json"
         assert down.json() == {
-            "status": "NOT_SERVING",
+            "status": "unavailable",
+            "serving": "NOT_SERVING",
             "upstreams": [{"name": "edgetest", "services": [SERVICE], "serving": False, "status": "NOT_SERVING"}],
         }
     finally:
@@ -339,7 +340,8 @@ async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncC
     up = await http.get("/health")
     assert up.status_code == 200
     assert up.json() == {
-        "status": "SERVING",
+        "status": "ok",
+        "serving": "SERVING",
         "upstreams": [{"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING"}],
     }
 
@@ -361,7 +363,7 @@ async def test_health_with_one_upstream_down_is_503_naming_which_one(upstream: R
         assert await envoy.stop() == 0
     assert response.status_code == 503
     body = response.json()
-    assert body["status"] == "NOT_SERVING"
+    assert (body["status"], body["serving"]) == ("unavailable", "NOT_SERVING")
     assert [(u["name"], u["services"], u["serving"]) for u in body["upstreams"]] == [
         ("edgetest", [SERVICE], True),
         ("pool", [], False),
@@ -394,6 +396,40 @@ async def test_a_health_detail_that_fails_shows_null_and_leaves_the_status_to_th
     assert response.json()["upstreams"] == [
         {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING", "detail": None}
     ]
+
+
+@pytest.mark.e2e
+async def test_a_top_level_detail_that_fails_prints_its_fallback_members_at_the_top(
+    upstream: RunningServer, tmp_path: Path
+) -> None:
+    """An upstream whose detail belongs at /health's top level (the pool's: the original strata-pool shape) and
+    does not answer: the fallback's members stand in, so a client reading `workers` still finds the key."""
+    detailed = Upstream(
+        cluster="edgetest",
+        services=(SERVICE,),
+        host="127.0.0.1",
+        port=upstream.port,
+        health_service=SERVICE,
+        health_detail=f"{SERVICE}/GetJobResult",
+        health_top_fallback='{"workers": {}, "machine_types": []}',
+    )
+    spec = _spec(detailed, listen_port=0, admin_port=0, health=FAST_CHECKS)
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{envoy.listeners['edge']}", timeout=5.0) as http:
+            response = await http.get("/health")
+    finally:
+        assert await envoy.stop() == 0
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "status": "ok",
+        "serving": "SERVING",
+        "workers": {},
+        "machine_types": [],
+        "upstreams": [
+            {"name": "edgetest", "services": [SERVICE], "serving": True, "status": "SERVING", "detail": None}
+        ],
+    }
 
 
 @pytest.mark.e2e

@@ -61,6 +61,9 @@ WORKER_FIELDS = {
     "warm_at",
     "last_active_at",
     "health_misses",
+    "current_job_id",
+    "backend_id",
+    "endpoint",
 }
 USAGE_FIELDS = {
     "position",
@@ -72,6 +75,9 @@ USAGE_FIELDS = {
     "duration_seconds",
     "started_at",
     "ended_at",
+    "id",
+    "duration_ms",
+    "completed_at",
 }
 SECRET = "catalogue-secret-value"
 CATALOGUE = [
@@ -335,7 +341,7 @@ async def test_a_batch_is_200_with_each_jobs_entry_in_order_and_a_binary_payload
     assert "cell raised" in job["error"] and isinstance(job["submitted_at"], float) and job["has_result"] is False
     assert re.search(rf'"priority":\s*{priority}[,}}]', reply.text), "a bare JSON number, not a string"
     assert set(refused) == {"status", "job_id", "detail"}
-    assert (refused["status"], refused["job_id"]) == (422, None) and "machine_type" in refused["detail"]
+    assert refused == {"status": 400, "job_id": None, "detail": "unknown machine type: 'nope'"}
     assert re.search(r'"job_id":\s*null', reply.text)
     assert await queued_for(store, tenant) == 3
     result = await edge.get(f"/v1/jobs/{done['job_id']}/result", headers=tenant_headers(tenant))
@@ -563,13 +569,17 @@ async def test_token_is_checked_before_the_tenant_header_before_the_parameters_a
     )
     for params in (
         {},
-        {"machine_type": "nope"},
         {"machine_type": "local", "timeout_seconds": "0"},
         {"machine_type": "local", "timeout_seconds": "nan"},
         {"machine_type": "local", "wait_seconds": "-1"},
         {"machine_type": "local", "wait_seconds": "inf"},
     ):
         problem(await edge.post("/v1/jobs/sync", params=params, content=b"x", headers=tenant_headers(tenant)), 422)
+    assert await queued_for(store, tenant) == 0
+    # an unknown type is the original strata-pool package's 400, in its words, on both submit routes
+    for route in ("/v1/jobs", "/v1/jobs/sync"):
+        unknown = await edge.post(route, params={"machine_type": "nope"}, content=b"x", headers=tenant_headers(tenant))
+        assert problem(unknown, 400) == "unknown machine type: 'nope'"
     assert await queued_for(store, tenant) == 0
     # the admin token is accepted wherever the API token is
     admitted = await edge.post(
@@ -743,11 +753,18 @@ async def test_workers_and_usage_are_the_callers_tenants_unless_the_admin_token_
     assert set(worker) == WORKER_FIELDS
     assert (worker["machine_type"], worker["backend"], worker["state"]) == ("local", "local", "warm")
     assert isinstance(worker["created_at"], float) and worker["region"] is None and worker["job_id"] is None
+    # the original strata-pool names beside today's: current_job_id is job_id; the machine's backend id and endpoint
+    # are shown, never its token
+    assert worker["current_job_id"] is None and worker["endpoint"].startswith("http://127.0.0.1:")
+    assert isinstance(worker["backend_id"], str) and worker["backend_id"]
+    assert "token" not in json.dumps(worker).lower()
     usage = (await edge.get("/v1/usage", headers=tenant_headers(mine))).json()
     (event,) = usage
     assert set(event) == USAGE_FIELDS
     assert (event["tenant_id"], event["terminal_state"], event["worker_id"]) == (mine, "completed", worker["id"])
     assert isinstance(event["position"], int) and isinstance(event["duration_seconds"], float)
+    assert event["duration_ms"] == event["duration_seconds"] * 1000 and isinstance(event["duration_ms"], float)
+    assert event["completed_at"] == event["ended_at"] and str(uuid.UUID(event["id"])) == event["id"]
 
     everyone = {w["tenant_id"] for w in (await edge.get("/v1/workers", headers=ADMIN)).json()}
     assert {mine, theirs} <= everyone
@@ -801,6 +818,12 @@ async def test_health_shows_the_pools_machine_types_and_machine_counts_without_a
     assert health.status_code == 200, health.text
     (pool,) = health.json()["upstreams"]
     assert (pool["name"], pool["serving"]) == (POOL_DISPATCHER.name, True)
+    # the original strata-pool's top level: "ok", the machines by state (only the states present), the type names
+    top = health.json()
+    assert (top["status"], top["serving"]) == ("ok", "SERVING")
+    assert top["machine_types"] == ["local", "sleepy", "quick", "failing"]
+    assert top["workers"] == {state: n for state, n in pool["detail"]["machines"].items() if n > 0}
+    assert top["workers"] and all(n > 0 for n in top["workers"].values())
     detail = pool["detail"]
     assert detail["machine_types"] == ["local", "sleepy", "quick", "failing"]
     assert set(detail["machines"]) >= {"starting", "warm", "busy", "stopping"}
@@ -847,7 +870,7 @@ async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_e
     assert sorted(answers) == list(range(1, 12))
     assert all(answers[tag].result == BINARY + bytes([tag]) for tag in range(1, 11))
     assert answers[11].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert "machine_type" in answers[11].error.detail
+    assert answers[11].error.detail == "unknown machine type: 'no-such-type'"
     assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request
 
 

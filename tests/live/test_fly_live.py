@@ -1,6 +1,6 @@
-"""The Fly Machines backend against the real API (billed): THERMOSTAT_POOL_FLY_LIVE=1 with FLY_API_TOKEN,
-POOL_FLY_APP, POOL_FLY_REGION and THERMOSTAT_POOL_LIVE_IMAGE (an image of deploy/worker/Dockerfile Fly can
-pull). Off the private network this proves create, started and destroy; set THERMOSTAT_POOL_FLY_ON_NETWORK=1
+"""The Fly Machines backend against the real API (billed): STRATA_POOL_FLY_LIVE=1 with FLY_API_TOKEN,
+STRATA_POOL_FLY_APP, STRATA_POOL_FLY_REGION and THERMOSTAT_POOL_LIVE_IMAGE (an image of deploy/worker/Dockerfile Fly
+can pull). Off the private network this proves create, started and destroy; set STRATA_POOL_FLY_ON_NETWORK=1
 where `.internal` names resolve (a Fly machine, a WireGuard peer) to probe and run a job on the worker too.
 """
 
@@ -12,26 +12,26 @@ import httpx
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.live.conftest import live_spec, opted_in, required, until_healthy
+from tests.live.conftest import live_spec, opted_in, required, setting, until_healthy
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.fly import DEFAULT_FLY_BASE_URL, FlyBackend
 from thermostat.providers.pool.worker_client import WorkerClient
 
-pytestmark = opted_in("THERMOSTAT_POOL_FLY_LIVE")
+pytestmark = opted_in("STRATA_POOL_FLY_LIVE")
 
 
 @pytest.mark.timeout(900)
 async def test_machine_is_created_started_and_destroyed() -> None:
     """A real machine: created with the pool's config, reported started, destroyed twice, gone."""
     token = required("FLY_API_TOKEN")
-    app = required("POOL_FLY_APP")
-    region = required("POOL_FLY_REGION")
+    app = required("STRATA_POOL_FLY_APP")
+    region = required("STRATA_POOL_FLY_REGION")
     image = required("THERMOSTAT_POOL_LIVE_IMAGE")
     base_url = os.environ.get("POOL_FLY_BASE_URL", "").strip() or DEFAULT_FLY_BASE_URL
     machines = f"{base_url.rstrip('/')}/apps/{app}/machines"
     headers = {"Authorization": f"Bearer {token}"}
-    on_network = os.environ.get("THERMOSTAT_POOL_FLY_ON_NETWORK") == "1"
+    on_network = setting("STRATA_POOL_FLY_ON_NETWORK") == "1"
     kind = MachineType(name="live-cpu", image=image, backend=BackendKind.FLY, cpus=1, memory_mb=256)
     async with WorkerClient(probe_timeout_seconds=10) as worker, httpx.AsyncClient(headers=headers) as fly:
         backend = FlyBackend(worker, api_token=token, app=app, region=region, base_url=base_url,

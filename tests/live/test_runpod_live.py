@@ -1,6 +1,6 @@
-"""The RunPod backend against the real API (billed): THERMOSTAT_POOL_RUNPOD_LIVE=1 with POOL_RUNPOD_API_KEY
+"""The RunPod backend against the real API (billed): STRATA_POOL_RUNPOD_LIVE=1 with POOL_RUNPOD_API_KEY
 (or RUNPOD_API_KEY) and THERMOSTAT_POOL_LIVE_IMAGE, a public image of deploy/worker/Dockerfile. Set
-THERMOSTAT_POOL_RUNPOD_GPU to a RunPod GPU id to cover the gpu block as well.
+STRATA_POOL_RUNPOD_GPU to a RunPod GPU id to cover the gpu block as well (the THERMOSTAT_POOL_* names are aliases).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.live.conftest import live_spec, opted_in, required, until_healthy
+from tests.live.conftest import live_spec, opted_in, required, setting, until_healthy
 from thermostat.policy.common.pod_model import Lookup
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
@@ -17,13 +17,13 @@ from thermostat.providers.pool.runpod import RunPodBackend
 from thermostat.providers.pool.worker_client import WorkerClient
 from thermostat.providers.runpod.client import RunPodV2Client
 
-pytestmark = opted_in("THERMOSTAT_POOL_RUNPOD_LIVE")
+pytestmark = opted_in("STRATA_POOL_RUNPOD_LIVE")
 
 
 def live_types() -> list[MachineType]:
     image = os.environ.get("THERMOSTAT_POOL_LIVE_IMAGE", "")
     types = [MachineType(name="live-cpu", image=image, backend=BackendKind.RUNPOD, cpus=2, job_timeout_seconds=60)]
-    gpu = os.environ.get("THERMOSTAT_POOL_RUNPOD_GPU", "").strip()
+    gpu = setting("STRATA_POOL_RUNPOD_GPU")
     if gpu:
         types.append(MachineType(name="live-gpu", image=image, backend=BackendKind.RUNPOD, gpu_type=gpu,
                                  job_timeout_seconds=60))  # fmt: skip

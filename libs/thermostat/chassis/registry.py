@@ -46,6 +46,10 @@ class ServiceDef:
     # An unauthenticated public call ("pkg.Service/Method") answering google.api.HttpBody with a JSON object:
     # the edge's GET /health shows it under this service's entry.
     health_detail: str | None = None
+    # A JSON object: set, the health detail's members are also printed at the top of GET /health (beside its status
+    # and upstreams), and this object's members stand in when the detail does not answer. The pool's: the original
+    # strata-pool package's /health shape, {"status": "ok", "workers": {...}, "machine_types": [...]}.
+    health_top_fallback: str | None = None
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -112,6 +116,7 @@ POOL_DISPATCHER = ServiceDef(
     ),
     long_call_seconds=MAX_WAIT_SECONDS,
     health_detail="thermostat.pool.v1.PoolDispatcher/GetPoolHealthJson",
+    health_top_fallback='{"workers": {}, "machine_types": []}',
 )
 METERING = ServiceDef(
     name="metering",

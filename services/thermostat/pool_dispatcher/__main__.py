@@ -19,6 +19,7 @@ from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
 from thermostat.metering.v1 import metering_pb2_grpc
+from thermostat.policy.pool.backends import BackendChoice, check_enabled
 from thermostat.policy.pool.departure import Departure, departure_for
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue_json
 from thermostat.policy.pool.retention import BatchSize
@@ -46,8 +47,11 @@ from .settings import GRPC_MESSAGE_BYTES, PoolDispatcherSettings
 log = logging.getLogger("thermostat.pool_dispatcher")
 
 
-def configured_catalogue(value: str | None) -> Catalogue:
-    """POOL_MACHINE_TYPES: a JSON list in the PUT shape, or a path to a file holding one; unset: empty."""
+def configured_catalogue(value: str | None, choice: BackendChoice | None = None) -> Catalogue:
+    """POOL_MACHINE_TYPES: a JSON list in the PUT shape, or a path to a file holding one; unset: empty. An entry
+    without `backend` runs on POOL_DEFAULT_BACKEND; one naming a backend not in POOL_ENABLED_BACKENDS stops the
+    start (the deployment's own file asks for what the deployment refuses; a stored catalogue is only logged)."""
+    choice = choice or BackendChoice()
     if not value or not value.strip():
         return Catalogue()
     text = value
@@ -56,9 +60,12 @@ def configured_catalogue(value: str | None) -> Catalogue:
             text = Path(value).read_text(encoding="utf-8")
         except OSError as error:
             raise SystemExit(f"POOL_MACHINE_TYPES: neither a JSON list nor a readable file: {error.strerror}") from None
-    parsed = parse_catalogue_json(text)
+    parsed = parse_catalogue_json(text, default_backend=choice.default)
     if not isinstance(parsed, Catalogue):
         raise SystemExit(f"POOL_MACHINE_TYPES: {parsed.detail}")
+    enabled = check_enabled(parsed, enabled=choice.enabled)
+    if not isinstance(enabled, Catalogue):
+        raise SystemExit(f"POOL_MACHINE_TYPES: {enabled.detail}")
     return parsed
 
 
@@ -98,14 +105,18 @@ def assemble(
 ) -> PoolService:
     """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep and
     a tracer provider)."""
-    catalogue = configured_catalogue(settings.pool_machine_types)
+    choice = settings.backend_choice
+    catalogue = configured_catalogue(settings.pool_machine_types, choice)
     if settings.strata_pool_token is None:
         log.warning("STRATA_POOL_TOKEN is unset: every call but GetPoolHealth answers 401 until it is set")
     client = WorkerClient(max_result_bytes=settings.pool_max_payload_bytes)
     backend = LocalBackend(client, outlive_process=settings.pool_local_machines_outlive_process)
     # every backend whose settings are present serves at once; a type picks one by its `backend` field
     providers: dict[BackendKind, ProviderBackend] = build_backends(settings, client)
-    backends: dict[BackendKind, Backend] = {BackendKind.LOCAL: backend, **providers}
+    # local runs `image` as a command on this host: only where the deployment enables it (POOL_ENABLED_BACKENDS)
+    backends: dict[BackendKind, Backend] = {
+        kind: b for kind, b in {BackendKind.LOCAL: backend, **providers}.items() if kind in choice.enabled
+    }
     unconfigured = missing_settings(settings)
     # what is configured is logged beside what the catalogue uses, with each catalogue version (backend_use)
     metrics = PoolMetrics(Metrics())
@@ -130,6 +141,7 @@ def assemble(
         run_scaler=run_scaler,
         lease_clock=lease_clock,
         metrics=metrics,
+        backend_choice=choice,
     )
     tokens = Tokens(
         api=settings.strata_pool_token.get_secret_value() if settings.strata_pool_token else None,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.policy.pool.backends import BackendChoice
 from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.departure import Departure, grace_error
 from thermostat.policy.pool.hint import HintDecision
@@ -139,6 +140,7 @@ class Dispatcher:
         lease_clock: Clock | None = None,
         metrics: PoolMetrics | None = None,
         batch_limits: BatchLimits | None = None,
+        backend_choice: BackendChoice | None = None,
     ) -> None:
         self.repo = repository
         self.metrics = metrics or PoolMetrics()
@@ -166,7 +168,7 @@ class Dispatcher:
             leases, instance_id=self.instance_id, lease_seconds=lease_seconds, lease_clock=lease_clock
         )
         self.call_budget = self.ownership.call_budget
-        self._backends = Backends(backends, missing_settings)
+        self._backends = Backends(backends, missing_settings, backend_choice)
         self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
         self.missing_settings = self._backends.missing_settings
         self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
@@ -373,6 +375,11 @@ class Dispatcher:
     def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
         """The catalogue, or why this process's backends cannot serve it (PUT's 400)."""
         return self._backends.check(catalogue)
+
+    @property
+    def default_backend(self) -> BackendKind:
+        """The backend of a catalogue entry without one (POOL_DEFAULT_BACKEND)."""
+        return self._backends.choice.default
 
     def backend_refusal(self, machine_type: MachineType) -> str | None:
         """Why this process cannot start machines of the type (its backend is not configured), or None."""

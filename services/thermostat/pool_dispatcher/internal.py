@@ -18,6 +18,7 @@ from thermostat.policy.pool.usage_feed import Recorded, readable_count
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .metering_repository import EventPage, PoolMeteringRepository
+from .repository import usage_event_id
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 5000
@@ -74,6 +75,9 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
                 duration_seconds=r["duration_seconds"],
                 started_at=r["started_at"].timestamp(),
                 ended_at=r["ended_at"].timestamp(),
+                id=usage_event_id(str(r["job_id"])),
+                duration_ms=r["duration_seconds"] * 1000.0,
+                completed_at=r["ended_at"].timestamp(),
             )
         return response
 

@@ -313,7 +313,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.PutMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
         # the admin token's alone (access.py): the chassis refused every other caller
-        parsed = parse_catalogue_json(request.catalogue.data)
+        parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.d.default_backend)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
         servable = self.d.check_catalogue(parsed)  # backends configured here, RunPod's 100 s proxy limit

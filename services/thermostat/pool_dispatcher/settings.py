@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.settings import ServiceSettings
 from thermostat.policy.common.orphan_sweep import OrphanSweep
+from thermostat.policy.pool.backends import BackendChoice, backend_choice
 from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS
 from thermostat.providers.pool.settings import PoolBackendSettings
 
@@ -61,3 +62,16 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     pool_prune_seconds: float = Field(default=10.0, gt=0, le=3600)
     pool_prune_batch_rows: int = Field(default=1000, ge=1, le=10000)
     pool_max_payload_bytes: int = Field(default=MAX_PAYLOAD_BYTES, ge=16 * 1024 * 1024, le=MAX_PAYLOAD_BYTES)
+    # which backends the catalogue may name (local only when listed) and the one an entry without `backend` runs on
+    pool_enabled_backends: str | None = None
+    pool_default_backend: str | None = None
+
+    @model_validator(mode="after")
+    def _backends_chosen(self) -> PoolDispatcherSettings:
+        self.backend_choice  # noqa: B018 -- fails the start naming the variable (ValueError)
+        return self
+
+    @property
+    def backend_choice(self) -> BackendChoice:
+        """POOL_ENABLED_BACKENDS and POOL_DEFAULT_BACKEND, read (thermostat.policy.pool.backends.backend_choice)."""
+        return backend_choice(self.pool_enabled_backends, self.pool_default_backend)

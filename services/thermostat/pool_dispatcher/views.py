@@ -1,8 +1,11 @@
 """The worker-pool seed's JSON and the pool's gRPC messages, built from the store's views.
 
 What a caller reads of a job, a machine or a usage event is written here once: times as epoch seconds, unset
-values null (JSON) or absent (gRPC's optional fields). A machine is never shown with its endpoint, host or
-token, a job never with its payload, result, owner or credential (the views do not hold them).
+values null (JSON) or absent (gRPC's optional fields). A machine is never shown with its token (its endpoint and
+provider id are shown, as the original strata-pool package shows them: neither reaches a worker's /execute without
+the token), a job never with its payload, result, owner or credential (the views do not hold them). Where the
+original package's names differ from today's, both are printed (`current_job_id` beside `job_id`, `completed_at`
+beside `ended_at`, `duration_ms` beside `duration_seconds`).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def job_json(job: JobView) -> JsonObject:
 
 
 def worker_json(w: WorkerView) -> JsonObject:
-    """A machine as the REST listing prints it: never its endpoint, host or token."""
+    """A machine as the REST listing prints it: never its token."""
     return {
         "id": w.id,
         "tenant_id": w.tenant_id,
@@ -65,6 +68,9 @@ def worker_json(w: WorkerView) -> JsonObject:
         "warm_at": _epoch(w.warm_at),
         "last_active_at": _epoch(w.last_active_at),
         "health_misses": w.health_misses,
+        "current_job_id": w.job_id,
+        "backend_id": w.provider_id,
+        "endpoint": w.endpoint,
     }
 
 
@@ -79,6 +85,9 @@ def usage_json(e: UsageView) -> JsonObject:
         "duration_seconds": e.duration_seconds,
         "started_at": _epoch(e.started_at),
         "ended_at": _epoch(e.ended_at),
+        "id": e.event_id,
+        "duration_ms": e.duration_seconds * 1000.0,
+        "completed_at": _epoch(e.ended_at),
     }
 
 
@@ -103,9 +112,12 @@ def orphans_json(sweeper: OrphanSweeper | None) -> JsonObject:
 
 
 def health_json(machine_types: Iterable[str], counts: Mapping[str, int]) -> JsonObject:
-    """GET /health's pool entry: the catalogue's type names and the machines by state, the usual ones at zero."""
+    """GET /health's pool entry: the catalogue's type names and the machines by state, the usual ones at zero
+    (`machines`), and the original strata-pool package's `workers`, only the states present. The edge prints its
+    members at the top of /health too (the registry's health_top_fallback)."""
     machines = {**{str(state): 0 for state in HEALTH_STATES}, **counts}
-    return {"machine_types": list(machine_types), "machines": machines}
+    workers = {state: count for state, count in counts.items() if count > 0}
+    return {"machine_types": list(machine_types), "machines": machines, "workers": workers}
 
 
 def job_message(job: JobView) -> pool_pb2.Job:
@@ -143,9 +155,13 @@ def workers_message(workers: Iterable[WorkerView]) -> pool_pb2.ListWorkersRespon
             created_at=w.created_at.timestamp(),
             health_misses=w.health_misses,
         )
-        for name in ("region", "session_id", "job_id"):
+        for name in ("region", "session_id", "job_id", "endpoint"):
             if getattr(w, name) is not None:
                 setattr(item, name, getattr(w, name))
+        if w.job_id is not None:
+            item.current_job_id = w.job_id
+        if w.provider_id is not None:
+            item.backend_id = w.provider_id
         for name in ("warm_at", "last_active_at"):
             if getattr(w, name) is not None:
                 setattr(item, name, getattr(w, name).timestamp())
@@ -166,6 +182,9 @@ def usage_message(events: list[UsageView], after_position: int) -> pool_pb2.List
             duration_seconds=e.duration_seconds,
             started_at=e.started_at.timestamp(),
             ended_at=e.ended_at.timestamp(),
+            id=e.event_id,
+            duration_ms=e.duration_seconds * 1000.0,
+            completed_at=e.ended_at.timestamp(),
         )
     return response
 

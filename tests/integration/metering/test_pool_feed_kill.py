@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.fixtures.polling import eventually
 from tests.fixtures.services import INTERNAL_TOKEN
 from tests.integration.metering.test_pool_feed import ledger_jobs, pool_jobs, pool_ledger, stored_position
-from tests.integration.pool_dispatcher.conftest import ADMIN_TOKEN, API_TOKEN, caller, sleepy_type
+from tests.integration.pool_dispatcher.conftest import ADMIN_TOKEN, API_TOKEN, TEST_BACKENDS, caller, sleepy_type
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
@@ -36,6 +36,7 @@ def pool_process(database_url: str, port: int) -> Iterator[subprocess.Popen[byte
         "STRATA_POOL_TOKEN": API_TOKEN,
         "STRATA_POOL_ADMIN_TOKEN": ADMIN_TOKEN,
         "POOL_MACHINE_TYPES": json.dumps([sleepy_type()]),
+        "POOL_ENABLED_BACKENDS": TEST_BACKENDS,
         # a restart under the same id takes the killed one's rows back at once
         "POOL_INSTANCE_ID": "alpha",
         "POOL_HEALTH_POLL_SECONDS": "0.05",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.polling import eventually
-from thermostat.policy.pool.machine_type import MachineType
+from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import Backend, MachineHandle, MachineSpec
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.providers.pool.worker_client import WorkerClient
@@ -21,7 +21,7 @@ MACHINE_TOKEN = "machine-token-for-tests"
 
 
 def worker_type(**fields: Any) -> MachineType:
-    return MachineType(**{"name": "local", "image": REFERENCE_WORKER, **fields})
+    return MachineType(**{"name": "local", "image": REFERENCE_WORKER, "backend": BackendKind.LOCAL, **fields})
 
 
 def spec(machine_type: MachineType | None = None, token: str = MACHINE_TOKEN) -> MachineSpec:

@@ -50,6 +50,8 @@ JOB_FIELDS = frozenset(
 )
 """The seed's job JSON fields (and the Job message's): exactly these, never a payload, result or credential."""
 REFERENCE_WORKER = f"{sys.executable} -m thermostat.worker"
+TEST_BACKENDS = "local,docker,runpod,fly"
+"""Every backend, local included: a deployment enables local explicitly, as the tests and `make run` do."""
 
 
 def local_type(name: str = "local", **fields: Any) -> dict[str, Any]:
@@ -139,6 +141,8 @@ def pool_env(types: list[dict[str, Any]] | None = None, **overrides: str) -> dic
         "POOL_MACHINE_TYPES": json.dumps(types if types is not None else [local_type()]),
         "POOL_HEALTH_POLL_SECONDS": "0.05",
         "POOL_LEASE_SECONDS": "30",
+        # the tests' types run the reference worker as a child process: local is enabled explicitly (issue 23)
+        "POOL_ENABLED_BACKENDS": TEST_BACKENDS,
     }
     env.update(overrides)
     return env

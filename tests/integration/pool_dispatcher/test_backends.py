@@ -265,8 +265,9 @@ async def test_a_type_naming_an_unconfigured_backend_is_a_400_saying_which_setti
         fly = await put(pool, [local_type(), {"name": "a100", "image": "w:1", "backend": "fly"}])
         assert fly.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert dict(fly.trailing_metadata() or ()).get("x-http-code", "400") == "400"
-        assert "the fly backend is not configured: set FLY_API_TOKEN and POOL_FLY_APP and POOL_FLY_REGION" in (
-            fly.details() or ""
+        assert (
+            "the fly backend is not configured: set FLY_API_TOKEN and STRATA_POOL_FLY_APP and STRATA_POOL_FLY_REGION"
+            in (fly.details() or "")
         )
         docker = await put(pool, [{"name": "cpu", "image": "w:1", "backend": "docker"}])
         assert "POOL_DOCKER_SOCKET" in (docker.details() or "")

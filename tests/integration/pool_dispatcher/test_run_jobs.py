@@ -89,7 +89,8 @@ async def test_mixed_outcomes_on_one_stream_are_each_answered_and_the_stream_goe
     )
     assert not bad_priority.job_id
     unknown = await ask(job(2, machine_type="no-such-type"))
-    assert unknown.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "machine_type" in unknown.error.detail
+    assert unknown.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert unknown.error.detail == "unknown machine type: 'no-such-type'"
     oversized = await ask(job(3, b"x" * (MAX_PAYLOAD_BYTES + 1)))
     assert oversized.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     assert str(MAX_PAYLOAD_BYTES) in oversized.error.detail

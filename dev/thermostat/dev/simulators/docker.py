@@ -21,7 +21,7 @@ port is what the simulator reports as the daemon-chosen host port of every publi
 (`kill_machine`) reads "exited".
 
 Standalone: `python -m thermostat.dev.simulators.docker --socket /tmp/docker-sim.sock` (then
-`POOL_DOCKER_SOCKET=/tmp/docker-sim.sock`); `--image NAME=COMMAND` adds an image.
+`STRATA_POOL_DOCKER_SOCKET=/tmp/docker-sim.sock`); `--image NAME=COMMAND` adds an image.
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, _, command = entry.partition("=")
         images[name] = ImageSpec(command=tuple(shlex.split(command)))
     simulator = DockerSimulator(args.socket, images=images).start()
-    wait_for_signal(["docker simulator ready", f"POOL_DOCKER_SOCKET={simulator.socket_path}"])
+    wait_for_signal(["docker simulator ready", f"STRATA_POOL_DOCKER_SOCKET={simulator.socket_path}"])
     simulator.stop()
     return 0
 

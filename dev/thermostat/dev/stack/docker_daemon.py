@@ -40,7 +40,7 @@ async def check_daemon(socket_path: str, image: str = WORKER_IMAGE) -> None:
     except httpx.HTTPError as error:
         raise RuntimeError(
             f"POOL_DEMO_DOCKER=daemon: no Docker daemon answers at {socket_path} ({type(error).__name__}); "
-            "start one, or set POOL_DOCKER_SOCKET"
+            "start one, or set STRATA_POOL_DOCKER_SOCKET"
         ) from error
     if found.status_code == 404:
         raise RuntimeError(f"POOL_DEMO_DOCKER=daemon: the daemon has no {image}: run `make images`")

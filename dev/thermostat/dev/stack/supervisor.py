@@ -50,6 +50,7 @@ from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
 from thermostat.dev.stack.ports import WantedPort, busy_ports
 from thermostat.providers.pool.docker import docker_socket_path
+from thermostat.providers.pool.settings import ALIASES, env_setting
 from thermostat.store.db import apply_migrations
 from tools.envoy_config import STATS_PATH, EdgeSpec, edge_tracing_from_env, upstreams, write_envoy_config
 
@@ -68,6 +69,16 @@ DEMO_TIMINGS = {
 DEMO_BACKENDS = ("docker", "fly", "runpod")
 FLY_DEMO_APP = "thermostat-pool"
 FLY_DEMO_TOKEN = "sim-fly-token"  # noqa: S105 - the Fly simulator's fixed development token
+
+
+def set_seed_setting(env: dict[str, str], name: str, value: str) -> None:
+    """Point a pool setting at a simulator under the seed's name, dropping its alias (which would differ)."""
+    env[name] = value
+    env.pop(ALIASES[name], None)
+
+
+DEV_ENABLED_BACKENDS = "local,docker,runpod,fly"
+"""The backends the stack's pool may use unless POOL_ENABLED_BACKENDS says otherwise: every one, local included."""
 
 
 def demo_backends_from(value: str | None) -> tuple[str, ...]:
@@ -248,6 +259,9 @@ class Stack:
         log.info("store ready (%d migration(s) applied)", len(applied))
 
         env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
+        # the demo types run the reference worker as a local child process: the stack enables local explicitly,
+        # which a deployment does not (POOL_ENABLED_BACKENDS, issue 23)
+        env.setdefault("POOL_ENABLED_BACKENDS", DEV_ENABLED_BACKENDS)
         # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
         # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
         env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
@@ -365,10 +379,10 @@ class Stack:
                 self.demo_urls["runpod"] = f"{self.simulator_url}/proxy (pods run the reference worker)"
         if "docker" in wanted and self.config.demo_docker == "daemon":
             env.setdefault("POOL_NAME", f"devstack-{os.getpid()}")  # the label the stop removes (docker_daemon)
-            socket_path = docker_socket_path(pool_docker_socket=env.get("POOL_DOCKER_SOCKET"),
+            socket_path = docker_socket_path(pool_docker_socket=env_setting("STRATA_POOL_DOCKER_SOCKET", env),
                                              docker_host=env.get("DOCKER_HOST"))  # fmt: skip
             await check_daemon(socket_path)
-            env["POOL_DOCKER_SOCKET"] = socket_path
+            set_seed_setting(env, "STRATA_POOL_DOCKER_SOCKET", socket_path)
             self.docker_daemon = (socket_path, env["POOL_NAME"])
             self.demo_urls["docker"] = f"unix://{socket_path} (the real daemon: containers of {WORKER_IMAGE})"
         elif "docker" in wanted:
@@ -379,7 +393,7 @@ class Stack:
             argv = [sys.executable, "-m", "thermostat.dev.simulators.docker", "--socket", socket_path]
             await self._spawn("docker-sim", argv, env)
             await self._wait_unix(socket_path)
-            env["POOL_DOCKER_SOCKET"] = socket_path
+            set_seed_setting(env, "STRATA_POOL_DOCKER_SOCKET", socket_path)
             self.demo_urls["docker"] = f"unix://{socket_path}"
         if "fly" in wanted:
             port = free_port()
@@ -391,9 +405,11 @@ class Stack:
                 f"{base}/v1/apps/{FLY_DEMO_APP}/machines", headers={"Authorization": f"Bearer {FLY_DEMO_TOKEN}"}
             )
             env.update({
-                "FLY_API_TOKEN": FLY_DEMO_TOKEN, "POOL_FLY_APP": FLY_DEMO_APP, "POOL_FLY_REGION": "sjc",
-                "POOL_FLY_BASE_URL": f"{base}/v1", "POOL_FLY_ENDPOINT_TEMPLATE": f"{base}/vm/{{id}}",
+                "FLY_API_TOKEN": FLY_DEMO_TOKEN, "POOL_FLY_BASE_URL": f"{base}/v1",
+                "POOL_FLY_ENDPOINT_TEMPLATE": f"{base}/vm/{{id}}",
             })  # fmt: skip
+            set_seed_setting(env, "STRATA_POOL_FLY_APP", FLY_DEMO_APP)
+            set_seed_setting(env, "STRATA_POOL_FLY_REGION", "sjc")
             self.demo_urls["fly"] = f"{base}/v1"
         if wanted:
             log.info("pool demo backends: %s", ", ".join(f"{k} at {v}" for k, v in self.demo_urls.items()))

@@ -6,9 +6,13 @@ is left is decided here, in the worker-pool seed's order, the first refusal winn
 
 | rule              | refused when                                                  | answer |
 |-------------------|---------------------------------------------------------------|--------|
-| options           | a parameter is missing, malformed or names no catalogue type   | 422    |
+| machine type      | `machine_type` names no catalogue type                         | 400    |
+| options           | a parameter is missing or malformed                            | 422    |
 | servable          | this deployment has no backend for the type's machines         | 503    |
 | payload size      | the payload is over the deployment's limit                    | 413    |
+
+An unknown machine type answers as the original strata-pool package does, 400 with the detail
+`unknown machine type: '<name>'`, which its clients match on; the seed's 422 stays for a malformed parameter.
 
 A submit that passes is admitted with its options (submit_options.py). The tenant's budget is checked after
 admission by the service (it asks metering), and a refusal for budget is built here too (409, naming the
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from thermostat.policy.pool.machine_type import Catalogue, MachineType
-from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions, parse_submit_query
+from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind, SubmitOptions, parse_submit_query
 
 QUERY_FIELDS = ("machine_type", "priority", "session_id", "timeout_seconds")
 """A submit's parameters, as the REST query and the gRPC request name them; a sync submit adds wait_seconds."""
@@ -32,6 +36,7 @@ class RefusalKind(StrEnum):
     """RefusalKind is why a submit was refused: each has its HTTP status and the gRPC code its call ends with."""
 
     OPTIONS = "options"
+    UNKNOWN_MACHINE_TYPE = "unknown_machine_type"
     UNSERVABLE = "unservable"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     OVER_BUDGET = "over_budget"
@@ -48,12 +53,14 @@ class RefusalKind(StrEnum):
 
 _HTTP = {
     RefusalKind.OPTIONS: 422,
+    RefusalKind.UNKNOWN_MACHINE_TYPE: 400,
     RefusalKind.UNSERVABLE: 503,
     RefusalKind.PAYLOAD_TOO_LARGE: 413,
     RefusalKind.OVER_BUDGET: 409,
 }
 _GRPC = {
     RefusalKind.OPTIONS: "INVALID_ARGUMENT",
+    RefusalKind.UNKNOWN_MACHINE_TYPE: "INVALID_ARGUMENT",
     RefusalKind.UNSERVABLE: "FAILED_PRECONDITION",
     RefusalKind.PAYLOAD_TOO_LARGE: "RESOURCE_EXHAUSTED",
     RefusalKind.OVER_BUDGET: "FAILED_PRECONDITION",
@@ -113,6 +120,8 @@ def admit_submit(
     it cannot start a type's machines (its backend is not configured), or None."""
     options = parse_submit_query(ask.query(), catalogue=catalogue, sync=ask.sync)
     if isinstance(options, SubmitError):
+        if options.kind is SubmitErrorKind.UNKNOWN_MACHINE_TYPE:
+            return SubmitRefusal(RefusalKind.UNKNOWN_MACHINE_TYPE, options.message)
         return SubmitRefusal(RefusalKind.OPTIONS, options.detail)
     reason = unservable(options.machine_type)
     if reason is not None:  # nothing is queued that this deployment could never start a machine for

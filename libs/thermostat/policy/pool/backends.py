@@ -3,8 +3,13 @@
 `parse_catalogue` checks each field on its own; `check_backends` then checks the parsed catalogue against
 this deployment and the providers' hard limits, before anything is stored (a 400 with every error, each
 naming the entry and the field, like the field checks):
+- A type naming a backend the deployment has not enabled (`POOL_ENABLED_BACKENDS`) is refused naming that
+  setting. `local` runs a type's `image` as a command line on the dispatcher's host, so it is enabled only when
+  a deployment asks for it (`make run` and the tests do): otherwise whoever holds the admin token could run a
+  command on the pool host, and the seed's own example PUT (`"image": "strata-worker:latest"`, no backend) would be
+  accepted as a command that fails every boot while its jobs wait (issue 23).
 - A type naming a backend that is not configured is refused, saying which setting is missing: a type
-  nobody can start would queue jobs that fail only at boot. `local` is always configured.
+  nobody can start would queue jobs that fail only at boot. `local` needs no setting.
 - A runpod type whose `job_timeout_seconds` exceeds 100 is refused: RunPod's proxy (Cloudflare) ends any
   request after 100 s with a 524, and the pool's call to a worker lasts the whole job, so a longer job
   fails however high its timeout is set (worker-pool seed, "The RunPod backend").
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from thermostat.policy.pool.machine_type import (
     BackendKind,
@@ -28,11 +34,54 @@ RUNPOD_PROXY_LIMIT_SECONDS = 100.0
 RUNPOD_VCPU_COUNTS = (2, 4, 8, 16, 32)
 RUNPOD_MAX_VCPUS = RUNPOD_VCPU_COUNTS[-1]
 
+ENABLED_SETTING = "POOL_ENABLED_BACKENDS"
+DEFAULT_SETTING = "POOL_DEFAULT_BACKEND"
+# Every provider, never local: a deployment that wants machines as commands on its own host says so.
+DEFAULT_ENABLED = frozenset({BackendKind.DOCKER, BackendKind.RUNPOD, BackendKind.FLY})
+DEFAULT_BACKEND = BackendKind.DOCKER  # the seed's default
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendChoice:
+    """BackendChoice is what a deployment lets its catalogue name: the backends enabled, and the one an entry
+    without `backend` runs on (always among them)."""
+
+    enabled: frozenset[BackendKind] = DEFAULT_ENABLED
+    default: BackendKind = DEFAULT_BACKEND
+
+
+def backend_choice(enabled: str | None, default: str | None) -> BackendChoice:
+    """POOL_ENABLED_BACKENDS (comma-separated; unset or blank: docker, runpod, fly) and POOL_DEFAULT_BACKEND (unset or
+    blank: docker). ValueError naming the variable for an unknown name, an empty list, or a default not enabled."""
+    choices = ", ".join(kind.value for kind in BackendKind)
+
+    def kind(value: str, setting: str) -> BackendKind:
+        try:
+            return BackendKind(value.strip().lower())
+        except ValueError:
+            raise ValueError(f"{setting}: {value.strip()!r} is not a backend; choose from {choices}") from None
+
+    kinds = DEFAULT_ENABLED
+    if enabled is not None and enabled.strip():
+        names = [name for name in enabled.split(",") if name.strip()]
+        if not names:
+            raise ValueError(f"{ENABLED_SETTING}: names no backend; choose from {choices}")
+        kinds = frozenset(kind(name, ENABLED_SETTING) for name in names)
+    chosen = DEFAULT_BACKEND if default is None or not default.strip() else kind(default, DEFAULT_SETTING)
+    if chosen not in kinds:
+        enabled_names = ", ".join(sorted(k.value for k in kinds))
+        raise ValueError(
+            f"{DEFAULT_SETTING}: {chosen.value} is not among {ENABLED_SETTING} ({enabled_names}); enable it there or "
+            f"choose one of those"
+        )
+    return BackendChoice(enabled=kinds, default=chosen)
+
+
 # What to set for each backend, named in the refusal when the shell passes no more precise reason.
 REQUIRED_SETTINGS: Mapping[BackendKind, str] = {
-    BackendKind.DOCKER: "POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST) naming a Docker daemon's socket",
+    BackendKind.DOCKER: "STRATA_POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST) naming a Docker daemon's socket",
     BackendKind.RUNPOD: "POOL_RUNPOD_API_KEY (or RUNPOD_API_KEY)",
-    BackendKind.FLY: "FLY_API_TOKEN, POOL_FLY_APP and POOL_FLY_REGION",
+    BackendKind.FLY: "FLY_API_TOKEN, STRATA_POOL_FLY_APP and STRATA_POOL_FLY_REGION",
 }
 
 
@@ -46,7 +95,7 @@ def runpod_vcpu_count(cpus: float | None) -> int | None:
 def backend_use(catalogue: Catalogue, *, configured: Collection[BackendKind]) -> str:
     """What the catalogue uses of the backends this process has configured, in one line for the log: a newcomer
     reading `configured: docker, local, runpod` alone took all three for in use when only local types exist."""
-    available = sorted({*configured, BackendKind.LOCAL}, key=lambda kind: kind.value)
+    available = sorted(set(configured), key=lambda kind: kind.value)
     used = sorted({t.backend for t in catalogue.types}, key=lambda kind: kind.value)
     unused = [kind for kind in available if kind not in used]
     missing = [kind for kind in used if kind not in available]
@@ -62,17 +111,38 @@ def backend_use(catalogue: Catalogue, *, configured: Collection[BackendKind]) ->
     return line
 
 
+def not_enabled(backend: BackendKind, enabled: Collection[BackendKind]) -> str:
+    """The refusal of a type whose backend the deployment has not enabled, naming the setting."""
+    names = ", ".join(sorted(kind.value for kind in enabled))
+    return (
+        f"the {backend.value} backend is not enabled in this deployment ({ENABLED_SETTING}: {names}); "
+        f"add it to {ENABLED_SETTING} to allow it"
+    )
+
+
+def check_enabled(catalogue: Catalogue, *, enabled: Collection[BackendKind]) -> Catalogue | CatalogueRejected:
+    """The catalogue as given, or each type naming a backend the deployment has not enabled (a catalogue at start)."""
+    errors = tuple(
+        CatalogueError(index=index, name=t.name, field="backend", message=not_enabled(t.backend, enabled))
+        for index, t in enumerate(catalogue.types)
+        if t.backend not in enabled
+    )
+    return CatalogueRejected(errors=errors) if errors else catalogue
+
+
 def check_backends(
     catalogue: Catalogue,
     *,
     configured: Collection[BackendKind],
     missing_settings: Mapping[BackendKind, str] | None = None,
+    enabled: Collection[BackendKind] = frozenset(BackendKind),
 ) -> Catalogue | CatalogueRejected:
     """The catalogue as given, or every reason it cannot be served by this deployment.
 
-    `configured` is the set of backends this process can start machines on (local is always among them);
-    `missing_settings` may say, per unconfigured backend, what exactly is missing (the shell knows, e.g.
-    "POOL_FLY_REGION"); otherwise REQUIRED_SETTINGS names everything the backend needs.
+    `enabled` is what the deployment allows (POOL_ENABLED_BACKENDS); `configured` is the set of backends this
+    process can start machines on (local, when enabled, needs no setting and is configured); `missing_settings`
+    may say, per unconfigured backend, what exactly is missing (the shell knows, e.g. "POOL_FLY_REGION");
+    otherwise REQUIRED_SETTINGS names everything the backend needs.
     """
     errors: list[CatalogueError] = []
     available = {*configured, BackendKind.LOCAL}
@@ -82,7 +152,9 @@ def check_backends(
             errors.append(CatalogueError(index=index, name=name, field=field, message=message))
 
         backend = machine_type.backend
-        if backend not in available:
+        if backend not in enabled:
+            refuse("backend", not_enabled(backend, enabled))
+        elif backend not in available:
             setting = (missing_settings or {}).get(backend) or REQUIRED_SETTINGS.get(backend, "its settings")
             refuse("backend", f"the {backend.value} backend is not configured: set {setting}")
         if backend is BackendKind.RUNPOD:

@@ -8,8 +8,10 @@ gpu_count is a 400 naming the field"), and every error names the entry by index 
 numbers, never strings, and never booleans (Python's `True` is an int; `"max_workers": true` is not 1).
 
 Defaults, chosen for a pool that should not bill for idle machines by accident:
-- `backend` "local" (a child process on this host); `docker`, `runpod` and `fly` are checked against this
-  deployment's settings and the providers' limits by `backends.check_backends` after parsing.
+- `backend` the deployment's `POOL_DEFAULT_BACKEND`, `docker` unless set (the seed's default; `default_backend`
+  here). Every backend is checked against what this deployment enables and configures, and the providers'
+  limits, by `backends.check_backends` after parsing; `local` (a child process on this host, `image` its command
+  line) only where a deployment enables it.
 - `cpus`, `memory_mb`, `disk_gb` unset: the machine may take the whole host (worker-pool seed: Isolation).
 - `gpu_type` unset, `gpu_count` 1 (read only with a `gpu_type`).
 - `max_workers` unset: no per-tenant ceiling (right for a single-tenant pool, wrong for a hosted one).
@@ -69,7 +71,7 @@ class MachineType:
 
     name: str
     image: str
-    backend: BackendKind = BackendKind.LOCAL
+    backend: BackendKind = BackendKind.DOCKER
     cpus: float | None = None
     memory_mb: int | None = None
     disk_gb: int | None = None
@@ -129,7 +131,9 @@ class CatalogueRejected:
         return listed([str(error) for error in self.errors], sep="; ", noun="more errors")
 
 
-def parse_catalogue_json(text: str | bytes) -> Catalogue | CatalogueRejected:
+def parse_catalogue_json(
+    text: str | bytes, *, default_backend: BackendKind = BackendKind.DOCKER
+) -> Catalogue | CatalogueRejected:
     """Decode a PUT body and validate it. `NaN` and `Infinity` (which Python's json accepts) are refused."""
 
     def refuse_constant(constant: str) -> float:
@@ -139,18 +143,21 @@ def parse_catalogue_json(text: str | bytes) -> Catalogue | CatalogueRejected:
         body = json.loads(text, parse_constant=refuse_constant)
     except (ValueError, UnicodeDecodeError) as error:
         return _rejected(CatalogueError(index=None, name=None, field=None, message=f"not valid JSON: {error}"))
-    return parse_catalogue(body)
+    return parse_catalogue(body, default_backend=default_backend)
 
 
-def parse_catalogue(body: object) -> Catalogue | CatalogueRejected:
-    """Validate a decoded catalogue (a list of objects); every error found is reported, none stored."""
+def parse_catalogue(
+    body: object, *, default_backend: BackendKind = BackendKind.DOCKER
+) -> Catalogue | CatalogueRejected:
+    """Validate a decoded catalogue (a list of objects); every error found is reported, none stored. An entry without
+    `backend` runs on `default_backend` (the deployment's POOL_DEFAULT_BACKEND)."""
     if not isinstance(body, list):
         return _rejected(CatalogueError(index=None, name=None, field=None, message="must be a JSON list"))
     errors: list[CatalogueError] = []
     types: list[MachineType] = []
     first_index: dict[str, int] = {}
     for index, entry in enumerate(body):
-        parsed = _parse_entry(index, entry, errors)
+        parsed = _parse_entry(index, entry, errors, default_backend)
         if parsed is None:
             continue
         if parsed.name in first_index:
@@ -213,7 +220,9 @@ class _Invalid(Exception):
     """One field's error while reading an entry."""
 
 
-def _parse_entry(index: int, entry: object, errors: list[CatalogueError]) -> MachineType | None:
+def _parse_entry(
+    index: int, entry: object, errors: list[CatalogueError], default_backend: BackendKind
+) -> MachineType | None:
     if not isinstance(entry, dict):
         errors.append(CatalogueError(index=index, name=None, field=None, message="must be a JSON object"))
         return None
@@ -248,7 +257,9 @@ def _parse_entry(index: int, entry: object, errors: list[CatalogueError]) -> Mac
         "env": read("env", _env),
         "provider_options": read("provider_options", _options),
     }
-    if values["backend"] in (None, BackendKind.LOCAL) and values["image"] is not None:
+    if "backend" not in entry or entry["backend"] is None:
+        values["backend"] = default_backend
+    if values["backend"] is BackendKind.LOCAL and values["image"] is not None:
         read("image", _command_line)
     if len(errors) > found_before:
         return None

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from thermostat.policy.common.echo import ECHO_CHARS, cut, listed, quoted
+from thermostat.policy.common.echo import ECHO_CHARS, cut, quoted
 from thermostat.policy.pool.machine_type import Catalogue, MachineType
 
 DEFAULT_PRIORITY = 0
@@ -137,13 +137,13 @@ NAME_ECHO_CHARS = ECHO_CHARS
 
 
 def unknown_machine_type(name: str, catalogue: Catalogue) -> SubmitError:
-    """Refused naming the types there are: the first few, as a catalogue of hundreds would outgrow the header."""
-    known = listed(catalogue.names) or "none"
+    """Refused in the original strata-pool package's words, `unknown machine type: '<name>'`, which its clients
+    match on (GET /v1/machine-types lists the types there are); the name is cut, as it travels in a header."""
     shown = cut(name, NAME_ECHO_CHARS)
     return SubmitError(
         kind=SubmitErrorKind.UNKNOWN_MACHINE_TYPE,
         parameter="machine_type",
-        message=f"{shown!r} is not in the catalogue (known: {known})",
+        message=f"unknown machine type: {shown!r}",
     )
 
 

@@ -8,12 +8,17 @@
 | POOL_NAME | thermostat | the pool's name: Docker label and every machine's name prefix |
 | POOL_WORKER_PORT | 8080 | the port the worker listens on inside a container, pod or Fly machine |
 | POOL_PROVIDER_TIMEOUT_SECONDS | 30 | one provider API call's timeout |
-| POOL_DOCKER_SOCKET | - | the Docker daemon's socket; else a unix:// DOCKER_HOST; else /var/run/docker.sock |
+| STRATA_POOL_DOCKER_SOCKET | - | the Docker daemon's socket; else a unix:// DOCKER_HOST; else /var/run/docker.sock |
 | POOL_RUNPOD_API_KEY | - | RunPod key for the pool; else RUNPOD_API_KEY (the pod controller's) |
 | RUNPOD_V2_BASE_URL, RUNPOD_PROXY_URL_TEMPLATE | RunPod's | shared with the pod controller |
-| FLY_API_TOKEN, POOL_FLY_APP, POOL_FLY_REGION | - | all three configure the fly backend |
+| FLY_API_TOKEN, STRATA_POOL_FLY_APP, STRATA_POOL_FLY_REGION | - | all three configure the fly backend |
 | POOL_FLY_BASE_URL | https://api.machines.dev/v1 | the Machines API |
 | POOL_FLY_ENDPOINT_TEMPLATE | http://{id}.vm.{app}.internal:{port} | a machine's worker address |
+
+The worker-pool seed's names (STRATA_POOL_*) are the primary ones, so the original package's deployments carry over;
+the names this service used first stay as aliases (POOL_DOCKER_SOCKET, POOL_FLY_APP,
+POOL_FLY_REGION: ALIASES). Both set and different is a start-up error naming both
+(`aliased`): silently preferring one would start machines somewhere the operator did not mean.
 
 A backend is configured when what it needs is set (Docker: a socket file exists at the resolved path);
 `missing_settings` says, for each one that is not, what to set, for the catalogue check
@@ -23,9 +28,9 @@ A backend is configured when what it needs is set (Docker: a socket file exists 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from thermostat.policy.pool.machine_type import BackendKind
@@ -38,6 +43,37 @@ from thermostat.providers.runpod.client import DEFAULT_BASE_URL, DEFAULT_PROXY_U
 
 ProviderBackend = DockerBackend | RunPodBackend | FlyBackend
 
+ALIASES: Mapping[str, str] = {
+    "STRATA_POOL_DOCKER_SOCKET": "POOL_DOCKER_SOCKET",
+    "STRATA_POOL_REQUIRE_DOCKER": "POOL_REQUIRE_DOCKER",
+    "STRATA_POOL_FLY_APP": "POOL_FLY_APP",
+    "STRATA_POOL_FLY_REGION": "POOL_FLY_REGION",
+    "STRATA_POOL_FLY_LIVE": "THERMOSTAT_POOL_FLY_LIVE",
+    "STRATA_POOL_FLY_ON_NETWORK": "THERMOSTAT_POOL_FLY_ON_NETWORK",
+    "STRATA_POOL_RUNPOD_LIVE": "THERMOSTAT_POOL_RUNPOD_LIVE",
+    "STRATA_POOL_RUNPOD_GPU": "THERMOSTAT_POOL_RUNPOD_GPU",
+}
+"""The seed's environment names (primary) and this service's earlier names for the same settings (aliases)."""
+
+
+def aliased(primary: str, primary_value: str | None, alias: str, alias_value: str | None) -> str | None:
+    """The setting under its seed name or its alias (blank counts as unset), or None; ValueError naming both when
+    both are set and differ."""
+    first = (primary_value or "").strip() or None
+    second = (alias_value or "").strip() or None
+    if first is not None and second is not None and first != second:
+        raise ValueError(
+            f"{primary} and {alias} name the same setting and differ ({primary}={first!r}, {alias}={second!r}): "
+            f"set one ({primary} is the seed's name, {alias} its alias)"
+        )
+    return first or second
+
+
+def env_setting(primary: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """A seed-named setting read from `environ` with its alias (ALIASES), as `aliased` reads it."""
+    alias = ALIASES[primary]
+    return aliased(primary, environ.get(primary), alias, environ.get(alias))
+
 
 class PoolBackendSettings(BaseSettings):
     """PoolBackendSettings configure the docker, runpod and fly backends (local needs none)."""
@@ -47,21 +83,43 @@ class PoolBackendSettings(BaseSettings):
     pool_name: str = Field(default="thermostat", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,30}$")
     pool_worker_port: int = Field(default=DEFAULT_WORKER_PORT, ge=1, le=65535)
     pool_provider_timeout_seconds: float = Field(default=30.0, gt=0, le=300)
-    pool_docker_socket: str | None = None
+    strata_pool_docker_socket: str | None = None
+    pool_docker_socket: str | None = None  # alias of STRATA_POOL_DOCKER_SOCKET
     docker_host: str | None = None
     pool_runpod_api_key: SecretStr | None = None
     runpod_api_key: SecretStr | None = None
     runpod_v2_base_url: str = DEFAULT_BASE_URL
     runpod_proxy_url_template: str = DEFAULT_PROXY_URL_TEMPLATE
     fly_api_token: SecretStr | None = None
-    pool_fly_app: str | None = None
-    pool_fly_region: str | None = None
+    strata_pool_fly_app: str | None = None
+    pool_fly_app: str | None = None  # alias of STRATA_POOL_FLY_APP
+    strata_pool_fly_region: str | None = None
+    pool_fly_region: str | None = None  # alias of STRATA_POOL_FLY_REGION
     pool_fly_base_url: str = DEFAULT_FLY_BASE_URL
     pool_fly_endpoint_template: str = DEFAULT_ENDPOINT_TEMPLATE
 
+    @model_validator(mode="after")
+    def _aliases_agree(self) -> PoolBackendSettings:
+        for read in (self.docker_socket_setting, self.fly_app, self.fly_region):
+            read()  # a ValueError naming both variables stops the start
+        return self
+
+    def docker_socket_setting(self) -> str | None:
+        return aliased("STRATA_POOL_DOCKER_SOCKET", self.strata_pool_docker_socket,
+                       "POOL_DOCKER_SOCKET", self.pool_docker_socket)  # fmt: skip
+
+    def fly_app(self) -> str:
+        return aliased("STRATA_POOL_FLY_APP", self.strata_pool_fly_app, "POOL_FLY_APP", self.pool_fly_app) or ""
+
+    def fly_region(self) -> str:
+        return (
+            aliased("STRATA_POOL_FLY_REGION", self.strata_pool_fly_region, "POOL_FLY_REGION", self.pool_fly_region)
+            or ""
+        )
+
     @property
     def docker_socket(self) -> str:
-        return docker_socket_path(pool_docker_socket=self.pool_docker_socket, docker_host=self.docker_host)
+        return docker_socket_path(pool_docker_socket=self.docker_socket_setting(), docker_host=self.docker_host)
 
     @property
     def runpod_key(self) -> str | None:
@@ -79,7 +137,8 @@ def missing_settings(
     missing: dict[BackendKind, str] = {}
     if not socket_exists(settings.docker_socket):
         missing[BackendKind.DOCKER] = (
-            f"POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST): there is no Docker socket at {settings.docker_socket}"
+            f"STRATA_POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST): there is no Docker socket at "
+            f"{settings.docker_socket}"
         )
     if settings.runpod_key is None:
         missing[BackendKind.RUNPOD] = "POOL_RUNPOD_API_KEY (or RUNPOD_API_KEY)"
@@ -88,8 +147,8 @@ def missing_settings(
         name
         for name, value in (
             ("FLY_API_TOKEN", fly_token),
-            ("POOL_FLY_APP", (settings.pool_fly_app or "").strip()),
-            ("POOL_FLY_REGION", (settings.pool_fly_region or "").strip()),
+            ("STRATA_POOL_FLY_APP", settings.fly_app()),
+            ("STRATA_POOL_FLY_REGION", settings.fly_region()),
         )
         if not value
     ]
@@ -121,8 +180,8 @@ def build_backends(
         )  # fmt: skip
     if BackendKind.FLY not in missing and settings.fly_api_token is not None:
         backends[BackendKind.FLY] = FlyBackend(
-            worker, api_token=settings.fly_api_token.get_secret_value(), app=(settings.pool_fly_app or "").strip(),
-            region=(settings.pool_fly_region or "").strip(), base_url=settings.pool_fly_base_url,
+            worker, api_token=settings.fly_api_token.get_secret_value(), app=settings.fly_app(),
+            region=settings.fly_region(), base_url=settings.pool_fly_base_url,
             endpoint_template=settings.pool_fly_endpoint_template, worker_port=settings.pool_worker_port,
             name_prefix=settings.pool_name, timeout_seconds=timeout,
         )  # fmt: skip

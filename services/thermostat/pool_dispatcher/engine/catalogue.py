@@ -14,7 +14,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from thermostat.policy.pool.backends import REQUIRED_SETTINGS, backend_use, check_backends
+from thermostat.policy.pool.backends import (
+    ENABLED_SETTING,
+    REQUIRED_SETTINGS,
+    BackendChoice,
+    backend_use,
+    check_backends,
+)
 from thermostat.policy.pool.machine_type import (
     BackendKind,
     Catalogue,
@@ -42,9 +48,16 @@ class Backends:
     """The configured backends, keyed by kind's value (as the machine rows record it); a type picks by `backend`."""
 
     def __init__(
-        self, backends: Mapping[BackendKind, Backend], missing_settings: Mapping[BackendKind, str] | None = None
+        self,
+        backends: Mapping[BackendKind, Backend],
+        missing_settings: Mapping[BackendKind, str] | None = None,
+        choice: BackendChoice | None = None,
     ) -> None:
-        self.by_kind: dict[str, Backend] = {str(kind): backend for kind, backend in backends.items()}
+        # None: whatever backends were given are enabled, and an entry without `backend` is docker
+        self.choice = choice or BackendChoice(enabled=frozenset(backends) | BackendChoice().enabled)
+        self.by_kind: dict[str, Backend] = {
+            str(kind): backend for kind, backend in backends.items() if kind in self.choice.enabled
+        }
         self.missing_settings = dict(missing_settings or {})
 
     def get(self, kind: str) -> Backend:
@@ -56,13 +69,17 @@ class Backends:
     def check(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
         """The catalogue, or why this process's backends cannot serve it (PUT's 400)."""
         configured = [BackendKind(kind) for kind in self.by_kind]
-        return check_backends(catalogue, configured=configured, missing_settings=self.missing_settings)
+        return check_backends(
+            catalogue, configured=configured, missing_settings=self.missing_settings, enabled=self.choice.enabled
+        )
 
     def refusal(self, machine_type: MachineType) -> str | None:
         """Why this process cannot start machines of the type (its backend is not configured), or None."""
         kind = machine_type.backend
         if kind in self.by_kind:
             return None
+        if kind not in self.choice.enabled:
+            return f"machine type {machine_type.name}: the {kind.value} backend is not enabled ({ENABLED_SETTING})"
         setting = self.missing_settings.get(kind) or REQUIRED_SETTINGS.get(kind, "its settings")
         return f"machine type {machine_type.name}: the {kind.value} backend is not configured: set {setting}"
 
@@ -95,7 +112,7 @@ class CatalogueCache:
         if stored is None or stored[0] <= self.state.version:
             return
         version, body = stored
-        parsed = parse_catalogue(body)
+        parsed = parse_catalogue(body, default_backend=self.backends.choice.default)
         if not isinstance(parsed, Catalogue):  # stored only after validation: a newer release's shape
             log.error("stored catalogue version %d does not parse here: %s", version, parsed.detail)
             return

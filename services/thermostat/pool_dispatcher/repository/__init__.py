@@ -47,6 +47,7 @@ from .values import (
     Submitted,
     UsageView,
     WorkerView,
+    usage_event_id,
 )
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "WorkerView",
     "job_done_channel",
     "parse_job_done",
+    "usage_event_id",
 ]
 
 

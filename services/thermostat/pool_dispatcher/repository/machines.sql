@@ -176,8 +176,9 @@ SELECT backend FROM pool_machines WHERE id = $1;
 SELECT endpoint, token FROM pool_machines WHERE id = $1;
 
 -- name: list_workers
+-- never the token: the endpoint alone does not reach a worker's /execute
 SELECT id, tenant_id, machine_type, image, backend, state, region, session_id, job_id, created_at, warm_at,
-       last_active_at, health_misses
+       last_active_at, health_misses, provider_id, endpoint
 FROM pool_machines WHERE $1::text IS NULL OR tenant_id = $1
 ORDER BY created_at, id;
 

@@ -6,6 +6,7 @@ turns its rows into these, and the engine and the servicer work on them.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,16 @@ import asyncpg
 from thermostat.policy.pool.hand_back import handed_to_machines
 from thermostat.policy.pool.machines import Machine, MachineState
 from thermostat.policy.pool.queue_order import QueuedJob
+
+USAGE_EVENT_NAMESPACE = uuid.UUID("6f0c5e0a-8f1b-5d7e-9a43-2b7c1d9e4a10")
+"""The UUIDv5 namespace of usage event ids (UsageView.event_id): fixed, so an event's id never changes."""
+
+
+def usage_event_id(job_id: str) -> str:
+    """A usage event's own id (the original strata-pool's `id`): derived from its job's, one event per job, so it
+    needs no column and reads the same on every replica and every read."""
+    return str(uuid.uuid5(USAGE_EVENT_NAMESPACE, job_id))
+
 
 Row = asyncpg.Record
 
@@ -356,6 +367,8 @@ class WorkerView:
     warm_at: datetime | None
     last_active_at: datetime | None
     health_misses: int
+    provider_id: str | None = None  # the backend's id, once the machine started
+    endpoint: str | None = None  # where its worker answers (the token is never in a view)
 
     @classmethod
     def from_row(cls, row: Row) -> WorkerView:
@@ -373,6 +386,8 @@ class WorkerView:
             warm_at=row["warm_at"],
             last_active_at=row["last_active_at"],
             health_misses=row["health_misses"],
+            provider_id=row["provider_id"],
+            endpoint=row["endpoint"],
         )
 
 
@@ -387,6 +402,10 @@ class UsageView:
     duration_seconds: float
     started_at: datetime
     ended_at: datetime
+
+    @property
+    def event_id(self) -> str:
+        return usage_event_id(self.job_id)
 
     @classmethod
     def from_row(cls, row: Row) -> UsageView:

@@ -39,9 +39,9 @@ def admit(ask: SubmitAsk) -> Admitted | SubmitRefusal:
         ),
         pytest.param(
             SubmitAsk(machine_type="nope"),
-            RefusalKind.OPTIONS,
-            "machine_type: 'nope' is not in the catalogue",
-            id="options-unknown-type",
+            RefusalKind.UNKNOWN_MACHINE_TYPE,
+            "unknown machine type: 'nope'",
+            id="machine-type-unknown-is-the-originals-400",
         ),
         pytest.param(
             SubmitAsk(machine_type="remote"),

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.unit.policy.pool.conftest import catalogue, cpu
-from thermostat.policy.pool.backends import backend_use, check_backends, runpod_vcpu_count
+from thermostat.policy.pool.backends import (
+    DEFAULT_ENABLED,
+    BackendChoice,
+    backend_choice,
+    backend_use,
+    check_backends,
+    check_enabled,
+    runpod_vcpu_count,
+)
 from thermostat.policy.pool.machine_type import BackendKind, CatalogueRejected, MachineType
 
 ALL = {BackendKind.DOCKER, BackendKind.RUNPOD, BackendKind.FLY}
@@ -22,18 +32,85 @@ def test_catalogue_on_configured_backends_is_accepted_as_given() -> None:
     assert check_backends(given, configured=ALL) is given
 
 
-def test_local_is_always_configured() -> None:
-    """The local backend needs no setting."""
+def test_local_needs_no_setting_once_enabled() -> None:
+    """The local backend, enabled, needs no setting."""
     given = catalogue(cpu(backend=BackendKind.LOCAL))
-    assert check_backends(given, configured=()) is given
+    assert check_backends(given, configured=(), enabled={BackendKind.LOCAL}) is given
+
+
+@pytest.mark.parametrize(
+    ("backend", "enabled"),
+    [
+        pytest.param(BackendKind.LOCAL, DEFAULT_ENABLED, id="local-by-default"),
+        pytest.param(BackendKind.FLY, {BackendKind.DOCKER, BackendKind.LOCAL}, id="a-provider-left-out"),
+    ],
+)
+def test_type_on_a_backend_not_enabled_is_refused_naming_the_field_and_the_setting(
+    backend: BackendKind, enabled: set[BackendKind]
+) -> None:
+    """Not enabled wins over configured: the 400 names the entry's backend field and POOL_ENABLED_BACKENDS."""
+    names = ", ".join(sorted(kind.value for kind in enabled))
+    detail = refused(check_backends(catalogue(cpu(backend=backend)), configured=ALL, enabled=enabled))
+    assert detail == (
+        f"machine_types[0] ('cpu').backend: the {backend.value} backend is not enabled in this deployment "
+        f"(POOL_ENABLED_BACKENDS: {names}); add it to POOL_ENABLED_BACKENDS to allow it"
+    )
+
+
+def test_check_enabled_names_each_type_on_a_disabled_backend_only() -> None:
+    """The start-up check: a type on a disabled backend is named; an unconfigured one is left to the per-job check."""
+    given = catalogue(cpu(name="a", backend=BackendKind.LOCAL), cpu(name="b", backend=BackendKind.FLY))
+    result = check_enabled(given, enabled=DEFAULT_ENABLED)
+    assert isinstance(result, CatalogueRejected)
+    assert [(error.index, error.field) for error in result.errors] == [(0, "backend")]
+    assert check_enabled(given, enabled={*DEFAULT_ENABLED, BackendKind.LOCAL}) is given
+
+
+@pytest.mark.parametrize(
+    ("enabled", "default", "choice"),
+    [
+        pytest.param(None, None, BackendChoice(enabled=DEFAULT_ENABLED, default=BackendKind.DOCKER), id="unset"),
+        pytest.param(" ", "", BackendChoice(enabled=DEFAULT_ENABLED, default=BackendKind.DOCKER), id="blank-is-unset"),
+        pytest.param(
+            "local, Docker", "local",
+            BackendChoice(enabled=frozenset({BackendKind.LOCAL, BackendKind.DOCKER}), default=BackendKind.LOCAL),
+            id="local-enabled-and-default",
+        ),
+        pytest.param(
+            "fly", "fly", BackendChoice(enabled=frozenset({BackendKind.FLY}), default=BackendKind.FLY), id="fly-only"
+        ),
+    ],
+)  # fmt: skip
+def test_backend_choice_reads_the_two_settings(enabled: str | None, default: str | None, choice: BackendChoice) -> None:
+    """Docker, RunPod and Fly are enabled and docker is the default unless the deployment says otherwise."""
+    assert backend_choice(enabled, default) == choice
+
+
+@pytest.mark.parametrize(
+    ("enabled", "default", "message"),
+    [
+        pytest.param("docker,lambda", None, "POOL_ENABLED_BACKENDS: 'lambda' is not a backend; choose from local, "
+                     "docker, runpod, fly", id="unknown-enabled"),
+        pytest.param(",,", None, "POOL_ENABLED_BACKENDS: names no backend", id="empty-list"),
+        pytest.param(None, "podman", "POOL_DEFAULT_BACKEND: 'podman' is not a backend", id="unknown-default"),
+        pytest.param(None, "local", "POOL_DEFAULT_BACKEND: local is not among POOL_ENABLED_BACKENDS (docker, fly, "
+                     "runpod)", id="default-not-enabled"),
+        pytest.param("fly", None, "POOL_DEFAULT_BACKEND: docker is not among POOL_ENABLED_BACKENDS (fly)",
+                     id="docker-default-left-out"),
+    ],
+)  # fmt: skip
+def test_backend_choice_refuses_naming_the_variable(enabled: str | None, default: str | None, message: str) -> None:
+    """A bad value stops the start naming the variable."""
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        backend_choice(enabled, default)
 
 
 @pytest.mark.parametrize(
     ("backend", "setting"),
     [
-        (BackendKind.DOCKER, "POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST)"),
+        (BackendKind.DOCKER, "STRATA_POOL_DOCKER_SOCKET (or a unix:// DOCKER_HOST)"),
         (BackendKind.RUNPOD, "POOL_RUNPOD_API_KEY (or RUNPOD_API_KEY)"),
-        (BackendKind.FLY, "FLY_API_TOKEN, POOL_FLY_APP and POOL_FLY_REGION"),
+        (BackendKind.FLY, "FLY_API_TOKEN, STRATA_POOL_FLY_APP and STRATA_POOL_FLY_REGION"),
     ],
 )
 def test_type_on_an_unconfigured_backend_is_refused_naming_the_setting(backend: BackendKind, setting: str) -> None:
@@ -104,29 +181,35 @@ def test_vcpu_count_rounds_up_to_a_power_of_two_from_2_to_32(cpus: float | None,
     [
         pytest.param(
             (cpu(name="a", backend=BackendKind.LOCAL),),
-            ALL,
+            {*ALL, BackendKind.LOCAL},
             "backends configured: docker, fly, local, runpod; used by the catalogue: local; "
             "configured, no type uses: docker, fly, runpod",
             id="only-local-types-of-four-configured",
         ),
         pytest.param(
             (cpu(name="a", backend=BackendKind.LOCAL), cpu(name="b", backend=BackendKind.DOCKER)),
-            {BackendKind.DOCKER},
+            {BackendKind.DOCKER, BackendKind.LOCAL},
             "backends configured: docker, local; used by the catalogue: docker, local",
             id="every-configured-backend-used",
         ),
         pytest.param(
             (cpu(name="a", backend=BackendKind.FLY),),
-            (),
+            {BackendKind.LOCAL},
             "backends configured: local; used by the catalogue: fly; configured, no type uses: local; "
             "used, not configured: fly",
             id="a-type-on-an-unconfigured-backend",
         ),
         pytest.param(
             (),
-            (),
+            {BackendKind.LOCAL},
             "backends configured: local; used by the catalogue: none; configured, no type uses: local",
             id="empty-catalogue",
+        ),
+        pytest.param(
+            (cpu(name="a", backend=BackendKind.DOCKER),),
+            {BackendKind.DOCKER},
+            "backends configured: docker; used by the catalogue: docker",
+            id="local-not-enabled-is-not-listed",
         ),
     ],
 )

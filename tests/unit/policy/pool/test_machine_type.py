@@ -31,14 +31,14 @@ def rejected(body: object) -> CatalogueRejected:
 
 
 def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
-    """A minimal entry takes the documented defaults."""
-    result = parse_catalogue([{"name": "cpu-4x", "image": "python -m thermostat.worker"}])
+    """A minimal entry takes the documented defaults: the seed's example entry runs on docker."""
+    result = parse_catalogue([{"name": "cpu-4x", "image": "strata-worker:latest"}])
     assert result == Catalogue(
         types=(
             MachineType(
                 name="cpu-4x",
-                image="python -m thermostat.worker",
-                backend=BackendKind.LOCAL,
+                image="strata-worker:latest",
+                backend=BackendKind.DOCKER,
                 cpus=None,
                 memory_mb=None,
                 disk_gb=None,
@@ -55,6 +55,32 @@ def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
             ),
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "default", "backend"),
+    [
+        pytest.param({}, BackendKind.DOCKER, BackendKind.DOCKER, id="absent-is-the-default"),
+        pytest.param({"backend": None}, BackendKind.DOCKER, BackendKind.DOCKER, id="null-is-the-default"),
+        pytest.param({}, BackendKind.LOCAL, BackendKind.LOCAL, id="a-deployment-default-of-local"),
+        pytest.param({"backend": "fly"}, BackendKind.LOCAL, BackendKind.FLY, id="named-wins-over-the-default"),
+    ],
+)
+def test_an_entry_without_backend_runs_on_the_deployments_default(
+    given: dict[str, Any], default: BackendKind, backend: BackendKind
+) -> None:
+    """POOL_DEFAULT_BACKEND (docker unless set) fills a missing or null `backend`; a named one stands."""
+    result = parse_catalogue([entry(**given)], default_backend=default)
+    assert isinstance(result, Catalogue)
+    assert result.types[0].backend is backend
+
+
+def test_an_image_is_read_as_a_command_line_only_for_local() -> None:
+    """`image` is a command line only on local: on docker an unbalanced quote is just an image string's problem."""
+    assert isinstance(parse_catalogue([entry(image="python -c 'unclosed")]), Catalogue)
+    refused = parse_catalogue([entry(image="python -c 'unclosed")], default_backend=BackendKind.LOCAL)
+    assert isinstance(refused, CatalogueRejected)
+    assert refused.errors[0].field == "image"
 
 
 def test_every_field_is_read() -> None:
@@ -140,7 +166,12 @@ def test_get_shape_round_trips_through_put() -> None:
         pytest.param({"env": {"TOKEN": 5}}, "env", "'TOKEN' must be a string", id="env-value-not-string"),
         pytest.param({"env": ["A=b"]}, "env", "must be an object of strings", id="env-not-object"),
         pytest.param({"provider_options": "x"}, "provider_options", "must be an object", id="options-not-object"),
-        pytest.param({"image": "python -c 'unclosed"}, "image", "not a command line", id="local-image-unparseable"),
+        pytest.param(
+            {"image": "python -c 'unclosed", "backend": "local"},
+            "image",
+            "not a command line",
+            id="local-image-unparseable",
+        ),
         pytest.param({"image": "  "}, "image", "must be a non-empty string", id="blank-image"),
         pytest.param({"name": "has space"}, "name", "must be 1-63 letters", id="bad-name"),
     ],
