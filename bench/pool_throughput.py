@@ -179,6 +179,7 @@ async def _spawn_dispatcher(dsn: str, name: str, max_workers: int) -> Dispatcher
         "STRATA_POOL_TOKEN": API_TOKEN,
         "POOL_MACHINE_TYPES": json.dumps(catalogue(max_workers)),
         "POOL_ENABLED_BACKENDS": "local",  # the reference worker as a child process (issue 23: local is opt-in)
+        "POOL_DEFAULT_BACKEND": "local",  # the only one enabled: the default must be among them
         "POOL_HEALTH_POLL_SECONDS": "0.1",
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
