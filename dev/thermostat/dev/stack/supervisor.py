@@ -48,7 +48,7 @@ from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
-from thermostat.dev.stack.ports import WantedPort, busy_ports
+from thermostat.dev.stack.ports import WantedPort, busy_ports, in_use
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.providers.pool.settings import ALIASES, env_setting
 from thermostat.store.db import apply_migrations
@@ -478,8 +478,26 @@ class Stack:
         if child.relay is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(child.relay, 2)
+        self._move_metrics_if_taken(child)
         child.process, child.started = await self._exec(child.argv, child.env), time.monotonic()
         child.relay = asyncio.create_task(self._relay(child, child.process))
+
+    def _move_metrics_if_taken(self, child: Child) -> None:
+        """A free port chosen at start is an ephemeral one: while its child was down, another process's outgoing
+        connection may have been given it. The gRPC port is the child's address and stays; /metrics moves."""
+        service = next((s for s in self.config.services if s.name == child.name.split("#")[0]), None)
+        if service is None or not child.env.get(service.metrics_port_env, "").isdigit():
+            return
+        port = int(child.env[service.metrics_port_env])
+        if not port or not in_use(port):
+            return
+        moved = free_port()
+        log.warning(
+            "%s's /metrics port %d was taken while it was down; it serves /metrics on %d", child.name, port, moved
+        )
+        child.env = {**child.env, service.metrics_port_env: str(moved)}
+        if self.metrics_ports.get(service.name) == port and "#" not in child.name:
+            self.metrics_ports[service.name] = moved
 
     async def _keep_running(self, child: Child) -> None:
         """Report a child that exits while the stack runs and start it again after a backoff."""
