@@ -126,6 +126,45 @@ async def test_stop_kills_a_worker_that_ignores_sigterm(client: WorkerClient) ->
     assert not alive(pid)
 
 
+SLOW_TO_EXIT = (
+    "import signal, sys, time; "
+    "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0))); "
+    "print('ready', flush=True); time.sleep(60)"
+)
+
+
+async def test_a_machine_another_process_started_is_gone_when_stop_returns(client: WorkerClient) -> None:
+    """A deploy hands machines to the next dispatcher process, which did not start them (no child handle): its
+    stop still waits for the worker to end (here half a second after SIGTERM), as a stop of its own child does.
+    The stack's Ctrl-C relied on that: a stop that returned at the signal left adopted machines running."""
+    starter, adopter = LocalBackend(client), LocalBackend(client, stop_grace_seconds=5)
+    handle = await starter.start(spec(worker_type(image=f'{sys.executable} -c "{SLOW_TO_EXIT}"')))
+    pid = pid_of(starter, handle)
+    await asyncio.sleep(0.3)  # let the child install its handler (without it, SIGTERM ends it at once)
+    starter.release()
+    await asyncio.wait_for(adopter.stop(handle.provider_id), 10)
+    assert not alive(pid)
+    await adopter.stop(handle.provider_id)  # idempotent: the group is not signalled again
+
+
+async def test_a_machine_another_process_started_that_ignores_sigterm_is_killed_after_the_grace(
+    client: WorkerClient,
+) -> None:
+    """The adopter's stop of a foreign machine that ignores SIGTERM ends it with SIGKILL after the grace."""
+    ignore_sigterm = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    starter, adopter = LocalBackend(client), LocalBackend(client, stop_grace_seconds=0.2)
+    handle = await starter.start(spec(worker_type(image=f"{sys.executable} -c '{ignore_sigterm}'")))
+    pid = pid_of(starter, handle)
+    await asyncio.sleep(0.3)
+    starter.release()
+    await asyncio.wait_for(adopter.stop(handle.provider_id), 5)
+
+    async def gone() -> bool | None:  # SIGKILL is delivered asynchronously; the stop sent it before returning
+        return True if not alive(pid) else None
+
+    assert await eventually(gone, timeout=5)
+
+
 async def test_killed_worker_reads_unhealthy(backend: LocalBackend) -> None:
     """A worker process that died (kill -9) fails its health check."""
     handle = await booted(backend, spec())

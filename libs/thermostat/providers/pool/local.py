@@ -29,7 +29,8 @@ Theory of operation:
   stack sets it: a dispatcher it restarts keeps its fleet; its Ctrl-C sends SIGINT, which stops them in order). A
   crashed dispatcher's children then live on until a live process reclaims the rows and stops them by group.
 - `stop` sends SIGTERM, waits `stop_grace_seconds`, then SIGKILL; it is idempotent, and a provider id this
-  backend did not start is signalled by group (see above).
+  backend did not start is signalled by group (see above) and its leader polled until it is gone (it is not
+  our child, so no wait() reports it): `stop` returns once the machine has ended, whoever started it.
 - `health` is "the process is alive and its worker answers GET /health with 200".
 """
 
@@ -51,6 +52,7 @@ from thermostat.providers.pool.backend import Backend, BackendError, MachineHand
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_STOP_GRACE_SECONDS = 5.0
+FOREIGN_POLL_SECONDS = 0.02
 INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
 
@@ -124,7 +126,10 @@ class LocalBackend:
             # reclaim): its worker leads its own process group, so the group is signalled by id.
             pid = _foreign_pid(provider_id)
             if pid is not None and provider_id not in self._stopped:
-                _signal_group(pid, signal.SIGTERM)
+                self._stopped.add(provider_id)
+                # shielded, as below; and awaited like one of ours: a stop that returned while the worker
+                # was still running let the stack's Ctrl-C end before the machines a deploy handed over did
+                await asyncio.shield(self._terminate_foreign(pid))
             return
         # shielded: a caller cancelled mid-grace must not leave the child half-stopped
         await asyncio.shield(self._terminate(process))
@@ -176,6 +181,14 @@ class LocalBackend:
         _signal_group(process.pid, signal.SIGKILL)
         await process.wait()
 
+    async def _terminate_foreign(self, pid: int) -> None:
+        """SIGTERM, the grace, then SIGKILL for a group another process started: not our child, so no wait()
+        reports its end; a pidfd does (Linux), or else polling the leader (a zombie counts as gone)."""
+        _signal_group(pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_ended(pid), self._grace)
+        _signal_group(pid, signal.SIGKILL)
+
     def _cpus(self, cpus: float | None) -> tuple[int, ...] | None:
         if cpus is None or not hasattr(os, "sched_getaffinity"):
             return None
@@ -197,6 +210,49 @@ def _foreign_pid(provider_id: str) -> int | None:
     if prefix != "local" or not (number.isascii() and number.isdigit() and len(number) <= 10) or int(number) <= 1:
         return None
     return int(number)
+
+
+async def _ended(pid: int) -> None:
+    """Return once the process `pid` (any process, not only a child) has ended."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3): poll
+        while _running(pid):  # noqa: ASYNC110 - nothing signals a foreign process's end without a pidfd
+            await asyncio.sleep(FOREIGN_POLL_SECONDS)
+        return
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+
+    def readable() -> None:  # a pidfd turns readable once its process exits
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(descriptor, readable)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(descriptor)
+        os.close(descriptor)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (Linux reads its state; elsewhere existence is all)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _free_port() -> int:
