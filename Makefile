@@ -52,7 +52,7 @@ run: proto ## start embedded Postgres, the RunPod simulator, every service and t
 # 2-core machine busy. TEST_WORKERS=0 runs it in this one process (pdb, -s); more cores can take more.
 TEST_WORKERS ?= 2
 test: proto ## run the whole test suite (TEST_WORKERS=2 processes; 0 for one)
-	@$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	@$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
 	@$(BIN)/ruff check .

@@ -11,7 +11,6 @@ import os
 # with SIGSEGV before exec). The tests fork only to exec, so they need no fork support; their children inherit it.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import pytest
 from hypothesis import HealthCheck, settings
 
 from thermostat.chassis.registry import SERVICES
@@ -27,16 +26,8 @@ pytest_plugins = [
     "tests.fixtures.services",
     "tests.fixtures.chaos",
     "tests.fixtures.tracing",
+    "tests.fixtures.parallel",
 ]
 
 for _service in SERVICES:
     os.environ.setdefault(_service.metrics_port_env, "0")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests on the Docker daemon run in one test process (make test runs two, pytest-xdist's loadgroup): they
-    check that the daemon holds nothing of theirs when they end, which another process's container would break, and
-    the worker image is then built once."""
-    for item in items:
-        if "docker_daemon_outcome" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("docker"))
