@@ -48,8 +48,11 @@ images: venv ## build the services, edge and worker images from deploy/ (stand-i
 run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge (PROMETHEUS=1: and Prometheus)
 	@$(BIN)/python -m thermostat.dev.stack
 
-test: proto ## run the whole test suite
-	@$(BIN)/python -m pytest $(PYTEST_ARGS)
+# Two test processes (pytest-xdist): the suite waits on processes it starts as much as it computes, so two keep a
+# 2-core machine busy. TEST_WORKERS=0 runs it in this one process (pdb, -s); more cores can take more.
+TEST_WORKERS ?= 2
+test: proto ## run the whole test suite (TEST_WORKERS=2 processes; 0 for one)
+	@$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
 	@$(BIN)/ruff check .

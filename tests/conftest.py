@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.fixtures.services",
     "tests.fixtures.chaos",
     "tests.fixtures.tracing",
+    "tests.fixtures.parallel",
 ]
 
 for _service in SERVICES:
