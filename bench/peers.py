@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -117,6 +118,7 @@ class Measure:
     cpu: dict[str, float] = field(default_factory=dict)  # role -> seconds over every round
     jobs: int = 0
     latencies: list[float] = field(default_factory=list)  # ms, the open loop's
+    writes: int = 0  # writing transactions the whole server committed over every round (XIDs assigned)
 
     def cpu_per_job(self, roles: tuple[str, ...]) -> dict[str, float]:
         return {role: self.cpu.get(role, 0.0) / max(1, self.jobs) * 1e6 for role in roles}
@@ -211,8 +213,9 @@ Path_ = Callable[[int, int], Awaitable[float]]  # (first job number, jobs) -> jo
 class Run:
     """Every path of the run, its figures and the job numbers each system has used."""
 
-    def __init__(self, lanes: int, rate: float, open_jobs: int) -> None:
+    def __init__(self, lanes: int, rate: float, open_jobs: int, xid: Callable[[], Awaitable[int]]) -> None:
         self.lanes, self.rate, self.open_jobs = lanes, rate, open_jobs
+        self.xid = xid  # the server's transaction counter: every writing transaction takes the next
         self.figures: dict[str, Measure] = {}
         self.numbered: dict[str, int] = {}  # system -> next job number
         self.open_ranges: dict[str, list[range]] = {}
@@ -221,13 +224,16 @@ class Run:
     async def measure(self, system: str, path: str, runner: Path_, jobs: int, *, record: bool = True) -> float:
         first = self.numbered.get(system, 0)
         self.numbered[system] = first + jobs
+        xid_before = await self.xid()
         before = rig_kit.cpu_seconds(ROLES)
         rate = await runner(first, jobs)
         after = rig_kit.cpu_seconds(ROLES)
+        xid_after = await self.xid()
         if record:
             figure = self.figures.setdefault(path, Measure())
             figure.rates.append(rate)
             figure.jobs += jobs
+            figure.writes += xid_after - xid_before - 1  # the second reading takes an id of its own
             for role, seconds in after.items():
                 figure.cpu[role] = figure.cpu.get(role, 0.0) + max(0.0, seconds - before.get(role, 0.0))
         return rate
@@ -378,6 +384,13 @@ def progress(text: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}, {rig_kit.load_line()}] {text}", flush=True)
 
 
+async def next_xid(admin: asyncpg.Connection) -> int:
+    """The id the server's next writing transaction gets (this reading takes one itself). Counted over a path, it
+    is how many transactions wrote anything, in every database (the other systems idle meanwhile): a figure
+    the machine's load does not move, unlike the rates and CPU beside it."""
+    return int(await admin.fetchval("SELECT pg_current_xact_id()::text::bigint"))
+
+
 async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, calls: int) -> None:
     print(
         f"peers: {jobs} jobs a path a round, {rounds} rounds, {lanes} callers, batches of {BATCH}, open loop "
@@ -388,7 +401,6 @@ async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, 
     assert main_task is not None
     # a SIGTERM (timeout, make's ^C) cancels the run, so every worker, dispatcher and server below is stopped
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
-    run = Run(lanes, rate, open_jobs)
     one_at_a_time: dict[str, list[float]] = {}
     with (
         embedded_data_dir() as data_dir,
@@ -396,6 +408,7 @@ async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, 
         tempfile.TemporaryDirectory(prefix="peers-") as tmp,
     ):
         admin = await asyncpg.connect(server.local_dsn)
+        run = Run(lanes, rate, open_jobs, xid=functools.partial(next_xid, admin))
         await admin.execute("CREATE DATABASE peers_pool")
         async with contextlib.AsyncExitStack() as stack:
             peers = [
@@ -493,14 +506,18 @@ def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[f
     rate = {name: statistics.median(run.figures[name].rates) for name in run.order}
     cpu = {name: m.cpu_per_job(cpu_roles(name)) for name, m in run.figures.items() if m.jobs}
     print(
-        f"\n{'path (median round)':<36}{'jobs/s':>8}{'CPU µs/job':>11}{'cores÷CPU':>10}"
+        f"\n{'path (median round)':<36}{'jobs/s':>8}{'CPU µs/job':>11}{'cores÷CPU':>10}{'writes/job':>11}"
         "   CPU by process, µs/job; rounds"
     )
     for name in rate:
         total = sum(cpu[name].values())
         parts = " ".join(f"{role} {us:.0f}" for role, us in cpu[name].items())
         rounds = " ".join(f"{v:.0f}" for v in run.figures[name].rates)
-        print(f"{name:<36}{rate[name]:>8,.0f}{total:>11,.0f}{cores / total * 1e6:>10,.0f}   {parts}; {rounds}")
+        writes = run.figures[name].writes / max(1, run.figures[name].jobs)
+        print(
+            f"{name:<36}{rate[name]:>8,.0f}{total:>11,.0f}{cores / total * 1e6:>10,.0f}{writes:>11.2f}"
+            f"   {parts}; {rounds}"
+        )
     floor_cpu = sum(sum(cpu[name].values()) for name in (HEALTH, HOP, STATEMENTS))
     print(
         f"{'floor of a per-request job (sum)':<36}{'':>8}{floor_cpu:>11,.0f}{cores / floor_cpu * 1e6:>10,.0f}"
