@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
 from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
 from thermostat.dev.simulators.serving import RecordedRequest
@@ -134,6 +136,33 @@ async def test_machine_boots_runs_a_job_and_is_destroyed(
     assert daemon.containers() == []
     assert not await backend.health(handle)
     await backend.stop(handle.provider_id)  # 404 from both calls: already gone
+
+
+async def test_a_stop_that_meets_another_removal_in_progress_returns_once_the_container_is_gone(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """Two removers of one container (a second process's stop, the orphan sweep): when the other began first, the
+    daemon answers this DELETE 409 "already in progress"; the stop then waits for the removal, not failing and not
+    returning while the container still exists (found when two test processes removed one container)."""
+    handle = await backend.start(spec(docker_type()))
+    await healthy(backend, handle)
+    daemon.begin_removal(handle.provider_id)
+    daemon.clear_requests()
+    stopping = asyncio.ensure_future(backend.stop(handle.provider_id))
+
+    async def waiting() -> bool | None:
+        return True if any(r.path.endswith("/wait") for r in daemon.requests()) else None
+
+    await eventually(waiting)  # the barrier: the stop is waiting on the daemon
+    assert not stopping.done()
+    daemon.finish_removal(handle.provider_id)
+    await asyncio.wait_for(stopping, 10)
+    assert calls(daemon) == [
+        ("POST", f"/v1.41/containers/{handle.provider_id}/stop", "t=5"),
+        ("DELETE", f"/v1.41/containers/{handle.provider_id}", "force=true"),
+        ("POST", f"/v1.41/containers/{handle.provider_id}/wait", "condition=removed"),
+    ]
+    assert daemon.containers() == []
 
 
 async def test_machine_that_dies_reads_unhealthy(daemon: DockerSimulator, backend: DockerBackend) -> None:

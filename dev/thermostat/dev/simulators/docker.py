@@ -10,7 +10,9 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
   GET  /containers/{id}/json      State {Status, Running, ExitCode, Pid}, Config {Image, Env, Labels},
                                   HostConfig as sent, NetworkSettings.Ports with the chosen host port
   POST /containers/{id}/stop?t=   204; 304 not running
-  DELETE /containers/{id}?force=  204; 409 running without force
+  DELETE /containers/{id}?force=  204; 409 running without force; 409 "removal of container … is already in
+                                  progress" while another remover holds it (`begin_removal`)
+  POST /containers/{id}/wait?condition=removed  200 {StatusCode} once the container is gone (`finish_removal`)
   GET  /_ping, GET /version
 Every request is recorded (`requests()`), bodies decoded, so a test pins shapes field by field.
 
@@ -50,6 +52,7 @@ from thermostat.dev.simulators.serving import (
 )
 
 DEFAULT_IMAGE = "strata-worker:latest"
+WAIT_LIMIT_SECONDS = 60.0  # a waiter the test never releases answers then, as if removed, rather than hanging
 DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
 
 
@@ -74,6 +77,7 @@ class SimContainer:
     exit_code: int = 0
     machine: SimMachine | None = None
     stop_timeouts: list[str] = field(default_factory=list)
+    removing: bool = False
 
     def refresh(self) -> None:
         if self.status == "running" and self.machine is not None and not self.machine.alive:
@@ -119,6 +123,7 @@ class DockerSimulator(ServedSimulator[_Server]):
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
+        self._removed = threading.Condition(self._lock)
 
     def start(self) -> Self:
         with contextlib.suppress(FileNotFoundError):
@@ -161,6 +166,21 @@ class DockerSimulator(ServedSimulator[_Server]):
         with self._lock:
             return self._containers[container_id]
 
+    def begin_removal(self, container_id: str) -> None:
+        """Another remover (a second pool process, the daemon's own auto-remove) has begun removing the container:
+        its process is killed, and a DELETE now answers 409 "already in progress" until `finish_removal`."""
+        with self._lock:
+            container = self._containers[container_id]
+            container.removing = True
+            if container.machine is not None:
+                container.machine.kill()
+
+    def finish_removal(self, container_id: str) -> None:
+        """The removal `begin_removal` began completes: the container is gone, and its waiters answer."""
+        with self._lock:
+            del self._containers[container_id]
+            self._removed.notify_all()
+
     def kill_machine(self, container_id: str) -> None:
         """The container's process dies (kill -9): it reads exited from now on."""
         machine = self.container(container_id).machine
@@ -199,6 +219,10 @@ class DockerSimulator(ServedSimulator[_Server]):
                     return self._stop(container, (params.get("t") or ["10"])[0])
                 if verb == "" and method == "DELETE":
                     return self._delete(container, (params.get("force") or ["false"])[0] in ("1", "true"))
+                if verb == "wait" and method == "POST" and (params.get("condition") or [""])[0] == "removed":
+                    # the lock is the condition's: waiting releases it for the remover
+                    self._removed.wait_for(lambda: container.id not in self._containers, timeout=WAIT_LIMIT_SECONDS)
+                    return json_answer(200, {"StatusCode": container.exit_code})
         return _error(404, f"page not found: {method} {request.path}")
 
     def _list(self, params: Mapping[str, list[str]]) -> Answer:
@@ -270,6 +294,8 @@ class DockerSimulator(ServedSimulator[_Server]):
         return 204, {}, b""
 
     def _delete(self, container: SimContainer, force: bool) -> Answer:
+        if container.removing:
+            return _error(409, f"removal of container {container.id} is already in progress")
         if container.status == "running" and not force:
             return _error(
                 409,
@@ -279,6 +305,7 @@ class DockerSimulator(ServedSimulator[_Server]):
         if container.machine is not None:
             container.machine.kill()
         del self._containers[container.id]
+        self._removed.notify_all()
         return 204, {}, b""
 
     def _inspect(self, container: SimContainer) -> dict[str, object]:

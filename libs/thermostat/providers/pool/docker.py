@@ -14,7 +14,9 @@ Theory of operation:
   or whose start was cancelled, or whose create answered without its id: removed by name) is force-removed
   before the error is raised, so nothing is left behind.
 - stop: `POST /containers/{id}/stop?t=5`, then `DELETE /containers/{id}?force=true`; a 404 from either (the
-  container is already gone) and a 304 from stop (already stopped) are success.
+  container is already gone) and a 304 from stop (already stopped) are success. A 409 "removal … is already in
+  progress" (another remover got there first) is followed by `POST /containers/{id}/wait?condition=removed`: the
+  stop returns once the container is gone, whoever removed it.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
 - Errors name the machine (or container) and carry the daemon's `message`, bounded and scrubbed of the
   worker token.
@@ -48,6 +50,7 @@ DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
 # 1.41 (Engine 20.10) is inside every current daemon's supported range (moby's default minimum is 1.40).
 DOCKER_API_VERSION: Final = "v1.41"
 STOP_TIMEOUT_SECONDS: Final = 5
+REMOVAL_WAIT_SECONDS: Final = 60.0  # another remover's removal: the daemon answers the wait when it is done
 LABEL_POOL: Final = "thermostat.pool"
 LABEL_MACHINE_TYPE: Final = "thermostat.machine_type"
 LABEL_MACHINE_ID: Final = "thermostat.machine_id"
@@ -104,6 +107,7 @@ class DockerBackend:
         self._pool = pool
         self._worker_port = worker_port
         self.socket_path = socket_path
+        self._timeout = timeout_seconds
         self._http = httpx.AsyncClient(
             transport=http_transport(transport or httpx.AsyncHTTPTransport(uds=socket_path)),
             base_url=f"http://docker/{DOCKER_API_VERSION}",
@@ -195,6 +199,16 @@ class DockerBackend:
         removed = await self._call(
             "DELETE", f"/containers/{container_id}", subject, "remove", (), params={"force": "true"}
         )
+        if removed.status_code == 409 and _removal_in_progress(removed):
+            # another remover got there first (a second process's stop, the orphan sweep): this stop still
+            # returns only once the container is gone, as one of its own does
+            waited = await self._call(
+                "POST", f"/containers/{container_id}/wait", subject, "wait for removal", (),
+                params={"condition": "removed"}, timeout=httpx.Timeout(self._timeout, read=REMOVAL_WAIT_SECONDS),
+            )  # fmt: skip
+            if waited.status_code not in (200, 404):
+                raise _refused(waited, subject, "wait for removal", ())
+            return
         if removed.status_code not in (204, 404):
             raise _refused(removed, subject, "remove", ())
 
@@ -224,6 +238,14 @@ class DockerBackend:
             ) from None
         _log.debug("docker %s %s -> %d", method, path, response.status_code)
         return response
+
+
+def _removal_in_progress(response: httpx.Response) -> bool:
+    try:
+        message = response.json().get("message", "")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(message, str) and "already in progress" in message
 
 
 def _refused(response: httpx.Response, subject: str, what: str, secrets: tuple[str, ...]) -> BackendError:
