@@ -72,7 +72,7 @@ def postgres_image(daemon: Any) -> str:
 def leftovers(daemon: Any, project: str) -> list[str]:
     label = {"label": f"com.docker.compose.project={project}"}
     return [
-        *(c.name for c in daemon.client.containers.list(all=True, filters=label)),
+        *(c.name for c in daemon.client.containers.list(all=True, ignore_removed=True, filters=label)),
         *(n.name for n in daemon.client.networks.list(filters=label)),
         *(v.name for v in daemon.client.volumes.list(filters=label)),
     ]

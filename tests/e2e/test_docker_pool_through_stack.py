@@ -42,7 +42,7 @@ def catalogue(image: str) -> str:
 
 def containers(daemon: Any, pool: str, machine_type: str | None = None) -> list[Any]:
     labels = [f"{LABEL_POOL}={pool}", *([f"{LABEL_MACHINE_TYPE}={machine_type}"] if machine_type else [])]
-    return list(daemon.client.containers.list(all=True, filters={"label": labels}))
+    return list(daemon.client.containers.list(all=True, ignore_removed=True, filters={"label": labels}))
 
 
 def until(condition: Callable[[], bool], timeout: float, what: str) -> None:

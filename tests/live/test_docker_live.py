@@ -48,7 +48,9 @@ async def backend(worker_image: str, daemon: Any) -> AsyncIterator[DockerBackend
         try:
             yield docker
         finally:
-            for container in daemon.client.containers.list(all=True, filters={"label": f"{LABEL_POOL}={POOL}"}):
+            for container in daemon.client.containers.list(
+                all=True, ignore_removed=True, filters={"label": f"{LABEL_POOL}={POOL}"}
+            ):
                 container.remove(force=True)
             await docker.aclose()
 
@@ -58,7 +60,7 @@ def live_type(image: str = IMAGE_TAG, **fields: Any) -> MachineType:
 
 
 def ours(daemon: Any) -> list[Any]:
-    return list(daemon.client.containers.list(all=True, filters={"label": f"{LABEL_POOL}={POOL}"}))
+    return list(daemon.client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_POOL}={POOL}"}))
 
 
 @pytest.mark.timeout(600)
