@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import asyncpg
 import grpc
 import pytest
 
@@ -86,6 +87,18 @@ async def settled(pool: RunningPool, outage: Outage, *job_ids: str) -> list[pool
 
 async def usage_of(pool: RunningPool, job_id: str) -> int:
     return [e.job_id for e in await pool.usage()].count(job_id)
+
+
+async def next_pass(pool: RunningPool) -> None:
+    """The scaler's next pass after a restore, as its loop runs it: a pass that borrows a pooled connection the cut
+    closed before this process read the close fails, and the loop runs the pass again (chassis/periodic.py)."""
+    for attempt in range(3):
+        try:
+            await pool.dispatcher.scaler_pass()
+            return
+        except (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, ConnectionError):
+            if attempt == 2:
+                raise
 
 
 def cut_before_or_after(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
@@ -217,7 +230,7 @@ async def test_a_claim_whose_answer_was_lost_is_requeued_by_the_next_pass_and_ru
         assert (machine.state, bool(machine.job_id)) == ("busy", True)  # claimed, and nothing sends it
         assert (await pool.job(machine.job_id)).state == "running"
         assert reached_worker(journal, payload) == 0
-        await pool.dispatcher.scaler_pass()
+        await next_pass(pool)
         (done,) = [await pool.finished(machine.job_id)]
         assert done.state == "completed"
         assert reached_worker(journal, payload) == 1
@@ -253,7 +266,7 @@ async def test_a_placement_whose_commit_answer_was_lost_is_booted_by_the_next_pa
         outage.proxy.restore()
         assert await workers_and_jobs(pool) == [("starting", job.id)]  # committed, and nothing boots it
         assert (await pool.job(job.id)).state == "dispatched"
-        await pool.dispatcher.scaler_pass()
+        await next_pass(pool)
         assert len(await pool.workers()) == 1  # booted, not placed again beside it (max_workers 1)
         (done,) = [await pool.finished(job.id, timeout=10)]
         assert done.state == "completed"
@@ -285,7 +298,7 @@ async def test_a_placement_cut_off_before_its_commit_places_again_and_runs_the_j
 
         await eventually(cut, timeout=10)
         outage.proxy.restore()
-        await pool.dispatcher.scaler_pass()
+        await next_pass(pool)
         assert len(await pool.workers()) == 1
         (done,) = [await pool.finished(job.id, timeout=10)]
         assert done.state == "completed"
@@ -306,7 +319,7 @@ async def test_a_hint_whose_commit_answer_was_lost_is_booted_by_the_next_pass(
         outage.proxy.restore()
         assert outage.proxy.answers_lost == 1
         assert await workers_and_jobs(pool) == [("starting", "")]
-        await pool.dispatcher.scaler_pass()
+        await next_pass(pool)
         await machine_idle(pool)
         await pool.dispatcher.scaler_pass()
         assert await workers_and_jobs(pool) == [("warm", "")]
@@ -408,7 +421,7 @@ async def test_an_unbooted_machine_whose_type_changed_image_is_released_and_its_
         ((_, unbooted),) = [(w.state, w.id) for w in await pool.workers()]
         reimaged = journalled_type(journal) | {"image": REFERENCE_WORKER.replace(" -m ", " -u -m ")}
         await put_catalogue(pool, [reimaged])
-        await pool.dispatcher.scaler_pass()
+        await next_pass(pool)
         (done,) = [await pool.finished(job.id, timeout=10)]
         assert done.state == "completed"
         assert unbooted not in starts and len(starts) == 1  # the released row never started; its successor did
