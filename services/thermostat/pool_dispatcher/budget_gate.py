@@ -6,6 +6,10 @@ its ceilings); this module only asks and words the refusal. Fail closed: meterin
 answering within METERING_TIMEOUT_SECONDS, refuses as a reached budget does — a ceiling that cannot be read is
 not "no ceiling". A refused submit is recorded as a job that failed before it was queued, its error carrying
 the numbers; a refused hint is logged with them.
+
+The check waits for metering's channel to be ready, within the same timeout (wait_for_ready): a channel between
+reconnect attempts (metering restarted, or started after the pool) would otherwise fail the call at once with
+UNAVAILABLE, refusing a submit that metering, back a moment later, would have allowed.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class BudgetGate:
                 metering_pb2.CheckTenantBudgetRequest(tenant_id=tenant_id),
                 timeout=self.timeout,
                 metadata=outgoing_metadata(),
+                wait_for_ready=True,
             )
         except grpc.aio.AioRpcError as error:
             return (
@@ -57,6 +62,7 @@ class BudgetGate:
                 metering_pb2.CheckTenantBudgetRequest(tenant_id=tenant_id),
                 timeout=self.timeout,
                 metadata=outgoing_metadata(),
+                wait_for_ready=True,
             )
         except grpc.aio.AioRpcError:
             return None

@@ -232,6 +232,27 @@ async def test_metering_unreachable_refuses_every_submit(db_store: Store) -> Non
     assert await started_machines(db_store) == 0
 
 
+async def test_a_submit_while_metering_comes_back_waits_for_it_within_the_timeout(db_store: Store) -> None:
+    """Metering down, then back: the pool's channel sits between reconnect attempts (at most 5 s apart), and the
+    budget check waits for it within METERING_TIMEOUT_SECONDS instead of failing at once with UNAVAILABLE, which
+    refused a submit of a tenant with no ceiling (CI: metering started a moment after the pool)."""
+    port = free_port()
+    async with start_pool(db_store, pool_with_metering(port, METERING_TIMEOUT_SECONDS="8")) as pool:
+        # nothing listens: refused, fail closed, and the channel is left between reconnect attempts
+        refused = await submit(pool, "globex")
+        assert "budget unreadable" in (refused.details() or "") and "fail closed" in (refused.details() or "")
+        env = metering_env(
+            f"127.0.0.1:{free_port()}",
+            FEED_TIMEOUT_SECONDS="0.2",
+            POOL_DISPATCHER_ADDR=pool.address,
+            STRATA_POOL_TOKEN=API_TOKEN,
+            STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
+        )
+        async with start_metering(env, db_store, port=port):
+            _, metadata = await pool.run(b"0", tenant="globex", machine_type="sleepy")
+            assert metadata["x-pool-job-state"] == "completed"
+
+
 async def test_budgets_are_set_with_the_admin_token_and_read_like_spend(rig: Rig) -> None:
     set_request = metering_pb2.SetTenantBudgetRequest(tenant_id="acme", daily_usd=5, monthly_usd=50)
     with pytest.raises(grpc.aio.AioRpcError) as denied:
