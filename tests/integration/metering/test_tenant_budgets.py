@@ -70,25 +70,32 @@ def pool_with_metering(metering_port: int, **overrides: str) -> dict[str, str]:
     return pool_env(types, **env)
 
 
+def metering_beside(pool: RunningPool) -> dict[str, str]:
+    """Metering's environment reading this pool's feeds; no pod controller: its feed fails fast and the pool's feeds
+    are read on."""
+    return metering_env(
+        f"127.0.0.1:{free_port()}",
+        FEED_TIMEOUT_SECONDS="0.2",
+        POOL_DISPATCHER_ADDR=pool.address,
+        STRATA_POOL_TOKEN=API_TOKEN,
+        STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
+    )
+
+
 @contextlib.asynccontextmanager
 async def rig_on(store: Store) -> AsyncIterator[Rig]:
     port = free_port()
-    async with start_pool(store, pool_with_metering(port)) as pool:
-        # no pod controller: its feed fails fast and the pool's feeds are read on
-        env = metering_env(
-            f"127.0.0.1:{free_port()}",
-            FEED_TIMEOUT_SECONDS="0.2",
-            POOL_DISPATCHER_ADDR=pool.address,
-            STRATA_POOL_TOKEN=API_TOKEN,
-            STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
+    async with (
+        start_pool(store, pool_with_metering(port)) as pool,
+        start_metering(metering_beside(pool), store, port=port) as metering,
+        metering.channel() as channel,
+    ):
+        yield Rig(
+            pool=pool,
+            metering=metering_pb2_grpc.MeteringStub(channel),
+            internal=metering_pb2_grpc.MeteringInternalStub(channel),
+            store=store,
         )
-        async with start_metering(env, store, port=port) as metering, metering.channel() as channel:
-            yield Rig(
-                pool=pool,
-                metering=metering_pb2_grpc.MeteringStub(channel),
-                internal=metering_pb2_grpc.MeteringInternalStub(channel),
-                store=store,
-            )
 
 
 @pytest.fixture
@@ -241,14 +248,7 @@ async def test_a_submit_while_metering_comes_back_waits_for_it_within_the_timeou
         # nothing listens: refused, fail closed, and the channel is left between reconnect attempts
         refused = await submit(pool, "globex")
         assert "budget unreadable" in (refused.details() or "") and "fail closed" in (refused.details() or "")
-        env = metering_env(
-            f"127.0.0.1:{free_port()}",
-            FEED_TIMEOUT_SECONDS="0.2",
-            POOL_DISPATCHER_ADDR=pool.address,
-            STRATA_POOL_TOKEN=API_TOKEN,
-            STRATA_POOL_ADMIN_TOKEN=ADMIN_TOKEN,
-        )
-        async with start_metering(env, db_store, port=port):
+        async with start_metering(metering_beside(pool), db_store, port=port):
             _, metadata = await pool.run(b"0", tenant="globex", machine_type="sleepy")
             assert metadata["x-pool-job-state"] == "completed"
 
