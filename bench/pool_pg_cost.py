@@ -34,7 +34,7 @@ import psutil  # noqa: E402
 
 from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
-from thermostat.pool_dispatcher.repository import Owner, PoolRepository  # noqa: E402
+from thermostat.pool_dispatcher.repository import Owner, PoolRepository, QueuedSubmit  # noqa: E402
 from thermostat.store.db import create_pool  # noqa: E402
 from thermostat.store.migrations import discover_migrations, migrate  # noqa: E402
 
@@ -67,7 +67,9 @@ class SteadyState:
         self.machines = [str(uuid.uuid4()) for _ in range(MACHINES)]
         self.running: dict[str, str] = {}  # machine -> its job
         self.submitted = 0
-        self.turn = 0
+        self.free: asyncio.Queue[str] = asyncio.Queue()
+        for machine in self.machines:
+            self.free.put_nowait(machine)
 
     async def start(self) -> None:
         await self.listener.add_listener("bench-b", lambda *_: None)
@@ -105,27 +107,51 @@ class SteadyState:
 
     async def job(self) -> None:
         """One machine's job completes (handing it the next) and one job is submitted."""
-        machine = self.machines[self.turn % MACHINES]
-        self.turn += 1
-        completion = await self.repo.jobs.complete(
-            job_id=self.running.pop(machine),
-            machine_id=machine,
-            state="completed",
-            result=b'{"job": 0}',
-            error=None,
-            duration_seconds=0.001,
-            owner=ME,
-            retire=False,
-            take_next=True,
-            send_next=True,
-            tenant_id="bench",
-            machine_type="echo",
-            notified_result_bytes=4096,
-            channel="bench-a",
-        )
-        if completion.next_job is not None:
-            self.running[machine] = completion.next_job.job_id
+        await self.complete_one()
         await self.submit()
+
+    async def batch(self, jobs: int) -> None:
+        """A batch's statements: `jobs` queued by one statement (submit_queued, as a batch submit writes them),
+        then as many completions, each handing its machine the next queued job."""
+        payloads = []
+        for _ in range(jobs):
+            self.submitted += 1
+            payloads.append(f'{{"job": {self.submitted}}}'.encode())
+        queued = [
+            QueuedSubmit(
+                job_id=str(uuid.uuid4()), priority=0, session_id=None, timeout_seconds=60.0, payload=payload,
+                trace={}, done_channel="bench-b",
+            )
+            for payload in payloads
+        ]  # fmt: skip
+        await self.repo.jobs.submit_queued("bench", "echo", queued)
+        for _ in range(jobs):
+            await self.complete_one()
+
+    async def complete_one(self) -> None:
+        # a free machine, so callers that overlap (an open loop) never complete one machine's job twice
+        machine = await self.free.get()
+        try:
+            completion = await self.repo.jobs.complete(
+                job_id=self.running.pop(machine),
+                machine_id=machine,
+                state="completed",
+                result=b'{"job": 0}',
+                error=None,
+                duration_seconds=0.001,
+                owner=ME,
+                retire=False,
+                take_next=True,
+                send_next=True,
+                tenant_id="bench",
+                machine_type="echo",
+                notified_result_bytes=4096,
+                channel="bench-a",
+            )
+            if completion.next_job is not None:
+                self.running[machine] = completion.next_job.job_id
+        finally:
+            self.free.put_nowait(machine)
 
 
 async def database(admin: asyncpg.Connection, dsn: str, name: str, through: int | None) -> str:

@@ -152,7 +152,7 @@ class PoolRig:
             await connection.close()
 
 
-async def _serving(port: int, process: asyncio.subprocess.Process, timeout: float = 60.0) -> None:
+async def serving(port: int, process: asyncio.subprocess.Process, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -187,7 +187,7 @@ async def _spawn_dispatcher(dsn: str, name: str, max_workers: int) -> Dispatcher
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", POOL_DISPATCHER.package, env=env, cwd=ROOT, stdin=asyncio.subprocess.DEVNULL
     )
-    await _serving(port, process)
+    await serving(port, process)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     return Dispatcher(
         name=name, port=port, process=process, channel=channel, stub=pool_pb2_grpc.PoolDispatcherStub(channel)
