@@ -29,6 +29,10 @@ The floors, each measured alone in the same run, say what no pool built on these
   the same with the call the contract makes in place of Health.Check: a bare SubmitJobSync (bench/_bare_call.py:
   the pool's service on the chassis, its token and tenant rules, answering the payload at once), and for REST a
   bare POST /v1/jobs/sync through an edge of its own in front of that server;
+- the least pool: those parts run together as any pool must run them (bench/_bare_call.py --compose: the same
+  call on the chassis, the submit statement, a wait for one of the two warm workers, the worker hop and the
+  completion statement while the machine is held, then the answer; no admission, queue in the store, placement,
+  runner task, lease or NOTIFY), over gRPC and through an edge; its rate is a floor measured, not summed;
 - a job in a batch: the worker hop and its share of a batch's statements (one submit_queued of 16, then 16
   completions): a batch shares its call and its submit among its jobs, but each job still needs its own worker
   hop and its own completion to be run exactly once;
@@ -293,6 +297,7 @@ REST_BATCH, OPEN = f"pool REST batch of {BATCH}", "pool open loop"
 HEALTH, HOP, STATEMENTS = "floor: bare gRPC Health.Check", "floor: worker hop", "floor: 2 statements"
 BATCH_STATEMENTS, FLOOR_OPEN = f"floor: statements of a batch of {BATCH}", "floor open loop"
 BARE_SYNC, BARE_REST = "floor: bare SubmitJobSync", "floor: bare REST sync"
+LEAST, LEAST_REST = "floor: least pool SubmitJobSync", "floor: least pool REST sync"
 
 
 def pool_paths(
@@ -351,17 +356,17 @@ class BareCall:
 
 
 @contextlib.asynccontextmanager
-async def bare_call_server(workdir: Path) -> AsyncIterator[BareCall]:
-    """bench/_bare_call.py in a process of its own (the pool's SubmitJobSync on the chassis, answered at once),
-    behind an Envoy built as the rig's is."""
+async def bare_call_server(workdir: Path, name: str, *extra: str) -> AsyncIterator[BareCall]:
+    """bench/_bare_call.py in a process of its own (the pool's SubmitJobSync on the chassis, answered at once;
+    with `--compose`, the least pool), behind an Envoy built as the rig's is."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bench" / "_bare_call.py"), str(port), stdin=asyncio.subprocess.DEVNULL
+        sys.executable, str(ROOT / "bench" / "_bare_call.py"), str(port), *extra, stdin=asyncio.subprocess.DEVNULL
     )
     envoy = None
     try:
         await rig_kit.serving(port, process)
-        config = workdir / "bare-call-envoy.yaml"
+        config = workdir / f"{name}-envoy.yaml"
         config.write_text(json.dumps(rig_kit.edge_config([port])), encoding="utf-8")
         envoy = await start_envoy(config, concurrency=1)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -384,23 +389,7 @@ async def floor_paths(
     session: aiohttp.ClientSession,
 ) -> dict[str, Path_]:
     machines = await rig.machines()
-    metadata = rig_kit.auth()
-
-    async def bare_sync(n: int) -> None:
-        request = pool_pb2.SubmitJobSyncRequest(machine_type=rig_kit.TYPE, wait_seconds="60")
-        request.payload.data = rig_kit.payload(n)
-        answer = await bare.stub.SubmitJobSync(request, metadata=metadata, timeout=60)
-        if answer.data != rig_kit.payload(n):
-            raise SystemExit(f"bare SubmitJobSync {n}: {answer.data!r}")
-
-    rest_url = f"{bare.edge_url}/v1/jobs/sync?machine_type={rig_kit.TYPE}&wait_seconds=60"
-    rest_headers = {"Authorization": f"Bearer {rig_kit.API_TOKEN}", "X-Strata-Tenant": rig_kit.TENANT}
-
-    async def bare_rest(n: int) -> None:
-        async with session.post(rest_url, data=rig_kit.payload(n), headers=rest_headers) as response:
-            answer = await response.read()
-            if response.status != 200 or answer != rig_kit.payload(n):
-                raise SystemExit(f"bare REST sync {n}: HTTP {response.status} {answer[:200]!r}")
+    bare_sync, bare_rest = sync_callers(bare, session, "bare")
 
     async def hop(n: int) -> None:
         machine = machines[n % len(machines)]
@@ -447,14 +436,52 @@ async def floor_paths(
     }
 
 
+def sync_callers(bare: BareCall, session: aiohttp.ClientSession, label: str) -> tuple[rig_kit.Call, rig_kit.Call]:
+    """SubmitJobSync over gRPC straight to `bare`'s server, and POST /v1/jobs/sync through its edge, each answer
+    checked against its payload."""
+    metadata = rig_kit.auth()
+    rest_url = f"{bare.edge_url}/v1/jobs/sync?machine_type={rig_kit.TYPE}&wait_seconds=60"
+    rest_headers = {"Authorization": f"Bearer {rig_kit.API_TOKEN}", "X-Strata-Tenant": rig_kit.TENANT}
+
+    async def grpc_call(n: int) -> None:
+        request = pool_pb2.SubmitJobSyncRequest(machine_type=rig_kit.TYPE, wait_seconds="60")
+        request.payload.data = rig_kit.payload(n)
+        answer = await bare.stub.SubmitJobSync(request, metadata=metadata, timeout=60)
+        if answer.data != rig_kit.payload(n):
+            raise SystemExit(f"{label} SubmitJobSync {n}: {answer.data!r}")
+
+    async def rest_call(n: int) -> None:
+        async with session.post(rest_url, data=rig_kit.payload(n), headers=rest_headers) as response:
+            answer = await response.read()
+            if response.status != 200 or answer != rig_kit.payload(n):
+                raise SystemExit(f"{label} REST sync {n}: HTTP {response.status} {answer[:200]!r}")
+
+    return grpc_call, rest_call
+
+
+def least_pool_paths(run: Run, least: BareCall, session: aiohttp.ClientSession) -> dict[str, Path_]:
+    grpc_call, rest_call = sync_callers(least, session, "least pool")
+    return {
+        LEAST: lambda first, jobs: rig_kit.run_lanes(grpc_call, first, jobs, run.lanes),
+        LEAST_REST: lambda first, jobs: rig_kit.run_lanes(rest_call, first, jobs, run.lanes),
+    }
+
+
+async def migrated_database(admin: asyncpg.Connection, server_dsn: str, name: str) -> str:
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = database_dsn(server_dsn, name)
+    connection = await asyncpg.connect(dsn)
+    try:
+        await migrate(connection, discover_migrations())
+    finally:
+        await connection.close()
+    return dsn
+
+
 @contextlib.asynccontextmanager
 async def statements_state(admin: asyncpg.Connection, server_dsn: str) -> AsyncIterator[Any]:
     """bench/pool_pg_cost.py's steady state (the repository's submit and complete) in a database of its own."""
-    await admin.execute("CREATE DATABASE peers_statements")
-    dsn = database_dsn(server_dsn, "peers_statements")
-    connection = await asyncpg.connect(dsn)
-    await migrate(connection, discover_migrations())
-    await connection.close()
+    dsn = await migrated_database(admin, server_dsn, "peers_statements")
     pool = await create_pool(dsn, min_size=1, max_size=2)
     listener = await asyncpg.connect(dsn)
     try:
@@ -480,6 +507,10 @@ def cpu_roles(path: str) -> tuple[str, ...]:
         return (*SHARED[:1], "bare call")
     if path == BARE_REST:
         return (*SHARED[:1], "bare call", "envoy")
+    if path == LEAST:
+        return (*SHARED, "bare call", "workers")
+    if path == LEAST_REST:
+        return (*SHARED, "bare call", "workers", "envoy")
     if path == HOP:
         return (*SHARED[:1], "workers")
     if path in (STATEMENTS, BATCH_STATEMENTS):
@@ -537,8 +568,22 @@ async def main(jobs: int, rounds: int, lanes: int, rate: float, open_jobs: int, 
             for peer in peers:
                 paths.update(peer_paths(run, peer))
             paths.update(pool_paths(run, rig, session, stream))
-            bare = await stack.enter_async_context(bare_call_server(Path(tmp)))
+            bare = await stack.enter_async_context(bare_call_server(Path(tmp), "bare-call"))
+            least_config = Path(tmp) / "least-pool.json"
+            least_config.write_text(
+                json.dumps(
+                    {
+                        "dsn": await migrated_database(admin, server.local_dsn, "peers_least_pool"),
+                        "machines": [{"endpoint": m["endpoint"], "token": m["token"]} for m in await rig.machines()],
+                    }
+                ),
+                encoding="utf-8",
+            )
+            least = await stack.enter_async_context(
+                bare_call_server(Path(tmp), "least-pool", "--compose", str(least_config))
+            )
             paths.update(await floor_paths(run, rig, client, statements, bare, session))
+            paths.update(least_pool_paths(run, least, session))
             for name, runner in paths.items():
                 if "open loop" not in name:
                     await run.measure(
@@ -689,6 +734,10 @@ def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[f
     print(f"  {'floor (the lower of CPU and cycle) ÷ pgqueuer one at a time':<58}{one_floor / one_pgq:>7.2f}x")
     print(f"  {'  with a bare SubmitJobSync for the call':<58}{sync_floor / one_pgq:>7.2f}x")
     print(f"  {'  with a bare REST sync through an edge for the call':<58}{rest_floor / one_pgq:>7.2f}x")
+    # the least pool runs the parts together, as any pool must: its rate is a floor measured, not summed
+    least, least_rest = rate[LEAST] / one_pgq, rate[LEAST_REST] / one_pgq
+    print(f"  {'least pool SubmitJobSync ÷ pgqueuer one at a time':<58}{least:>7.2f}x")
+    print(f"  {'least pool REST sync ÷ pgqueuer one at a time':<58}{least_rest:>7.2f}x")
     for name in (GRPC, ASYNC, REST, STREAM):
         print(f"  {name + ' ÷ procrastinate one at a time':<58}{rate[name] / one_pcr:>7.2f}x")
     print(f"  {f'REST batch of {BATCH} ÷ procrastinate batch':<58}{rate[REST_BATCH] / batch_pcr:>7.2f}x")
@@ -745,8 +794,10 @@ def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[f
     goals = [
         ("SubmitJobSync ≥ 0.8× pgqueuer one at a time", rate[GRPC] / one_pgq, one_floor / one_pgq, 0.8, False),
         ("  against the bare SubmitJobSync's floor", rate[GRPC] / one_pgq, sync_floor / one_pgq, 0.8, False),
+        ("  against the least pool's rate", rate[GRPC] / one_pgq, least, 0.8, False),
         ("REST sync ≥ 0.8× pgqueuer one at a time", rate[REST] / one_pgq, one_floor / one_pgq, 0.8, False),
         ("  against the bare REST sync's floor", rate[REST] / one_pgq, rest_floor / one_pgq, 0.8, False),
+        ("  against the least pool's rate", rate[REST] / one_pgq, least_rest, 0.8, False),
         ("RunJobs ≥ 0.5× pgqueuer batch", rate[STREAM] / batch_pgq, batch_floor, 0.5, False),
         (f"REST batch of {BATCH} ≥ 0.5× pgqueuer batch", rate[REST_BATCH] / batch_pgq, batch_floor, 0.5, False),
         ("one at a time p50 ≤ 1.8× the bare gRPC call", pool_p50 / hop_p50, floor_p50 / hop_p50, 1.8, True),
