@@ -10,6 +10,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.client.conftest import Stack
 from thermostat.client import AsyncThermostat, Phase, WakeProgress, errors
+from thermostat.client.progress import progress_of
 
 
 async def monitor_saw_it_down(client: AsyncThermostat) -> None:
@@ -76,16 +77,40 @@ async def test_ensure_ready_reports_the_eta_while_the_model_loads(client: AsyncT
 
 
 async def test_a_pod_that_goes_down_while_it_boots_is_wake_failed(client: AsyncThermostat, stack: Stack) -> None:
+    """The pod goes down once the wake answered Created, while its model loads. Stopped at the answer, not at the
+    watch's first loading view: the watch can see the pod running before the wake's own poll does, and a pod
+    stopped then fails the wake itself ("new pod … is EXITED …; not retrying"), another ordering with its own
+    test (policy/wake: decide_new_pod)."""
     stack.sim.configure(model_ready_seconds=-1)
 
     async def stop_it_while_loading() -> None:
         async for step in client.pods.ensure_ready("qwen", timeout=30):
-            if step.phase == Phase.LOADING and step.pod is not None:
-                stack.sim.set_pod_status(step.pod.pod_id, "EXITED")
+            if step.outcome == "Created":
+                pod = await client.pods.status("qwen")
+                assert progress_of(pod).phase == Phase.LOADING
+                stack.sim.set_pod_status(pod.pod_id, "EXITED")
 
     with pytest.raises(errors.WakeFailed) as failed:
         await stop_it_while_loading()
     assert "not running (EXITED) after the wake (Created)" in failed.value.detail
+
+
+async def test_a_new_pod_that_goes_down_before_the_wake_saw_it_run_fails_the_wake_itself(
+    client: AsyncThermostat, stack: Stack
+) -> None:
+    """The other ordering: the created pod is held provisioning, so the wake is still polling it when the watch
+    shows it; it exits then, and the wake's next poll gives up on it without a second create."""
+    stack.sim.configure(provisioning_seconds=-1)
+
+    async def stop_it_while_provisioning() -> None:
+        async for step in client.pods.ensure_ready("qwen", timeout=30):
+            if step.phase == Phase.PROVISIONING and step.pod is not None and step.pod.pod_id:
+                stack.sim.set_pod_status(step.pod.pod_id, "EXITED")
+
+    with pytest.raises(errors.WakeFailed) as failed:
+        await stop_it_while_provisioning()
+    assert "is EXITED with 1 GPU(s); not retrying" in failed.value.detail
+    assert len(stack.sim.pods()) == 1  # no second create
 
 
 async def test_a_wake_that_answered_waiting_is_asked_again_once_the_pod_is_down(
