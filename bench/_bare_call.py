@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import grpc  # noqa: E402
 from google.api import httpbody_pb2  # noqa: E402
+from pool_throughput import API_TOKEN  # noqa: E402 - the rig's throw-away loopback token
 
 from thermostat.chassis.event_loop import choose_loop, run  # noqa: E402
 from thermostat.chassis.registry import POOL_DISPATCHER  # noqa: E402
@@ -40,15 +41,12 @@ from thermostat.pool_dispatcher.access import Tokens, auth_rules, tenant_rules  
 from thermostat.providers.pool.worker_client import WorkerClient  # noqa: E402
 from thermostat.store.db import create_pool  # noqa: E402
 
-API_TOKEN = "bench-pool-token"  # noqa: S105 - bench/pool_throughput.py's throw-away loopback token
-
 
 class AnsweredAtOnce(pool_pb2_grpc.PoolDispatcherServicer):
     async def SubmitJobSync(
         self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        context.set_trailing_metadata((("x-pool-job-id", str(uuid.uuid4())), ("x-pool-job-state", "completed")))
-        return httpbody_pb2.HttpBody(content_type="application/octet-stream", data=request.payload.data)
+        return _completed(context, request.payload.data)
 
 
 class LeastPool(pool_pb2_grpc.PoolDispatcherServicer):
@@ -62,7 +60,6 @@ class LeastPool(pool_pb2_grpc.PoolDispatcherServicer):
     async def SubmitJobSync(
         self, request: pool_pb2.SubmitJobSyncRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        job_id = str(uuid.uuid4())
         await self.statements.submit()
         machine = await self.free.get()
         try:
@@ -72,8 +69,13 @@ class LeastPool(pool_pb2_grpc.PoolDispatcherServicer):
             await self.statements.complete_one()
         finally:
             self.free.put_nowait(machine)
-        context.set_trailing_metadata((("x-pool-job-id", job_id), ("x-pool-job-state", "completed")))
-        return httpbody_pb2.HttpBody(content_type="application/octet-stream", data=reply.body)
+        return _completed(context, reply.body)
+
+
+def _completed(context: grpc.aio.ServicerContext, result: bytes) -> httpbody_pb2.HttpBody:
+    """A completed job's answer as the pool gives it: the result, its id and state in the trailing metadata."""
+    context.set_trailing_metadata((("x-pool-job-id", str(uuid.uuid4())), ("x-pool-job-state", "completed")))
+    return httpbody_pb2.HttpBody(content_type="application/octet-stream", data=result)
 
 
 async def main(port: int, config: dict[str, Any] | None) -> None:

@@ -389,7 +389,7 @@ async def floor_paths(
     session: aiohttp.ClientSession,
 ) -> dict[str, Path_]:
     machines = await rig.machines()
-    bare_sync, bare_rest = sync_callers(bare, session, "bare")
+    bare_sync, bare_rest = rig_kit.grpc_caller_to([bare.stub]), rig_kit.rest_caller_at(bare.edge_url, session)
 
     async def hop(n: int) -> None:
         machine = machines[n % len(machines)]
@@ -436,31 +436,8 @@ async def floor_paths(
     }
 
 
-def sync_callers(bare: BareCall, session: aiohttp.ClientSession, label: str) -> tuple[rig_kit.Call, rig_kit.Call]:
-    """SubmitJobSync over gRPC straight to `bare`'s server, and POST /v1/jobs/sync through its edge, each answer
-    checked against its payload."""
-    metadata = rig_kit.auth()
-    rest_url = f"{bare.edge_url}/v1/jobs/sync?machine_type={rig_kit.TYPE}&wait_seconds=60"
-    rest_headers = {"Authorization": f"Bearer {rig_kit.API_TOKEN}", "X-Strata-Tenant": rig_kit.TENANT}
-
-    async def grpc_call(n: int) -> None:
-        request = pool_pb2.SubmitJobSyncRequest(machine_type=rig_kit.TYPE, wait_seconds="60")
-        request.payload.data = rig_kit.payload(n)
-        answer = await bare.stub.SubmitJobSync(request, metadata=metadata, timeout=60)
-        if answer.data != rig_kit.payload(n):
-            raise SystemExit(f"{label} SubmitJobSync {n}: {answer.data!r}")
-
-    async def rest_call(n: int) -> None:
-        async with session.post(rest_url, data=rig_kit.payload(n), headers=rest_headers) as response:
-            answer = await response.read()
-            if response.status != 200 or answer != rig_kit.payload(n):
-                raise SystemExit(f"{label} REST sync {n}: HTTP {response.status} {answer[:200]!r}")
-
-    return grpc_call, rest_call
-
-
 def least_pool_paths(run: Run, least: BareCall, session: aiohttp.ClientSession) -> dict[str, Path_]:
-    grpc_call, rest_call = sync_callers(least, session, "least pool")
+    grpc_call, rest_call = rig_kit.grpc_caller_to([least.stub]), rig_kit.rest_caller_at(least.edge_url, session)
     return {
         LEAST: lambda first, jobs: rig_kit.run_lanes(grpc_call, first, jobs, run.lanes),
         LEAST_REST: lambda first, jobs: rig_kit.run_lanes(rest_call, first, jobs, run.lanes),
@@ -746,12 +723,11 @@ def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[f
     print(f"  {'0.8× pgqueuer one at a time means CPU/job at most (µs)':<58}{pgq_cpu / 0.8:>7,.0f}")
 
     print(f"\nopen loop at {run.rate:.0f} jobs/s ({run.open_jobs} a round), ms")
-    lat = {f"{name} enqueue→start": values for name, values in peer_latency.items()}
-    lat["pool submit→result"] = run.figures[OPEN].latencies
-    lat["floor: the three in a row"] = run.figures[FLOOR_OPEN].latencies
-    for name, values in lat.items():
-        system = name.split()[0]
-        path = {"pool": OPEN, "floor:": FLOOR_OPEN}.get(system, f"{system} open loop")
+    rows = {f"{name} enqueue→start": (values, f"{name} open loop") for name, values in peer_latency.items()}
+    rows["pool submit→result"] = (run.figures[OPEN].latencies, OPEN)
+    rows[FLOOR_IN_A_ROW] = (run.figures[FLOOR_OPEN].latencies, FLOOR_OPEN)
+    lat = {name: values for name, (values, _) in rows.items()}
+    for name, (values, path) in rows.items():
         per_job = sum(cpu[path].values())
         print(
             f"  {name:<34}p50 {percentile(values, 50):>6.2f}   p99 {percentile(values, 99):>6.2f}"
@@ -774,7 +750,7 @@ def report(run: Run, one: dict[str, list[float]], peer_latency: dict[str, list[f
             at_most=True,
         )
     )
-    floor_lat = lat["floor: the three in a row"]
+    floor_lat = lat[FLOOR_IN_A_ROW]
     for q in (50, 99):
         ratio = percentile(floor_lat, q) / percentile(pgq_lat, q)
         print(f"  {f'floor p{q} ÷ pgqueuer enqueue→start p{q}':<58}{ratio:>7.2f}x")

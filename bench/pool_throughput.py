@@ -355,7 +355,11 @@ def health_caller(rig: PoolRig) -> Call:
 
 
 def grpc_caller(rig: PoolRig) -> Call:
-    stubs = [d.stub for d in rig.dispatchers]
+    return grpc_caller_to([d.stub for d in rig.dispatchers])
+
+
+def grpc_caller_to(stubs: list[pool_pb2_grpc.PoolDispatcherStub]) -> Call:
+    """SubmitJobSync to `stubs` in turn, each result checked against its payload."""
     metadata = auth()
 
     async def call(n: int) -> None:
@@ -416,7 +420,12 @@ async def stream_caller(rig: PoolRig, streams: int) -> AsyncIterator[Call]:
 
 
 def rest_caller(rig: PoolRig, session: aiohttp.ClientSession) -> Call:
-    url = f"{rig.edge_url}/v1/jobs/sync?machine_type={TYPE}&wait_seconds=60"
+    return rest_caller_at(rig.edge_url, session)
+
+
+def rest_caller_at(edge_url: str, session: aiohttp.ClientSession) -> Call:
+    """POST /v1/jobs/sync through the edge at `edge_url`, each answer checked against its payload."""
+    url = f"{edge_url}/v1/jobs/sync?machine_type={TYPE}&wait_seconds=60"
     headers = {"Authorization": f"Bearer {API_TOKEN}", "X-Strata-Tenant": TENANT}
 
     async def call(n: int) -> None:
