@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fixtures.docker import SOCKET, WORKER_IMAGE
 from tests.fixtures.polling import eventually
 from tests.live.conftest import live_spec, until_healthy
+from thermostat.policy.pool.docker_api import SUPPORTED, Negotiated, negotiate
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError
@@ -55,12 +57,26 @@ async def backend(worker_image: str, daemon: Any) -> AsyncIterator[DockerBackend
             await docker.aclose()
 
 
+def daemon_range(socket_path: str) -> dict[str, object]:
+    with httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), base_url="http://docker") as http:
+        fields = http.get("/version").json()
+    return {"daemon_api": fields.get("ApiVersion"), "daemon_min": fields.get("MinAPIVersion")}
+
+
 def live_type(image: str = IMAGE_TAG, **fields: Any) -> MachineType:
     return MachineType(**{"name": "live-cpu", "image": image, "backend": BackendKind.DOCKER, **fields})
 
 
 def ours(daemon: Any) -> list[Any]:
     return list(daemon.client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_POOL}={POOL}"}))
+
+
+async def test_the_pool_speaks_the_highest_api_version_it_shares_with_the_real_daemon(backend: DockerBackend) -> None:
+    """GET /version's range and the pool's meet; the version spoken is the lower of the two highest (issue 35)."""
+    version = await backend.negotiate()
+    answered = negotiate(**daemon_range(SOCKET))
+    assert answered == Negotiated(version=version)
+    assert SUPPORTED.lowest <= version <= SUPPORTED.highest
 
 
 @pytest.mark.timeout(600)

@@ -25,6 +25,7 @@ from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_ca
 from thermostat.policy.pool.retention import BatchSize
 from thermostat.pool.v1 import pool_pb2_grpc
 from thermostat.providers.pool.backend import Backend
+from thermostat.providers.pool.docker import DockerBackend
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.providers.pool.settings import ProviderBackend, build_backends, missing_settings
 from thermostat.providers.pool.worker_client import WorkerClient
@@ -209,6 +210,7 @@ def assemble(
         if metering_channel is not None:
             await metering_channel.close()
 
+    announce = [b.announce for b in backends.values() if isinstance(b, DockerBackend)]
     host = ServiceHost(
         ServiceSpec(
             name=POOL_DISPATCHER.name,
@@ -217,7 +219,8 @@ def assemble(
             auth_rules=auth_rules(tokens),
             tenant_rules=tenant_rules(),
             dependency_check=store.ping,
-            on_start=[dispatcher.start, reaper.start, orphans.start, pruner.start],
+            # a Docker daemon that shares no Engine API version with the pool is said at start (issue 35)
+            on_start=[*announce, dispatcher.start, reaper.start, orphans.start, pruner.start],
             on_stop=[shutdown],
             on_drain=[drain],
             # the gRPC drain lets a sync submit wait as long as the dispatcher's drain lets its job run

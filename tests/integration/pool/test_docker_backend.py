@@ -12,13 +12,15 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool.conftest import MACHINE_TOKEN, healthy, spec
-from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, ImageSpec
+from thermostat.dev.simulators.docker import DEFAULT_IMAGE, ENGINE_29_0, DockerSimulator, ImageSpec
 from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle
 from thermostat.providers.pool.docker import DockerBackend, docker_socket_path
 from thermostat.providers.pool.worker_client import WorkerClient
+
+PREFIX = ENGINE_29_0.highest.prefix  # the simulator plays Engine 29.0 (API 1.44–1.52): the pool speaks 1.52
 
 
 def docker_type(**fields: object) -> MachineType:
@@ -76,9 +78,10 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
     machine = spec(docker_type(env={"CELL": "on"}))
     handle = await backend.start(machine)
     assert calls(daemon) == [
-        ("POST", "/v1.41/containers/create", f"name=pool-a-cpu-small-{machine.machine_id}"),
-        ("POST", f"/v1.41/containers/{handle.provider_id}/start", ""),
-        ("GET", f"/v1.41/containers/{handle.provider_id}/json", ""),
+        ("GET", "/version", ""),
+        ("POST", f"{PREFIX}/containers/create", f"name=pool-a-cpu-small-{machine.machine_id}"),
+        ("POST", f"{PREFIX}/containers/{handle.provider_id}/start", ""),
+        ("GET", f"{PREFIX}/containers/{handle.provider_id}/json", ""),
     ]
     body = create_request(daemon).json_body
     assert body == {
@@ -130,8 +133,8 @@ async def test_machine_boots_runs_a_job_and_is_destroyed(
     daemon.clear_requests()
     await backend.stop(handle.provider_id)
     assert calls(daemon) == [
-        ("POST", f"/v1.41/containers/{handle.provider_id}/stop", "t=5"),
-        ("DELETE", f"/v1.41/containers/{handle.provider_id}", "force=true"),
+        ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
+        ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
     ]
     assert daemon.containers() == []
     assert not await backend.health(handle)
@@ -158,9 +161,9 @@ async def test_a_stop_that_meets_another_removal_in_progress_returns_once_the_co
     daemon.finish_removal(handle.provider_id)
     await asyncio.wait_for(stopping, 10)
     assert calls(daemon) == [
-        ("POST", f"/v1.41/containers/{handle.provider_id}/stop", "t=5"),
-        ("DELETE", f"/v1.41/containers/{handle.provider_id}", "force=true"),
-        ("POST", f"/v1.41/containers/{handle.provider_id}/wait", "condition=removed"),
+        ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
+        ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
+        ("POST", f"{PREFIX}/containers/{handle.provider_id}/wait", "condition=removed"),
     ]
     assert daemon.containers() == []
 

@@ -31,6 +31,7 @@ from thermostat.dev.simulators.docker import DEFAULT_IMAGE, DockerSimulator, Ima
 from thermostat.dev.simulators.fly import FlySimulator
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.policy.pool.docker_api import ApiRange, ApiVersion
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
@@ -349,3 +350,32 @@ async def test_several_backends_serve_one_pool_at_once(
         assert len(fly.running()) == 1
     assert docker.running() == []
     assert fly.running() == []
+
+
+async def test_a_docker_daemon_sharing_no_api_version_is_said_at_start_and_fails_its_boots_with_that_line(
+    pool_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A daemon whose Engine API range is past the pool's (1.53–1.58 against 1.41–1.52): the pool starts, logs one
+    error naming both ranges, and each docker boot fails with it; nothing is created."""
+    folder = tempfile.mkdtemp(prefix="dnew", dir="/tmp")
+    too_new = ApiRange(lowest=ApiVersion(major=1, minor=53), highest=ApiVersion(major=1, minor=58))
+    line = "the Docker daemon speaks Engine API 1.53–1.58 and this pool speaks 1.41–1.52: no version in common"
+    try:
+        with DockerSimulator(f"{folder}/docker.sock", api=too_new) as daemon:
+            docker = docker_provider(daemon)
+            with caplog.at_level(logging.ERROR, logger="thermostat.providers.pool.docker"):
+                async with start_pool(pool_store, pool_env([docker.machine_type()], **docker.env)) as pool:
+                    assert [r.getMessage() for r in caplog.records if line in r.getMessage()] == [
+                        f"docker: daemon at {daemon.socket_path}: {line}"
+                    ]
+                    job = await pool.submit(b"x", machine_type=NAME)
+
+                    async def refused() -> pool_pb2.Job | None:
+                        seen = await pool.job(job.id)
+                        return seen if seen.HasField("error") else None
+
+                    assert line in (await eventually(refused, timeout=10, every=0.05)).error
+            assert [r.path for r in daemon.requests()] == ["/version"]
+            assert daemon.containers() == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -13,7 +13,11 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
   DELETE /containers/{id}?force=  204; 409 running without force; 409 "removal of container … is already in
                                   progress" while another remover holds it (`begin_removal`)
   POST /containers/{id}/wait?condition=removed  200 {StatusCode} once the container is gone (`finish_removal`)
-  GET  /_ping, GET /version
+  GET  /_ping, GET /version       `ApiVersion` / `MinAPIVersion` as configured
+A `/v1.NN` prefix outside the daemon's range is refused as the daemon does, 400 "client version 1.41 is too old.
+Minimum supported API version is 1.44, …" (or "… is too new. Maximum supported API version is …"). The range
+defaults to Engine 29.0's (`ENGINE_29_0`: 1.44–1.52, the one that raised its minimum); `api=ApiRange(…)` plays an
+older or a newer daemon.
 Every request is recorded (`requests()`), bodies decoded, so a test pins shapes field by field.
 
 An image is a name mapped to the command that plays the container: by default `strata-worker:latest` runs
@@ -50,10 +54,13 @@ from thermostat.dev.simulators.serving import (
     json_answer,
     wait_for_signal,
 )
+from thermostat.policy.pool.docker_api import ApiRange, ApiVersion
 
 DEFAULT_IMAGE = "strata-worker:latest"
 WAIT_LIMIT_SECONDS = 60.0  # a waiter the test never releases answers then, as if removed, rather than hanging
 DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
+# Engine 29.0 (moby#51186 raised the minimum to 1.44; 29.3 lowered it back to 1.40, moby#52067)
+ENGINE_29_0 = ApiRange(lowest=ApiVersion(major=1, minor=44), highest=ApiVersion(major=1, minor=52))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,9 +124,12 @@ class _Handler(RecordingHandler):
 class DockerSimulator(ServedSimulator[_Server]):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
-    def __init__(self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None) -> None:
+    def __init__(
+        self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None, api: ApiRange = ENGINE_29_0
+    ) -> None:
         super().__init__()
         self.socket_path = socket_path
+        self.api = api
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
@@ -192,14 +202,20 @@ class DockerSimulator(ServedSimulator[_Server]):
     def _handle(self, request: RecordedRequest) -> Answer:
         self._request_log.record(request)
         segments = [unquote(part) for part in request.path.split("/")[1:]]
-        if segments and segments[0].startswith("v1."):
+        if segments and segments[0].startswith("v") and segments[0][1:2].isdigit():
+            refused = self._refused_version(segments[0].removeprefix("v"))
+            if refused is not None:
+                return refused
             segments = segments[1:]
         params = request.params
         method = request.method
+        api = self.api
         if segments == ["_ping"]:
-            return 200, {"Content-Type": "text/plain; charset=utf-8", "Api-Version": "1.47"}, b"OK"
+            return 200, {"Content-Type": "text/plain; charset=utf-8", "Api-Version": str(api.highest)}, b"OK"
         if segments == ["version"]:
-            return json_answer(200, {"ApiVersion": "1.47", "MinAPIVersion": "1.24", "Version": "simulated"})
+            return json_answer(
+                200, {"ApiVersion": str(api.highest), "MinAPIVersion": str(api.lowest), "Version": "simulated"}
+            )
         if segments == ["containers", "create"] and method == "POST":
             return self._create(request.json_body, (params.get("name") or [""])[0])
         if segments == ["containers", "json"] and method == "GET":
@@ -224,6 +240,23 @@ class DockerSimulator(ServedSimulator[_Server]):
                     self._removed.wait_for(lambda: container.id not in self._containers, timeout=WAIT_LIMIT_SECONDS)
                     return json_answer(200, {"StatusCode": container.exit_code})
         return _error(404, f"page not found: {method} {request.path}")
+
+    def _refused_version(self, text: str) -> Answer | None:
+        """The daemon's 400 for a path version outside its range (moby's versionMiddleware), else None."""
+        version = ApiVersion.parse(text)
+        if version is None:
+            return _error(400, f"invalid API version: {text}")
+        if version < self.api.lowest:
+            return _error(
+                400,
+                f"client version {version} is too old. Minimum supported API version is {self.api.lowest}, "
+                "please upgrade your client to a newer version",
+            )
+        if version > self.api.highest:
+            return _error(
+                400, f"client version {version} is too new. Maximum supported API version is {self.api.highest}"
+            )
+        return None
 
     def _list(self, params: Mapping[str, list[str]]) -> Answer:
         everything = (params.get("all") or ["false"])[0] in ("1", "true")

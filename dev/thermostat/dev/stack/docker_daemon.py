@@ -13,7 +13,8 @@ from __future__ import annotations
 import httpx
 
 from thermostat.dev.images import WORKER_IMAGE
-from thermostat.providers.pool.docker import DOCKER_API_VERSION, LABEL_POOL
+from thermostat.policy.pool.docker_api import NoCommonVersion, negotiate
+from thermostat.providers.pool.docker import LABEL_POOL
 
 DEMO_DOCKER_MODES = ("simulator", "daemon")
 
@@ -28,15 +29,26 @@ def demo_docker_from(value: str | None) -> str:
 
 def _client(socket_path: str, timeout: float = 10) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket_path),
-                             base_url=f"http://docker/{DOCKER_API_VERSION}", timeout=timeout)  # fmt: skip
+                             base_url="http://docker", timeout=timeout)  # fmt: skip
+
+
+async def _prefix(client: httpx.AsyncClient) -> str:
+    """The `/v1.NN` the Docker backend would speak to this daemon (its own negotiation, docker_api.py)."""
+    answered = await client.get("/version")
+    answered.raise_for_status()
+    fields = answered.json()
+    outcome = negotiate(daemon_api=fields.get("ApiVersion"), daemon_min=fields.get("MinAPIVersion"))
+    if isinstance(outcome, NoCommonVersion):
+        raise RuntimeError(f"POOL_DEMO_DOCKER=daemon: {outcome.reason}")
+    return outcome.version.prefix
 
 
 async def check_daemon(socket_path: str, image: str = WORKER_IMAGE) -> None:
     """Raise RuntimeError, saying what to do, unless a daemon answers at `socket_path` and has `image`."""
     try:
         async with _client(socket_path) as client:
-            await client.get("/_ping")
-            found = await client.get(f"/images/{image}/json")
+            prefix = await _prefix(client)
+            found = await client.get(f"{prefix}/images/{image}/json")
     except httpx.HTTPError as error:
         raise RuntimeError(
             f"POOL_DEMO_DOCKER=daemon: no Docker daemon answers at {socket_path} ({type(error).__name__}); "
@@ -51,8 +63,9 @@ async def remove_pool_containers(socket_path: str, pool: str) -> int:
     """Force-remove every container labelled with `pool`; how many there were."""
     filters = '{"label": ["%s=%s"]}' % (LABEL_POOL, pool)  # noqa: UP031 - JSON braces
     async with _client(socket_path, timeout=30) as client:
-        listed = await client.get("/containers/json", params={"all": "1", "filters": filters})
+        prefix = await _prefix(client)
+        listed = await client.get(f"{prefix}/containers/json", params={"all": "1", "filters": filters})
         listed.raise_for_status()
         for container in listed.json():
-            await client.delete(f"/containers/{container['Id']}", params={"force": "true"})
+            await client.delete(f"{prefix}/containers/{container['Id']}", params={"force": "true"})
     return len(listed.json())

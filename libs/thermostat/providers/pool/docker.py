@@ -4,6 +4,10 @@ No Docker SDK: every request is a plain HTTP call whose shape a test pins agains
 (thermostat.dev.simulators.docker). notes/provider-apis.md §4 has the API facts.
 
 Theory of operation:
+- version: the first call reads `GET /version` (unversioned) once and speaks the highest Engine API version both
+  sides support (policy/pool/docker_api.py); every later request carries that `/v1.NN` prefix. A daemon whose
+  range does not meet the pool's is one error line naming both ranges, logged once, and every start fails with
+  it; a daemon that did not answer is asked again on the next call.
 - start: `POST /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the
   worker token, labels naming the pool, the machine type and the machine, the worker port exposed and
   published on 127.0.0.1 with `HostPort: ""` (the daemon picks a free host port), and `NanoCpus` / `Memory`
@@ -34,6 +38,7 @@ from typing import Any, Final
 import httpx
 
 from thermostat.chassis.tracing import http_transport
+from thermostat.policy.pool.docker_api import ApiVersion, NoCommonVersion, negotiate
 from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
@@ -47,9 +52,8 @@ from thermostat.providers.pool.provider_errors import json_object, machine_subje
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
-# 1.41 (Engine 20.10) is inside every current daemon's supported range (moby's default minimum is 1.40).
-DOCKER_API_VERSION: Final = "v1.41"
 STOP_TIMEOUT_SECONDS: Final = 5
+ANNOUNCE_SECONDS: Final = 5.0  # the pool's start waits no longer for a daemon's version than this
 REMOVAL_WAIT_SECONDS: Final = 60.0  # another remover's removal: the daemon answers the wait when it is done
 LABEL_POOL: Final = "thermostat.pool"
 LABEL_MACHINE_TYPE: Final = "thermostat.machine_type"
@@ -110,16 +114,57 @@ class DockerBackend:
         self._timeout = timeout_seconds
         self._http = httpx.AsyncClient(
             transport=http_transport(transport or httpx.AsyncHTTPTransport(uds=socket_path)),
-            base_url=f"http://docker/{DOCKER_API_VERSION}",
+            base_url="http://docker",
             timeout=httpx.Timeout(timeout_seconds),
             follow_redirects=False,
         )
+        self._version: ApiVersion | BackendError | None = None  # once negotiated: the version, or the refusal
+        self._negotiating = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"DockerBackend(socket_path={self.socket_path!r}, pool={self._pool!r})"
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def negotiate(self) -> ApiVersion:
+        """The Engine API version this backend speaks to the daemon, read from its `GET /version` once;
+        BackendError when the daemon did not answer (asked again next time) or shares no version with the pool."""
+        async with self._negotiating:
+            if self._version is None:
+                self._version = await self._read_version()
+            if isinstance(self._version, BackendError):
+                raise self._version
+            return self._version
+
+    async def announce(self) -> None:
+        """Negotiate at the pool's start, so a daemon the pool cannot speak to is one error line then, not at
+        the first boot; a daemon that does not answer yet is said at warning and asked again at the first call."""
+        try:
+            async with asyncio.timeout(ANNOUNCE_SECONDS):
+                await self.negotiate()
+        except TimeoutError:
+            _log.warning("docker: daemon at %s: no answer to GET /version within %.0f s", self.socket_path,
+                         ANNOUNCE_SECONDS)  # fmt: skip
+        except BackendError as error:
+            if self._version is None:  # a refusal was logged at error as it was found
+                _log.warning("%s", error)
+
+    async def _read_version(self) -> ApiVersion | BackendError:
+        subject = f"daemon at {self.socket_path}"
+        try:
+            answered = await self._http.get("/version")
+        except httpx.HTTPError as error:
+            raise BackendError(f"docker: {subject} did not answer ({type(error).__name__})") from None
+        if answered.status_code != 200:
+            raise _refused(answered, subject, "version", ())
+        fields = json_object(answered)
+        outcome = negotiate(daemon_api=fields.get("ApiVersion"), daemon_min=fields.get("MinAPIVersion"))
+        if isinstance(outcome, NoCommonVersion):
+            _log.error("docker: %s: %s", subject, outcome.reason)
+            return BackendError(f"docker: {subject}: {outcome.reason}")
+        _log.info("docker: %s: speaking Engine API %s", subject, outcome.version)
+        return outcome.version
 
     async def start(self, spec: MachineSpec) -> MachineHandle:
         subject = machine_subject(spec.machine_id, spec.machine_type.name)
@@ -175,12 +220,13 @@ class DockerBackend:
         """Every container, stopped ones too (they still hold their disk), labelled with this pool (the orphan
         sweep's listing); named by the name the pool gave it."""
         try:
+            prefix = (await self.negotiate()).prefix
             listed = await self._http.get(
-                "/containers/json",
+                f"{prefix}/containers/json",
                 params={"all": "true", "filters": json.dumps({"label": [f"{LABEL_POOL}={self._pool}"]})},
             )
             containers = listed.json() if listed.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, BackendError):
             return None
         if not isinstance(containers, list):
             return None
@@ -214,8 +260,9 @@ class DockerBackend:
 
     async def health(self, handle: MachineHandle) -> bool:
         try:
-            inspected = await self._http.get(f"/containers/{handle.provider_id}/json")
-        except httpx.HTTPError:
+            prefix = (await self.negotiate()).prefix
+            inspected = await self._http.get(f"{prefix}/containers/{handle.provider_id}/json")
+        except (httpx.HTTPError, BackendError):
             return False
         state = json_object(inspected).get("State") if inspected.status_code == 200 else None
         if not isinstance(state, dict) or state.get("Running") is not True:
@@ -226,7 +273,11 @@ class DockerBackend:
         self, method: str, path: str, subject: str, what: str, secrets: tuple[str, ...], **kwargs: Any
     ) -> httpx.Response:
         try:
-            response = await self._http.request(method, path, **kwargs)
+            version = await self.negotiate()
+        except BackendError as error:  # said for the machine whose call it stopped
+            raise BackendError(f"docker: {subject}: {what}: {str(error).removeprefix('docker: ')}") from None
+        try:
+            response = await self._http.request(method, f"{version.prefix}{path}", **kwargs)
         except httpx.HTTPError as error:
             # the exception's text could quote the request; only its class leaves this function
             raise provider_error(
