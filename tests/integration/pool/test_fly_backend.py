@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -202,20 +203,62 @@ async def test_create_answered_5xx_after_commit_destroys_the_machine_it_made(
     assert fly.live() == []
 
 
-async def test_create_answered_200_without_a_machine_id_destroys_the_machine_it_made(
-    fly: FlySimulator, backend: FlyBackend, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("status", [201, 202])
+async def test_an_off_spec_2xx_with_a_machine_id_is_a_machine_the_pool_owns(
+    fly: FlySimulator, backend: FlyBackend, status: int
 ) -> None:
-    """A 200 is a create Fly acted on: with no id in the answer the machine is still found by name and destroyed."""
+    """Fly documents 200; a 201 or 202 carrying the id made a machine all the same: it boots, and stops."""
+    fly.answer_next_create(status)
+    handle = await backend.start(spec(fly_type()))
+    (machine,) = fly.live()
+    assert handle.provider_id == machine.id
+    await healthy(backend, handle)
+    await backend.stop(handle.provider_id)
+    assert fly.live() == []
+
+
+@pytest.mark.parametrize("status", [200, 202])
+async def test_a_2xx_without_a_machine_id_fails_at_warning_and_destroys_the_machine_it_made(
+    fly: FlySimulator, backend: FlyBackend, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2xx is a create Fly acted on: with no id the start fails, the machine is found by name and destroyed,
+    and a warning names it for the orphan sweep."""
+    fly.answer_next_create(status, with_id=False)
+    machine = spec(fly_type())
+    with (
+        caplog.at_level(logging.WARNING, logger="thermostat.providers.pool.fly"),
+        pytest.raises(
+            BackendError, match=rf"create HTTP {status} answered without a machine id; destroyed machine \w+ it had"
+        ),
+    ):
+        await backend.start(machine)
+    assert fly.live() == []
+    (warned,) = [r for r in caplog.records if "without a machine id" in r.getMessage()]
+    assert warned.levelno == logging.WARNING
+    assert f"the orphan sweep looks for tp-cpu-small-{machine.machine_id}" in warned.getMessage()
+
+
+async def test_a_2xx_without_a_machine_id_it_cannot_list_leaves_the_machine_to_the_orphan_sweep(
+    fly: FlySimulator, backend: FlyBackend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listing that should find the id-less machine fails: the error says where to look, the warning names it
+    for the sweep, and the machine is still there for the sweep to find."""
+    fly.answer_next_create(200, with_id=False)
     original = fly._handle
 
-    def answer_without_id(request: RecordedRequest) -> Any:
-        result = original(request)
-        return (200, {"Content-Type": "application/json"}, b"{}") if request.method == "POST" else result
+    def listing_fails(request: RecordedRequest) -> Any:
+        if request.method == "GET" and request.path.endswith("/machines"):
+            return (503, {"Content-Type": "application/json"}, b'{"error": "unavailable"}')
+        return original(request)
 
-    monkeypatch.setattr(fly, "_handle", answer_without_id)
-    with pytest.raises(BackendError, match=r"create answered without a machine id; destroyed machine \w+ it had"):
+    monkeypatch.setattr(fly, "_handle", listing_fails)
+    with (
+        caplog.at_level(logging.WARNING, logger="thermostat.providers.pool.fly"),
+        pytest.raises(BackendError, match=r"could not list machines: look for one named"),
+    ):
         await backend.start(spec(fly_type()))
-    assert fly.live() == []
+    assert len(fly.live()) == 1
+    assert any("the orphan sweep looks for" in r.getMessage() for r in caplog.records)
 
 
 async def test_create_5xx_that_made_nothing_says_so(fly: FlySimulator, backend: FlyBackend) -> None:

@@ -7,18 +7,25 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import ADMIN, caller, pool_env, start_pool
+from thermostat.dev.simulators.fly import FlySimulator
 from thermostat.dev.simulators.machines import REFERENCE_WORKER
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
+from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.pool.v1 import pool_pb2
+from thermostat.pool_dispatcher.orphan_sweep import FoundOrphan
 from thermostat.store.db import Store
 
 RUNPOD_KEY = "rpa_ORPHANKEY_5e1d"
+FLY_TOKEN = "fo1_ORPHANTOKEN_2c7e"
+FLY_APP = "tp-orphans"
 TYPE = {"name": "remote", "backend": "runpod", "image": "strata-worker:latest", "job_timeout_seconds": 90}
 
 
@@ -138,3 +145,42 @@ async def test_get_v1_orphans_shows_the_last_pass_to_the_admin_token_only(
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await pool.stub.ListOrphans(pool_pb2.ListOrphansRequest(), metadata=caller())
         assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_fly_machine_created_without_its_id_in_the_answer_is_found_by_the_orphan_sweep(
+    pool_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fly answers a create 200 without the machine id and the backend's own listing fails: the boot fails, and the
+    machine it made, named with a machine id no row holds any more, is the orphan sweep's to find (issue 35)."""
+    with FlySimulator(token=FLY_TOKEN, apps=[FLY_APP]) as fly:
+        fly.answer_next_create(200, with_id=False)
+        original, failed_listings = fly._handle, []
+
+        def first_listing_fails(request: RecordedRequest) -> Any:
+            if request.method == "GET" and request.path.endswith("/machines") and not failed_listings:
+                failed_listings.append(request.path)
+                return (503, {"Content-Type": "application/json"}, b'{"error": "unavailable"}')
+            return original(request)
+
+        monkeypatch.setattr(fly, "_handle", first_listing_fails)
+        fly_type = {"name": "on-fly", "backend": "fly", "image": "strata-worker:latest"}
+        fly_env = pool_env(
+            [fly_type], FLY_API_TOKEN=FLY_TOKEN, POOL_FLY_APP=FLY_APP, POOL_FLY_REGION="sjc",
+            POOL_FLY_BASE_URL=fly.base_url, POOL_FLY_ENDPOINT_TEMPLATE=fly.endpoint_template,
+            ORPHAN_SWEEP_SECONDS="3600",
+        )  # fmt: skip
+        async with start_pool(pool_store, fly_env) as pool:
+            job = await pool.submit(b"x", machine_type="on-fly")
+
+            async def failed_boot() -> str | None:
+                seen = await pool.job(job.id)
+                return seen.error if "without a machine id" in seen.error else None
+
+            assert "could not list machines: look for one named" in await eventually(failed_boot, timeout=10)
+            stray = fly.machines()[0]  # the first machine made: the one answered without its id (a retry may follow)
+
+            async def swept() -> tuple[FoundOrphan, ...] | None:
+                return found if (found := await pool.orphans.sweep()) else None
+
+            (found,) = await eventually(swept, timeout=10, every=0.1)
+            assert (found.backend, found.orphan.provider_id) == ("fly", stray.id)

@@ -8,7 +8,9 @@ One threaded HTTP server on loopback serves (notes/provider-apis.md §3):
                                     502 otherwise (point POOL_FLY_ENDPOINT_TEMPLATE at `{url}/vm/{id}`)
 Bearer auth (401 `{"error": …}`); unknown app 404; an image the simulator does not have is a 422 like Fly's
 ("failed to get manifest"). `refuse_next_create(status, error)` scripts a refusal (e.g. 422 insufficient
-capacity; `after_commit=True` makes the machine first, a gateway error after Fly acted). Every API request
+capacity; `after_commit=True` makes the machine first, a gateway error after Fly acted);
+`answer_next_create(status, with_id=…)` makes the next create answer an off-spec 2xx (201, 202), or its
+machine without the `id` (the machine is made all the same). Every API request
 is recorded for shape pins. A machine's worker is a real child process (`machine_command`, the reference
 worker by default); when it dies the machine reads `stopped`, as a
 `restart: no` machine does.
@@ -126,6 +128,7 @@ class FlySimulator(ServedSimulator[_Server]):
         self._lock = threading.RLock()
         self._machines: dict[str, SimFlyMachine] = {}
         self._refusals: deque[tuple[int, str, str, bool]] = deque()
+        self._answers: deque[tuple[int, bool]] = deque()
 
     def start(self) -> Self:
         return self._serve(_Server((self._host, self._requested_port), self), "fly-sim")
@@ -159,6 +162,7 @@ class FlySimulator(ServedSimulator[_Server]):
                     machine.process.kill()
             self._machines.clear()
             self._refusals.clear()
+            self._answers.clear()
         self._request_log.clear()
 
     def refuse_next_create(self, status: int, error: str, kind: str = "unknown", *, after_commit: bool = False) -> None:
@@ -166,6 +170,12 @@ class FlySimulator(ServedSimulator[_Server]):
         `after_commit` makes the machine first (a gateway error after Fly acted)."""
         with self._lock:
             self._refusals.append((status, error, kind, after_commit))
+
+    def answer_next_create(self, status: int, *, with_id: bool = True) -> None:
+        """The next create that makes a machine answers `status` (an off-spec 201 or 202), and without the
+        machine's `id` when `with_id` is False (the machine is made all the same)."""
+        with self._lock:
+            self._answers.append((status, with_id))
 
     def machines(self) -> list[SimFlyMachine]:
         with self._lock:
@@ -244,7 +254,11 @@ class FlySimulator(ServedSimulator[_Server]):
             machine.process = SimMachine(self._command, {str(k): str(v) for k, v in env.items()})
             machine.state = "started"
         self._machines[machine_id] = machine
-        return json_answer(200, machine.to_json())
+        status, with_id = self._answers.popleft() if self._answers else (200, True)
+        answered = machine.to_json()
+        if not with_id:
+            del answered["id"]
+        return json_answer(status, answered)
 
     def _destroy(self, machine: SimFlyMachine, force: bool) -> Answer:
         if machine.state == "started" and not force:

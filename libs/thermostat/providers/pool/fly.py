@@ -9,9 +9,12 @@ Theory of operation (worker-pool seed, "The Fly Machines backend"; notes/provide
   `provider_options` overrides anything in the config (dict values such as `guest` merge); an `env`
   override merges too, the worker token always put back, and one that is not an object of strings cannot
   hold the token and is refused before any request is sent.
-- A create that got no answer, a 5xx, or was cancelled in flight may still have made a machine, and a 200
+- Any 2xx with a machine id is a machine the pool owns, whatever the exact status (Fly documents 200; an
+  off-spec 201/202 must not orphan the machine it made, issue 35).
+- A create that got no answer, a 5xx, or was cancelled in flight may still have made a machine, and a 2xx
   without a machine id did make one: the app's machines are listed and any named as this one is destroyed
-  before the start fails, so nothing bills.
+  before the start fails, so nothing bills. The id-less 2xx is logged at warning: a machine Fly does not list
+  yet escapes that listing, and the orphan sweep finds it by its name (its row is gone with the failed boot).
 - The endpoint is `http://{id}.vm.{app}.internal:{port}` (POOL_FLY_ENDPOINT_TEMPLATE overrides it, for the
   simulator); region is the answer's `region`.
 - stop destroys by force (`DELETE …/machines/{id}?force=true`); a 404 is already gone.
@@ -146,14 +149,19 @@ class FlyBackend:
         if response.status_code >= 500:
             # a gateway error can follow a create Fly committed: find the machine and destroy it
             raise BackendError(f"{_refused(response, subject, 'create', secrets)}; {await self._sweep(body['name'])}")
-        if response.status_code != 200:
+        if not 200 <= response.status_code < 300:
             raise _refused(response, subject, "create", secrets)
         machine = json_object(response)
         machine_id = machine.get("id")
         if not isinstance(machine_id, str) or not machine_id:
-            # a 200 is a create Fly acted on: the machine exists whether or not its id came back
+            # a 2xx is a create Fly acted on: the machine exists whether or not its id came back
+            swept = await self._sweep(body["name"])
+            _log.warning(
+                "fly: %s: create HTTP %d answered without a machine id; %s; the orphan sweep looks for %s",
+                subject, response.status_code, swept, body["name"],
+            )  # fmt: skip
             raise BackendError(
-                f"fly: {subject}: create answered without a machine id; {await self._sweep(body['name'])}"
+                f"fly: {subject}: create HTTP {response.status_code} answered without a machine id; {swept}"
             )
         region = machine.get("region")
         return MachineHandle(
