@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from tests.fixtures.services import VOLUME
+from tests.fixtures.services import TEMPLATE, VOLUME
 from tests.integration.pod_controller.harness import (
     A100,
     CATALOG,
@@ -285,3 +285,23 @@ async def test_a_wake_that_billed_a_start_is_failed_not_refused(runpod_sim, db_s
         (wake,) = await wakes(c.public)
     assert rows == [("Start", True)]
     assert wake.outcome == "Failed"
+
+
+async def test_a_create_runpod_refuses_as_off_contract_422_aborts_the_walk_with_no_second_candidate(
+    runpod_sim, db_store, caplog
+) -> None:
+    """Against the simulator's spec 422 (v2.9.0: "must not be a serverless template (→ 422)", "Fix the request.
+    Never retry."): the walk's Abort path ends the wake after one POST, though two more candidates were in line."""
+    runpod_sim.configure(serverless_template_id=TEMPLATE)
+    async with controller(runpod_sim, db_store, RUNPOD_MAX_PRICE_PER_HOUR="2.00") as c:
+        answer = await start(c.public)
+        assert answer.code is grpc.StatusCode.ABORTED
+        assert answer.metadata.get("x-http-code") == "409"
+        assert "Aborted after 1 of 3 candidate(s)" in answer.details
+        assert "(last status 422)" in answer.details
+        assert api_calls(runpod_sim) == [LIST, CATALOG, CREATE]
+        assert created_gpus(runpod_sim) == [RTX_4500]
+        assert pods_on(runpod_sim, VOLUME) == []
+        (wake,) = await wakes(c.public)
+        assert (wake.outcome, wake.last_provider_status, wake.candidates_considered) == ("Failed", 422, 1)
+        assert "$.templateId: cnz5fxyadi is a serverless template" in caplog.text  # the 422's `errors`, logged

@@ -203,7 +203,7 @@ def test_the_http_control_api_drives_a_whole_scenario(
         json={
             **CREATE,
             "dataCenterIds": ["US-TX-3"],
-            "mounts": {"network": [{"volumeId": "vol-demo"}]},
+            "mounts": {"network": [{"volumeId": "vol-demo", "path": "/workspace"}]},
         },
     )
     assert created.json()["id"] == "demo0000000001"
@@ -256,7 +256,7 @@ def test_http_control_of_settings_catalogue_and_faults(
     assert http.put("/_sim/catalog", json=catalog).status_code == 200
     rows = http.get("/v2/catalog/gpus?include=AVAILABILITY&product=POD", headers=api_headers).json()["gpus"]
     assert [(r["id"], r["availability"], r["dataCenters"]) for r in rows] == [
-        ("NVIDIA Test", "HIGH", [{"id": "EU-RO-1", "availability": "HIGH"}])
+        ("NVIDIA Test", "HIGH", [{"id": "EU-RO-1", "name": "EU Romania 1", "availability": "HIGH"}])
     ]
     assert http.post("/v2/pods", json={**CREATE, "gpu": {"id": "NVIDIA Test"}}, headers=api_headers).status_code == 400
     fault = http.post(

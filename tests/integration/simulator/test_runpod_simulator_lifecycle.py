@@ -151,16 +151,92 @@ def test_a_terminated_pod_lingers_when_configured(
 
 
 @pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        pytest.param({"name": None}, "$.name: name is required", id="no-name"),
+        pytest.param({"name": ""}, "$.name: name is required", id="empty-name"),
+        pytest.param({"name": "  "}, "$.name: name is required", id="blank-name"),
+        pytest.param({"templateId": ""}, "$.templateId: must be a non-empty string", id="empty-template-id"),
+        pytest.param({"gpu": {"count": 1}}, "$.gpu.id: gpu.id is required", id="gpu-without-id"),
+        pytest.param({"gpu": {"id": A100, "count": 0}}, "$.gpu.count", id="zero-gpus"),
+        pytest.param({"cloud": "ANY"}, "$.cloud: cloud must be one of SECURE, COMMUNITY", id="bad-cloud"),
+        pytest.param({"dataCenterIds": "EU-RO-1"}, "$.dataCenterIds", id="datacenters-not-a-list"),
+        pytest.param({"env": {"N": 1}}, "$.env: env must be an object of strings", id="env-not-strings"),
+        pytest.param({"disk": 0}, "$.disk", id="zero-disk"),
+        pytest.param({"mounts": {"network": [{"volumeId": VOLUME}]}}, "network[0].path", id="mount-without-path"),
+        pytest.param(
+            {"gpu": None, "cpu": {"vcpuCount": 2}, "image": "busybox"}, "$.cpu.id: cpu.id is required", id="cpu-no-id"
+        ),
+        pytest.param(
+            {"gpu": None, "cpu": {"id": "cpu3g", "vcpuCount": 1}, "image": "busybox"}, "$.cpu.vcpuCount", id="one-vcpu"
+        ),
+    ],
+)
+def test_a_create_that_does_not_match_the_contract_is_a_422_listing_each_violation(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str], overrides: dict[str, Any], error: str
+) -> None:
+    """Spec v2.9.0, POST /v2/pods: "422 | The body does not match the contract. `errors` lists each violation. |
+    Fix the request. Never retry." Nothing is created."""
+    answer = http.post("/v2/pods", json=create_body(**overrides), headers=api_headers)
+    assert (answer.status_code, answer.headers["content-type"]) == (422, PROBLEM)
+    problem = answer.json()
+    assert (problem["title"], problem["status"], problem["detail"]) == (
+        "Unprocessable Entity",
+        422,
+        "Request validation failed.",
+    )
+    assert any(error in listed for listed in problem["errors"]), problem["errors"]
+    assert sim.pods() == []
+
+
+def test_a_422_lists_every_violation_not_just_the_first(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    """`errors` lists each violation."""
+    answer = http.post("/v2/pods", json=create_body(name=None, cloud="ANY"), headers=api_headers)
+    assert answer.status_code == 422
+    assert [error.split(":")[0] for error in answer.json()["errors"]] == ["$.name", "$.cloud"]
+
+
+def test_a_body_that_is_not_an_object_is_a_422_and_one_that_is_not_json_a_400(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    """A JSON array breaks the contract; bytes that are not JSON never reach it."""
+    assert http.post("/v2/pods", json=["qwen"], headers=api_headers).status_code == 422
+    garbled = http.post("/v2/pods", content=b"{not json", headers={**api_headers, "Content-Type": "application/json"})
+    assert garbled.status_code == 400
+    assert sim.pods() == []
+
+
+def test_a_create_naming_a_serverless_template_is_a_422(
+    sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]
+) -> None:
+    """templateId: "must not be a serverless template (→ 422)"."""
+    sim.configure(serverless_template_id="sls0template")
+    answer = http.post("/v2/pods", json=create_body(templateId="sls0template"), headers=api_headers)
+    assert answer.status_code == 422
+    assert "sls0template is a serverless template" in answer.json()["errors"][0]
+    assert sim.pods() == []
+
+
+@pytest.mark.parametrize(
     ("overrides", "detail"),
     [
-        pytest.param({"name": None}, "name is required", id="no-name"),
-        pytest.param({"name": "  "}, "name is required", id="blank-name"),
         pytest.param({"gpu": None}, "exactly one of gpu and cpu", id="neither-gpu-nor-cpu"),
-        pytest.param({"cpu": {"vcpuCount": 2}}, "exactly one of gpu and cpu", id="both-gpu-and-cpu"),
+        pytest.param({"cpu": {"id": "cpu3g", "vcpuCount": 2}}, "exactly one of gpu and cpu", id="both-gpu-and-cpu"),
         pytest.param({"templateId": None}, "image is required", id="no-image-no-template"),
-        pytest.param({"gpu": {"id": A100, "count": 0}}, "gpu.count", id="zero-gpus"),
+        pytest.param(
+            {"gpu": None, "cpu": {"id": "cpu3g", "vcpuCount": 6}, "image": "busybox"},
+            "cpu.vcpuCount must be one of",
+            id="vcpus-not-a-power-of-two",
+        ),
+        pytest.param({"ports": ["http"]}, "ports must be a list like", id="port-without-number"),
         pytest.param({"gpu": {"id": "NVIDIA Imaginary 9000"}}, "unknown GPU type", id="unknown-gpu"),
-        pytest.param({"mounts": {"network": [{"volumeId": "nosuchvol"}]}}, "does not exist", id="unknown-volume"),
+        pytest.param(
+            {"mounts": {"network": [{"volumeId": "nosuchvol", "path": "/workspace"}]}},
+            "does not exist",
+            id="unknown-volume",
+        ),
         pytest.param({"dataCenterIds": ["US-TX-3"]}, "not in dataCenterIds", id="volume-in-another-datacenter"),
         pytest.param({"gpu": {"id": "NVIDIA L40S", "count": 1}}, "no longer any instances", id="gpu-none-in-dc"),
         pytest.param(
@@ -171,13 +247,14 @@ def test_a_terminated_pod_lingers_when_configured(
             "no longer any instances",
             id="listed-but-no-capacity",
         ),
-        pytest.param({"cloud": "ANY"}, "cloud", id="bad-cloud"),
     ],
 )
-def test_an_invalid_or_unplaceable_create_is_a_400_problem(
+def test_a_create_that_breaks_a_cross_field_rule_or_cannot_be_placed_is_a_400_problem(
     sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str], overrides: dict[str, Any], detail: str
 ) -> None:
-    """Each refusal names its reason and creates nothing."""
+    """Spec v2.9.0: "400 | The body matches the contract but was rejected — either it breaks a cross-field rule, or
+    this GPU and data center combination could not be placed. | Try your next candidate." Each names its reason
+    and creates nothing."""
     answer = http.post("/v2/pods", json=create_body(**overrides), headers=api_headers)
     assert (answer.status_code, answer.headers["content-type"]) == (400, PROBLEM)
     assert detail in answer.json()["detail"]
@@ -193,12 +270,13 @@ def test_a_create_without_datacenters_lands_in_the_volumes_datacenter(
 
 
 def test_a_cpu_pod_needs_no_gpu(sim: RunPodSimulator, http: httpx.Client, api_headers: dict[str, str]) -> None:
-    """Exactly one of gpu / cpu: a cpu pod is valid and has no GPU block."""
-    answer = http.post(
-        "/v2/pods", json=create_body(gpu=None, cpu={"vcpuCount": 4}, image="busybox"), headers=api_headers
-    )
+    """Exactly one of gpu / cpu: a cpu pod is valid; its answer has no `gpu` ("omitted from CPU pods") and its `cpu`
+    is the spec's CpuConfig (id, vcpuCount, memory)."""
+    body = create_body(gpu=None, cpu={"id": "cpu3g", "vcpuCount": 4}, image="busybox")
+    answer = http.post("/v2/pods", json=body, headers=api_headers)
     assert answer.status_code == 201
-    assert (answer.json()["gpu"], answer.json()["cpu"]) == (None, {"vcpuCount": 4})
+    assert "gpu" not in answer.json()
+    assert answer.json()["cpu"] == {"id": "cpu3g", "vcpuCount": 4, "memory": 16}
 
 
 @pytest.mark.parametrize(
@@ -229,8 +307,8 @@ def test_the_catalogue_needs_a_product_with_availability(
     rows = http.get("/v2/catalog/gpus?include=AVAILABILITY&product=POD", headers=api_headers).json()["gpus"]
     pro4500 = next(row for row in rows if row["id"] == "NVIDIA RTX PRO 4500 Blackwell")
     assert pro4500["dataCenters"] == [
-        {"id": "EU-RO-1", "availability": "LOW"},
-        {"id": "US-KS-2", "availability": "MEDIUM"},
+        {"id": "EU-RO-1", "name": "EU Romania 1", "availability": "LOW"},
+        {"id": "US-KS-2", "name": "US Kansas 2", "availability": "MEDIUM"},
     ]
     assert {"price", "memory", "maxCount", "secure", "community"} <= pro4500.keys()
 

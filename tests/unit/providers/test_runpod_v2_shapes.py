@@ -53,6 +53,33 @@ def test_retry_after_is_read_as_delta_seconds_only(value: str | None, expected: 
     assert read_retry_after(value) == expected
 
 
+def test_a_422s_detail_carries_the_violations_its_errors_list() -> None:
+    """Spec v2.9.0: a 422's detail is generic and `errors` lists each violation; both reach the log and the job."""
+    body = (
+        b'{"title":"Unprocessable Entity","status":422,"detail":"Request validation failed.",'
+        b'"errors":["$.name: required","$.cloud: not in enum",7]}'
+    )
+    assert problem_detail(body) == "Request validation failed. ($.name: required; $.cloud: not in enum)"
+    assert problem_detail(b'{"status":422,"errors":["$.gpu.id: required"]}') == "invalid request ($.gpu.id: required)"
+
+
+@pytest.mark.parametrize(
+    ("flag", "secure_price"),
+    [
+        pytest.param(True, 0.44, id="offered"),
+        pytest.param(None, 0.44, id="no-flag-read-as-offered"),
+        pytest.param(False, None, id="not-on-secure-cloud-is-no-price"),
+    ],
+)
+def test_a_gpu_secure_cloud_does_not_offer_has_no_secure_price(flag: bool | None, secure_price: float | None) -> None:
+    """The spec's prices are numbers, never null: `secure: false` is what says the figure (0) is no price."""
+    gpu: dict[str, object] = {"id": "G", "price": {"secure": 0.44 if flag is not False else 0.0, "community": 0.3}}
+    if flag is not None:
+        gpu["secure"] = flag
+    (entry,) = read_catalog({"gpus": [gpu]})
+    assert entry.secure_price == secure_price
+
+
 def test_problem_detail_falls_back_to_the_title_and_is_bounded() -> None:
     """The detail names the refusal for the log; a title stands in, and a huge body is cut."""
     assert problem_detail(b'{"title":"Bad Request","status":400}') == "Bad Request"

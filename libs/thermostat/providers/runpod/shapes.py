@@ -63,10 +63,13 @@ def read_catalog(body: object) -> tuple[GpuCatalogEntry, ...]:
         if not isinstance(gpu, dict) or not isinstance(gpu.get("id"), str):
             continue
         price = gpu.get("price")
+        # the spec's prices are numbers, never null: a GPU secure cloud does not offer is `secure: false`, and
+        # the figure beside it (0) is no price to rank or cap
+        offered = gpu.get("secure") is not False
         entries.append(
             GpuCatalogEntry(
                 id=gpu["id"],
-                secure_price=_number(price.get("secure")) if isinstance(price, dict) else None,
+                secure_price=_number(price.get("secure")) if isinstance(price, dict) and offered else None,
                 availability=_availability(gpu.get("availability")),
                 datacenters=_datacenters(gpu.get("dataCenters")),
                 vram_gb=_vram_gb(gpu.get("memory")),
@@ -186,11 +189,17 @@ def is_problem_not_found(content_type: str | None, content: bytes) -> bool:
 
 
 def problem_detail(content: bytes, *, limit: int = 500) -> str | None:
+    """The problem's `detail` (else its `title`), followed by its `errors` when it lists them: a 422's detail is
+    the generic "Request validation failed." and the violations are in `errors` (spec v2.9.0, ErrorResponse)."""
     body = decode_json(content)
     detail = body.get("detail") if isinstance(body, dict) else None
     if not isinstance(detail, str) or not detail:
         title = body.get("title") if isinstance(body, dict) else None
         detail = title if isinstance(title, str) and title else None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    listed = [error for error in errors if isinstance(error, str) and error] if isinstance(errors, list) else []
+    if listed:
+        detail = f"{detail or 'invalid request'} ({'; '.join(listed)})"
     return detail[:limit] if detail is not None else None
 
 

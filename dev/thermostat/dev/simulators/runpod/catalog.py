@@ -14,6 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 AVAILABILITY_LEVELS = ("NONE", "LOW", "MEDIUM", "HIGH")
+GPU_MANUFACTURERS = ("NVIDIA", "AMD", "UNKNOWN")  # the spec's GpuManufacturer enum
+_COUNTRIES = {"RO": "Romania", "SE": "Sweden", "TX": "Texas", "KS": "Kansas", "MTL": "Montreal", "CA": "California"}
+
+
+def datacenter_name(datacenter_id: str) -> str:
+    """A data center's human-readable name as RunPod writes them ("US-TX-3" → "US Texas 3")."""
+    parts = datacenter_id.split("-")
+    return " ".join(_COUNTRIES.get(part, part) for part in parts)
+
 
 DEFAULT_VOLUME_ID = "bjn7d94ej9"
 DEFAULT_DATACENTER_ID = "EU-RO-1"
@@ -46,6 +55,7 @@ class SimGpu:
     community_price: float | None = None
     max_count: int = 8
     datacenters: tuple[SimDatacenterStock, ...] = field(default_factory=tuple)
+    pool: str | None = None  # its serverless GPU pool: "Null if GPU is not in a serverless pool"
 
     @property
     def availability(self) -> str:
@@ -56,27 +66,36 @@ class SimGpu:
         return next((dc for dc in self.datacenters if dc.id == datacenter_id), None)
 
     def to_v2(self, *, with_availability: bool) -> dict[str, object]:
-        """to_v2 is the GET /v2/catalog/gpus row; `has_capacity` stays private to the simulator."""
+        """to_v2 is the GET /v2/catalog/gpus row, the spec's `GpuType` (v2.9.0) with every field it requires;
+        `has_capacity` stays private to the simulator. A cloud that does not offer the GPU says so in its flag
+        (`secure`, `community`), never by a null price: the spec's prices are numbers."""
+        manufacturer = self.manufacturer.upper()
         row: dict[str, object] = {
             "id": self.id,
             "name": self.name,
-            "manufacturer": self.manufacturer,
+            "pool": self.pool,
+            "manufacturer": manufacturer if manufacturer in GPU_MANUFACTURERS else "UNKNOWN",
             "memory": self.memory_gb,
             "secure": self.secure_price is not None,
             "community": self.community_price is not None,
-            "price": {"secure": self.secure_price, "community": self.community_price},
+            "price": {"secure": self.secure_price or 0.0, "community": self.community_price or 0.0},
             "maxCount": {"secure": self.max_count, "community": self.max_count},
         }
         if with_availability:
             row["availability"] = self.availability
-            row["dataCenters"] = [{"id": dc.id, "availability": dc.availability} for dc in self.datacenters]
+            row["dataCenters"] = [
+                {"id": dc.id, "name": datacenter_name(dc.id), "availability": dc.availability}
+                for dc in self.datacenters
+            ]
         return row
 
     def to_control(self) -> dict[str, object]:
         row = self.to_v2(with_availability=True)
         row["dataCenters"] = [
-            {"id": dc.id, "availability": dc.availability, "hasCapacity": dc.has_capacity} for dc in self.datacenters
-        ]
+            {"id": dc.id, "name": datacenter_name(dc.id), "availability": dc.availability,
+             "hasCapacity": dc.has_capacity}
+            for dc in self.datacenters
+        ]  # fmt: skip
         return row
 
 
@@ -106,15 +125,18 @@ def gpu_from_control(row: Mapping[str, object]) -> SimGpu:
     name = row.get("name")
     manufacturer = row.get("manufacturer")
     max_count = row.get("maxCount")
+    pool = row.get("pool")
     return SimGpu(
         id=gpu_id,
         name=name if isinstance(name, str) else gpu_id,
         manufacturer=manufacturer if isinstance(manufacturer, str) else gpu_id.split(" ", 1)[0],
         memory_gb=int(memory) if isinstance(memory, int | float) and not isinstance(memory, bool) else None,
-        secure_price=_price(prices.get("secure")),
-        community_price=_price(prices.get("community")),
+        # a cloud flagged false does not offer the GPU, whatever number its price carries
+        secure_price=_price(prices.get("secure")) if row.get("secure") is not False else None,
+        community_price=_price(prices.get("community")) if row.get("community") is not False else None,
         max_count=int(max_count) if isinstance(max_count, int) and not isinstance(max_count, bool) else 8,
         datacenters=tuple(stocks),
+        pool=pool if isinstance(pool, str) and pool else None,
     )
 
 
@@ -133,15 +155,16 @@ def default_catalogue() -> tuple[SimGpu, ...]:
         SimGpu(
             id="NVIDIA RTX PRO 4500 Blackwell",
             name="RTX PRO 4500",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=32,
             secure_price=0.64,
             datacenters=_stock(("EU-RO-1", "LOW"), ("US-KS-2", "MEDIUM"), no_capacity_in=("EU-RO-1",)),
         ),
         SimGpu(
             id="NVIDIA A100 80GB PCIe",
+            pool="AMPERE_80",
             name="A100 PCIe",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=80,
             secure_price=1.59,
             community_price=1.19,
@@ -158,15 +181,16 @@ def default_catalogue() -> tuple[SimGpu, ...]:
         SimGpu(
             id="NVIDIA RTX PRO 6000 Blackwell Server Edition",
             name="RTX PRO 6000",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=96,
             secure_price=1.84,
             datacenters=_stock(("EU-RO-1", "LOW"), ("CA-MTL-1", "MEDIUM")),
         ),
         SimGpu(
             id="NVIDIA L40S",
+            pool="ADA_48_PRO",
             name="L40S",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=48,
             secure_price=1.09,
             community_price=0.79,
@@ -174,8 +198,9 @@ def default_catalogue() -> tuple[SimGpu, ...]:
         ),
         SimGpu(
             id="NVIDIA GeForce RTX 4090",
+            pool="ADA_24",
             name="RTX 4090",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=24,
             secure_price=0.69,
             community_price=0.34,
@@ -183,8 +208,9 @@ def default_catalogue() -> tuple[SimGpu, ...]:
         ),
         SimGpu(
             id="NVIDIA RTX A5000",
+            pool="AMPERE_24",
             name="RTX A5000",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=24,
             secure_price=0.27,
             community_price=0.16,
@@ -193,15 +219,16 @@ def default_catalogue() -> tuple[SimGpu, ...]:
         SimGpu(
             id="NVIDIA H100 80GB HBM3",
             name="H100 SXM",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=80,
             secure_price=2.99,
             datacenters=_stock(("US-TX-3", "MEDIUM"), ("US-KS-2", "LOW")),
         ),
         SimGpu(
             id="NVIDIA RTX A6000",
+            pool="AMPERE_48",
             name="RTX A6000",
-            manufacturer="Nvidia",
+            manufacturer="NVIDIA",
             memory_gb=48,
             secure_price=0.49,
             community_price=0.33,

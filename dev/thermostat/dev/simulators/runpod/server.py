@@ -36,8 +36,9 @@ from thermostat.dev.simulators.runpod.catalog import (
     default_volumes,
     gpu_from_control,
 )
+from thermostat.dev.simulators.runpod.create_request import ApiError
 from thermostat.dev.simulators.runpod.fast_proxy import FastProxy
-from thermostat.dev.simulators.runpod.world import ApiError, BilledStretch, PodWorld, SimSettings
+from thermostat.dev.simulators.runpod.world import BilledStretch, PodWorld, SimSettings
 from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,

@@ -1,8 +1,12 @@
 """The simulated RunPod account: pods, network volumes, the catalogue and each pod's vLLM process.
 
-Shapes follow the REST v2 spec as recorded in notes/provider-apis.md §1. Lifecycle is lazy: a pod's status is
-advanced from the clock whenever it is read, so there is no background thread. Every public method takes the
-one lock — the HTTP server is threaded and tests drive the world from another thread at the same time.
+Shapes follow the published REST v2 spec (runpod/docs `api-reference-v2/openapi.json`, Frontdoor v2.9.0;
+notes/provider-apis.md §1): a pod carries every field `Pod` requires, `template` (null: a pod keeps no link to
+the template it was created from) and never `templateId`; a create that breaks the contract is a 422 listing each
+violation, one that breaks a cross-field rule or cannot be placed a 400 (create_request.py). Lifecycle is lazy:
+a pod's status is advanced from the clock whenever it is read, so there is no background thread. Every public
+method takes the one lock — the HTTP server is threaded and tests drive the world from another thread at the
+same time.
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ from thermostat.dev.simulators.runpod.catalog import (
     DEFAULT_TEMPLATE_ID,
     SimGpu,
 )
+from thermostat.dev.simulators.runpod.create_request import (
+    DEFAULT_DISK_GB,
+    ApiError,
+    CreateRequest,
+    unprocessable,
+)
+from thermostat.dev.simulators.runpod.create_request import port_number as _port_number
 from thermostat.dev.simulators.runpod.vllm_exposition import (
     CONTENT_TYPE as METRICS_CONTENT_TYPE,
 )
@@ -44,21 +55,10 @@ ALLOWED_ACTIONS: dict[str, tuple[str, ...]] = {
 _BILLING = frozenset({"PROVISIONING", "STARTING", "RUNNING"})
 _MOVING = frozenset({"PROVISIONING", "STARTING", "TERMINATED"})
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-# cpu3g and its siblings come in powers of two (worker-pool seed, "The RunPod backend")
-CPU_VCPU_COUNTS = (2, 4, 8, 16, 32)
-
-
-class ApiError(Exception):
-    """ApiError is a v2 error answer: application/problem+json {title, status, detail}."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.title = title
-        self.detail = detail
-
-    def problem(self) -> dict[str, object]:
-        return {"title": self.title, "status": self.status, "detail": self.detail}
+TEMPLATE_IMAGE = "vllm/vllm-openai:latest"
+GPU_HOST_CUDA_VERSION = "12.8"
+DEFAULT_CPU_FLAVOR = "cpu3g"
+GB_PER_VCPU = 4  # cpu3g: 4 GB of RAM per vCPU (the pool's RunPod backend)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -78,6 +78,8 @@ class SimSettings:
     vllm_port: int = 8000
     # Cloudflare in front of the pod proxy ends a request after 100 s with a 524 (provider-apis.md §1)
     proxy_timeout_seconds: float = 100.0
+    # a template of the account that is a serverless one: a pod create naming it is the spec's 422
+    serverless_template_id: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
@@ -117,6 +119,10 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def _ssh_proxy(username: str) -> dict[str, object]:
+    return {"host": "ssh.runpod.io", "port": 22, "username": username, "command": f"ssh {username}@ssh.runpod.io"}
+
+
 def _iso(moment: float | None) -> str | None:
     if moment is None:
         return None
@@ -148,6 +154,8 @@ class SimPod:
     patch: dict[str, object] = field(default_factory=dict)
     cpu_id: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    disk: int = DEFAULT_DISK_GB
+    ssh_suffix: str = field(default_factory=lambda: secrets.token_hex(4))
     machine: SimMachine | None = None  # an image pod of a simulator given a machine command: a real worker
 
     def serves_port(self, port: int) -> bool:
@@ -172,13 +180,6 @@ class BilledStretch:
             "start": _iso(self.start),
             "end": _iso(self.end),
         }
-
-
-def _port_number(entry: str) -> int | None:
-    try:
-        return int(entry.split("/", 1)[0])
-    except ValueError:
-        return None
 
 
 class PodWorld:
@@ -300,29 +301,43 @@ class PodWorld:
         }
 
     def _v2(self, pod: SimPod, now: float) -> dict[str, object]:
+        """The spec's `Pod` (v2.9.0), every field it marks required present; `gpu` only on a GPU pod and `cpu`
+        only on a CPU pod ("omitted from" the other)."""
         gpu = self._catalogue.get(pod.gpu_id) if pod.gpu_id else None
+        ssh_user = f"{pod.id}-{pod.ssh_suffix}"
         body: dict[str, object] = {
             "id": pod.id,
             "name": pod.name,
             "status": pod.status,
             "actions": list(ALLOWED_ACTIONS[pod.status]),
-            "cost": pod.price_per_hour if pod.status in _BILLING else 0,
+            # a template pod's image is the template's (the simulator plays it as vLLM's)
+            "image": pod.image if pod.image is not None else TEMPLATE_IMAGE,
+            "args": "",
+            "disk": pod.disk,
+            "mounts": {"network": [dict(mount) for mount in pod.network_mounts]},
+            "ports": list(pod.ports),
+            "env": dict(pod.env),
+            "registry": None,
             "cloud": pod.cloud,
             "dataCenterId": pod.datacenter_id,
-            "gpu": (
-                {"id": pod.gpu_id, "count": pod.gpu_count, "displayName": gpu.name if gpu else pod.gpu_id}
-                if pod.gpu_id
-                else None
-            ),
-            "cpu": {"vcpuCount": pod.vcpu_count} if pod.vcpu_count is not None else None,
-            "image": pod.image,
-            "templateId": pod.template_id,
-            "ports": list(pod.ports),
-            "mounts": {"network": [dict(mount) for mount in pod.network_mounts]},
+            # "Null means unknown or not applicable (CPU pods …)"
+            "cudaVersion": GPU_HOST_CUDA_VERSION if pod.gpu_id else None,
+            # "direct": "Null unless `22/tcp` is in `ports`" and published
+            "ssh": {"proxy": _ssh_proxy(ssh_user), "direct": None},
+            # templateId: "the created pod does not retain a link to the template (`template` stays null)"
+            "template": None,
+            "cost": pod.price_per_hour if pod.status in _BILLING else 0,
+            "locked": False,
+            "globalNetworking": {"enabled": False},
+            "runtime": self._runtime(pod, now) if pod.status == "RUNNING" else None,
             "createdAt": _iso(pod.created_at),
             "startedAt": _iso(pod.started_at),
-            "runtime": self._runtime(pod, now) if pod.status == "RUNNING" else None,
         }
+        if pod.gpu_id:
+            body["gpu"] = {"id": pod.gpu_id, "count": pod.gpu_count, "displayName": gpu.name if gpu else pod.gpu_id}
+        if pod.vcpu_count is not None:
+            vcpus = pod.vcpu_count
+            body["cpu"] = {"id": pod.cpu_id or DEFAULT_CPU_FLAVOR, "vcpuCount": vcpus, "memory": vcpus * GB_PER_VCPU}
         body.update(pod.patch)
         return body
 
@@ -365,7 +380,9 @@ class PodWorld:
     def create_pod(self, body: object) -> dict[str, object]:
         with self.lock:
             now = self._tick()
-            request = _CreateRequest.read(body)
+            request = CreateRequest.read(body)
+            if request.template_id is not None and request.template_id == self.settings.serverless_template_id:
+                raise unprocessable(f"$.templateId: {request.template_id} is a serverless template, not a pod's")
             datacenter_id, price = self._place(request)
             pod = SimPod(
                 id=self._new_id(),
@@ -385,6 +402,7 @@ class PodWorld:
                 network_mounts=request.mounts,
                 cpu_id=request.cpu_id,
                 env=request.env,
+                disk=request.disk,
             )
             if self._machine_command is not None and request.image is not None and request.template_id is None:
                 # the pod's container: booted at create, reachable through the proxy once RUNNING
@@ -395,7 +413,7 @@ class PodWorld:
             self._advance(pod, now)
             return self._v2(pod, now)
 
-    def _place(self, request: _CreateRequest) -> tuple[str, float]:
+    def _place(self, request: CreateRequest) -> tuple[str, float]:
         volume_dcs = set()
         for mount in request.mounts:
             datacenter = self._volumes.get(mount["volumeId"])
@@ -685,93 +703,3 @@ class PodWorld:
             self._catalogue = {gpu.id: gpu for gpu in catalogue}
             self._volumes = dict(volumes)
             self.settings = settings
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _CreateRequest:
-    name: str
-    cloud: str
-    template_id: str | None
-    image: str | None
-    gpu_id: str | None
-    gpu_count: int
-    vcpu_count: int | None
-    cpu_id: str | None
-    env: dict[str, str]
-    datacenter_ids: list[str]
-    ports: list[str]
-    mounts: list[dict[str, str]]
-
-    @staticmethod
-    def read(body: object) -> _CreateRequest:
-        """read validates a POST /v2/pods body: name required, exactly one of gpu / cpu, image or templateId."""
-        if not isinstance(body, dict):
-            raise ApiError(400, "Bad Request", "the body must be a JSON object")
-        name = body.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise ApiError(400, "Bad Request", "name is required")
-        if (body.get("gpu") is None) == (body.get("cpu") is None):
-            raise ApiError(400, "Bad Request", "exactly one of gpu and cpu is required")
-        template_id, image = body.get("templateId"), body.get("image")
-        if not (isinstance(template_id, str) and template_id) and not (isinstance(image, str) and image):
-            raise ApiError(400, "Bad Request", "image is required unless templateId is given")
-        cloud = body.get("cloud", "SECURE")
-        if cloud not in ("SECURE", "COMMUNITY"):
-            raise ApiError(400, "Bad Request", "cloud must be SECURE or COMMUNITY")
-        gpu_id, gpu_count, vcpu_count, cpu_id = None, 0, None, None
-        gpu, cpu = body.get("gpu"), body.get("cpu")
-        if gpu is not None:
-            count = gpu.get("count", 1) if isinstance(gpu, dict) else None
-            if not isinstance(gpu, dict) or not isinstance(gpu.get("id"), str):
-                raise ApiError(400, "Bad Request", "gpu.id is required")
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ApiError(400, "Bad Request", "gpu.count must be a positive integer")
-            gpu_id, gpu_count = gpu["id"], count
-        else:
-            vcpus = cpu.get("vcpuCount", 2) if isinstance(cpu, dict) else None
-            if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus < 1:
-                raise ApiError(400, "Bad Request", "cpu must be an object with a positive vcpuCount")
-            if vcpus not in CPU_VCPU_COUNTS:
-                counts = ", ".join(map(str, CPU_VCPU_COUNTS))
-                raise ApiError(400, "Bad Request", f"cpu.vcpuCount must be one of {counts}")
-            vcpu_count = vcpus
-            flavor = cpu.get("id") if isinstance(cpu, dict) else None
-            cpu_id = flavor if isinstance(flavor, str) else None
-        datacenter_ids = body.get("dataCenterIds", [])
-        if not isinstance(datacenter_ids, list) or not all(isinstance(dc, str) for dc in datacenter_ids):
-            raise ApiError(400, "Bad Request", "dataCenterIds must be a list of strings")
-        env = body.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise ApiError(400, "Bad Request", "env must be an object of strings")
-        ports = body.get("ports", [])
-        if not isinstance(ports, list) or not all(isinstance(p, str) and _port_number(p) for p in ports):
-            raise ApiError(400, "Bad Request", 'ports must be a list like ["8000/http"]')
-        return _CreateRequest(
-            name=name,
-            cloud=cloud,
-            template_id=template_id if isinstance(template_id, str) and template_id else None,
-            image=image if isinstance(image, str) and image else None,
-            gpu_id=gpu_id,
-            gpu_count=gpu_count,
-            vcpu_count=vcpu_count,
-            cpu_id=cpu_id,
-            env=dict(env),
-            datacenter_ids=list(datacenter_ids),
-            ports=list(ports),
-            mounts=_read_mounts(body.get("mounts")),
-        )
-
-
-def _read_mounts(mounts: object) -> list[dict[str, str]]:
-    if mounts is None:
-        return []
-    network = mounts.get("network", []) if isinstance(mounts, dict) else None
-    if not isinstance(network, list):
-        raise ApiError(400, "Bad Request", "mounts.network must be a list")
-    read: list[dict[str, str]] = []
-    for mount in network:
-        if not isinstance(mount, dict) or not isinstance(mount.get("volumeId"), str):
-            raise ApiError(400, "Bad Request", "each network mount needs a volumeId")
-        path = mount.get("path", "/workspace")
-        read.append({"volumeId": mount["volumeId"], "path": path if isinstance(path, str) else "/workspace"})
-    return read
