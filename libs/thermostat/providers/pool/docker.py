@@ -118,7 +118,7 @@ class DockerBackend:
             timeout=httpx.Timeout(timeout_seconds),
             follow_redirects=False,
         )
-        self._version: ApiVersion | BackendError | None = None  # once negotiated: the version, or the refusal
+        self._version: ApiVersion | str | None = None  # once negotiated: the version, or the refusal's line
         self._negotiating = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -130,11 +130,13 @@ class DockerBackend:
     async def negotiate(self) -> ApiVersion:
         """The Engine API version this backend speaks to the daemon, read from its `GET /version` once;
         BackendError when the daemon did not answer (asked again next time) or shares no version with the pool."""
+        if isinstance(self._version, ApiVersion):  # every call asks: the settled answer takes no lock
+            return self._version
         async with self._negotiating:
             if self._version is None:
                 self._version = await self._read_version()
-            if isinstance(self._version, BackendError):
-                raise self._version
+            if isinstance(self._version, str):
+                raise BackendError(self._version)
             return self._version
 
     async def announce(self) -> None:
@@ -150,7 +152,7 @@ class DockerBackend:
             if self._version is None:  # a refusal was logged at error as it was found
                 _log.warning("%s", error)
 
-    async def _read_version(self) -> ApiVersion | BackendError:
+    async def _read_version(self) -> ApiVersion | str:
         subject = f"daemon at {self.socket_path}"
         try:
             answered = await self._http.get("/version")
@@ -162,7 +164,7 @@ class DockerBackend:
         outcome = negotiate(daemon_api=fields.get("ApiVersion"), daemon_min=fields.get("MinAPIVersion"))
         if isinstance(outcome, NoCommonVersion):
             _log.error("docker: %s: %s", subject, outcome.reason)
-            return BackendError(f"docker: {subject}: {outcome.reason}")
+            return f"docker: {subject}: {outcome.reason}"
         _log.info("docker: %s: speaking Engine API %s", subject, outcome.version)
         return outcome.version
 
