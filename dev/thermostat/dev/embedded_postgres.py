@@ -29,14 +29,14 @@ import stat
 import subprocess
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
 from urllib.parse import quote
 
-from thermostat.chassis.ports import free_port
+from thermostat.dev.stack.ports import free_port_except
 
 with warnings.catch_warnings():
     # The wheel's package __init__ computes a runtime directory we never use, warning when
@@ -110,6 +110,7 @@ class EmbeddedPostgres:
         settings: Mapping[str, str] | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
+        avoid_ports: Collection[int] = (),
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self._requested_port = port
@@ -117,6 +118,9 @@ class EmbeddedPostgres:
         self._settings = dict(settings or {})
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
+        # ports others will bind later (the dev stack's fixed ones): free now, so the OS may offer one of them, and
+        # `make run` failed when this server took 50061, the pod controller's port
+        self._avoid_ports = frozenset(avoid_ports)
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
         self._log_offset = 0
@@ -169,7 +173,7 @@ class EmbeddedPostgres:
         attempts_left = 3 if self._requested_port == 0 else 1
         while True:
             attempts_left -= 1
-            port = self._requested_port or free_port()
+            port = self._requested_port or free_port_except(self._avoid_ports)
             try:
                 self._launch(port, user)
                 self._wait_ready()

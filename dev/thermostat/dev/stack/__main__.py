@@ -24,6 +24,7 @@ from thermostat.dev.prometheus import (
     stack_targets,
 )
 from thermostat.dev.stack.docker_daemon import demo_docker_from
+from thermostat.dev.stack.ports import stack_metrics_port, stack_port
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
@@ -86,6 +87,14 @@ def _port(name: str, default: int) -> int:
         sys.exit(str(error))
 
 
+def fixed_ports(environ: Mapping[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Each service's gRPC and /metrics port under `make run`: its variable's, else the registry's moved below the
+    ephemeral range (stack.ports); ValueError naming a variable that holds no port."""
+    grpc_ports = {s.name: port_from_env(environ, s.port_env, stack_port(s)) for s in SERVICES}
+    metrics = {s.name: port_from_env(environ, s.metrics_port_env, stack_metrics_port(s)) for s in SERVICES}
+    return grpc_ports, metrics
+
+
 def _data_dir() -> Path:
     return Path(os.environ.get("THERMOSTAT_DATA_DIR") or ROOT / ".data").absolute()
 
@@ -105,6 +114,7 @@ async def main() -> int:
         edge_port = listen_port_from_env(os.environ)
         edge_concurrency = edge_concurrency_from(os.environ.get("EDGE_CONCURRENCY"))
         prometheus = prometheus_from_env(os.environ)
+        service_ports, metrics_ports = fixed_ports(os.environ)
     except ValueError as error:
         sys.exit(str(error))
     prometheus_path = prometheus_binary() if prometheus else None
@@ -120,8 +130,8 @@ async def main() -> int:
         admin_port=_port("EDGE_ADMIN_PORT", DEFAULT_ADMIN_PORT),
         stats_port=_port("EDGE_STATS_PORT", DEFAULT_STATS_PORT),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
-        service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
-        metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
+        service_ports=service_ports,
+        metrics_ports=metrics_ports,
         demo_backends=demo_backends,
         demo_docker=demo_docker,
     )

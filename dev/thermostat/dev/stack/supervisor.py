@@ -42,13 +42,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
-from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import POOL_DISPATCHER, SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
-from thermostat.dev.stack.ports import WantedPort, busy_ports, in_use
+from thermostat.dev.stack.ports import WantedPort, busy_ports, free_port_except, in_use
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.providers.pool.settings import ALIASES, env_setting
 from thermostat.store.db import apply_migrations
@@ -242,6 +241,10 @@ class Stack:
             ]
         return wanted
 
+    def _free_port(self) -> int:
+        """A free port none of the stack's fixed ones: the OS may offer one of those until its part binds it."""
+        return free_port_except({want.port for want in self.wanted_ports() if want.port})
+
     async def _start(self) -> None:
         cfg = self.config
         started = time.monotonic()
@@ -284,11 +287,11 @@ class Stack:
         await self._start_demo_backends(env)
 
         for service in cfg.services:
-            first = cfg.service_ports.get(service.name) or free_port()
-            ports = [first, *(free_port() for _ in range(cfg.replicas - 1))]
+            first = cfg.service_ports.get(service.name) or self._free_port()
+            ports = [first, *(self._free_port() for _ in range(cfg.replicas - 1))]
             self.ports[service.name], self.replica_ports[service.name] = first, ports
             env[service.port_env] = str(first)
-            metrics_port = cfg.metrics_ports.get(service.name) or free_port()
+            metrics_port = cfg.metrics_ports.get(service.name) or self._free_port()
             self.metrics_ports[service.name] = metrics_port
             env[service.metrics_port_env] = str(metrics_port)
         # where services reach each other (POD_CONTROLLER_ADDR), unless configured; a service this stack does not
@@ -305,7 +308,7 @@ class Stack:
                 argv = [sys.executable, "-m", service.package]
                 own = {service.port_env: str(port)}
                 if index:  # the first replica serves /metrics where the summary says; the others on free ports
-                    own[service.metrics_port_env] = str(free_port())
+                    own[service.metrics_port_env] = str(self._free_port())
                 child = await self._spawn(name, argv, {**env, **own}, port=port)
                 services.append((service, child))
         await asyncio.gather(*(self.wait_serving(c, s) for s, c in services))
@@ -319,7 +322,11 @@ class Stack:
         log.info("stack up in %.1fs", time.monotonic() - started)
 
     def _start_postgres(self) -> str:
-        self.postgres = EmbeddedPostgres(self.config.data_dir / "pg", durable=self.config.durable_db)
+        self.postgres = EmbeddedPostgres(
+            self.config.data_dir / "pg",
+            durable=self.config.durable_db,
+            avoid_ports={want.port for want in self.wanted_ports() if want.port},
+        )
         self.postgres.start()
         # Every process of the stack runs on this host as this user: the Unix socket, cheaper per statement
         # than TCP loopback, where the data directory's path allows one.
@@ -333,7 +340,7 @@ class Stack:
         return self.postgres.local_dsn
 
     async def _start_simulator(self, env: dict[str, str]) -> None:
-        port = self.config.simulator_port or free_port()
+        port = self.config.simulator_port or self._free_port()
         base = f"http://127.0.0.1:{port}"
         await self._spawn(
             "runpod-sim",
@@ -396,7 +403,7 @@ class Stack:
             set_seed_setting(env, "STRATA_POOL_DOCKER_SOCKET", socket_path)
             self.demo_urls["docker"] = f"unix://{socket_path}"
         if "fly" in wanted:
-            port = free_port()
+            port = self._free_port()
             argv = [sys.executable, "-m", "thermostat.dev.simulators.fly", "--port", str(port),
                     "--token", FLY_DEMO_TOKEN, "--app", FLY_DEMO_APP]  # fmt: skip
             await self._spawn("fly-sim", argv, env)
@@ -437,8 +444,8 @@ class Stack:
             descriptor_set=ROOT / "build" / "thermostat.pb",
             reflection_cluster=reflection.name if reflection else None,
             listen_port=cfg.edge_port,
-            admin_port=cfg.admin_port or free_port(),
-            stats_port=cfg.stats_port or free_port(),
+            admin_port=cfg.admin_port or self._free_port(),
+            stats_port=cfg.stats_port or self._free_port(),
             tracing=edge_tracing_from_env({**os.environ, **cfg.extra_env}),
         )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
@@ -491,7 +498,7 @@ class Stack:
         port = int(child.env[service.metrics_port_env])
         if not port or not in_use(port):
             return
-        moved = free_port()
+        moved = self._free_port()
         log.warning(
             "%s's /metrics port %d was taken while it was down; it serves /metrics on %d", child.name, port, moved
         )
