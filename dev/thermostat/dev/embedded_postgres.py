@@ -12,7 +12,9 @@ Theory of operation:
   children and exits last), then an immediate one (SIGQUIT), and finally SIGKILLs the postmaster and its
   children, so no server process outlives it.
 - A server left running on the same data directory by a crashed earlier run is stopped first: the object
-  owns the server it hands out, with the port and settings it was asked for. A stale `postmaster.pid`
+  owns the server it hands out, with the port and settings it was asked for. A server whose owner (the
+  process that started it, recorded in `embedded.owner`) is alive and still its parent is another run's, live:
+  the start refuses rather than stop it. A stale `postmaster.pid`
   whose process is gone is left to PostgreSQL, which removes it itself.
 - Readiness is read from `postmaster.pid`, whose status line says `ready` once the server accepts
   connections — no client process is spawned per poll.
@@ -68,6 +70,7 @@ SYSTEM_USER = "embedded_postgres"
 """The system user that runs the server when this process is root."""
 
 LOG_FILE_NAME = "embedded.log"
+OWNER_FILE_NAME = "embedded.owner"  # the pid of the process that started the server
 
 # Durability traded for speed in throw-away test clusters; never for data someone keeps.
 _FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -261,6 +264,13 @@ class EmbeddedPostgres:
             # either answers kill(pid, 0), so PostgreSQL would refuse to start over this file.
             (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
             return
+        owner = _owner_pid(self.data_dir)
+        if owner is not None and owner != os.getpid() and _parent_pid(pid) == owner:
+            # its owner runs and still holds it (a second `make run` in the same clone): a leftover only once its
+            # owner has died, when the server has been handed to init or a subreaper
+            raise EmbeddedPostgresError(
+                f"postgres pid {pid} on {self.data_dir} belongs to pid {owner}, which is running: not stopped"
+            )
         _log.warning("stopping a postgres server (pid %d) left running on %s", pid, self.data_dir)
         _terminate(pid, self._stop_timeout, child=None)
 
@@ -290,6 +300,8 @@ class EmbeddedPostgres:
             )
         finally:
             log.close()
+        # who owns the server: a later start stops it as a leftover only if this process is gone
+        (self.data_dir / OWNER_FILE_NAME).write_text(f"{os.getpid()}\n")
 
     def _open_log(self, user: pwd.struct_passwd | None) -> IO[bytes]:
         # One generation kept: a long-lived development data directory must not grow its log forever.
@@ -433,6 +445,21 @@ def _is_postgres(pid: int) -> bool:
     except OSError:
         return True  # cannot tell without procfs; the pid file says it is ours
     return Path(os.fsdecode(argv0)).name == "postgres"
+
+
+def _owner_pid(data_dir: Path) -> int | None:
+    try:
+        text = (data_dir / OWNER_FILE_NAME).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _postmaster_lines(data_dir: Path) -> list[str] | None:

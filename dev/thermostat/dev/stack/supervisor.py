@@ -47,6 +47,7 @@ from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
+from thermostat.dev.stack.lock import DataDirLock
 from thermostat.dev.stack.ports import WantedPort, busy_ports, free_port_except, in_use
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.providers.pool.settings import ALIASES, env_setting
@@ -206,6 +207,7 @@ class Stack:
         self._watchers: list[asyncio.Task[None]] = []
         # the embedded server's start, in a thread: kept so a stop waits for it (a thread cannot be cancelled)
         self._postgres_starting: asyncio.Future[str] | None = None
+        self._lock = DataDirLock(config.data_dir)
 
     # ---------------------------------------------------------------------------------------------- start
 
@@ -248,6 +250,7 @@ class Stack:
     async def _start(self) -> None:
         cfg = self.config
         started = time.monotonic()
+        self._lock.acquire()  # before the port check: "another make run" says more than "port 8080 is in use"
         busy = busy_ports(self.wanted_ports())
         if busy:  # said before anything starts, rather than as one part's traceback after the rest came up
             raise RuntimeError("\n  ".join(busy))
@@ -624,6 +627,7 @@ class Stack:
         if self.postgres is not None:
             await asyncio.to_thread(self.postgres.stop)
             self.postgres = None
+        self._lock.release()
 
     def summary(self, exports: str = "") -> str:
         """What runs where, `exports` (the lines to paste into another shell), and how to stop it."""
