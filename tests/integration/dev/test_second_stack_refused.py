@@ -3,6 +3,7 @@ whose owner is alive (issue 35: it took the first stack's live database for a cr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -57,7 +58,7 @@ async def test_a_second_stack_on_the_same_data_directory_refuses_and_the_first_k
         await again.stop()
 
 
-async def test_a_server_whose_owner_is_alive_is_refused_not_stopped() -> None:
+def test_a_server_whose_owner_is_alive_is_refused_not_stopped() -> None:
     """Another live process started it: the start raises, and that server keeps serving."""
     with embedded_data_dir() as root:
         argv = [sys.executable, "-c", OWNER, str(root / "pg")]
@@ -67,7 +68,7 @@ async def test_a_server_whose_owner_is_alive_is_refused_not_stopped() -> None:
                 dsn = owner.stdout.readline().strip()
                 with pytest.raises(EmbeddedPostgresError, match=f"belongs to pid {owner.pid}, which is running"):
                     EmbeddedPostgres(root / "pg", durable=False).start()
-                assert await _answers(dsn)
+                assert asyncio.run(_answers(dsn))
             finally:
                 owner.stdin.close()
                 owner.wait(30)

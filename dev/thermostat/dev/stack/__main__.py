@@ -6,10 +6,9 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import signal
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
@@ -26,6 +25,7 @@ from thermostat.dev.prometheus import (
 from thermostat.dev.stack.docker_daemon import demo_docker_from
 from thermostat.dev.stack.ports import stack_metrics_port, stack_port
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
+from thermostat.dev.stack.tokens import TOKENS, mint_tokens
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 WORKER = f"{sys.executable} -m thermostat.worker"
@@ -40,28 +40,11 @@ DEMO_CATALOGUE = [
 submit a job right away: `local` answers the payload back (echo), `python` runs it as a Python cell (the
 notebook quick start), `sleep` sleeps a minute or the payload's `seconds` (something to cancel)."""
 
-TOKENS = {
-    "RIG_OPERATOR_TOKEN": "pod start/stop and budget writes refuse everyone without it (fail closed)",
-    "STRATA_POOL_TOKEN": "every pool job route answers 401 without it",
-    "STRATA_POOL_ADMIN_TOKEN": "the catalogue and tenant budgets are written with it",
-}
-"""The tokens the quick starts use, each minted for the run when unset (why each is needed)."""
-
-
-def mint_tokens(environ: MutableMapping[str, str]) -> list[str]:
-    """Set each unset token of TOKENS in `environ` to a fresh one; the names minted."""
-    minted = []
-    for name in TOKENS:
-        if not environ.get(name):
-            environ[name] = secrets.token_urlsafe(18)
-            minted.append(name)
-    return minted
-
 
 def exports(environ: Mapping[str, str], minted: list[str], edge_url: str) -> str:
     """The block of `export` lines to paste into another shell: every quick start (cockpit, bot, notebook,
-    operator CLI) runs against this stack with it, in any order. A token set before `make run` is the caller's
-    own and is named, not printed."""
+    operator CLI) runs against this stack with it, in any order, and again after a restart (the tokens are kept in
+    the data directory). A token set before `make run` is the caller's own and is named, not printed."""
     lines = ["Paste into another shell for the quick starts (README):"]
     for name in TOKENS:
         lines.append(f"  export {name}={environ[name]}" if name in minted else f"  # {name}: as you set it")
@@ -102,7 +85,7 @@ def _data_dir() -> Path:
 async def main() -> int:
     logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    minted = mint_tokens(os.environ)
+    minted = mint_tokens(os.environ, _data_dir())
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
         demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
