@@ -189,7 +189,8 @@ class EmbeddedPostgres:
                 self.stop()
                 raise
             self._port = port
-            _log.info("embedded postgres ready on 127.0.0.1:%d (pid %s)", port, self.pid)
+            # debug: its owner says where it serves (the dev stack's line names the socket too), once
+            _log.debug("embedded postgres ready on 127.0.0.1:%d (pid %s)", port, self.pid)
             return self.dsn
 
     def stop(self, *, keep_port: bool = False) -> None:

@@ -24,6 +24,7 @@ from thermostat.dev.prometheus import (
 )
 from thermostat.dev.stack.docker_daemon import demo_docker_from
 from thermostat.dev.stack.ports import stack_metrics_port, stack_port
+from thermostat.dev.stack.relay import STACK_PREFIX, human_logs, terminal
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
 from thermostat.dev.stack.tokens import TOKENS, mint_tokens
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
@@ -83,7 +84,7 @@ def _data_dir() -> Path:
 
 
 async def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
+    logging.basicConfig(level=logging.INFO, format=f"{STACK_PREFIX}%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     minted = mint_tokens(os.environ, _data_dir())
     try:
@@ -98,6 +99,7 @@ async def main() -> int:
         edge_concurrency = edge_concurrency_from(os.environ.get("EDGE_CONCURRENCY"))
         prometheus = prometheus_from_env(os.environ)
         service_ports, metrics_ports = fixed_ports(os.environ)
+        short_lines = human_logs(os.environ, terminal=terminal())
     except ValueError as error:
         sys.exit(str(error))
     prometheus_path = prometheus_binary() if prometheus else None
@@ -117,6 +119,7 @@ async def main() -> int:
         metrics_ports=metrics_ports,
         demo_backends=demo_backends,
         demo_docker=demo_docker,
+        human_logs=short_lines,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -128,7 +131,7 @@ async def main() -> int:
     await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if start.done() and start.exception() is not None:
         waiter.cancel()
-        print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
+        print(f"{STACK_PREFIX}failed to start: {start.exception()}", file=sys.stderr)
         return 1
     watcher: PrometheusProcess | None = None
     failed = False
@@ -149,11 +152,11 @@ async def main() -> int:
         start.cancel()
         # a cancelled start stops what it started itself; waited for, so two stops never run side by side
         await asyncio.wait({start})
-    print("devstack       | stopping ...", flush=True)
+    print(f"{STACK_PREFIX}stopping ...", flush=True)
     if watcher is not None:
         await asyncio.to_thread(watcher.stop)
     await stack.stop()
-    print("devstack       | stopped; no process left behind", flush=True)
+    print(f"{STACK_PREFIX}stopped; no process left behind", flush=True)
     return 1 if failed else 0
 
 
@@ -164,7 +167,7 @@ async def _start_prometheus(binary: str, settings: PrometheusSettings, stack: St
     try:
         await asyncio.to_thread(process.wait_ready)
     except RuntimeError as error:
-        print(f"devstack       | prometheus failed to start: {error}", file=sys.stderr, flush=True)
+        print(f"{STACK_PREFIX}prometheus failed to start: {error}", file=sys.stderr, flush=True)
         await asyncio.to_thread(process.stop)
         return None
     return process

@@ -49,6 +49,7 @@ from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
 from thermostat.dev.stack.lock import DataDirLock
 from thermostat.dev.stack.ports import WantedPort, busy_ports, free_port_except, in_use
+from thermostat.dev.stack.relay import NAME_WIDTH, human
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.providers.pool.settings import ALIASES, env_setting
 from thermostat.store.db import apply_migrations
@@ -161,6 +162,22 @@ def exit_description(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+def children_env(environ: Mapping[str, str], extra: Mapping[str, str], database_url: str) -> dict[str, str]:
+    """What every child of the stack starts with: `environ` and `extra`, the database, and the stack's defaults."""
+    env = {**environ, **extra, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    # the demo types run the reference worker as a local child process: the stack enables local explicitly,
+    # which a deployment does not (POOL_ENABLED_BACKENDS, issue 23)
+    env.setdefault("POOL_ENABLED_BACKENDS", DEV_ENABLED_BACKENDS)
+    # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
+    # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
+    env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
+    # no child forks but to exec (the local backend's launcher: the C fork path, tests/integration/pool_dispatcher/
+    # test_processes.py), so none needs gRPC's fork handlers, whose "skipping fork() handlers" line (fork_posix.cc)
+    # printed at every local machine start (issue 35)
+    env.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    return env
+
+
 @dataclass(kw_only=True)
 class StackConfig:
     data_dir: Path = ROOT / ".data"
@@ -179,6 +196,7 @@ class StackConfig:
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     demo_docker: str = "simulator"  # "daemon": the docker demo type on the real daemon (stack.docker_daemon)
     relay_logs: bool = True
+    human_logs: bool = False  # relayed lines as short human ones (stack.relay: make run on a terminal)
     durable_db: bool = True
     replicas: int = 1  # processes per service (module doc)
     restart_children: bool = True  # False: a child that exits stays down (a test kills one and watches the rest)
@@ -264,13 +282,7 @@ class Stack:
         applied = await apply_migrations(self.database_url)
         log.info("store ready (%d migration(s) applied)", len(applied))
 
-        env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
-        # the demo types run the reference worker as a local child process: the stack enables local explicitly,
-        # which a deployment does not (POOL_ENABLED_BACKENDS, issue 23)
-        env.setdefault("POOL_ENABLED_BACKENDS", DEV_ENABLED_BACKENDS)
-        # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
-        # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
-        env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
+        env = children_env(os.environ, cfg.extra_env, self.database_url)
         if not env.get(INTERNAL_TOKEN_ENV):
             # one token for the whole stack, minted per run: the services' internal calls authenticate with it
             env[INTERNAL_TOKEN_ENV] = secrets.token_urlsafe(32)
@@ -538,12 +550,14 @@ class Stack:
 
     async def _relay(self, child: Child, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
-        width = max(len(c.name) for c in self.children) if self.children else len(child.name)
+        # one width for every child and the stack's own lines, from the registry: the columns align
+        width = max(NAME_WIDTH, len(child.name))
         async for raw in process.stdout:
             line = raw.decode(errors="replace").rstrip()
             child.last_lines.append(line)
             if self.config.relay_logs:
-                print(f"{child.name:<{max(width, 14)}} | {line}", flush=True)
+                shown = human(line) if self.config.human_logs else line
+                print(f"{child.name:<{width}} | {shown}", flush=True)
 
     async def wait_serving(self, child: Child, service: ServiceDef, timeout: float = 30) -> None:
         """Until `child`, a process of `service`, reports SERVING (it or another child exiting first raises)."""
