@@ -673,7 +673,10 @@ async def test_a_hint_is_202_with_started_and_reason(edge) -> None:
     assert (first.status_code, first.json()) == (202, {"started": True, "reason": None})
     again = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
     assert (again.status_code, again.json()) == (202, {"started": False, "reason": "no_demand"})
-    problem(await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant)), 422)
+    unknown = await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant))
+    job = await edge.post("/v1/jobs?machine_type=nope", content=b"x", headers=tenant_headers(tenant))
+    # an unknown type is one answer on both routes: 400, in the job route's words
+    assert problem(unknown, 400) == problem(job, 400) == "unknown machine type: 'nope'"
     # no body at all is the empty object: the missing type is the seed's 422, naming it
     assert "machine_type" in problem(await edge.post("/v1/hints", headers=tenant_headers(tenant)), 422)
 
