@@ -877,11 +877,9 @@ async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_e
     assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request
 
 
-def _post_over_the_limit(
-    port: int, path: str, size: int, method: str = "POST"
-) -> tuple[int, dict[str, str], bytes]:
-    """POST (or `method`) `size` bytes to the edge on a raw socket, reading the answer while the body is still being written:
-    Envoy answers a body over its limit before the client has sent it all, then closes."""
+def _post_over_the_limit(port: int, path: str, size: int, method: str = "POST") -> tuple[int, dict[str, str], bytes]:
+    """POST (or `method`) `size` bytes to the edge on a raw socket, reading the answer while the body is still being
+    written: Envoy answers a body over its limit before the client has sent it all, then closes."""
     answer = bytearray()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
         head = (
