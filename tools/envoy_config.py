@@ -637,10 +637,11 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
 
 def body_over_limit_message(limit: int) -> str:
     """The detail of the edge's own 413 for a REST body over the transcoder's limit, with Envoy's command
-    operators for the route the request named (before the transcoder rewrote its path)."""
+    operators for the route the request named (before the transcoder rewrote its method to POST and its path: a
+    PUT route's 413 said POST, issue 35)."""
     return (
         f"body: over {_mib(limit)}, the largest REST body the edge reads "
-        "(%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%); nothing was sent on"
+        "(%REQ(X-ENVOY-ORIGINAL-METHOD?:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%); nothing was sent on"
     )
 
 

@@ -673,7 +673,10 @@ async def test_a_hint_is_202_with_started_and_reason(edge) -> None:
     assert (first.status_code, first.json()) == (202, {"started": True, "reason": None})
     again = await edge.post("/v1/hints", json={"machine_type": "local"}, headers=tenant_headers(tenant))
     assert (again.status_code, again.json()) == (202, {"started": False, "reason": "no_demand"})
-    problem(await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant)), 422)
+    unknown = await edge.post("/v1/hints", json={"machine_type": "nope"}, headers=tenant_headers(tenant))
+    job = await edge.post("/v1/jobs?machine_type=nope", content=b"x", headers=tenant_headers(tenant))
+    # an unknown type is one answer on both routes: 400, in the job route's words
+    assert problem(unknown, 400) == problem(job, 400) == "unknown machine type: 'nope'"
     # no body at all is the empty object: the missing type is the seed's 422, naming it
     assert "machine_type" in problem(await edge.post("/v1/hints", headers=tenant_headers(tenant)), 422)
 
@@ -874,13 +877,13 @@ async def test_grpc_callers_run_many_jobs_over_one_run_jobs_stream_through_the_e
     assert await queued_for(store, tenant) == 10  # one job row per job run, none for the refused request
 
 
-def _post_over_the_limit(port: int, path: str, size: int) -> tuple[int, dict[str, str], bytes]:
-    """POST `size` bytes to the edge on a raw socket, reading the answer while the body is still being written:
-    Envoy answers a body over its limit before the client has sent it all, then closes."""
+def _post_over_the_limit(port: int, path: str, size: int, method: str = "POST") -> tuple[int, dict[str, str], bytes]:
+    """POST (or `method`) `size` bytes to the edge on a raw socket, reading the answer while the body is still being
+    written: Envoy answers a body over its limit before the client has sent it all, then closes."""
     answer = bytearray()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {API_TOKEN}\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer {API_TOKEN}\r\n"
             f"X-Strata-Tenant: {fresh_tenant()}\r\nContent-Length: {size}\r\n\r\n"
         )
         conn.sendall(head.encode())
@@ -921,3 +924,12 @@ async def test_a_body_over_the_edges_limit_is_a_problem_stating_the_limit_and_th
     detail = json.loads(body)["detail"]
     assert detail == f"body: over 33 MiB, the largest REST body the edge reads (POST {path}); nothing was sent on"
     assert "transcoder" not in detail
+
+
+async def test_a_body_over_the_limit_on_a_put_route_names_put(edge) -> None:
+    """The transcoder rewrites every method to POST; the detail names the one the client sent (issue 35)."""
+    port = int(str(edge.base_url).rsplit(":", 1)[1].rstrip("/"))
+    path = "/v1/machine-types"
+    status, _, body = await asyncio.to_thread(_post_over_the_limit, port, path, 2 * MAX_PAYLOAD_BYTES, "PUT")
+    assert status == 413, body[:300]
+    assert f"(PUT {path})" in json.loads(body)["detail"]

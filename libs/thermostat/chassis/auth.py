@@ -30,6 +30,11 @@ from thermostat.chassis.tenancy import Denial, TenantRule
 NO_TOKEN = Denial(grpc.StatusCode.UNAUTHENTICATED, "a token is required")
 WRONG_TOKEN = Denial(grpc.StatusCode.PERMISSION_DENIED, "the token is not valid for this call")
 
+TOKEN_HINT_ENV = "THERMOSTAT_TOKEN_HINT"  # noqa: S105 - a variable's name, not a secret
+"""Where a caller's tokens come from in this deployment (the dev stack sets it: the file it keeps them in). A
+refused token's message ends with it, so a shell holding a stale token learns where the current one is. Never a
+token."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenRule:
@@ -109,9 +114,15 @@ class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
     with what was presented; a tenant refusal is the caller's mistake and is not logged."""
 
     def __init__(
-        self, rules: AuthRules, service_rules: ServiceRules | None = None, tenant_rules: TenantRules | None = None
+        self,
+        rules: AuthRules,
+        service_rules: ServiceRules | None = None,
+        tenant_rules: TenantRules | None = None,
+        *,
+        token_hint: str | None = None,
     ) -> None:
         self._rules = dict(rules)
+        self._hint = f"; {token_hint}" if token_hint else ""  # for the methods' own rules, not the internal token's
         self._service_rules = dict(service_rules or {})
         self._tenant_rules = dict(tenant_rules or {})
 
@@ -121,7 +132,8 @@ class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
-        rule = self._rules.get(method) or self._service_rules.get(method.strip("/").partition("/")[0])
+        own = self._rules.get(method)
+        rule = own or self._service_rules.get(method.strip("/").partition("/")[0])
         tenant_rule = self._tenant_rules.get(method)
         if rule is None and tenant_rule is None:
             return await continuation(handler_call_details)
@@ -142,6 +154,8 @@ class AuthInterceptor(aio.ServerInterceptor):  # type: ignore[misc]
                     else "the token presented is not an elevated one"
                 )
                 log.warning("refused %s: %s (%s)", method, why, denial.code.name)
+                if own is not None and self._hint:
+                    denial = Denial(denial.code, denial.message + self._hint, denial.http)
                 return _deny(await continuation(handler_call_details), denial)
             elevated = bool(grant)
         tenant: str | None = None

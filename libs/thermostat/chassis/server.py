@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import pkgutil
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,7 +26,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from thermostat.chassis.auth import AuthInterceptor, AuthRules, TenantRules
+from thermostat.chassis.auth import TOKEN_HINT_ENV, AuthInterceptor, AuthRules, TenantRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.metrics import Metrics, MetricsServer
 from thermostat.chassis.request_context import RequestContextInterceptor
@@ -109,6 +110,7 @@ class ServiceHost:
                 spec.auth_rules,
                 {name: internal_rule(spec.internal_token) for name in internal},
                 spec.tenant_rules,
+                token_hint=os.environ.get(TOKEN_HINT_ENV) or None,
             ),
             TextFieldInterceptor(),
         ]

@@ -27,7 +27,7 @@ from thermostat.policy.pool.job_batch import read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
 from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS, missing_job_detail
-from thermostat.policy.pool.submit_options import SubmitError
+from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
@@ -296,6 +296,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         except ShuttingDown as refused:  # a deploy's shutdown began here: retry, another replica takes it
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(refused), 503)
         if isinstance(decision, SubmitError):
+            # an unknown type is a job's answer, 400 in the original package's words; the rest the seed's 422
+            if decision.kind is SubmitErrorKind.UNKNOWN_MACHINE_TYPE:
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.message, 400)
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, decision.detail, 422)
         response = pool_pb2.SendHintResponse(started=decision.started)
         if decision.reason is not None:

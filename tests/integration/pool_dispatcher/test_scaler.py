@@ -143,11 +143,14 @@ async def test_a_hint_is_held_to_the_fleet_cap(pool_store: Store) -> None:
         assert await hint(pool, "local", tenant="globex") == (False, "fleet_cap", "202")
 
 
-async def test_a_hint_for_an_unknown_type_is_422(pool_store: Store) -> None:
+async def test_a_hint_for_an_unknown_type_is_400_as_a_jobs_is(pool_store: Store) -> None:
+    """One answer for one mistake: the job route's 400 and words (issue 35: the hint answered 422)."""
     async with start_pool(pool_store, pool_env([local_type()])) as pool:
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await pool.stub.SendHint(pool_pb2.SendHintRequest(machine_type="nope"), metadata=caller())
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details() == "unknown machine type: 'nope'"
+        assert ("x-http-code", "400") in tuple(refused.value.initial_metadata() or ())
 
 
 # the catalogue

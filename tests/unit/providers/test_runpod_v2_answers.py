@@ -287,6 +287,27 @@ async def test_create_statuses_pass_through_untouched(
     assert result.detail == "injected fault"
 
 
+@pytest.mark.parametrize(
+    ("status", "level"),
+    [
+        pytest.param(400, logging.INFO, id="400-the-next-gpu"),
+        pytest.param(403, logging.INFO, id="403-the-next-gpu"),
+        pytest.param(422, logging.WARNING, id="422-abort"),
+        pytest.param(503, logging.WARNING, id="503-retry"),
+    ],
+)
+async def test_a_card_that_cannot_be_placed_is_no_warning(
+    sim: RunPodSimulator, client: RunPodV2Client, caplog: pytest.LogCaptureFixture, status: int, level: int
+) -> None:
+    """The create walk's expected 400/403 (it posts the next GPU) is an info line; what stops or stalls the walk
+    stays a warning (issue 35: the first 400 of every wake alarmed for nothing)."""
+    sim.inject("POST", "/v2/pods", status=status)
+    with caplog.at_level(logging.DEBUG, logger="thermostat.providers.runpod.client"):
+        await create(client)
+    [line] = [r for r in caplog.records if r.getMessage().startswith("runpod POST /pods (")]
+    assert line.levelno == level
+
+
 async def test_a_create_whose_answer_never_arrives_is_status_zero(
     sim: RunPodSimulator, impatient_client: RunPodV2Client
 ) -> None:

@@ -6,10 +6,9 @@ import asyncio
 import json
 import logging
 import os
-import secrets
 import signal
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
@@ -24,7 +23,10 @@ from thermostat.dev.prometheus import (
     stack_targets,
 )
 from thermostat.dev.stack.docker_daemon import demo_docker_from
+from thermostat.dev.stack.ports import stack_metrics_port, stack_port
+from thermostat.dev.stack.relay import STACK_PREFIX, human_logs, terminal
 from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
+from thermostat.dev.stack.tokens import TOKENS, mint_tokens
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 WORKER = f"{sys.executable} -m thermostat.worker"
@@ -39,28 +41,11 @@ DEMO_CATALOGUE = [
 submit a job right away: `local` answers the payload back (echo), `python` runs it as a Python cell (the
 notebook quick start), `sleep` sleeps a minute or the payload's `seconds` (something to cancel)."""
 
-TOKENS = {
-    "RIG_OPERATOR_TOKEN": "pod start/stop and budget writes refuse everyone without it (fail closed)",
-    "STRATA_POOL_TOKEN": "every pool job route answers 401 without it",
-    "STRATA_POOL_ADMIN_TOKEN": "the catalogue and tenant budgets are written with it",
-}
-"""The tokens the quick starts use, each minted for the run when unset (why each is needed)."""
-
-
-def mint_tokens(environ: MutableMapping[str, str]) -> list[str]:
-    """Set each unset token of TOKENS in `environ` to a fresh one; the names minted."""
-    minted = []
-    for name in TOKENS:
-        if not environ.get(name):
-            environ[name] = secrets.token_urlsafe(18)
-            minted.append(name)
-    return minted
-
 
 def exports(environ: Mapping[str, str], minted: list[str], edge_url: str) -> str:
     """The block of `export` lines to paste into another shell: every quick start (cockpit, bot, notebook,
-    operator CLI) runs against this stack with it, in any order. A token set before `make run` is the caller's
-    own and is named, not printed."""
+    operator CLI) runs against this stack with it, in any order, and again after a restart (the tokens are kept in
+    the data directory). A token set before `make run` is the caller's own and is named, not printed."""
     lines = ["Paste into another shell for the quick starts (README):"]
     for name in TOKENS:
         lines.append(f"  export {name}={environ[name]}" if name in minted else f"  # {name}: as you set it")
@@ -86,14 +71,22 @@ def _port(name: str, default: int) -> int:
         sys.exit(str(error))
 
 
+def fixed_ports(environ: Mapping[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Each service's gRPC and /metrics port under `make run`: its variable's, else the registry's moved below the
+    ephemeral range (stack.ports); ValueError naming a variable that holds no port."""
+    grpc_ports = {s.name: port_from_env(environ, s.port_env, stack_port(s)) for s in SERVICES}
+    metrics = {s.name: port_from_env(environ, s.metrics_port_env, stack_metrics_port(s)) for s in SERVICES}
+    return grpc_ports, metrics
+
+
 def _data_dir() -> Path:
     return Path(os.environ.get("THERMOSTAT_DATA_DIR") or ROOT / ".data").absolute()
 
 
 async def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="devstack       | %(message)s")
+    logging.basicConfig(level=logging.INFO, format=f"{STACK_PREFIX}%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    minted = mint_tokens(os.environ)
+    minted = mint_tokens(os.environ, _data_dir())
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
         demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
@@ -105,6 +98,8 @@ async def main() -> int:
         edge_port = listen_port_from_env(os.environ)
         edge_concurrency = edge_concurrency_from(os.environ.get("EDGE_CONCURRENCY"))
         prometheus = prometheus_from_env(os.environ)
+        service_ports, metrics_ports = fixed_ports(os.environ)
+        short_lines = human_logs(os.environ, terminal=terminal())
     except ValueError as error:
         sys.exit(str(error))
     prometheus_path = prometheus_binary() if prometheus else None
@@ -120,10 +115,11 @@ async def main() -> int:
         admin_port=_port("EDGE_ADMIN_PORT", DEFAULT_ADMIN_PORT),
         stats_port=_port("EDGE_STATS_PORT", DEFAULT_STATS_PORT),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
-        service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
-        metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
+        service_ports=service_ports,
+        metrics_ports=metrics_ports,
         demo_backends=demo_backends,
         demo_docker=demo_docker,
+        human_logs=short_lines,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -135,7 +131,7 @@ async def main() -> int:
     await asyncio.wait({start, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if start.done() and start.exception() is not None:
         waiter.cancel()
-        print(f"devstack       | failed to start: {start.exception()}", file=sys.stderr)
+        print(f"{STACK_PREFIX}failed to start: {start.exception()}", file=sys.stderr)
         return 1
     watcher: PrometheusProcess | None = None
     failed = False
@@ -156,11 +152,11 @@ async def main() -> int:
         start.cancel()
         # a cancelled start stops what it started itself; waited for, so two stops never run side by side
         await asyncio.wait({start})
-    print("devstack       | stopping ...", flush=True)
+    print(f"{STACK_PREFIX}stopping ...", flush=True)
     if watcher is not None:
         await asyncio.to_thread(watcher.stop)
     await stack.stop()
-    print("devstack       | stopped; no process left behind", flush=True)
+    print(f"{STACK_PREFIX}stopped; no process left behind", flush=True)
     return 1 if failed else 0
 
 
@@ -171,7 +167,7 @@ async def _start_prometheus(binary: str, settings: PrometheusSettings, stack: St
     try:
         await asyncio.to_thread(process.wait_ready)
     except RuntimeError as error:
-        print(f"devstack       | prometheus failed to start: {error}", file=sys.stderr, flush=True)
+        print(f"{STACK_PREFIX}prometheus failed to start: {error}", file=sys.stderr, flush=True)
         await asyncio.to_thread(process.stop)
         return None
     return process

@@ -6,6 +6,13 @@ simulator's traceback ending `OSError: [Errno 98] Address already in use`, Envoy
 nothing. `busy_ports` names each port in use, the part that wanted it and the variable that moves it (and, where
 the OS lets this user see it, the process holding it). A port taken between this check and the part's own bind
 still fails in the part, as before.
+
+The stack's own fixed ports lie outside Linux's ephemeral range (`EPHEMERAL_PORTS`), where the OS hands out
+port 0 and outgoing connections' local ports: `make run` once failed at random when the embedded Postgres's free
+port came out 50061, the pod controller's default. Each service's port in the stack is its registry port moved
+below the range (`stack_port`: 50061 → 10061, its /metrics 11061), so a new registry entry gets its stack port the
+same way; the registry's ports stay the deployment's (a container has its own network namespace). Every port the
+stack picks free avoids the fixed ones it wants (`free_port_except`).
 """
 
 from __future__ import annotations
@@ -14,8 +21,37 @@ import contextlib
 import errno
 import importlib
 import socket
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+
+from thermostat.chassis.ports import free_port
+from thermostat.chassis.registry import METRICS_PORT_OFFSET, ServiceDef
+
+EPHEMERAL_PORTS = range(32768, 61000)
+"""Linux's default `net.ipv4.ip_local_port_range` (32768 60999): ports the OS hands out on its own."""
+
+STACK_PORT_SHIFT = 40000
+"""A service's port under `make run` is its registry port less this: 50061 → 10061, below EPHEMERAL_PORTS."""
+
+
+def stack_port(service: ServiceDef) -> int:
+    """Where `make run` serves `service`'s gRPC unless its port variable says otherwise."""
+    return service.default_port - STACK_PORT_SHIFT
+
+
+def stack_metrics_port(service: ServiceDef) -> int:
+    """Where `make run` serves `service`'s /metrics unless its metrics port variable says otherwise."""
+    return stack_port(service) + METRICS_PORT_OFFSET
+
+
+def free_port_except(wanted: Collection[int], host: str = "127.0.0.1", attempts: int = 50) -> int:
+    """A free port (the OS's pick) that is none of `wanted`: a port the stack will bind later is free until then,
+    so the OS may hand it out meanwhile (an explicit port inside the ephemeral range)."""
+    for _ in range(attempts):
+        port = free_port(host)
+        if port not in wanted:
+            return port
+    raise RuntimeError(f"the OS offered only ports this stack wants ({sorted(wanted)})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,13 +42,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
-from thermostat.chassis.ports import free_port
 from thermostat.chassis.registry import POOL_DISPATCHER, SERVICES, ServiceDef, reflecting
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.envoy import EnvoyProcess, start_envoy
 from thermostat.dev.images import WORKER_IMAGE
 from thermostat.dev.stack.docker_daemon import check_daemon, remove_pool_containers
-from thermostat.dev.stack.ports import WantedPort, busy_ports, in_use
+from thermostat.dev.stack.lock import DataDirLock
+from thermostat.dev.stack.ports import WantedPort, busy_ports, free_port_except, in_use
+from thermostat.dev.stack.relay import NAME_WIDTH, human
 from thermostat.providers.pool.docker import docker_socket_path
 from thermostat.providers.pool.settings import ALIASES, env_setting
 from thermostat.store.db import apply_migrations
@@ -161,6 +162,22 @@ def exit_description(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
+def children_env(environ: Mapping[str, str], extra: Mapping[str, str], database_url: str) -> dict[str, str]:
+    """What every child of the stack starts with: `environ` and `extra`, the database, and the stack's defaults."""
+    env = {**environ, **extra, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+    # the demo types run the reference worker as a local child process: the stack enables local explicitly,
+    # which a deployment does not (POOL_ENABLED_BACKENDS, issue 23)
+    env.setdefault("POOL_ENABLED_BACKENDS", DEV_ENABLED_BACKENDS)
+    # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
+    # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
+    env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
+    # no child forks but to exec (the local backend's launcher: the C fork path, tests/integration/pool_dispatcher/
+    # test_processes.py), so none needs gRPC's fork handlers, whose "skipping fork() handlers" line (fork_posix.cc)
+    # printed at every local machine start (issue 35)
+    env.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    return env
+
+
 @dataclass(kw_only=True)
 class StackConfig:
     data_dir: Path = ROOT / ".data"
@@ -179,6 +196,7 @@ class StackConfig:
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     demo_docker: str = "simulator"  # "daemon": the docker demo type on the real daemon (stack.docker_daemon)
     relay_logs: bool = True
+    human_logs: bool = False  # relayed lines as short human ones (stack.relay: make run on a terminal)
     durable_db: bool = True
     replicas: int = 1  # processes per service (module doc)
     restart_children: bool = True  # False: a child that exits stays down (a test kills one and watches the rest)
@@ -207,6 +225,7 @@ class Stack:
         self._watchers: list[asyncio.Task[None]] = []
         # the embedded server's start, in a thread: kept so a stop waits for it (a thread cannot be cancelled)
         self._postgres_starting: asyncio.Future[str] | None = None
+        self._lock = DataDirLock(config.data_dir)
 
     # ---------------------------------------------------------------------------------------------- start
 
@@ -242,9 +261,14 @@ class Stack:
             ]
         return wanted
 
+    def _free_port(self) -> int:
+        """A free port none of the stack's fixed ones: the OS may offer one of those until its part binds it."""
+        return free_port_except({want.port for want in self.wanted_ports() if want.port})
+
     async def _start(self) -> None:
         cfg = self.config
         started = time.monotonic()
+        self._lock.acquire()  # before the port check: "another make run" says more than "port 8080 is in use"
         busy = busy_ports(self.wanted_ports())
         if busy:  # said before anything starts, rather than as one part's traceback after the rest came up
             raise RuntimeError("\n  ".join(busy))
@@ -258,13 +282,7 @@ class Stack:
         applied = await apply_migrations(self.database_url)
         log.info("store ready (%d migration(s) applied)", len(applied))
 
-        env = {**os.environ, **cfg.extra_env, "DATABASE_URL": self.database_url, "PYTHONUNBUFFERED": "1"}
-        # the demo types run the reference worker as a local child process: the stack enables local explicitly,
-        # which a deployment does not (POOL_ENABLED_BACKENDS, issue 23)
-        env.setdefault("POOL_ENABLED_BACKENDS", DEV_ENABLED_BACKENDS)
-        # a pool dispatcher this stack restarts (a crash, a SIGTERM to it alone) keeps its local machines: they
-        # outlive it and the next process adopts them; the stack's own stop sends it SIGINT, which stops them
-        env.setdefault(POOL_LOCAL_OUTLIVE_ENV, "true")
+        env = children_env(os.environ, cfg.extra_env, self.database_url)
         if not env.get(INTERNAL_TOKEN_ENV):
             # one token for the whole stack, minted per run: the services' internal calls authenticate with it
             env[INTERNAL_TOKEN_ENV] = secrets.token_urlsafe(32)
@@ -284,11 +302,11 @@ class Stack:
         await self._start_demo_backends(env)
 
         for service in cfg.services:
-            first = cfg.service_ports.get(service.name) or free_port()
-            ports = [first, *(free_port() for _ in range(cfg.replicas - 1))]
+            first = cfg.service_ports.get(service.name) or self._free_port()
+            ports = [first, *(self._free_port() for _ in range(cfg.replicas - 1))]
             self.ports[service.name], self.replica_ports[service.name] = first, ports
             env[service.port_env] = str(first)
-            metrics_port = cfg.metrics_ports.get(service.name) or free_port()
+            metrics_port = cfg.metrics_ports.get(service.name) or self._free_port()
             self.metrics_ports[service.name] = metrics_port
             env[service.metrics_port_env] = str(metrics_port)
         # where services reach each other (POD_CONTROLLER_ADDR), unless configured; a service this stack does not
@@ -305,7 +323,7 @@ class Stack:
                 argv = [sys.executable, "-m", service.package]
                 own = {service.port_env: str(port)}
                 if index:  # the first replica serves /metrics where the summary says; the others on free ports
-                    own[service.metrics_port_env] = str(free_port())
+                    own[service.metrics_port_env] = str(self._free_port())
                 child = await self._spawn(name, argv, {**env, **own}, port=port)
                 services.append((service, child))
         await asyncio.gather(*(self.wait_serving(c, s) for s, c in services))
@@ -319,7 +337,11 @@ class Stack:
         log.info("stack up in %.1fs", time.monotonic() - started)
 
     def _start_postgres(self) -> str:
-        self.postgres = EmbeddedPostgres(self.config.data_dir / "pg", durable=self.config.durable_db)
+        self.postgres = EmbeddedPostgres(
+            self.config.data_dir / "pg",
+            durable=self.config.durable_db,
+            avoid_ports={want.port for want in self.wanted_ports() if want.port},
+        )
         self.postgres.start()
         # Every process of the stack runs on this host as this user: the Unix socket, cheaper per statement
         # than TCP loopback, where the data directory's path allows one.
@@ -333,7 +355,7 @@ class Stack:
         return self.postgres.local_dsn
 
     async def _start_simulator(self, env: dict[str, str]) -> None:
-        port = self.config.simulator_port or free_port()
+        port = self.config.simulator_port or self._free_port()
         base = f"http://127.0.0.1:{port}"
         await self._spawn(
             "runpod-sim",
@@ -396,7 +418,7 @@ class Stack:
             set_seed_setting(env, "STRATA_POOL_DOCKER_SOCKET", socket_path)
             self.demo_urls["docker"] = f"unix://{socket_path}"
         if "fly" in wanted:
-            port = free_port()
+            port = self._free_port()
             argv = [sys.executable, "-m", "thermostat.dev.simulators.fly", "--port", str(port),
                     "--token", FLY_DEMO_TOKEN, "--app", FLY_DEMO_APP]  # fmt: skip
             await self._spawn("fly-sim", argv, env)
@@ -437,8 +459,8 @@ class Stack:
             descriptor_set=ROOT / "build" / "thermostat.pb",
             reflection_cluster=reflection.name if reflection else None,
             listen_port=cfg.edge_port,
-            admin_port=cfg.admin_port or free_port(),
-            stats_port=cfg.stats_port or free_port(),
+            admin_port=cfg.admin_port or self._free_port(),
+            stats_port=cfg.stats_port or self._free_port(),
             tracing=edge_tracing_from_env({**os.environ, **cfg.extra_env}),
         )
         # the repo's deploy/envoy/envoy.yaml is make run's; a test stack (port 0) writes its own copy
@@ -491,7 +513,7 @@ class Stack:
         port = int(child.env[service.metrics_port_env])
         if not port or not in_use(port):
             return
-        moved = free_port()
+        moved = self._free_port()
         log.warning(
             "%s's /metrics port %d was taken while it was down; it serves /metrics on %d", child.name, port, moved
         )
@@ -528,12 +550,14 @@ class Stack:
 
     async def _relay(self, child: Child, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
-        width = max(len(c.name) for c in self.children) if self.children else len(child.name)
+        # one width for every child and the stack's own lines, from the registry: the columns align
+        width = max(NAME_WIDTH, len(child.name))
         async for raw in process.stdout:
             line = raw.decode(errors="replace").rstrip()
             child.last_lines.append(line)
             if self.config.relay_logs:
-                print(f"{child.name:<{max(width, 14)}} | {line}", flush=True)
+                shown = human(line) if self.config.human_logs else line
+                print(f"{child.name:<{width}} | {shown}", flush=True)
 
     async def wait_serving(self, child: Child, service: ServiceDef, timeout: float = 30) -> None:
         """Until `child`, a process of `service`, reports SERVING (it or another child exiting first raises)."""
@@ -617,6 +641,7 @@ class Stack:
         if self.postgres is not None:
             await asyncio.to_thread(self.postgres.stop)
             self.postgres = None
+        self._lock.release()
 
     def summary(self, exports: str = "") -> str:
         """What runs where, `exports` (the lines to paste into another shell), and how to stop it."""

@@ -63,6 +63,13 @@ class PodWatchState:
     watch: Watch = Watch.WAITING
     ticking: bool = False
     reachable: bool = True
+    unanswered: int = 0  # asks in a row without an answer, counted before the first answer only
+
+
+QUIET_ASKS_AT_START = 6
+"""Before the controller has ever answered, this many unanswered asks in a row (about 30 s at the monitor's 5 s)
+pass without a line: the services start side by side, so the first asks find the controller not yet listening,
+and a warning at every start alarmed for nothing (issue 35). A controller still silent after them is said once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,12 +95,14 @@ def after_answer(state: PodWatchState, answer: ControllerAnswer, pod_name: str, 
         # the watch stands as it was: no answer says nothing about configuration. Once ticking, the ticker logs
         # every unanswered tick itself; before, say it once per outage
         line = None
-        if state.reachable and not state.ticking:
+        unanswered = state.unanswered + 1 if state.watch is Watch.WAITING else 0
+        starting = state.watch is Watch.WAITING and unanswered < QUIET_ASKS_AT_START
+        if state.reachable and not state.ticking and not starting:
             line = WatchLine(
                 level=LineLevel.WARNING,
                 message=f"pod {pod_name}: the pod controller is not reachable ({detail or 'no answer'}); asking again",
             )
-        return WatchStep(state=replace(state, reachable=False), line=line)
+        return WatchStep(state=replace(state, reachable=starting, unanswered=unanswered), line=line)
     watch = {
         ControllerAnswer.CONFIGURED: Watch.WATCHING,
         ControllerAnswer.UNCONFIGURED: Watch.DISABLED,

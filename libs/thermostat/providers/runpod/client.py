@@ -31,6 +31,7 @@ from thermostat.policy.common.pod_model import (
     PodObservation,
     VolumeLookup,
 )
+from thermostat.policy.wake.create_walk import CreateOutcome, classify
 from thermostat.providers.runpod.shapes import (
     created_pod_datacenter,
     created_pod_id,
@@ -265,7 +266,11 @@ class RunPodV2Client:
                 datacenter_id=created_pod_datacenter(response.content),
             )
         detail = problem_detail(response.content)
-        _log.warning("runpod POST /pods (%s) -> %d: %s", what, response.status_code, detail or "-")
+        # a card that cannot be placed (400, 403) is the create walk's expected answer: it posts the next GPU, and
+        # says so itself when none is left; a warning there alarmed at every wake for nothing (issue 35)
+        expected = classify(response.status_code) is CreateOutcome.TRY_NEXT_CANDIDATE
+        level = logging.INFO if expected else logging.WARNING
+        _log.log(level, "runpod POST /pods (%s) -> %d: %s", what, response.status_code, detail or "-")
         return CreateResult(http_status=response.status_code, retry_after_seconds=retry_after, detail=detail)
 
     async def pods_named(self, name: str) -> tuple[str, ...] | None:

@@ -49,6 +49,10 @@ from .writes import Writes
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
+ENDED_BADLY = {str(JobState.FAILED): "failed", str(JobState.TIMED_OUT): "timed out"}
+"""A job that ends so is logged at warning with its id, tenant, type and why: the operator's terminal said nothing."""
+ERROR_CHARS = 300  # of the worker's error in that line; the job's record keeps all of it
+
 NOTIFIED_RESULT_BYTES = 2048
 """A completion notifies its result with the job id up to this size (base64, within NOTIFY's 8,000 bytes), so
 a sync wait in another process answers without reading the job back; a larger one is read."""
@@ -277,6 +281,12 @@ class Runner:
                     self.events.emit(JobFinished(assignment.job_id, Finished(job=completion.job, result=result)))
             if completion.job_state is not None:
                 self.metrics.finished(machine_type, str(completion.job_state), self.now() - started)
+                if str(completion.job_state) in ENDED_BADLY:  # the operator's one line on it (issue 35)
+                    log.warning(
+                        "job %s of tenant %s (type %s) %s: %s",
+                        assignment.job_id, tenant_id, machine_type, ENDED_BADLY[str(completion.job_state)],
+                        (outcome.error or "no reason given")[:ERROR_CHARS],
+                    )  # fmt: skip
             if completion.job_state is None and retried:
                 # an earlier attempt may have landed (result, usage and hand-off written) with its answer lost
                 machine_state, held, provider_id = await self.writes.read_back(assignment.machine_id, driver)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from thermostat.policy.idle.monitor_watch import (
+    QUIET_ASKS_AT_START,
     ControllerAnswer,
     LineLevel,
     PodWatchState,
@@ -99,9 +100,25 @@ def test_no_answer_leaves_the_watch_as_it_was(state: PodWatchState) -> None:
     assert (step.state.watch, step.state.ticking, step.start_ticking) == (state.watch, state.ticking, False)
 
 
+def test_the_first_asks_at_start_find_the_controller_starting_and_say_nothing() -> None:
+    """The services start side by side: a few unanswered asks before any answer are no outage (issue 35)."""
+    state, logged, _ = lines(START, [A.UNREACHABLE] * (QUIET_ASKS_AT_START - 1) + [A.CONFIGURED])
+    assert [line.message for line in logged] == ["pod qwen: configured; watching it"]
+    assert state.unanswered == 0
+
+
+def test_a_controller_silent_past_the_start_grace_is_said_once() -> None:
+    """QUIET_ASKS_AT_START unanswered asks in a row from the start: one warning, however many follow."""
+    _, logged, _ = lines(START, [A.UNREACHABLE] * (QUIET_ASKS_AT_START + 4))
+    assert [line.message for line in logged] == [
+        "pod qwen: the pod controller is not reachable (UNAVAILABLE); asking again"
+    ]
+
+
 def test_an_outage_before_ticking_is_said_once_and_again_after_an_answer() -> None:
-    """Not reachable, asked three times: one warning; answered, then unreachable again: a second one."""
-    _, logged, _ = lines(START, [A.UNREACHABLE] * 3 + [A.UNCONFIGURED, A.UNREACHABLE, A.UNREACHABLE])
+    """Not reachable past the start grace: one warning; answered, then unreachable again: a second one at once."""
+    silent = [A.UNREACHABLE] * QUIET_ASKS_AT_START
+    _, logged, _ = lines(START, [*silent, A.UNCONFIGURED, A.UNREACHABLE, A.UNREACHABLE])
     outages = [line for line in logged if "not reachable" in line.message]
     assert [line.message for line in outages] == [
         "pod qwen: the pod controller is not reachable (UNAVAILABLE); asking again"
