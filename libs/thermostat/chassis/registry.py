@@ -92,6 +92,7 @@ IDLE_MONITOR = ServiceDef(
     port_env="IDLE_MONITOR_PORT",
     default_port=50062,
     public_services=("thermostat.monitor.v1.IdleMonitor",),
+    internal_services=("thermostat.monitor.v1.IdleMonitorInternal",),
     health_service="thermostat.monitor.v1.IdleMonitor",
     rest_prefixes=("/api/pods/",),
 )

@@ -161,7 +161,7 @@ class PodControl:
             )
             return result, completion
 
-        return await self.gate.run(pod.name, attempt)
+        return await self.gate.run(pod.name, attempt, trigger=trigger)
 
 
 async def _set_status(
@@ -197,6 +197,44 @@ def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
 
 # podId / proxyUrl are null in the pod-control seed when no pod is named
 _NO_POD = (("pod_id", "podId"), ("proxy_url", "proxyUrl"))
+_WAKE_TRIGGERS = {pods_pb2.WAKE_TRIGGER_REQUEST: "request"}
+
+
+async def answer_wake(
+    control: PodControl, pod: PodOptions, context: grpc.aio.ServicerContext, trigger: str
+) -> pods_pb2.StartPodResponse:
+    """Run or join the pod's wake and answer as the start route does: a failed wake is ABORTED (409 "Failed"),
+    or RESOURCE_EXHAUSTED when its budget refused it (the gateway's 429); unconfigured or ungated, UNAVAILABLE."""
+    try:
+        result = await control.run_wake(pod, trigger=trigger)  # an unconfigured pod is refused there, and recorded
+    except WakeGateUnavailable as error:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
+    outcome = result.outcome
+    if result.failure_kind is WakeFailureKind.UNCONFIGURED:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, result.message)
+    if outcome is WakeOutcome.FAILED:
+        await _set_status(context, 409, "Failed")
+        over_budget = result.failure_kind is WakeFailureKind.OVER_BUDGET and trigger == "request"
+        # the start route's seed answer stays ABORTED (409) for every failure; the gateway tells a budget apart
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED if over_budget else grpc.StatusCode.ABORTED
+        await context.abort(code, result.message or "wake failed")
+    response = pods_pb2.StartPodResponse(
+        name=pod.name,
+        outcome=str(outcome),
+        pod_id=result.pod_id or "",
+        proxy_url=result.proxy_url or "",
+        message=result.message or "",
+    )
+    if result.gpu_id:
+        response.gpu_id = result.gpu_id
+    if result.price_per_hour is not None:
+        response.price_per_hour = result.price_per_hour
+    await _set_status(
+        context,
+        202 if outcome is WakeOutcome.WAITING else None,
+        nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))),
+    )
+    return response
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
@@ -232,34 +270,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def StartPod(
         self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.StartPodResponse:
-        pod = await self.c.pod(request.name, context)
-        try:
-            result = await self.c.run_wake(pod)  # an unconfigured pod is refused there, and recorded as Refused
-        except WakeGateUnavailable as error:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
-        outcome = result.outcome
-        if result.failure_kind is WakeFailureKind.UNCONFIGURED:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, result.message)
-        if outcome is WakeOutcome.FAILED:
-            await _set_status(context, 409, "Failed")
-            await context.abort(grpc.StatusCode.ABORTED, result.message or "wake failed")
-        response = pods_pb2.StartPodResponse(
-            name=pod.name,
-            outcome=str(outcome),
-            pod_id=result.pod_id or "",
-            proxy_url=result.proxy_url or "",
-            message=result.message or "",
-        )
-        if result.gpu_id:
-            response.gpu_id = result.gpu_id
-        if result.price_per_hour is not None:
-            response.price_per_hour = result.price_per_hour
-        await _set_status(
-            context,
-            202 if outcome is WakeOutcome.WAITING else None,
-            nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))),
-        )
-        return response
+        return await answer_wake(self.c, await self.c.pod(request.name, context), context, "wake")
 
     async def StopPod(
         self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
@@ -408,6 +419,15 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         results = await self.c.stop(pod, [i for i in ids if i not in foreign], trigger)
         results += [pods_pb2.PodResult(pod_id=i, ok=False) for i in foreign]
         return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
+
+    async def WakePod(
+        self, request: pods_pb2.WakePodRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.StartPodResponse:
+        trigger = _WAKE_TRIGGERS.get(request.trigger)
+        if trigger is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "trigger must be WAKE_TRIGGER_REQUEST")
+        assert trigger is not None
+        return await answer_wake(self.c, await self.c.pod(request.name, context), context, trigger)
 
     async def ReportReadiness(
         self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext
