@@ -43,6 +43,7 @@ TOKENS = {
     "RIG_OPERATOR_TOKEN": "pod start/stop and budget writes refuse everyone without it (fail closed)",
     "STRATA_POOL_TOKEN": "every pool job route answers 401 without it",
     "STRATA_POOL_ADMIN_TOKEN": "the catalogue and tenant budgets are written with it",
+    "THERMOSTAT_INFERENCE_TOKEN": "the OpenAI endpoint (/openai/v1) answers 401 without it",
 }
 """The tokens the quick starts use, each minted for the run when unset (why each is needed)."""
 
@@ -120,7 +121,10 @@ async def main() -> int:
         admin_port=_port("EDGE_ADMIN_PORT", DEFAULT_ADMIN_PORT),
         stats_port=_port("EDGE_STATS_PORT", DEFAULT_STATS_PORT),
         simulator_port=_port("RUNPOD_SIMULATOR_PORT", 9100),
-        service_ports={s.name: _port(s.port_env, s.default_port) for s in SERVICES},
+        service_ports={
+            **{s.name: _port(s.port_env, s.default_port) for s in SERVICES},
+            **{f"{s.name}-http": _port(s.http_port_env, s.default_http_port) for s in SERVICES if s.http_port_env},
+        },
         metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
         demo_backends=demo_backends,
         demo_docker=demo_docker,

@@ -232,6 +232,14 @@ class Stack:
                 WantedPort(port=cfg.simulator_port, part="the RunPod simulator", setting="RUNPOD_SIMULATOR_PORT")
             )
         for service in cfg.services:
+            if service.http_port_env:
+                wanted.append(
+                    WantedPort(
+                        port=cfg.service_ports.get(f"{service.name}-http", 0),
+                        part=f"{service.name}'s HTTP API",
+                        setting=service.http_port_env,
+                    )
+                )
             wanted += [
                 WantedPort(port=cfg.service_ports.get(service.name, 0), part=service.name, setting=service.port_env),
                 WantedPort(
@@ -288,6 +296,10 @@ class Stack:
             ports = [first, *(free_port() for _ in range(cfg.replicas - 1))]
             self.ports[service.name], self.replica_ports[service.name] = first, ports
             env[service.port_env] = str(first)
+            if service.http_port_env:  # its own HTTP API (the gateway's): one port per replica, the edge on the first
+                http = cfg.service_ports.get(f"{service.name}-http") or free_port()
+                http_ports = [http, *(free_port() for _ in range(cfg.replicas - 1))]
+                self.ports[f"{service.name}-http"], self.replica_ports[f"{service.name}-http"] = http, http_ports
             metrics_port = cfg.metrics_ports.get(service.name) or free_port()
             self.metrics_ports[service.name] = metrics_port
             env[service.metrics_port_env] = str(metrics_port)
@@ -304,6 +316,8 @@ class Stack:
                 name = service.name if index == 0 else f"{service.name}#{index + 1}"
                 argv = [sys.executable, "-m", service.package]
                 own = {service.port_env: str(port)}
+                if service.http_port_env:
+                    own[service.http_port_env] = str(self.replica_ports[f"{service.name}-http"][index])
                 if index:  # the first replica serves /metrics where the summary says; the others on free ports
                     own[service.metrics_port_env] = str(free_port())
                 child = await self._spawn(name, argv, {**env, **own}, port=port)
@@ -622,7 +636,14 @@ class Stack:
         """What runs where, `exports` (the lines to paste into another shell), and how to stop it."""
         lines = ["", "Thermostat is up:", f"  edge (REST + gRPC)   {self.edge_url}   GET {self.edge_url}/health"]
         lines.append(f"  edge stats           {self.edge_stats_url}   (Envoy admin {self.edge_admin_url}, loopback)")
+        for service in self.config.services:
+            for prefix in service.http_prefixes:
+                lines.append(
+                    f"  {service.name + ' (OpenAI)':<20} {self.edge_url}{prefix.rstrip('/')}   (the edge's route)"
+                )
         for name, port in self.ports.items():
+            if name.endswith("-http"):
+                continue
             metrics = self.metrics_ports.get(name)
             where = f"   metrics http://127.0.0.1:{metrics}/metrics" if metrics else ""
             lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection){where}")
