@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from thermostat.chassis.auth import TokenRule
+from thermostat.chassis.auth import HttpDenial, TokenRule, http_denial
 from thermostat.policy.common.pod_options import PodOptions, find_pod
 from thermostat.policy.gateway.hold import Arrival, Hold, ModelState, admit, hold_step, model_state, wake_refusal
 from thermostat.policy.gateway.openai_errors import GatewayError, Refusal
@@ -265,13 +265,13 @@ class Gateway:
         return response
 
     def _refused(self, request: web.Request) -> GatewayError | None:
-        presented = self.tokens.presented({"authorization": request.headers.get("Authorization", "")})
-        if not presented:
+        denial = http_denial(self.tokens, request.headers)
+        if denial is HttpDenial.MISSING:
             return GatewayError(
                 refusal=Refusal.NO_TOKEN,
                 message="no API key: send THERMOSTAT_INFERENCE_TOKEN as the bearer token (OpenAI's api_key)",
             )
-        if self.tokens.grant(presented) is None:
+        if denial is HttpDenial.WRONG:
             return GatewayError(
                 refusal=Refusal.WRONG_TOKEN,
                 message="the API key is not valid here: use THERMOSTAT_INFERENCE_TOKEN (or the operator token)",
