@@ -24,7 +24,14 @@ COCKPIT = "### A web cockpit (REST)"
 BOT = "### A chat bot (Python client)"
 NOTEBOOK = "### A notebook server (Python client)"
 OPERATOR = "### An operator (the `thermostat` CLI)"
-EXPORTED = ("RIG_OPERATOR_TOKEN", "STRATA_POOL_TOKEN", "STRATA_POOL_ADMIN_TOKEN", "STRATA_TENANT", "THERMOSTAT_ADDR")
+EXPORTED = (
+    "RIG_OPERATOR_TOKEN",
+    "STRATA_POOL_TOKEN",
+    "STRATA_POOL_ADMIN_TOKEN",
+    "THERMOSTAT_INFERENCE_TOKEN",
+    "STRATA_TENANT",
+    "THERMOSTAT_ADDR",
+)
 CLIENT_VARIABLES = (*EXPORTED, "RIG_WAKE_TOKEN")
 
 

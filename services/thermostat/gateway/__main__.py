@@ -26,6 +26,7 @@ from thermostat.store.db import Store
 from .activity import ActivityReporter
 from .app import Gateway, HoldLimits
 from .engine import Engines
+from .metrics import GatewayMetrics
 from .servicer import InferenceGatewayServicer
 from .settings import GatewaySettings
 from .views import PodViews
@@ -65,7 +66,8 @@ async def build(settings: GatewaySettings, env: Mapping[str, str], store: Store)
         wait_bound_seconds=wait_bound_seconds(settings.gateway_wake_wait_seconds, monitor_options.boot_grace_minutes),
         comment_seconds=settings.gateway_hold_comment_seconds,
     )
-    gateway = Gateway(pods, views, engines, reporter, tokens=TokenRule(tokens=tokens), limits=limits)
+    metrics = GatewayMetrics()
+    gateway = Gateway(pods, views, engines, reporter, tokens=TokenRule(tokens=tokens), limits=limits, metrics=metrics)
     runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
 
     async def start() -> None:
@@ -103,6 +105,7 @@ async def build(settings: GatewaySettings, env: Mapping[str, str], store: Store)
             on_start=[start],
             on_stop=[stop],
             internal_token=token,
+            metrics=metrics.metrics,
         ),
         probe_seconds=settings.health_probe_seconds,
     )

@@ -28,6 +28,7 @@ from thermostat.policy.gateway.request import InferenceRequest, parse_request, u
 
 from .activity import ActivityReporter
 from .engine import Engines, EngineUnreachable, passed_headers, proxy_answered_for_no_pod
+from .metrics import GatewayMetrics
 from .views import PodViews, WakeAnswer
 
 log = logging.getLogger("thermostat.gateway")
@@ -54,7 +55,9 @@ class Gateway:
         *,
         tokens: TokenRule,
         limits: HoldLimits,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or GatewayMetrics()
         self.pods = pods
         self.views = views
         self.engines = engines
@@ -121,10 +124,13 @@ class Gateway:
         if admission.arrival is Arrival.REFUSE:
             assert admission.refusal is not None
             log.warning("pod %s: request refused: %s", pod.name, admission.refusal.message)
+            self.metrics.answered(pod.name, admission.refusal.code)
             return error_response(admission.refusal)
         if admission.arrival is Arrival.FORWARD:
             try:
-                return await self._forward(request, pod, parsed, path, None, warm=True)
+                response = await self._forward(request, pod, parsed, path, None, warm=True)
+                self.metrics.answered(pod.name, "forwarded")
+                return response
             except EngineUnreachable:
                 log.info("pod %s: its proxy answered for no pod (stopped since the last view); waking it", pod.name)
                 await self.views.refresh(pod.name)
@@ -134,7 +140,9 @@ class Gateway:
         self, request: web.Request, pod: PodOptions, parsed: InferenceRequest, path: str
     ) -> web.StreamResponse:
         self.held[pod.name] += 1
+        self.metrics.held.labels(pod=pod.name).set(self.held[pod.name])
         stream: web.StreamResponse | None = None
+        began = time.monotonic()
         try:
             if parsed.stream:
                 stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
@@ -142,6 +150,10 @@ class Gateway:
             refusal = await self._hold(pod, stream)
         finally:
             self.held[pod.name] -= 1
+            self.metrics.held.labels(pod=pod.name).set(self.held[pod.name])
+        forwarded = "false" if refusal is not None else "true"
+        self.metrics.hold_seconds.labels(pod=pod.name, forwarded=forwarded).observe(time.monotonic() - began)
+        self.metrics.answered(pod.name, refusal.code if refusal is not None else "woken")
         if refusal is not None:
             log.warning("pod %s: held request refused: %s", pod.name, refusal.message)
             if stream is None:

@@ -638,9 +638,8 @@ class Stack:
         lines.append(f"  edge stats           {self.edge_stats_url}   (Envoy admin {self.edge_admin_url}, loopback)")
         for service in self.config.services:
             for prefix in service.http_prefixes:
-                lines.append(
-                    f"  {service.name + ' (OpenAI)':<20} {self.edge_url}{prefix.rstrip('/')}   (the edge's route)"
-                )
+                base = f"{self.edge_url}{prefix.rstrip('/')}"
+                lines.append(f"  {'OpenAI API':<20} {base}   (base_url; api_key: THERMOSTAT_INFERENCE_TOKEN)")
         for name, port in self.ports.items():
             if name.endswith("-http"):
                 continue
