@@ -419,13 +419,13 @@ class RunPodSimulator(ServedSimulator[_Server]):
 
     def reset(self) -> None:
         """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""
-        if self.engines is not None:
-            self.engines.stop_all()
         self.world.reset(
             catalogue=self._initial_catalogue,
             volumes=self._initial_volumes,
             settings=copy.deepcopy(self._initial_settings),
         )
+        if self.engines is not None:  # after: no pod is left to start another meanwhile
+            self.engines.stop_all()
         with self._lock:
             self._faults.clear()
             self._mix = None
