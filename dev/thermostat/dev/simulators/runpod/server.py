@@ -689,6 +689,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    # each engine's start, readiness (its load time), exit and stop, on the simulator's output (make run relays it)
+    engine_log = logging.getLogger("thermostat.dev.simulators.runpod.engine")
+    engine_log.setLevel(logging.INFO)
+    engine_log.addHandler(logging.StreamHandler(sys.stdout))
     settings = SimSettings(
         provisioning_seconds=args.provisioning_seconds,
         starting_seconds=args.starting_seconds,
