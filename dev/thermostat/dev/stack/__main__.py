@@ -14,6 +14,8 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
+from thermostat.dev.engine.install import EngineInstallError, install
+from thermostat.dev.engine.recipe import installation
 from thermostat.dev.prometheus import (
     INSTALL_HINT,
     PrometheusProcess,
@@ -24,7 +26,14 @@ from thermostat.dev.prometheus import (
     stack_targets,
 )
 from thermostat.dev.stack.docker_daemon import demo_docker_from
-from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
+from thermostat.dev.stack.supervisor import (
+    ROOT,
+    Stack,
+    StackConfig,
+    demo_backends_from,
+    edge_concurrency_from,
+    engine_from,
+)
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
 WORKER = f"{sys.executable} -m thermostat.worker"
@@ -98,8 +107,14 @@ async def main() -> int:
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
         demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
+        engine = engine_from(os.environ.get("ENGINE"))
     except ValueError as error:
         sys.exit(str(error))
+    if engine == "vllm" and not installation().ready:
+        try:  # on first use, with its progress (make run ENGINE=vllm runs `make engine` first anyway)
+            await asyncio.to_thread(install)
+        except EngineInstallError as error:
+            sys.exit(f"ENGINE=vllm: the engine did not install: {error}")
     if not os.environ.get("POOL_MACHINE_TYPES"):
         os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE + demo_types(demo_backends))
     try:
@@ -128,6 +143,7 @@ async def main() -> int:
         metrics_ports={s.name: _port(s.metrics_port_env, s.default_metrics_port) for s in SERVICES},
         demo_backends=demo_backends,
         demo_docker=demo_docker,
+        engine=engine,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

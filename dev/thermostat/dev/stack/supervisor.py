@@ -90,6 +90,18 @@ def demo_backends_from(value: str | None) -> tuple[str, ...]:
     return names
 
 
+ENGINES = ("simulated", "vllm")
+
+
+def engine_from(value: str | None) -> str:
+    """ENGINE (`make run ENGINE=vllm`): what answers behind each simulated pod's proxy — the simulator's canned
+    engine (unset or empty), or a real vLLM per RUNNING pod (thermostat.dev.engine, installed on first use)."""
+    engine = (value or "").strip().lower() or "simulated"
+    if engine not in ENGINES:
+        raise ValueError(f"ENGINE: {value!r} is not one of {', '.join(ENGINES)}")
+    return engine
+
+
 EDGE_CONCURRENCY = 1
 """Envoy's worker threads in the dev stack (EDGE_CONCURRENCY): one, as the Kubernetes edge and the benches run it
 (tools/k8s_manifests.py EDGE_WORKERS), rather than Envoy's default of one per hardware thread."""
@@ -176,6 +188,7 @@ class StackConfig:
     services: Sequence[ServiceDef] = SERVICES
     extra_env: Mapping[str, str] = field(default_factory=dict)
     simulator_args: Sequence[str] = ()
+    engine: str = "simulated"  # "vllm": each simulated pod runs a real vLLM (engine_from)
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     demo_docker: str = "simulator"  # "daemon": the docker demo type on the real daemon (stack.docker_daemon)
     relay_logs: bool = True
@@ -360,6 +373,7 @@ class Stack:
                 "--api-key",
                 SIMULATOR_API_KEY,
                 *(["--machines"] if "runpod" in self.config.demo_backends else []),
+                *self._engine_args(),
                 *self.config.simulator_args,
             ],
             env,
@@ -382,6 +396,11 @@ class Stack:
             base,
             " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS),
         )
+
+    def _engine_args(self) -> list[str]:
+        if self.config.engine != "vllm":
+            return []
+        return ["--engine", "vllm", "--engine-log-dir", str(self.config.data_dir / "engines")]
 
     async def _start_demo_backends(self, env: dict[str, str]) -> None:
         """The Docker and Fly simulators the demo asked for, and the pool's settings pointed at them."""
@@ -651,6 +670,13 @@ class Stack:
             lines.append(
                 f"  runpod simulator     {sim}/v2   (control: {sim}/_sim; what billed when: {sim}/_sim/billed)"
             )
+            if self.config.engine == "vllm":
+                engines = self.config.data_dir / "engines"
+                lines.append(
+                    f"  pod engine           a real vLLM per RUNNING pod (40-60 s to load; its output in {engines})"
+                )
+            else:
+                lines.append("  pod engine           simulated: a canned answer (make run ENGINE=vllm: a real vLLM)")
         for kind, where in self.demo_urls.items():
             lines.append(f"  pool demo backend    {kind:<7} {where}   (machine type demo-{kind})")
         if self.postgres is not None:

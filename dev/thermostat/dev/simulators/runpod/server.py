@@ -419,13 +419,13 @@ class RunPodSimulator(ServedSimulator[_Server]):
 
     def reset(self) -> None:
         """reset restores the constructor's catalogue, volumes and settings; drops pods, faults and the log."""
-        if self.engines is not None:
-            self.engines.stop_all()
         self.world.reset(
             catalogue=self._initial_catalogue,
             volumes=self._initial_volumes,
             settings=copy.deepcopy(self._initial_settings),
         )
+        if self.engines is not None:  # after: no pod is left to start another meanwhile
+            self.engines.stop_all()
         with self._lock:
             self._faults.clear()
             self._mix = None
@@ -689,6 +689,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    # each engine's start, readiness (its load time), exit and stop, on the simulator's output (make run relays it)
+    engine_log = logging.getLogger("thermostat.dev.simulators.runpod.engine")
+    engine_log.setLevel(logging.INFO)
+    engine_log.addHandler(logging.StreamHandler(sys.stdout))
     settings = SimSettings(
         provisioning_seconds=args.provisioning_seconds,
         starting_seconds=args.starting_seconds,
