@@ -78,7 +78,9 @@ class ActivityReporter:
                 live_seconds=self.live_seconds,
             )
             try:
-                await self.stub.ReportRequests(request, timeout=self.timeout, metadata=outgoing_metadata())
+                await self.stub.ReportRequests(
+                    request, timeout=self.timeout, metadata=outgoing_metadata(), wait_for_ready=True
+                )
             except grpc.aio.AioRpcError as error:
                 if not self._warned:
                     self._warned = True

@@ -100,7 +100,7 @@ class PodViews:
         """Read the pod's view now (a forward found the watched one stale)."""
         try:
             view = await self.public.GetPod(
-                pods_pb2.GetPodRequest(name=name), timeout=self.timeout, metadata=outgoing_metadata()
+                pods_pb2.GetPodRequest(name=name), timeout=self.timeout, metadata=outgoing_metadata(), wait_for_ready=True
             )
         except grpc.aio.AioRpcError as error:
             log.warning("pod %s: view not refreshed (%s)", name, error.code().name)
@@ -110,10 +110,13 @@ class PodViews:
     async def wake(self, name: str) -> WakeAnswer:
         """Run or join the pod's wake with trigger `request` (the controller gates it across replicas)."""
         try:
+            # wait_for_ready: a controller between two connection attempts (starting, restarting) is waited for
+            # within the timeout rather than refused at once
             answer = await self.internal.WakePod(
                 pods_pb2.WakePodRequest(name=name, trigger=pods_pb2.WAKE_TRIGGER_REQUEST),
                 timeout=self.timeout,
                 metadata=outgoing_metadata(),
+                wait_for_ready=True,
             )
         except grpc.aio.AioRpcError as error:
             return WakeAnswer(code=error.code().name, message=error.details() or "")
@@ -152,7 +155,7 @@ class PodViews:
         while True:
             try:
                 async for message in self.public.WatchPod(
-                    pods_pb2.WatchPodRequest(name=name), metadata=outgoing_metadata()
+                    pods_pb2.WatchPodRequest(name=name), metadata=outgoing_metadata(), wait_for_ready=True
                 ):
                     failures = 0
                     await self._set(name, message.pod)
