@@ -45,8 +45,12 @@ k8s: proto ## write deploy/k8s/ (kustomize base), deploy/edge/envoy.yaml and dep
 images: venv ## build the services, edge and worker images from deploy/ (stand-ins where Docker Hub is out of reach: docs/containers.md)
 	@$(BIN)/python -m thermostat.dev.images
 
-run: proto ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge (PROMETHEUS=1: and Prometheus)
-	@$(BIN)/python -m thermostat.dev.stack
+# ENGINE=vllm: each simulated RunPod pod runs a real vLLM (the engine installs itself first, once)
+run: proto $(if $(filter vllm,$(ENGINE)),engine) ## start embedded Postgres, the RunPod simulator, every service and the Envoy edge (PROMETHEUS=1: and Prometheus; ENGINE=vllm: a real vLLM per pod)
+	@ENGINE=$(ENGINE) $(BIN)/python -m thermostat.dev.stack
+
+engine: venv ## install the real vLLM the simulator runs with ENGINE=vllm and its tests need (.vllm; THERMOSTAT_VLLM_VENV: elsewhere; idempotent)
+	@$(BIN)/python -m thermostat.dev.engine install
 
 # Two test processes (pytest-xdist): the suite waits on processes it starts as much as it computes, so two keep a
 # 2-core machine busy. TEST_WORKERS=0 runs it in this one process (pdb, -s); more cores can take more.
@@ -82,4 +86,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto k8s images run test lint chaos bench clean
+.PHONY: help venv proto k8s images run engine test lint chaos bench clean

@@ -1,44 +1,38 @@
-"""A chat bot's message handler on Thermostat: wake the model pod on a message, tell the user while it boots
-(with the ETA the controller measured from past boots), answer through the pod's proxy; `/run <text>` runs a job
-on the worker pool and answers its result.
+"""A chat bot's message handler on Thermostat: the model pod through the edge's OpenAI endpoint, which wakes it on
+the message, holds the request while it boots and streams the answer; a word to the user while the pod wakes (with
+the ETA measured from past boots); `/run <text>` runs a job on the worker pool and answers its result.
 
-Run it against `make run`, with the `export` lines it printed in the environment (the operator token wakes when
-no RIG_WAKE_TOKEN is set):
+Run it against `make run`, with the `export` lines it printed in the environment (THERMOSTAT_ADDR,
+THERMOSTAT_INFERENCE_TOKEN for the model, STRATA_POOL_TOKEN and STRATA_TENANT for the pool):
 
+    .venv/bin/python examples/chat_bot_handler.py "hello"
     .venv/bin/python examples/chat_bot_handler.py "/run hello"
 
-Only the model call is the bot's own: `ask_model` posts to the pod's vLLM (OpenAI-compatible) endpoint; inject
-another to talk to the model however the bot does.
+Any OpenAI client works the same way: `base_url` is the edge's /openai/v1, `api_key` the inference token, `model`
+the pod's name. The bot never orchestrates the wake itself, and never holds a proxy URL that an idle stop made stale.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import sys
-import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from thermostat.client import AsyncThermostat, Phase, errors
+import openai
+
+from thermostat.client import AsyncThermostat, errors
 
 Reply = Callable[[str], Awaitable[None]]
-AskModel = Callable[[str, str], Awaitable[str]]  # (proxy URL, user text) → the model's answer
 
 
-async def ask_vllm(proxy_url: str, text: str) -> str:
-    """The model's answer from the pod's vLLM chat-completions endpoint (stdlib HTTP, off the event loop)."""
-
-    def post() -> str:
-        body = json.dumps({"messages": [{"role": "user", "content": text}], "max_tokens": 512}).encode()
-        request = urllib.request.Request(  # noqa: S310 -- the controller's proxy URL, https in production
-            f"{proxy_url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310
-            answer: str = json.load(response)["choices"][0]["message"]["content"]
-            return answer
-
-    return await asyncio.to_thread(post)
+def model_client(addr: str | None = None, token: str | None = None) -> openai.AsyncOpenAI:
+    """The official OpenAI client on the edge's endpoint (THERMOSTAT_ADDR, THERMOSTAT_INFERENCE_TOKEN)."""
+    addr = addr or os.environ.get("THERMOSTAT_ADDR", "127.0.0.1:8080")
+    token = token or os.environ["THERMOSTAT_INFERENCE_TOKEN"]
+    # a held request waits for the pod to boot (minutes): the client's own timeout must not cut it first
+    return openai.AsyncOpenAI(base_url=f"http://{addr}/openai/v1", api_key=token, timeout=1200, max_retries=0)
 
 
 @dataclass
@@ -46,39 +40,42 @@ class ChatBotHandler:
     """One bot's handler: `on_message(text, reply)` answers one user message through `reply`."""
 
     client: AsyncThermostat
+    model: openai.AsyncOpenAI
     model_pod: str = "qwen"
     machine_type: str = "local"
-    wake_timeout: float = 900
-    ask_model: AskModel = ask_vllm
 
     async def on_message(self, text: str, reply: Reply) -> None:
         if text.startswith("/run "):
             await self._run_job(text.removeprefix("/run ").encode(), reply)
             return
-        proxy_url = await self._model_ready(reply)
-        if proxy_url is not None:
-            await reply(await self.ask_model(proxy_url, text))
-
-    async def _model_ready(self, reply: Reply) -> str | None:
-        """Wake the model pod and follow it to ready, telling the user what happens; its proxy URL, or None."""
-        told = False
         try:
-            async for step in self.client.pods.ensure_ready(self.model_pod, timeout=self.wake_timeout):
-                if step.phase == Phase.READY:
-                    return step.pod.proxy_url if step.pod is not None else None
-                if step.phase == Phase.WAKING:
-                    continue  # the wake asked, then answered: a running pod needs no word, a booting one gets one
-                if not told:
-                    await reply("Waking the model — one moment.")
-                    told = True
-                await reply(f"Still booting: {step.detail}.")
-        except errors.WakeFailed as failed:
-            await reply(f"The model cannot be woken right now: {failed.detail}")
-        except errors.DeadlineExceeded:
-            await reply("The model is taking too long to boot; please try again in a few minutes.")
-        except errors.Unavailable:
+            await self._tell_if_waking(reply)
+            stream = await self.model.chat.completions.create(
+                model=self.model_pod, messages=[{"role": "user", "content": text}], max_tokens=512, stream=True
+            )
+            parts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+            await reply("".join(parts).strip())
+        except openai.RateLimitError as refused:  # 429 insufficient_quota: the pod's budget is spent
+            await reply(f"The model's budget is spent: {refused.message}")
+        except openai.APIStatusError as failed:
+            if failed.status_code == 504:
+                await reply("The model is taking too long to boot; please try again in a few minutes.")
+            elif failed.status_code in (502, 503):  # the wake failed, the pod was stopped, or too many wait
+                await reply(f"The model cannot answer right now: {failed.message}")
+            else:
+                raise  # 401/404/400: a misconfigured bot fails loudly, not in the chat
+        except openai.APIConnectionError:
             await reply("Thermostat is unreachable; please try again shortly.")
-        return None
+
+    async def _tell_if_waking(self, reply: Reply) -> None:
+        """One word to the user before a request that will wait for the pod to wake (GET /models wakes nothing)."""
+        models = {m.id: m.model_extra or {} for m in (await self.model.models.list()).data}
+        state = models.get(self.model_pod, {})
+        if state.get("state") == "ready":
+            return
+        eta = state.get("eta_seconds")
+        when = f" (ready in about {max(1, round(float(eta) / 60))} min)" if isinstance(eta, int | float) else ""
+        await reply(f"Waking the model — one moment{when}.")
 
     async def _run_job(self, payload: bytes, reply: Reply) -> None:
         try:
@@ -95,8 +92,8 @@ async def main(argv: list[str]) -> None:
     async def say(text: str) -> None:
         print(text, flush=True)
 
-    async with AsyncThermostat.connect() as client:
-        await ChatBotHandler(client).on_message(" ".join(argv) or "hello", say)
+    async with AsyncThermostat.connect() as client, model_client() as model:
+        await ChatBotHandler(client, model).on_message(" ".join(argv) or "hello", say)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.fixtures.chaos",
     "tests.fixtures.tracing",
     "tests.fixtures.parallel",
+    "tests.fixtures.vllm_engine",
 ]
 
 for _service in SERVICES:

@@ -379,7 +379,7 @@ def dockerfile_problems(text: str, requirements_dev: str, root: Path = ROOT) -> 
 
 def dockerignore_problems(text: str) -> list[str]:
     patterns = {line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")}
-    needed = {".venv", ".data", "build", "dev", "libs/thermostat/*/v1"}
+    needed = {".venv", ".vllm", ".data", "build", "dev", "libs/thermostat/*/v1"}
     return [f".dockerignore must exclude {p}" for p in sorted(needed - patterns)]
 
 

@@ -64,6 +64,14 @@ class Upstream:
     health_detail: str | None = None  # "pkg.Service/Method" answering HttpBody JSON, shown by GET /health
     # set: the detail's members also at /health's top level, this JSON object's members when it does not answer
     health_top_fallback: str | None = None
+    # an HTTP API of its own (the gateway's OpenAI API): these path prefixes go to `http_port`, passed through as
+    # they are (no transcoding, no REST rewriting) and streamed both ways
+    http_prefixes: tuple[str, ...] = ()
+    http_port: int = 0
+
+    @property
+    def http_cluster(self) -> str:
+        return f"{self.cluster}-http"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +188,8 @@ def upstreams(
             long_call_seconds=s.long_call_seconds,
             health_detail=s.health_detail,
             health_top_fallback=s.health_top_fallback,
+            http_prefixes=s.http_prefixes,
+            http_port=ports.get(f"{s.name}-http", s.default_http_port),
         )
         for s in services
     )
@@ -337,7 +347,7 @@ def _path_override_routes(bindings: Sequence[PathBinding]) -> list[dict[str, Any
 def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     timeout = _duration(spec.route_timeout_s)
     grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
-    routes: list[dict[str, Any]] = [_health_route(spec)]
+    routes: list[dict[str, Any]] = [_health_route(spec), *_http_routes(spec)]
     # Calls that may rightly last long (a sync submit's wait), matched on the method's path before the service's
     # prefix: native gRPC and transcoded REST alike. The stream idle timeout (5 min by default) is lifted with
     # the route timeout, as nothing flows while the service waits.
@@ -376,6 +386,22 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
         for family in spec.families
     )
     return routes
+
+
+def _http_routes(spec: EdgeSpec) -> list[dict[str, Any]]:
+    """A service's own HTTP API: passed through untouched (the transcoder and the REST filter are off for it) and
+    never cut by the edge's timeouts: a held request waits for a pod to wake, a stream lasts as long as the answer,
+    and the service bounds both itself (GATEWAY_WAKE_WAIT_SECONDS)."""
+    off = {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}
+    return [
+        {
+            "match": {"prefix": prefix},
+            "route": {"cluster": upstream.http_cluster, "timeout": "0s", "idle_timeout": "0s"},
+            "typed_per_filter_config": {TRANSCODER: off, REST_FILTER: off, PLUMBING_FILTER: off},
+        }
+        for upstream in spec.upstreams
+        for prefix in upstream.http_prefixes
+    ]
 
 
 def _health_filter() -> dict[str, Any]:
@@ -481,6 +507,13 @@ def _http2_cluster(name: str, host: str, port: int) -> dict[str, Any]:
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}],
         },
     }
+
+
+def _http1_cluster(name: str, host: str, port: int) -> dict[str, Any]:
+    """A cluster of one plain HTTP/1.1 endpoint (a service's own HTTP API)."""
+    cluster = _http2_cluster(name, host, port)
+    del cluster["typed_extension_protocol_options"]
+    return cluster
 
 
 def _is_ip(host: str) -> bool:
@@ -619,6 +652,7 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
         }
     ]
     clusters = [_cluster(spec, u) for u in spec.upstreams]
+    clusters.extend(_http1_cluster(u.http_cluster, u.host, u.http_port) for u in spec.upstreams if u.http_prefixes)
     if spec.stats_port is not None:
         listeners.append(_stats_listener(spec, spec.stats_port))
         clusters.append(_admin_cluster(spec))

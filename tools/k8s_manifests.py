@@ -208,6 +208,15 @@ ROLLOUTS = {
             SecretEnv(var="FLY_API_TOKEN", secret=POOL_SECRET, key="fly-api-token"),
         ),
     ),
+    "gateway": Rollout(
+        replicas_note="either serves any request; a wake is gated across replicas by the pod controller",
+        # the OpenAI API listens beside gRPC; held requests and streams are connections, not CPU
+        env=(("GATEWAY_HTTP_HOST", "0.0.0.0"),),
+        secrets=(
+            SecretEnv(var="THERMOSTAT_INFERENCE_TOKEN", secret=RUNPOD_SECRET, key="inference-token"),
+            OPERATOR_TOKEN,
+        ),
+    ),
     "metering": Rollout(
         replicas_note="one ingests the ledger (a lease); both answer spend and budget reads",
         secrets=(OPERATOR_TOKEN, *POOL_TOKENS),
@@ -226,7 +235,8 @@ def rollout(service: ServiceDef) -> Rollout:
 
 def service_env(service: ServiceDef) -> tuple[tuple[str, str], ...]:
     """The plain variables a service's container gets: its port (the registry's) and its rollout's."""
-    return ((service.port_env, str(service.default_port)), *rollout(service).env)
+    http = ((service.http_port_env, str(service.default_http_port)),) if service.http_port_env else ()
+    return ((service.port_env, str(service.default_port)), *http, *rollout(service).env)
 
 
 def service_secrets(service: ServiceDef) -> tuple[SecretEnv, ...]:
@@ -305,7 +315,8 @@ def _deployment(service: ServiceDef, rollout: Rollout) -> str:
         lines.append(f"        # {rollout.secrets_note}")
     lines += [
         f"        envFrom: [{{configMapRef: {{name: {CONFIG_NAME}}}}}, {{secretRef: {{name: {ENV_FROM}}}}}]",
-        f"        ports: [{{containerPort: {port}, name: grpc}}, {{containerPort: {metrics}, name: metrics}}]",
+        f"        ports: [{{containerPort: {port}, name: grpc}}, {{containerPort: {metrics}, name: metrics}}"
+        + (f", {{containerPort: {service.default_http_port}, name: http}}]" if service.http_port_env else "]"),
         # startup: the store opened and migrations applied; liveness: the process answers, whatever its store
         # says (chassis.server.LIVENESS), so a store outage restarts nothing; readiness: the health service,
         # NOT_SERVING while the store does not answer or while draining.
@@ -338,7 +349,7 @@ def _network_policy(service: ServiceDef) -> str:
         "  policyTypes: [Ingress]\n"
         "  ingress:\n"
         f"  - from: [{{podSelector: {{matchExpressions: [{{key: {ROLE}, operator: In, values: [edge, service]}}]}}}}]\n"
-        f"    ports: [{{port: {service.default_port}, protocol: TCP}}]\n"
+        f"    ports: [{{port: {service.default_port}, protocol: TCP}}{_http_port(service)}]\n"
         f"  - from: [{{namespaceSelector: {{}}, podSelector: {{matchLabels: {{{ROLE}: {PROMETHEUS_ROLE}}}}}}}]\n"
         f"    ports: [{{port: {service.default_metrics_port}, protocol: TCP}}]\n"
     )
@@ -355,8 +366,18 @@ def _service(service: ServiceDef) -> str:
         "spec:\n"
         "  clusterIP: None\n"
         f"  selector: {{app: {name}}}\n"
-        f"  ports: [{{port: {service.default_port}, targetPort: grpc, name: grpc, appProtocol: kubernetes.io/h2c}}]\n"
+        f"  ports: [{{port: {service.default_port}, targetPort: grpc, name: grpc, appProtocol: kubernetes.io/h2c}}"
+        + (
+            f", {{port: {service.default_http_port}, targetPort: http, name: http}}]\n"
+            if service.http_port_env
+            else "]\n"
+        )
     )
+
+
+def _http_port(service: ServiceDef) -> str:
+    """A service's own HTTP API port, which the edge reaches as it reaches gRPC."""
+    return f", {{port: {service.default_http_port}, protocol: TCP}}" if service.http_port_env else ""
 
 
 def _disruption_budget(name: str) -> str:
@@ -535,7 +556,7 @@ def _compose_service(service: ServiceDef) -> str:
         f"    image: {IMAGE}\n" + _compose_build("runtime") + f"    command: [python, -m, {service.package}]\n"
         "    environment:\n"
         + "".join(f"      {var}: {_q(value)}\n" for var, value in env)
-        + f"    expose: [{_q(str(service.default_port))}]\n"
+        + f"    expose: [{', '.join(_q(str(p)) for p in (service.default_port, service.default_http_port) if p)}]\n"
         "    depends_on: {migrate: {condition: service_completed_successfully}}\n"
         "    restart: unless-stopped\n" + grace
     )

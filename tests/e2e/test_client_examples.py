@@ -15,9 +15,10 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
-from examples.chat_bot_handler import ChatBotHandler
+from examples.chat_bot_handler import ChatBotHandler, model_client
 from examples.notebook_server_hook import GpuCellHook
 from tests.e2e.test_make_run import OPERATOR, POOL, DevStack
 from tests.fixtures.polling import eventually
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 WAKE_TOKEN = "e2e-wake"
+INFERENCE_TOKEN = "e2e-inference"
 POOL_TOKEN = POOL["Authorization"].removeprefix("Bearer ")
 CATALOGUE = [
     local_type("local"),
@@ -49,6 +51,7 @@ def edge_target() -> Iterator[str]:
                 "RUNPOD_WAKE_POLL_SECONDS": "0.2",
                 "CHECK_SECONDS": "0.3",
                 "RIG_WAKE_TOKEN": WAKE_TOKEN,
+                "THERMOSTAT_INFERENCE_TOKEN": INFERENCE_TOKEN,
                 "POOL_MACHINE_TYPES": json.dumps(CATALOGUE),
             },
         )
@@ -56,6 +59,10 @@ def edge_target() -> Iterator[str]:
             yield stack.wait_up().removeprefix("http://")
         finally:
             stack.kill()
+
+
+def edge_target_of(client: AsyncThermostat) -> str:
+    return client.config.target
 
 
 def config(target: str, **changes: str | None) -> ClientConfig:
@@ -76,15 +83,12 @@ async def client(edge_target: str) -> AsyncIterator[AsyncThermostat]:
         yield opened
 
 
-async def test_the_bot_wakes_the_model_with_progress_messages_and_answers_from_the_ready_pod(
+async def test_the_bot_wakes_the_model_with_a_word_to_the_user_and_answers_through_the_endpoint(
     client: AsyncThermostat,
 ) -> None:
-    asked: list[tuple[str, str]] = []
+    """A message to a stopped pod: one word while it wakes, then the engine's answer streamed through the edge's
+    OpenAI endpoint; the next message goes straight to the ready pod."""
     replies: list[str] = []
-
-    async def model(proxy_url: str, text: str) -> str:
-        asked.append((proxy_url, text))
-        return f"the model says hi to {text!r}"
 
     async def reply(text: str) -> None:
         replies.append(text)
@@ -96,17 +100,16 @@ async def test_the_bot_wakes_the_model_with_progress_messages_and_answers_from_t
             return True if (await client.pods.monitor("qwen")).phase == "Down" else None
 
         await eventually(monitor_saw_it_down, timeout=30, every=0.1)
-    await ChatBotHandler(client, ask_model=model).on_message("hello", reply)
-    assert replies[0] == "Waking the model — one moment."
-    assert replies[1].startswith("Still booting: qwen is ")
-    assert replies[-1] == "the model says hi to 'hello'"
-    pod = await client.pods.status("qwen")
-    assert pod.is_running and pod.HasField("ready_since")
-    assert asked == [(pod.proxy_url, "hello")]
+    async with model_client(edge_target_of(client), INFERENCE_TOKEN) as model:
+        await ChatBotHandler(client, model).on_message("hello", reply)
+        assert replies[0].startswith("Waking the model — one moment")
+        assert "simulated pod" in replies[-1], replies
+        pod = await client.pods.status("qwen")
+        assert pod.is_running and pod.HasField("ready_since")
 
-    replies.clear()
-    await ChatBotHandler(client, ask_model=model).on_message("again", reply)
-    assert replies == ["the model says hi to 'again'"], "a ready pod is answered from without a word about waking"
+        replies.clear()
+        await ChatBotHandler(client, model).on_message("again", reply)
+    assert len(replies) == 1 and "simulated pod" in replies[0], "a ready pod answers without a word about waking"
 
 
 async def test_the_bot_runs_a_pool_job_and_reports_a_failed_one(client: AsyncThermostat) -> None:
@@ -115,22 +118,23 @@ async def test_the_bot_runs_a_pool_job_and_reports_a_failed_one(client: AsyncThe
     async def reply(text: str) -> None:
         replies.append(text)
 
-    await ChatBotHandler(client).on_message("/run hello pool", reply)
-    await ChatBotHandler(client, machine_type="failing").on_message("/run boom", reply)
+    async with model_client(edge_target_of(client), INFERENCE_TOKEN) as model:
+        await ChatBotHandler(client, model).on_message("/run hello pool", reply)
+        await ChatBotHandler(client, model, machine_type="failing").on_message("/run boom", reply)
     assert replies[0] == "hello pool"
     assert " failed: " in replies[1] and "CUDA out of memory" in replies[1]
 
 
-async def test_a_bot_with_the_wrong_wake_token_gets_permission_denied(edge_target: str) -> None:
-    async with AsyncThermostat(config(edge_target, wake_token="not-the-wake-token")) as wrong:
-        replies: list[str] = []
+async def test_a_bot_with_the_wrong_inference_token_fails_loudly_not_in_the_chat(client: AsyncThermostat) -> None:
+    replies: list[str] = []
 
-        async def reply(text: str) -> None:
-            replies.append(text)
+    async def reply(text: str) -> None:
+        replies.append(text)
 
-        with pytest.raises(errors.PermissionDenied):  # a misconfigured bot fails loudly, not in the chat
-            await ChatBotHandler(wrong).on_message("hello", reply)
-        assert replies == []
+    async with model_client(edge_target_of(client), "not-the-inference-token") as wrong:
+        with pytest.raises(openai.AuthenticationError):
+            await ChatBotHandler(client, wrong).on_message("hello", reply)
+    assert replies == []
 
 
 async def test_a_notebook_cell_runs_as_a_job_and_its_states_stream_in(client: AsyncThermostat) -> None:
@@ -176,6 +180,7 @@ def _run_example(script: str, args: list[str], edge_target: str) -> subprocess.C
         **os.environ,
         "THERMOSTAT_ADDR": edge_target,
         "RIG_WAKE_TOKEN": WAKE_TOKEN,
+        "THERMOSTAT_INFERENCE_TOKEN": INFERENCE_TOKEN,
         "RIG_OPERATOR_TOKEN": OPERATOR["X-Rig-Operator-Token"],
         "STRATA_POOL_TOKEN": POOL_TOKEN,
         "STRATA_TENANT": "demo",
@@ -194,6 +199,8 @@ def _run_example(script: str, args: list[str], edge_target: str) -> subprocess.C
 def test_the_examples_command_lines_run_as_the_quick_start_writes_them(edge_target: str) -> None:
     bot = _run_example("chat_bot_handler.py", ["/run hello"], edge_target)
     assert (bot.returncode, bot.stdout) == (0, "hello\n"), bot.stderr
+    chat = _run_example("chat_bot_handler.py", ["hello"], edge_target)
+    assert chat.returncode == 0 and "simulated pod" in chat.stdout, chat.stderr
     notebook = _run_example("notebook_server_hook.py", ["python", "print(1 + 1)"], edge_target)
     assert notebook.returncode == 0, notebook.stderr
     *states, output = notebook.stdout.splitlines()

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import grpc
@@ -197,3 +198,19 @@ def _deny(handler: grpc.RpcMethodHandler | None, denial: Denial) -> grpc.RpcMeth
 
 def method_name(service_full_name: str, method: str) -> str:
     return f"/{service_full_name}/{method}"
+
+
+class HttpDenial(StrEnum):
+    """Why a plain-HTTP caller was refused: no token presented, or none that the rule admits."""
+
+    MISSING = "missing"
+    WRONG = "wrong"
+
+
+def http_denial(rule: TokenRule, headers: Mapping[str, str]) -> HttpDenial | None:
+    """The token check of a service's own HTTP API (the gateway's OpenAI API, whose clients send OpenAI's api_key as
+    a bearer token): the same constant-time rule as gRPC's, read from the Authorization header; None admits."""
+    presented = rule.presented({"authorization": headers.get("Authorization", "")})
+    if not presented:
+        return HttpDenial.MISSING
+    return HttpDenial.WRONG if rule.grant(presented) is None else None

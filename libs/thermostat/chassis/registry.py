@@ -50,6 +50,11 @@ class ServiceDef:
     # and upstreams), and this object's members stand in when the detail does not answer. The pool's: the original
     # strata-pool package's /health shape, {"status": "ok", "workers": {...}, "machine_types": [...]}.
     health_top_fallback: str | None = None
+    # An HTTP API of its own beside gRPC (the gateway's OpenAI API): the edge routes these path prefixes to the port
+    # named by `http_port_env` (default `default_http_port`), streaming both ways, with no route timeout of its own.
+    http_prefixes: tuple[str, ...] = ()
+    http_port_env: str | None = None
+    default_http_port: int = 0
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -92,6 +97,7 @@ IDLE_MONITOR = ServiceDef(
     port_env="IDLE_MONITOR_PORT",
     default_port=50062,
     public_services=("thermostat.monitor.v1.IdleMonitor",),
+    internal_services=("thermostat.monitor.v1.IdleMonitorInternal",),
     health_service="thermostat.monitor.v1.IdleMonitor",
     rest_prefixes=("/api/pods/",),
 )
@@ -129,7 +135,18 @@ METERING = ServiceDef(
     rest_prefixes=("/api/pods/", "/api/metering/", "/v1/spend", "/v1/budgets/"),
     health_detail="thermostat.metering.v1.Metering/GetMeteringHealthJson",
 )
-SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING)
+GATEWAY = ServiceDef(
+    name="gateway",
+    package="thermostat.gateway",
+    port_env="GATEWAY_PORT",
+    default_port=50065,
+    public_services=("thermostat.gateway.v1.InferenceGateway",),
+    health_service="thermostat.gateway.v1.InferenceGateway",
+    http_prefixes=("/openai/v1/",),
+    http_port_env="GATEWAY_HTTP_PORT",
+    default_http_port=50165,
+)
+SERVICES: tuple[ServiceDef, ...] = (POD_CONTROLLER, IDLE_MONITOR, POOL_DISPATCHER, METERING, GATEWAY)
 
 PROGRAMS: tuple[str, ...] = ("thermostat.worker",)
 """Runnable packages under services/ that are not gRPC services of the house: the reference worker runs inside

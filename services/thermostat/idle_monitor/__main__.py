@@ -31,6 +31,7 @@ from thermostat.store.db import Store
 from .leader import PodLeader
 from .metrics import MonitorMetrics
 from .repository import MonitorRepository
+from .requests import RequestReports
 from .scrape_clients import ScrapeClients
 from .servicer import IdleMonitorServicer
 from .settings import IdleMonitorSettings
@@ -191,6 +192,7 @@ async def build(
             ),
             server,
         )
+        monitor_pb2_grpc.add_IdleMonitorInternalServicer_to_server(RequestReports(pods, states), server)
 
     host = ServiceHost(
         ServiceSpec(

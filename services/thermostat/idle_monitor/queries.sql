@@ -7,3 +7,17 @@ VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (pod_name) DO UPDATE SET state = excluded.state, last_signal = excluded.last_signal,
     last_signal_pod_id = excluded.last_signal_pod_id, last_tick_at = excluded.last_tick_at,
     ticked_by = excluded.ticked_by, updated_at = now();
+
+-- name: save_requests
+-- One gateway replica's counts for a pod, as it holds them now; events only grow (a late report never rolls back).
+INSERT INTO monitor_requests (pod_name, reporter, in_flight, events, live_until)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+ON CONFLICT (pod_name, reporter) DO UPDATE SET in_flight = excluded.in_flight,
+    events = greatest(monitor_requests.events, excluded.events), live_until = excluded.live_until
+WHERE monitor_requests.events <= excluded.events;
+
+-- name: load_requests
+-- Every replica's counts for a pod: in flight only where the report is still live (a dead reporter keeps no pod up).
+SELECT coalesce(sum(in_flight) FILTER (WHERE live_until > now()), 0)::int AS in_flight,
+       coalesce(sum(events), 0)::bigint AS events
+FROM monitor_requests WHERE lower(pod_name) = lower($1);

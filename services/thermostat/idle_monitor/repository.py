@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 
 from thermostat.policy.idle.monitor_state import MonitorState
+from thermostat.policy.idle.request_activity import RequestCounts
 from thermostat.store.connections import borrow
 from thermostat.store.sql import load_sql
 
@@ -55,6 +56,19 @@ class MonitorRepository:
             saved.last_tick_at,
             saved.ticked_by,
         )
+
+    async def save_requests(
+        self, pod_name: str, reporter: str, *, in_flight: int, events: int, live_seconds: float
+    ) -> None:
+        """Record one gateway replica's counts for the pod (policy/idle/request_activity)."""
+        await self._pool.execute(_Q["save_requests"], pod_name, reporter, in_flight, events, live_seconds)
+
+    async def load_requests(self, pod_name: str) -> RequestCounts:
+        """Every gateway replica's counts for the pod; zeros when none ever reported."""
+        async with borrow(self._pool) as connection:
+            row = await connection.fetchrow(_Q["load_requests"], pod_name)
+        assert row is not None  # an aggregate always answers one row
+        return RequestCounts(in_flight=row["in_flight"], events=row["events"])
 
 
 def _saved_state(row: asyncpg.Record) -> SavedState:

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 
 import grpc
@@ -41,7 +42,9 @@ from thermostat.policy.idle.monitor_tick import (
 )
 from thermostat.policy.idle.monitor_watch import ControllerAnswer
 from thermostat.policy.idle.pod_signal import PodReading
+from thermostat.policy.idle.request_activity import RequestCounts
 from thermostat.policy.idle.vllm_metrics import PodActivity, parse_vllm_metrics
+from thermostat.store.connections import STORE_ERRORS
 
 from .metrics import MonitorMetrics
 from .repository import MonitorRepository, SavedState
@@ -184,6 +187,7 @@ class PodTicker:
         if not configured:
             return None
         saved = await self.states.load(self.pod_name)
+        observation = replace(observation, requests=await self._requests())
         if not self._started:
             # a restarted process may have died with a readiness report the controller never took
             self._started = True
@@ -231,6 +235,14 @@ class PodTicker:
                 "accepted" if aftermath.accepted else "refused; phase kept, a full window before the next",
             )
         return decision
+
+    async def _requests(self) -> RequestCounts | None:
+        """The inference gateway's counts for the pod; None when the store cannot say (no evidence either way)."""
+        try:
+            return await self.states.load_requests(self.pod_name)
+        except STORE_ERRORS as error:
+            log.warning("pod %s: gateway request counts unreadable (%s)", self.pod_name, type(error).__name__)
+            return None
 
     async def _budget_order(self, observation: TickObservation) -> StopOrder | None:
         """A budget stop of every billing pod when metering says the pod's budget is exhausted."""

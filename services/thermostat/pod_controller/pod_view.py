@@ -33,6 +33,7 @@ def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
         price_per_hour=row.price_per_hour or 0.0,
         candidates_considered=row.candidates_considered or 0,
         last_provider_status=row.last_provider_status or 0,
+        trigger=row.trigger,
     )
     stamp(record.requested_at, row.requested_at)
     if row.completed_at is not None:

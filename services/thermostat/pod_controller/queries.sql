@@ -22,7 +22,7 @@ LIMIT $4;
 
 -- name: newest_wake
 SELECT attempt_id, pod_name, requested_at, completed_at, outcome, wake_outcome, reason, pod_id, gpu_id,
-       price_per_hour, candidates_considered, last_provider_status
+       price_per_hour, candidates_considered, last_provider_status, trigger
 FROM pod_wakes WHERE pod_name = $1 ORDER BY requested_at DESC LIMIT 1;
 
 -- name: pod_order_lock
@@ -32,7 +32,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('thermostat.pod-order:' || lower($
 
 -- name: insert_wake
 -- Under pod_order_lock. Fails with a unique violation while another wake of the pod is in flight.
-INSERT INTO pod_wakes (attempt_id, pod_name, holder, requested_at) VALUES ($1, $2, $3, clock_timestamp())
+INSERT INTO pod_wakes (attempt_id, pod_name, holder, trigger, requested_at) VALUES ($1, $2, $3, $4, clock_timestamp())
 RETURNING requested_at;
 
 -- name: begin_stop

@@ -89,6 +89,7 @@ class WakeRow:
     price_per_hour: float | None = None
     candidates_considered: int | None = None
     last_provider_status: int | None = None
+    trigger: str = "wake"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,13 +303,14 @@ class PodRepository:
         rows = await self._run(lambda c: c.fetch(Q["abandon_wakes"], pod_name), self.timeout)
         return [r["attempt_id"] for r in rows]
 
-    async def insert_wake(self, attempt: uuid.UUID, pod_name: str, holder: str) -> datetime:
-        """Write the Requested row, stamped under the pod's order lock; when it was requested."""
+    async def insert_wake(self, attempt: uuid.UUID, pod_name: str, holder: str, trigger: str = "wake") -> datetime:
+        """Write the Requested row with what asked for it, stamped under the pod's order lock; when it was
+        requested."""
 
         async def write(conn: PoolConnectionProxy) -> datetime:
             async with conn.transaction():
                 await conn.execute(Q["pod_order_lock"], pod_name)
-                requested_at: datetime = await conn.fetchval(Q["insert_wake"], attempt, pod_name, holder)
+                requested_at: datetime = await conn.fetchval(Q["insert_wake"], attempt, pod_name, holder, trigger)
                 return requested_at
 
         return await self._run(write, self.timeout)
@@ -456,6 +458,7 @@ def _wake_row(row: dict[str, Any]) -> WakeRow:
         price_per_hour=row.get("price_per_hour"),
         candidates_considered=row.get("candidates_considered"),
         last_provider_status=row.get("last_provider_status"),
+        trigger=row.get("trigger") or "wake",
     )
 
 

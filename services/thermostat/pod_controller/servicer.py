@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import grpc
 
@@ -36,9 +35,10 @@ from thermostat.store.connections import STORE_ERRORS
 from .metrics import PodMetrics
 from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
 from .pod_view import build_view, observe_volume, wake_record
+from .replies import NO_POD, WAKE_TRIGGERS, absent, answer_wake, set_status
 from .repository import ActionEntry, ActionRow, PodRepository, ReadinessOutcome, WakeCompletion
 from .wake_fence import Fence
-from .wake_gate import WakeGate, WakeGateUnavailable
+from .wake_gate import WakeGate
 from .wake_service import WakeService, unconfigured
 from .watch_hub import WatchHub
 
@@ -161,42 +161,7 @@ class PodControl:
             )
             return result, completion
 
-        return await self.gate.run(pod.name, attempt)
-
-
-async def _set_status(
-    context: grpc.aio.ServicerContext, code: int | None = None, title: str | None = None, nulls: Sequence[str] = ()
-) -> None:
-    """Tell the edge what gRPC cannot: an HTTP status, a problem title, the fields the pod-control seed prints as
-    null."""
-    metadata = []
-    if code is not None:
-        metadata.append(("x-http-code", str(code)))
-    if title:
-        metadata.append(("x-problem-title", title))
-    if nulls:
-        metadata.append(("x-json-nulls", ",".join(nulls)))
-    if metadata:
-        await context.send_initial_metadata(tuple(metadata))
-
-
-def _absent(message: Any, fields: Sequence[tuple[str, str]]) -> list[str]:
-    """The JSON names of `fields` (proto name, JSON name) that the message leaves unset.
-
-    A field with presence is unset when HasField says so; a plain proto3 string is unset when empty — then it
-    is not on the wire at all, and making it `optional` would change the field's cardinality, which the
-    FILE breaking rules forbid. The REST view writes either kind as null.
-    """
-    descriptor = message.DESCRIPTOR.fields_by_name
-    return [
-        json_name
-        for proto_name, json_name in fields
-        if not (message.HasField(proto_name) if descriptor[proto_name].has_presence else getattr(message, proto_name))
-    ]
-
-
-# podId / proxyUrl are null in the pod-control seed when no pod is named
-_NO_POD = (("pod_id", "podId"), ("proxy_url", "proxyUrl"))
+        return await self.gate.run(pod.name, attempt, trigger=trigger)
 
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
@@ -232,34 +197,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def StartPod(
         self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.StartPodResponse:
-        pod = await self.c.pod(request.name, context)
-        try:
-            result = await self.c.run_wake(pod)  # an unconfigured pod is refused there, and recorded as Refused
-        except WakeGateUnavailable as error:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"wake refused: {error}")
-        outcome = result.outcome
-        if result.failure_kind is WakeFailureKind.UNCONFIGURED:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, result.message)
-        if outcome is WakeOutcome.FAILED:
-            await _set_status(context, 409, "Failed")
-            await context.abort(grpc.StatusCode.ABORTED, result.message or "wake failed")
-        response = pods_pb2.StartPodResponse(
-            name=pod.name,
-            outcome=str(outcome),
-            pod_id=result.pod_id or "",
-            proxy_url=result.proxy_url or "",
-            message=result.message or "",
-        )
-        if result.gpu_id:
-            response.gpu_id = result.gpu_id
-        if result.price_per_hour is not None:
-            response.price_per_hour = result.price_per_hour
-        await _set_status(
-            context,
-            202 if outcome is WakeOutcome.WAITING else None,
-            nulls=_absent(response, (*_NO_POD, ("gpu_id", "gpuId"), ("price_per_hour", "pricePerHour"))),
-        )
-        return response
+        return await answer_wake(self.c, await self.c.pod(request.name, context), context, "wake")
 
     async def StopPod(
         self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
@@ -280,11 +218,11 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     ) -> pods_pb2.GetPodResponse:
         pod = await self.c.pod(request.name, context)
         view = await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
-        await _set_status(
+        await set_status(
             context,
-            nulls=_absent(
+            nulls=absent(
                 view,
-                (*_NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds")),
+                (*NO_POD, ("ready_since", "readySince"), ("last_wake", "lastWake"), ("eta_seconds", "etaSeconds")),
             ),
         )
         return view
@@ -408,6 +346,15 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         results = await self.c.stop(pod, [i for i in ids if i not in foreign], trigger)
         results += [pods_pb2.PodResult(pod_id=i, ok=False) for i in foreign]
         return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
+
+    async def WakePod(
+        self, request: pods_pb2.WakePodRequest, context: grpc.aio.ServicerContext
+    ) -> pods_pb2.StartPodResponse:
+        trigger = WAKE_TRIGGERS.get(request.trigger)
+        if trigger is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "trigger must be WAKE_TRIGGER_REQUEST")
+        assert trigger is not None
+        return await answer_wake(self.c, await self.c.pod(request.name, context), context, trigger)
 
     async def ReportReadiness(
         self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext

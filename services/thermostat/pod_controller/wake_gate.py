@@ -101,15 +101,17 @@ class WakeGate:
             clock=clock,
         )
 
-    async def run(self, pod_name: str, wake: RunWake) -> WakeResult:
+    async def run(self, pod_name: str, wake: RunWake, *, trigger: str = "wake") -> WakeResult:
         """Run or join the pod's wake. Cancelling the caller does not cancel the wake.
 
         `pod_name` is the configured name: its rows are written under it, as every other record of the pod
-        is (history and lastWake read them by it); the lease and the in-process join fold its case.
+        is (history and lastWake read them by it); the lease and the in-process join fold its case. `trigger` is
+        recorded on the wake's row when this call begins the wake (a joiner's is not: the wake is the one that began
+        it).
         """
         try:
             return await self._flights.run(
-                pod_name.casefold(), pod_name, lambda keeper: self._lead(pod_name, keeper, wake)
+                pod_name.casefold(), pod_name, lambda keeper: self._lead(pod_name, keeper, wake, trigger)
             )
         except STORE_ERRORS as error:
             raise WakeGateUnavailable(
@@ -161,7 +163,7 @@ class WakeGate:
 
         return fence
 
-    async def _lead(self, pod_name: str, keeper: LeaseKeeper, wake: RunWake) -> WakeResult:
+    async def _lead(self, pod_name: str, keeper: LeaseKeeper, wake: RunWake, trigger: str) -> WakeResult:
         repository = self.repository
         attempt = uuid.uuid4()
         requested_at: datetime | None = None
@@ -170,7 +172,7 @@ class WakeGate:
             abandoned = await repository.abandon_wakes(pod_name)
             for stopped in abandoned:
                 log.warning("pod %s: wake %s abandoned by a replica that stopped; starting anew", pod_name, stopped)
-            requested_at = await repository.insert_wake(attempt, pod_name, keeper.holder)
+            requested_at = await repository.insert_wake(attempt, pod_name, keeper.holder, trigger)
         except Exception as error:
             # we hold the lease, so the wake is still gated; only its history entry is missing
             log.warning("pod %s: wake %s requested, history not written (%s)", pod_name, attempt, type(error).__name__)

@@ -236,3 +236,20 @@ async def test_a_budget_reached_mid_run_stops_the_pod_on_the_next_monitor_tick(
     assert runpod_sim.pods()[0]["status"] == "EXITED"
     stop = history.entries[0].action
     assert (stop.action, stop.trigger, stop.ok) == ("Stop", "budget", True)
+
+
+async def test_a_wake_on_request_refused_by_its_budget_is_resource_exhausted_with_the_numbers(
+    runpod_sim: RunPodSimulator, db_store: Store
+) -> None:
+    """Issue 34: the gateway tells a budget apart (its 429 insufficient_quota); the start route stays 409."""
+    async with stack(runpod_sim, db_store) as s:
+        await s.metering_stub.SetPodBudget(
+            metering_pb2.SetPodBudgetRequest(name="qwen", daily_usd=0.0), metadata=OPERATOR
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await s.controller.internal.WakePod(
+                pods_pb2.WakePodRequest(name="qwen", trigger=pods_pb2.WAKE_TRIGGER_REQUEST), timeout=20
+            )
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "daily budget of 0.00 USD reached" in (refused.value.details() or "")
+    assert api_calls(runpod_sim) == [("GET", "/v2/pods")]

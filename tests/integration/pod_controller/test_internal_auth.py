@@ -39,6 +39,9 @@ CALLS: dict[str, Call] = {
         metadata=md,
         timeout=10,
     ),
+    "WakePod": lambda stub, md: stub.WakePod(
+        pods_pb2.WakePodRequest(name="qwen", trigger=pods_pb2.WAKE_TRIGGER_REQUEST), metadata=md, timeout=10
+    ),
     "ReportReadiness": lambda stub, md: stub.ReportReadiness(
         pods_pb2.ReportReadinessRequest(name="qwen", pod_id="nopod00000001"), metadata=md, timeout=10
     ),

@@ -150,8 +150,8 @@ def test_turns_cannot_be_recorded_on_a_pod_that_is_not_serving(sim: RunPodSimula
 
 
 def test_the_proxy_routes_only_the_pods_port(sim: RunPodSimulator, http: httpx.Client, browser: dict[str, str]) -> None:
-    """Another port, another path or an unknown pod is a 404."""
+    """Another port, a path vLLM does not serve or an unknown pod is a 404 (its OpenAI routes: test_..._openai)."""
     pod_id = sim.add_pod(volume_id=VOLUME, status="RUNNING")
     assert scrape(http, browser, pod_id, port=8001).status_code == 404
     assert scrape(http, browser, "nosuchpod").status_code == 404
-    assert http.get(f"/proxy/{pod_id}-8000/v1/models", headers=browser).status_code == 404
+    assert http.get(f"/proxy/{pod_id}-8000/v1/nothing", headers=browser).status_code == 404

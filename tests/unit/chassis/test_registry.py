@@ -139,7 +139,12 @@ def test_every_service_reads_the_internal_token_from_its_secret_and_admits_only_
                     }
                 }
             ],
-            "ports": [{"port": service.default_port, "protocol": "TCP"}],
+            # a service's own HTTP API (the gateway's) is reached by the edge as its gRPC port is
+            "ports": [
+                {"port": port, "protocol": "TCP"}
+                for port in (service.default_port, service.default_http_port if service.http_port_env else 0)
+                if port
+            ],
         },
         {
             "from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"thermostat/role": "prometheus"}}}],

@@ -26,6 +26,7 @@ def test_the_build_context_leaves_out_local_state_and_generated_code() -> None:
     assert deploy_check.dockerignore_problems((ROOT / ".dockerignore").read_text()) == []
     assert deploy_check.dockerignore_problems(".venv\nbuild\n") == [
         ".dockerignore must exclude .data",
+        ".dockerignore must exclude .vllm",
         ".dockerignore must exclude dev",
         ".dockerignore must exclude libs/thermostat/*/v1",
     ]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES
+from thermostat.dev.engine.install import EngineInstallError, install
+from thermostat.dev.engine.recipe import installation
 from thermostat.dev.prometheus import (
     INSTALL_HINT,
     PrometheusProcess,
@@ -23,9 +25,16 @@ from thermostat.dev.prometheus import (
     stack_targets,
 )
 from thermostat.dev.stack.docker_daemon import demo_docker_from
-from thermostat.dev.stack.ports import stack_metrics_port, stack_port
+from thermostat.dev.stack.ports import STACK_PORT_SHIFT, stack_metrics_port, stack_port
 from thermostat.dev.stack.relay import STACK_PREFIX, human_logs, terminal
-from thermostat.dev.stack.supervisor import ROOT, Stack, StackConfig, demo_backends_from, edge_concurrency_from
+from thermostat.dev.stack.supervisor import (
+    ROOT,
+    Stack,
+    StackConfig,
+    demo_backends_from,
+    edge_concurrency_from,
+    engine_from,
+)
 from thermostat.dev.stack.tokens import TOKENS, mint_tokens
 from tools.envoy_config import DEFAULT_ADMIN_PORT, DEFAULT_STATS_PORT, listen_port_from_env
 
@@ -75,6 +84,12 @@ def fixed_ports(environ: Mapping[str, str]) -> tuple[dict[str, int], dict[str, i
     """Each service's gRPC and /metrics port under `make run`: its variable's, else the registry's moved below the
     ephemeral range (stack.ports); ValueError naming a variable that holds no port."""
     grpc_ports = {s.name: port_from_env(environ, s.port_env, stack_port(s)) for s in SERVICES}
+    # a service's own HTTP API (the gateway's OpenAI API) moves below the ephemeral range the same way
+    grpc_ports |= {
+        f"{s.name}-http": port_from_env(environ, s.http_port_env, s.default_http_port - STACK_PORT_SHIFT)
+        for s in SERVICES
+        if s.http_port_env
+    }
     metrics = {s.name: port_from_env(environ, s.metrics_port_env, stack_metrics_port(s)) for s in SERVICES}
     return grpc_ports, metrics
 
@@ -90,8 +105,14 @@ async def main() -> int:
     try:
         demo_backends = demo_backends_from(os.environ.get("POOL_DEMO_BACKENDS"))
         demo_docker = demo_docker_from(os.environ.get("POOL_DEMO_DOCKER"))
+        engine = engine_from(os.environ.get("ENGINE"))
     except ValueError as error:
         sys.exit(str(error))
+    if engine == "vllm" and not installation().ready:
+        try:  # on first use, with its progress (make run ENGINE=vllm runs `make engine` first anyway)
+            await asyncio.to_thread(install)
+        except EngineInstallError as error:
+            sys.exit(f"ENGINE=vllm: the engine did not install: {error}")
     if not os.environ.get("POOL_MACHINE_TYPES"):
         os.environ["POOL_MACHINE_TYPES"] = json.dumps(DEMO_CATALOGUE + demo_types(demo_backends))
     try:
@@ -120,6 +141,7 @@ async def main() -> int:
         demo_backends=demo_backends,
         demo_docker=demo_docker,
         human_logs=short_lines,
+        engine=engine,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -91,6 +91,18 @@ def demo_backends_from(value: str | None) -> tuple[str, ...]:
     return names
 
 
+ENGINES = ("simulated", "vllm")
+
+
+def engine_from(value: str | None) -> str:
+    """ENGINE (`make run ENGINE=vllm`): what answers behind each simulated pod's proxy — the simulator's canned
+    engine (unset or empty), or a real vLLM per RUNNING pod (thermostat.dev.engine, installed on first use)."""
+    engine = (value or "").strip().lower() or "simulated"
+    if engine not in ENGINES:
+        raise ValueError(f"ENGINE: {value!r} is not one of {', '.join(ENGINES)}")
+    return engine
+
+
 EDGE_CONCURRENCY = 1
 """Envoy's worker threads in the dev stack (EDGE_CONCURRENCY): one, as the Kubernetes edge and the benches run it
 (tools/k8s_manifests.py EDGE_WORKERS), rather than Envoy's default of one per hardware thread."""
@@ -193,6 +205,7 @@ class StackConfig:
     services: Sequence[ServiceDef] = SERVICES
     extra_env: Mapping[str, str] = field(default_factory=dict)
     simulator_args: Sequence[str] = ()
+    engine: str = "simulated"  # "vllm": each simulated pod runs a real vLLM (engine_from)
     demo_backends: Sequence[str] = ()  # docker, fly, runpod: the pool's provider simulators (module doc)
     demo_docker: str = "simulator"  # "daemon": the docker demo type on the real daemon (stack.docker_daemon)
     relay_logs: bool = True
@@ -251,6 +264,14 @@ class Stack:
                 WantedPort(port=cfg.simulator_port, part="the RunPod simulator", setting="RUNPOD_SIMULATOR_PORT")
             )
         for service in cfg.services:
+            if service.http_port_env:
+                wanted.append(
+                    WantedPort(
+                        port=cfg.service_ports.get(f"{service.name}-http", 0),
+                        part=f"{service.name}'s HTTP API",
+                        setting=service.http_port_env,
+                    )
+                )
             wanted += [
                 WantedPort(port=cfg.service_ports.get(service.name, 0), part=service.name, setting=service.port_env),
                 WantedPort(
@@ -306,6 +327,10 @@ class Stack:
             ports = [first, *(self._free_port() for _ in range(cfg.replicas - 1))]
             self.ports[service.name], self.replica_ports[service.name] = first, ports
             env[service.port_env] = str(first)
+            if service.http_port_env:  # its own HTTP API (the gateway's): one port per replica, the edge on the first
+                http = cfg.service_ports.get(f"{service.name}-http") or self._free_port()
+                http_ports = [http, *(self._free_port() for _ in range(cfg.replicas - 1))]
+                self.ports[f"{service.name}-http"], self.replica_ports[f"{service.name}-http"] = http, http_ports
             metrics_port = cfg.metrics_ports.get(service.name) or self._free_port()
             self.metrics_ports[service.name] = metrics_port
             env[service.metrics_port_env] = str(metrics_port)
@@ -322,6 +347,8 @@ class Stack:
                 name = service.name if index == 0 else f"{service.name}#{index + 1}"
                 argv = [sys.executable, "-m", service.package]
                 own = {service.port_env: str(port)}
+                if service.http_port_env:
+                    own[service.http_port_env] = str(self.replica_ports[f"{service.name}-http"][index])
                 if index:  # the first replica serves /metrics where the summary says; the others on free ports
                     own[service.metrics_port_env] = str(self._free_port())
                 child = await self._spawn(name, argv, {**env, **own}, port=port)
@@ -368,6 +395,7 @@ class Stack:
                 "--api-key",
                 SIMULATOR_API_KEY,
                 *(["--machines"] if "runpod" in self.config.demo_backends else []),
+                *self._engine_args(),
                 *self.config.simulator_args,
             ],
             env,
@@ -390,6 +418,11 @@ class Stack:
             base,
             " ".join(f"{k}={env[k]}" for k in DEMO_TIMINGS),
         )
+
+    def _engine_args(self) -> list[str]:
+        if self.config.engine != "vllm":
+            return []
+        return ["--engine", "vllm", "--engine-log-dir", str(self.config.data_dir / "engines")]
 
     async def _start_demo_backends(self, env: dict[str, str]) -> None:
         """The Docker and Fly simulators the demo asked for, and the pool's settings pointed at them."""
@@ -647,7 +680,13 @@ class Stack:
         """What runs where, `exports` (the lines to paste into another shell), and how to stop it."""
         lines = ["", "Thermostat is up:", f"  edge (REST + gRPC)   {self.edge_url}   GET {self.edge_url}/health"]
         lines.append(f"  edge stats           {self.edge_stats_url}   (Envoy admin {self.edge_admin_url}, loopback)")
+        for service in self.config.services:
+            for prefix in service.http_prefixes:
+                base = f"{self.edge_url}{prefix.rstrip('/')}"
+                lines.append(f"  {'OpenAI API':<20} {base}   (base_url; api_key: THERMOSTAT_INFERENCE_TOKEN)")
         for name, port in self.ports.items():
+            if name.endswith("-http"):
+                continue
             metrics = self.metrics_ports.get(name)
             where = f"   metrics http://127.0.0.1:{metrics}/metrics" if metrics else ""
             lines.append(f"  {name:<20} 127.0.0.1:{port} (gRPC, health, reflection){where}")
@@ -656,6 +695,13 @@ class Stack:
             lines.append(
                 f"  runpod simulator     {sim}/v2   (control: {sim}/_sim; what billed when: {sim}/_sim/billed)"
             )
+            if self.config.engine == "vllm":
+                engines = self.config.data_dir / "engines"
+                lines.append(
+                    f"  pod engine           a real vLLM per RUNNING pod (40-60 s to load; its output in {engines})"
+                )
+            else:
+                lines.append("  pod engine           simulated: a canned answer (make run ENGINE=vllm: a real vLLM)")
         for kind, where in self.demo_urls.items():
             lines.append(f"  pool demo backend    {kind:<7} {where}   (machine type demo-{kind})")
         if self.postgres is not None:

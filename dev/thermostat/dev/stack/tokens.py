@@ -22,6 +22,7 @@ TOKENS = {
     "RIG_OPERATOR_TOKEN": "pod start/stop and budget writes refuse everyone without it (fail closed)",
     "STRATA_POOL_TOKEN": "every pool job route answers 401 without it",
     "STRATA_POOL_ADMIN_TOKEN": "the catalogue and tenant budgets are written with it",
+    "THERMOSTAT_INFERENCE_TOKEN": "the OpenAI endpoint (/openai/v1) answers 401 without it",
 }
 """The tokens the quick starts use, each minted for the data directory when unset (why each is needed)."""
 

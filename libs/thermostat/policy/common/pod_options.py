@@ -74,6 +74,8 @@ class PodOptions:
     max_polls: int = DEFAULT_MAX_POLLS
     poll_interval_seconds: float = DEFAULT_POLL_INTERVAL_SECONDS
     max_retry_after_seconds: float = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    # the model name the pod's engine serves (RUNPOD_<NAME>_SERVED_MODEL); empty: the gateway reads /v1/models
+    served_model: str = ""
 
     @property
     def configured(self) -> bool:
@@ -202,6 +204,7 @@ def _read_pod(env: Mapping[str, str], name: str, prefix: str | None, warnings: l
             _decimal_in(0.0, MAX_SECONDS_LIMIT, allow_zero=True),
             f"{seconds} [0, {MAX_SECONDS_LIMIT:g}]; using {DEFAULT_MAX_RETRY_AFTER_SECONDS:g}",
         ),
+        served_model=read("SERVED_MODEL", "", str.strip),
     )
 
 

@@ -95,7 +95,12 @@ def ready_pods_gone(state: MonitorState, verdicts: Sequence[PodVerdict], signal:
 
 def stepped_down(state: MonitorState) -> MonitorState:
     """The Down edge of a process that ended unseen: counters and boot start cleared, cap and pods kept."""
-    return MonitorState(counters=after_accepted_stop(), cap_started_at=state.cap_started_at, pods=state.pods)
+    return MonitorState(
+        counters=after_accepted_stop(),
+        cap_started_at=state.cap_started_at,
+        pods=state.pods,
+        requests_seen=state.requests_seen,
+    )
 
 
 def _held(state: MonitorState, memory: PodMemory) -> bool:

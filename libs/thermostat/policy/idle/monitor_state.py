@@ -51,6 +51,8 @@ class MonitorState:
     cap_started_at: datetime | None = None
     boot_started_at: datetime | None = None
     pods: Mapping[str, PodMemory] = field(default_factory=dict)
+    # the gateway's request events seen at the last readable tick (policy/idle/request_activity); None: none yet
+    requests_seen: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pods", MappingProxyType(dict(self.pods)))
@@ -91,6 +93,7 @@ class MonitorState:
                 }
                 for pod_id, memory in self.pods.items()
             },
+            "requests_seen": self.requests_seen,
         }
 
     @classmethod
@@ -114,6 +117,8 @@ class MonitorState:
             cap_started_at=_time(data.get("cap_started_at"), "cap_started_at"),
             boot_started_at=_time(data.get("boot_started_at"), "boot_started_at"),
             pods={str(pod_id): _pod(memory, str(pod_id)) for pod_id, memory in pods.items()},
+            # absent in states written before the gateway: no baseline yet
+            requests_seen=_count(data, "requests_seen") if data.get("requests_seen") is not None else None,
         )
 
 

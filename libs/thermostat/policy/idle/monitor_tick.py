@@ -64,6 +64,7 @@ from thermostat.policy.idle.pod_signal import (
     aggregate_signal,
     classify_pod,
 )
+from thermostat.policy.idle.request_activity import RequestCounts, classify_requests, with_requests
 from thermostat.policy.idle.runtime_cap import advance_cap, cap_reached
 from thermostat.policy.idle.stall_guard import StalledPod, advance_stall, stalled_pods
 from thermostat.policy.idle.vllm_metrics import PodActivity
@@ -78,6 +79,8 @@ class TickObservation:
 
     volume: VolumeLookup
     pods: tuple[PodReading, ...] = ()
+    # the inference gateway's counts for the pod (None: unread, or no gateway): policy/idle/request_activity
+    requests: RequestCounts | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +237,8 @@ def tick(
         classify_pod(readings.get(pod_id) or PodReading(pod_id=pod_id), _memory(state, pod_id).baseline)
         for pod_id in listed
     )
-    aggregate = aggregate_signal(volume, verdicts)
+    requests = classify_requests(observation.requests, state.requests_seen)
+    aggregate = with_requests(aggregate_signal(volume, verdicts), requests)
     if ready_pods_gone(state, verdicts, aggregate.signal):
         restarted += (_ready_gone_event(aggregate),)
         state = stepped_down(state)
@@ -246,6 +250,7 @@ def tick(
         cap_started_at=advance_cap(state.cap_started_at, aggregate.signal, now),
         boot_started_at=_boot_start(state.boot_started_at, step.edge, now),
         pods=pods,
+        requests_seen=requests.baseline,
     )
     return TickDecision(
         state=new_state,
@@ -282,7 +287,7 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
             for pod_id, m in survivors.items()
             if m.baseline is not None
         }
-        down = MonitorState(counters=after_accepted_stop(), pods=kept)
+        down = MonitorState(counters=after_accepted_stop(), pods=kept, requests_seen=state.requests_seen)
         return StopAftermath(state=down, accepted=True, readiness=tuple(readiness))
     refused = [outcome.pod_id for outcome in result.outcomes if not outcome.ok]
     if result.trigger is StopTrigger.STALL:  # a full stall window before the next attempt, as for idle
@@ -294,6 +299,7 @@ def after_stop(state: MonitorState, result: StopResult, now: datetime) -> StopAf
         cap_started_at=state.cap_started_at,
         boot_started_at=state.boot_started_at,
         pods=survivors,
+        requests_seen=state.requests_seen,
     )
     event = MonitorEvent(
         kind=EventKind.STOP_REFUSED,

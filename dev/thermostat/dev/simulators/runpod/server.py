@@ -4,6 +4,9 @@ One threaded HTTP server on loopback serves three surfaces:
   /v2/...                       the REST v2 paths and shapes (bearer auth, problem+json errors)
   /proxy/{podId}-{port}/metrics each pod's public proxy in front of vLLM (Cloudflare's UA rule, 404 while
                                 not RUNNING, 502 while the model loads or vLLM is dead)
+  /proxy/{podId}-{port}/v1/...  the same proxy in front of vLLM's OpenAI routes: a canned answer from the
+                                simulated engine (openai_routes.py, streamed when asked), or with `engine`
+                                (`--engine vllm`) every path relayed to a real vLLM the pod runs (engine.py)
   /proxy/{podId}-{port}/...     for a pool pod (created with an `image` by a simulator given
                                 `machine_command`): a real worker process, forwarded to while RUNNING,
                                 502 once it died, 524 past `proxy_timeout_seconds` (Cloudflare's 100 s)
@@ -18,16 +21,20 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import unquote
 
+from thermostat.dev.engine.recipe import Installation, installation
 from thermostat.dev.simulators.faults import Fault, FaultMix, Hold, ServedFault, fault_from_json
 from thermostat.dev.simulators.machines import REFERENCE_WORKER, forward
+from thermostat.dev.simulators.runpod import openai_routes
 from thermostat.dev.simulators.runpod.catalog import (
     DEFAULT_TEMPLATE_ID,
     DEFAULT_VOLUME_ID,
@@ -37,7 +44,9 @@ from thermostat.dev.simulators.runpod.catalog import (
     gpu_from_control,
 )
 from thermostat.dev.simulators.runpod.create_request import ApiError
+from thermostat.dev.simulators.runpod.engine import Engines
 from thermostat.dev.simulators.runpod.fast_proxy import FastProxy
+from thermostat.dev.simulators.runpod.streaming import Streamed, send_streamed
 from thermostat.dev.simulators.runpod.world import BilledStretch, PodWorld, SimSettings
 from thermostat.dev.simulators.serving import (
     Answer,
@@ -113,13 +122,25 @@ class _Handler(RecordingHandler):
             if fault.status is not None and not fault.commit_then_fail:
                 self.send_answer(fault.response())
                 return
-        answer = self.answer_or_failure(request)
+        streamed = self._engine_answer(request)
+        if isinstance(streamed, Streamed):
+            send_streamed(self, streamed)
+            return
+        answer = self.answer_or_failure(request) if streamed is None else streamed
         if fault is not None and fault.hold is not None and fault.hold.after_commit:
             fault.hold.park(simulator._stopping)
         if fault is not None and fault.commit_then_fail:
             # The gateway-5xx-after-commit incident: the pod now exists and bills, the caller sees a 502.
             answer = fault.response()
         self.send_answer(answer)
+
+    def _engine_answer(self, request: RecordedRequest) -> Answer | Streamed | None:
+        """A pod's engine answering through the proxy (None: any other route)."""
+        try:
+            return self.server.simulator._engine_answer(request)
+        except Exception:
+            self._log.exception("%s: %s %s failed", self.label, self.command, request.path)
+            return self.failure()
 
 
 class RunPodSimulator(ServedSimulator[_Server]):
@@ -142,6 +163,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         clock: Callable[[], float] = time.time,
         machine_command: Sequence[str] | None = None,
         fast_proxy: bool = False,
+        engine: Installation | None = None,
+        engine_log_dir: Path | None = None,
     ) -> None:
         """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping.
 
@@ -149,7 +172,13 @@ class RunPodSimulator(ServedSimulator[_Server]):
         its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
         `fast_proxy` serves the pods' /metrics from an event-loop listener of its own (fast_proxy.py), which
         `proxy_url_template` then names: thousands of pods scraped at once without a thread each.
+        `engine` (an installed thermostat.dev.engine) runs a real vLLM for each RUNNING pod, its output logged under
+        `engine_log_dir` (default: a temporary directory), and the proxy relays to it (engine.py).
         """
+        if engine is not None and fast_proxy:
+            raise ValueError("fast_proxy serves the simulated /metrics only: it does not go with a real engine")
+        if engine is not None and not engine.ready:
+            raise ValueError(f"the engine is not installed in {engine.venv}: make engine")
         super().__init__(request_log_size=request_log_size)
         self._api_key = api_key
         self._host = host
@@ -170,6 +199,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         self._served_faults: deque[ServedFault] = deque(maxlen=request_log_size)
         self._stopping = threading.Event()
         self._fast_proxy = FastProxy(self, host) if fast_proxy else None
+        self.engines = Engines(self.world, engine, log_dir=engine_log_dir) if engine is not None else None
+        self.world.engines = self.engines
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -179,6 +210,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         self._stopping.clear()
         if self._fast_proxy is not None:
             self._fast_proxy.start()
+        if self.engines is not None:
+            self.engines.start()
         return self._serve(_Server((self._host, self._requested_port), self), "runpod-sim")
 
     def stop(self) -> None:
@@ -186,6 +219,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
             return
         self._stopping.set()
         self.world.kill_machines()
+        if self.engines is not None:
+            self.engines.close()
         if self._fast_proxy is not None:
             self._fast_proxy.stop()
         self._stop_serving()
@@ -390,6 +425,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
             volumes=self._initial_volumes,
             settings=copy.deepcopy(self._initial_settings),
         )
+        if self.engines is not None:  # after: no pod is left to start another meanwhile
+            self.engines.stop_all()
         with self._lock:
             self._faults.clear()
             self._mix = None
@@ -443,6 +480,25 @@ class RunPodSimulator(ServedSimulator[_Server]):
             pod = world.action(path[1], request.json_body)
             return (204, {}, b"") if pod is None else json_answer(200, pod)
         raise ApiError(404, "Not Found", f"no route {method} /v2/{'/'.join(path)}")
+
+    def _engine_answer(self, request: RecordedRequest) -> Answer | Streamed | None:
+        """`/proxy/{podId}-{port}/...` of a pod's vLLM: relayed to its real engine, or the simulated engine's
+        OpenAI routes; None for every other route (the pool's machines, the simulated /metrics, the rest)."""
+        if not request.path.startswith("/proxy/"):
+            return None
+        _, _, address, *rest = [*request.path.split("/", 3), ""]
+        pod_id, _, port = unquote(address).rpartition("-")
+        if not pod_id or not port.isdigit() or self.world.has_machine(pod_id):
+            return None
+        route = "/" + (rest[0] if rest else "")
+        if self.engines is not None:
+            target = route + (f"?{request.query}" if request.query else "")
+            return self.engines.relay(request, pod_id=pod_id, port=int(port), target=target)
+        if (request.method, route) in openai_routes.ROUTES:
+            return openai_routes.answer(
+                self.world, request, pod_id=pod_id, port=int(port), route=route, stopping=self._stopping
+            )
+        return None
 
     def _proxy(self, request: RecordedRequest, path: list[str]) -> Answer:
         not_found: Answer = 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
@@ -617,18 +673,42 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--fast-proxy", action="store_true", help="serve the pods' /metrics from an event-loop listener (benches)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("simulated", "vllm"),
+        default="simulated",
+        help="vllm: each RUNNING pod runs a real vLLM (installed by `make engine`) that its proxy relays to",
+    )
+    parser.add_argument("--engine-log-dir", type=Path, help="where each engine's output goes (default: a temp dir)")
+    parser.add_argument("--model-name", default=SimSettings().model_name, help="the name the pods' vLLM serves")
+    parser.add_argument(
+        "--stream-chunk-seconds", type=float, default=SimSettings().stream_chunk_seconds,
+        help="the simulated engine's pause between streamed chunks",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    # each engine's start, readiness (its load time), exit and stop, on the simulator's output (make run relays it)
+    engine_log = logging.getLogger("thermostat.dev.simulators.runpod.engine")
+    engine_log.setLevel(logging.INFO)
+    engine_log.addHandler(logging.StreamHandler(sys.stdout))
     settings = SimSettings(
         provisioning_seconds=args.provisioning_seconds,
         starting_seconds=args.starting_seconds,
         model_ready_seconds=args.model_ready_seconds,
         terminated_linger_seconds=args.terminated_linger_seconds,
         require_browser_user_agent=not args.allow_any_user_agent,
+        model_name=args.model_name,
+        stream_chunk_seconds=args.stream_chunk_seconds,
     )
+    engine = installation() if args.engine == "vllm" else None
+    if engine is not None and not engine.ready:
+        print(
+            f"runpod simulator: --engine vllm needs the engine installed in {engine.venv}: make engine", file=sys.stderr
+        )
+        return 2
     volumes = default_volumes()
     for entry in args.volume:
         volume_id, _, datacenter_id = entry.partition("=")
@@ -641,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         volumes=volumes,
         machine_command=REFERENCE_WORKER if args.machines else None,
         fast_proxy=args.fast_proxy,
+        engine=engine,
+        engine_log_dir=args.engine_log_dir,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)
@@ -650,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
             f"RUNPOD_V2_BASE_URL={simulator.base_url}",
             f"RUNPOD_PROXY_URL_TEMPLATE={simulator.proxy_url_template}",
             f"control: {simulator.url}/_sim/state",
+            f"engine: {'a real vLLM per RUNNING pod' if engine else 'simulated'}, serving {args.model_name!r}",
         ]
     )
     simulator.stop()

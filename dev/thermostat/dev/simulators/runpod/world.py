@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
+from typing import Protocol
 
 from thermostat.dev.simulators.machines import SimMachine
 from thermostat.dev.simulators.runpod.catalog import (
@@ -41,6 +42,7 @@ from thermostat.dev.simulators.runpod.vllm_exposition import (
     VllmCounters,
     render,
 )
+from thermostat.dev.simulators.serving import Answer
 
 POD_STATUSES = ("PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR", "TERMINATED")
 # v2 `actions`: which transitions each status allows; anything else is 409.
@@ -73,13 +75,14 @@ class SimSettings:
     list_newest_first: bool = False
     list_without_runtime: bool = False
     hang_seconds: float = 30.0
-    model_name: str = "Qwen/Qwen2.5-Coder-32B-Instruct"
+    model_name: str = "tiny"  # the name the pod's vLLM serves (--served-model-name): /v1/models, the exposition
     metrics_style: str = "recent"
     vllm_port: int = 8000
     # Cloudflare in front of the pod proxy ends a request after 100 s with a 524 (provider-apis.md §1)
     proxy_timeout_seconds: float = 100.0
     # a template of the account that is a serverless one: a pod create naming it is the spec's 422
     serverless_template_id: str = ""
+    stream_chunk_seconds: float = 0.05  # the simulated engine's pause between two streamed chunks
 
     def to_json(self) -> dict[str, object]:
         return {_camel(f.name): getattr(self, f.name) for f in fields(self)}
@@ -182,6 +185,18 @@ class BilledStretch:
         }
 
 
+class EngineHooks(Protocol):
+    """A real engine behind each pod (simulators/runpod/engine.py): told when a pod's vLLM starts and stops.
+
+    Called under the world's lock: neither may block (a stop's grace is waited out elsewhere)."""
+
+    def started(self, pod_id: str) -> None: ...
+
+    def stopped(self, pod_id: str) -> None: ...
+
+    def ready(self, pod_id: str) -> bool: ...
+
+
 class PodWorld:
     """PodWorld is the simulated account. Methods raise ApiError (v2 answers), KeyError (unknown pod on the
     control side) or ValueError (a control request that makes no sense)."""
@@ -210,6 +225,7 @@ class PodWorld:
         self._clock = clock
         # what RunPod would bill: each pod's stretches in a billing status, kept after the pod is gone
         self._billed: list[BilledStretch] = []
+        self.engines: EngineHooks | None = None  # a real vLLM per RUNNING pod instead of the simulated one
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -244,8 +260,12 @@ class PodWorld:
             pod.started_at = at
             pod.vllm = VllmCounters(started_at=at)
             pod.vllm_dead = False
+            if self.engines is not None and pod.machine is None:
+                self.engines.started(pod.id)
         elif was_running:
             pod.vllm = VllmCounters(started_at=at)
+            if self.engines is not None and pod.machine is None:
+                self.engines.stopped(pod.id)
         if status == "TERMINATED":
             pod.terminated_at = at
             if pod.machine is not None:
@@ -504,15 +524,56 @@ class PodWorld:
     def metrics(self, pod_id: str, port: int, user_agent: str) -> tuple[int, dict[str, str], bytes]:
         """metrics is the pod proxy in front of vLLM's /metrics, with Cloudflare's and vLLM's failure modes."""
         with self.lock:
+            refused = self.vllm_gate(pod_id, port, user_agent)
+            if refused is not None:
+                return refused
+            return 200, {"Content-Type": METRICS_CONTENT_TYPE}, self._render(self._pods[pod_id])
+
+    def vllm_gate(self, pod_id: str, port: int, user_agent: str, *, model_loaded: bool | None = None) -> Answer | None:
+        """What the pod proxy answers instead of the pod's vLLM, None when vLLM answers: Cloudflare's 1010 to a
+        client without a browser User-Agent, 404 while the pod is not RUNNING (or has no such port), 502 while
+        the model loads or vLLM is dead. `model_loaded` is a real engine's word on the load."""
+        with self.lock:
             now = self._tick()
             if self.settings.require_browser_user_agent and not user_agent.startswith("Mozilla/"):
                 return 403, {"Content-Type": "text/plain; charset=utf-8"}, b"error code: 1010\n"
             pod = self._pods.get(pod_id)
             if pod is None or pod.status != "RUNNING" or not pod.serves_port(port):
                 return 404, {"Content-Type": "text/plain; charset=utf-8"}, b"404 page not found\n"
-            if pod.vllm_dead or now - pod.status_since < self._delay(pod, "model_ready"):
+            loading = (
+                now - pod.status_since < self._delay(pod, "model_ready") if model_loaded is None else not model_loaded
+            )
+            if pod.vllm_dead or loading:
                 return 502, {"Content-Type": "text/html; charset=utf-8"}, b"<html>502 Bad Gateway</html>\n"
-            return 200, {"Content-Type": METRICS_CONTENT_TYPE}, self._render(pod)
+            return None
+
+    def begin_request(self, pod_id: str) -> VllmCounters:
+        """A request the simulated vLLM started: running until `end_request` with the counters returned (those of
+        the vLLM process that took it: a restart meanwhile leaves the new process's counters alone)."""
+        with self.lock:
+            counters = self._running_pod(pod_id).vllm
+            counters.running += 1
+            return counters
+
+    def end_request(
+        self, counters: VllmCounters, prompt_tokens: int, generation_tokens: int, finished_reason: str | None
+    ) -> None:
+        """The request ended: no longer running; a finished one counts as a turn, an aborted one only its prompt
+        (vLLM does not count an abort in request_success, vllm#31503)."""
+        with self.lock:
+            counters.running = max(0, counters.running - 1)
+            if finished_reason is None:
+                counters.prompt_tokens += prompt_tokens
+                counters.generation_tokens += generation_tokens
+            else:
+                counters.record_turn(
+                    prompt_tokens=prompt_tokens, generation_tokens=generation_tokens, finished_reason=finished_reason
+                )
+
+    def advance(self) -> None:
+        """Move every pod in motion on to where the clock says it is (lifecycle is lazy: reads do this too)."""
+        with self.lock:
+            self._tick()
 
     def _render(self, pod: SimPod) -> bytes:
         v, settings = pod.vllm, self.settings
@@ -666,13 +727,16 @@ class PodWorld:
 
     def pod_state(self, pod: SimPod, now: float) -> dict[str, object]:
         ready_after = self._delay(pod, "model_ready")
+        loaded = now - pod.status_since >= ready_after
+        if self.engines is not None and pod.machine is None:
+            loaded = self.engines.ready(pod.id)
         return {
             "id": pod.id,
             "status": pod.status,
             "v2": self._v2(pod, now),
             "vllm": pod.vllm.to_json(),
             "vllmAlive": not pod.vllm_dead,
-            "modelReady": pod.status == "RUNNING" and not pod.vllm_dead and now - pod.status_since >= ready_after,
+            "modelReady": pod.status == "RUNNING" and not pod.vllm_dead and loaded,
             "lifecycle": dict(pod.delays),
         }
 

@@ -1,0 +1,179 @@
+"""A real vLLM behind a simulated pod (`RunPodSimulator(engine=...)`): booted with the pod, relayed to through its
+proxy unbuffered, stopped with it. One engine for the whole module (each start costs 40-60 s on two cores): the
+tests run in order on the pod the first one booted, and the last one stops it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from thermostat.dev.engine.recipe import Installation
+from thermostat.dev.simulators.runpod.server import RunPodSimulator
+
+pytestmark = pytest.mark.timeout(420)
+
+API_KEY = "rpa_SIMTEST_vllm"
+BROWSER = {"User-Agent": "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0"}
+BOOT_TIMEOUT = 300.0
+PROMPT = {"model": "tiny", "prompt": "hello world what is a pod", "max_tokens": 16, "temperature": 0}
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16, "temperature": 0}
+LONG = {"model": "tiny", "prompt": "once upon a time", "max_tokens": 1000, "temperature": 0, "ignore_eos": True,
+        "stream": True}  # fmt: skip
+
+
+@dataclass(slots=True, kw_only=True)
+class Booted:
+    sim: RunPodSimulator
+    pod_id: str
+    proxy: httpx.Client  # the pod's proxy, port 8000, as a browser
+    direct: httpx.Client  # the engine's own port
+    pid: int
+    answered_502_while_loading: bool
+    boot_seconds: float
+
+
+def sample(exposition: str, name: str) -> float:
+    return sum(float(line.rpartition(" ")[2]) for line in exposition.splitlines() if line.startswith(name + "{"))
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left (vLLM's engine core runs beside its API server)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def booted(vllm_engine: Installation) -> Iterator[Booted]:
+    with RunPodSimulator(api_key=API_KEY, engine=vllm_engine) as sim:
+        pod_id = sim.add_pod(status="EXITED")
+        with httpx.Client(base_url=sim.url, timeout=30.0) as api:
+            began = time.monotonic()
+            started = api.post(f"/v2/pods/{pod_id}/action", json={"action": "start"},
+                               headers={"Authorization": f"Bearer {API_KEY}"})  # fmt: skip
+            assert started.status_code == 200, started.text
+            engine = sim.engines.engine(pod_id) if sim.engines else None
+            assert engine is not None, "the pod is RUNNING (no delays) and its engine started"
+            metrics = f"/proxy/{pod_id}-8000/metrics"
+            first = api.get(metrics, headers=BROWSER).status_code
+            while (answer := api.get(metrics, headers=BROWSER)).status_code != 200:
+                assert answer.status_code == 502, answer.text
+                assert time.monotonic() - began < BOOT_TIMEOUT, engine.last_lines()
+                time.sleep(0.5)
+            boot = time.monotonic() - began
+        with (
+            httpx.Client(base_url=f"{sim.url}/proxy/{pod_id}-8000", headers=BROWSER, timeout=60.0) as proxy,
+            httpx.Client(base_url=f"http://127.0.0.1:{engine.port}", timeout=60.0) as direct,
+        ):
+            yield Booted(sim=sim, pod_id=pod_id, proxy=proxy, direct=direct, pid=engine.pid,
+                         answered_502_while_loading=first == 502, boot_seconds=boot)  # fmt: skip
+    assert not group_alive(engine.pid), "the simulator stopped: no engine process is left"
+
+
+def test_a_pod_that_boots_starts_vllm_and_its_metrics_become_the_engines_own(booted: Booted) -> None:
+    """502 while it loads (nobody listens yet), then vLLM's real exposition; the pod reads as model-ready."""
+    answer = booted.proxy.get("/metrics")
+    assert booted.answered_502_while_loading
+    assert answer.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"  # the engine's, not ours
+    assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0' in answer.text
+    assert "vllm:cache_config_info" in answer.text  # a family only the real engine exposes
+    state = next(p for p in booted.sim.pods() if p["id"] == booted.pod_id)
+    assert (state["status"], state["modelReady"], booted.sim.engines.starts) == ("RUNNING", True, 1)  # type: ignore[union-attr]
+
+
+def test_models_through_the_proxy_names_the_served_model(booted: Booted) -> None:
+    """--served-model-name is the simulator's model_name setting."""
+    assert [model["id"] for model in booted.proxy.get("/v1/models").json()["data"]] == ["tiny"]
+
+
+def test_a_completion_through_the_proxy_is_the_engines_own_answer(booted: Booted) -> None:
+    """Temperature 0 on fixed dummy weights: the same text and usage as asking the engine directly."""
+    relayed = booted.proxy.post("/v1/completions", json=PROMPT)
+    direct = booted.direct.post("/v1/completions", json=PROMPT).json()
+    assert (relayed.status_code, relayed.headers["content-type"]) == (200, "application/json")
+    body = relayed.json()
+    assert (body["choices"][0]["text"], body["usage"]) == (direct["choices"][0]["text"], direct["usage"])
+    assert (body["object"], body["usage"]["completion_tokens"]) == ("text_completion", 16)
+
+
+def test_a_chat_completion_through_the_proxy_is_the_engines_own_answer(booted: Booted) -> None:
+    """The tokenizer's chat template makes /v1/chat/completions answer; relayed, it is the engine's answer."""
+    relayed = booted.proxy.post("/v1/chat/completions", json=CHAT).json()
+    direct = booted.direct.post("/v1/chat/completions", json=CHAT).json()
+    assert relayed["choices"][0]["message"] == direct["choices"][0]["message"]
+    assert (relayed["object"], relayed["usage"]) == ("chat.completion", direct["usage"])
+
+
+def streamed(client: httpx.Client, body: dict[str, object]) -> tuple[list[float], list[str]]:
+    """When each chunk arrived (from the response's headers) and the `data:` payloads."""
+    arrivals: list[float] = []
+    text = b""
+    with client.stream("POST", "/v1/completions", json=body) as answer:
+        assert (answer.status_code, answer.headers["content-type"]) == (200, "text/event-stream; charset=utf-8")
+        began = time.monotonic()
+        for chunk in answer.iter_raw():
+            arrivals.append(time.monotonic() - began)
+            text += chunk
+    return arrivals, [line[6:] for line in text.decode().split("\n\n") if line.startswith("data: ")]
+
+
+def test_a_stream_arrives_chunk_by_chunk(booted: Booted) -> None:
+    """SSE relayed as it comes: as many chunks, spread over as long, as the engine's own stream of the answer."""
+    body = {**LONG, "max_tokens": 4000}
+    arrivals, events = streamed(booted.proxy, body)
+    direct_arrivals, direct_events = streamed(booted.direct, body)
+    # a token that decodes to nothing (a special one: the model is random) sends no event
+    assert (len(events) > 2000, events[-1]) == (True, "[DONE]")
+    span, direct_span = arrivals[-1] - arrivals[0], direct_arrivals[-1] - direct_arrivals[0]
+    windows = len({int(at / 0.01) for at in arrivals})
+    seen = (f"{len(arrivals)} chunks over {span:.3f}s in {windows} windows of 10 ms; directly "
+            f"{len(direct_arrivals)} over {direct_span:.3f}s")  # fmt: skip
+    assert len(arrivals) >= 100, f"{seen}: held back and sent together"
+    assert windows >= 10 and span >= direct_span / 2, f"{seen}: sent in bursts"
+    texts = ["".join(json.loads(event)["choices"][0]["text"] for event in stream[:-1])
+             for stream in (events, direct_events)]  # fmt: skip
+    assert texts[0] == texts[1]
+
+
+def test_a_client_that_disconnects_mid_stream_frees_the_engine(booted: Booted) -> None:
+    """The relay closes the engine's connection, vLLM aborts: back to 0 running, well short of its max_tokens."""
+    before = booted.direct.get("/metrics").text
+    with booted.proxy.stream("POST", "/v1/completions", json={**LONG, "max_tokens": 8000}) as answer:
+        chunks = answer.iter_raw()  # held: a dropped iterator would close the response itself
+        for _ in range(3):
+            next(chunks)
+    deadline = time.monotonic() + 10
+    while sample(after := booted.direct.get("/metrics").text, "vllm:num_requests_running") and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert sample(after, "vllm:num_requests_running") == 0
+    generated = sample(after, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total")
+    assert generated < 4000, "the request ran on: the disconnect did not reach the engine"
+    success = "vllm:request_success_total"
+    assert sample(after, success) == sample(before, success)  # an abort is not a success (vllm#31503)
+
+
+def test_stopping_the_pod_stops_the_engine_process(booted: Booted) -> None:
+    """SIGTERM to the engine's process group (then SIGKILL after the grace): nothing of it is left."""
+    with httpx.Client(base_url=booted.sim.url, timeout=30.0) as api:
+        stopped = api.post(f"/v2/pods/{booted.pod_id}/action", json={"action": "stop"},
+                           headers={"Authorization": f"Bearer {API_KEY}"})  # fmt: skip
+    assert stopped.status_code == 200
+    deadline = time.monotonic() + 30
+    while group_alive(booted.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not group_alive(booted.pid)
+    assert booted.sim.engines is not None and booted.sim.engines.engine(booted.pod_id) is None
+    assert booted.proxy.get("/metrics").status_code == 404  # the pod is not RUNNING: Cloudflare's bare 404
