@@ -10,6 +10,7 @@ import pytest
 
 from tests.fixtures.metrics import documented, parse
 from thermostat.chassis.metrics import Metrics
+from thermostat.gateway.metrics import GatewayMetrics
 from thermostat.idle_monitor.metrics import MonitorMetrics
 from thermostat.metering.metrics import MeteringMetrics
 from thermostat.pod_controller.metrics import PodMetrics
@@ -28,6 +29,7 @@ SERVICES: dict[str, Callable[[Metrics], object]] = {
     "idle-monitor": MonitorMetrics,
     "pool-dispatcher": _capped_pool,
     "metering": MeteringMetrics,
+    "gateway": GatewayMetrics,
 }
 
 
@@ -58,12 +60,13 @@ async def test_the_docs_name_every_exported_family_with_its_type_and_the_service
 
 def test_every_documented_name_carries_its_unit_or_is_a_count() -> None:
     """Prometheus naming: a counter ends in _total; any other family in its unit (seconds, USD, ticks, events),
-    unless it counts things (jobs, machines, the machine cap) or is a state set (the monitor's phase)."""
+    unless it counts things (jobs, machines, the machine cap, held requests) or is a state set (the monitor's phase)."""
     counts = {
         "thermostat_pool_jobs",
         "thermostat_pool_machines",
         "thermostat_pool_fleet_cap",
         "thermostat_monitor_phase",
+        "thermostat_gateway_held_requests",
     }
     for name, row in documented().items():
         if row.type == "counter":
