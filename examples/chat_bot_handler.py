@@ -66,7 +66,7 @@ class ChatBotHandler:
             async for step in self.client.pods.ensure_ready(self.model_pod, timeout=self.wake_timeout):
                 if step.phase == Phase.READY:
                     return step.pod.proxy_url if step.pod is not None else None
-                if step.phase == Phase.WAKING:
+                if step.phase == Phase.WAKING or step.outcome is not None:
                     continue  # the wake asked, then answered: a running pod needs no word, a booting one gets one
                 if not told:
                     await reply("Waking the model — one moment.")
