@@ -14,6 +14,7 @@ from thermostat.policy.wake.volume_pods import view_volume_pods
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod.client import RunPodV2Client
 
+from .gone_pods import close_gone
 from .repository import PodRepository, WakeRow
 
 log = logging.getLogger("thermostat.pod_controller.view")
@@ -40,8 +41,12 @@ def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
     return record
 
 
-async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[VolumeLookup, list[PodObservation]]:
+async def observe_volume(
+    client: RunPodV2Client, pod: PodOptions, records: PodRepository
+) -> tuple[VolumeLookup, list[PodObservation]]:
+    """The volume's pods; a pod the record bills that a readable lookup no longer lists is checked for gone."""
     volume, observations = await client.observe_volume(pod.volume_id)
+    await close_gone(client, records, pod.name, volume)
     return volume, list(observations)
 
 
@@ -52,7 +57,7 @@ async def build_view(
     observations: list[PodObservation] = []
     volume: VolumeLookup | None = None
     if configured:
-        volume, observations = await observe_volume(client, pod)
+        volume, observations = await observe_volume(client, pod, records)
     view = view_volume_pods(volume, observations)
     response = pods_pb2.GetPodResponse(
         name=pod.name,
