@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import unquote
 
@@ -113,6 +116,8 @@ class _Handler(RecordingHandler):
                 self.send_answer(fault.response())
                 return
         answer = self.answer_or_failure(request)
+        if request.method != "GET":  # a write may have changed the world: the state file follows it
+            simulator.save_state()
         if fault is not None and fault.hold is not None and fault.hold.after_commit:
             fault.hold.park(simulator._stopping)
         if fault is not None and fault.commit_then_fail:
@@ -141,6 +146,7 @@ class RunPodSimulator(ServedSimulator[_Server]):
         clock: Callable[[], float] = time.time,
         machine_command: Sequence[str] | None = None,
         fast_proxy: bool = False,
+        state_file: Path | None = None,
     ) -> None:
         """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping.
 
@@ -148,6 +154,9 @@ class RunPodSimulator(ServedSimulator[_Server]):
         its container, on a loopback port the pod proxy forwards to: the pool's RunPod backend end to end.
         `fast_proxy` serves the pods' /metrics from an event-loop listener of its own (fast_proxy.py), which
         `proxy_url_template` then names: thousands of pods scraped at once without a thread each.
+        `state_file` keeps the pods across restarts (issue 35: restarting `make run` while a pod ran, the simulator
+        forgot it and its billing on record never closed): read at start when it exists, written after every
+        request that may change the world and at stop; none by default.
         """
         super().__init__(request_log_size=request_log_size)
         self._api_key = api_key
@@ -169,6 +178,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         self._served_faults: deque[ServedFault] = deque(maxlen=request_log_size)
         self._stopping = threading.Event()
         self._fast_proxy = FastProxy(self, host) if fast_proxy else None
+        self._state_file = state_file
+        self._state_lock = threading.Lock()
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -176,6 +187,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         if self._server is not None:
             raise RuntimeError("the simulator is already running")
         self._stopping.clear()
+        if self._state_file is not None and self._state_file.exists():
+            self.world.import_state(json.loads(self._state_file.read_text()))
         if self._fast_proxy is not None:
             self._fast_proxy.start()
         return self._serve(_Server((self._host, self._requested_port), self), "runpod-sim")
@@ -184,10 +197,24 @@ class RunPodSimulator(ServedSimulator[_Server]):
         if self._server is None:
             return
         self._stopping.set()
+        self.save_state()
         self.world.kill_machines()
         if self._fast_proxy is not None:
             self._fast_proxy.stop()
         self._stop_serving()
+
+    def save_state(self) -> None:
+        """Write the world to the state file, if there is one (atomically: a restart reads a whole one)."""
+        if self._state_file is None:
+            return
+        with self._state_lock:
+            written = self._state_file.with_name(self._state_file.name + ".tmp")
+            try:
+                self._state_file.parent.mkdir(parents=True, exist_ok=True)
+                written.write_text(json.dumps(self.world.export_state()))
+                written.replace(self._state_file)
+            except OSError as error:  # the world goes on; the next write tries again
+                _log.warning("runpod simulator: state file %s not written: %s", self._state_file, error)
 
     @property
     def port(self) -> int:
@@ -616,6 +643,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--fast-proxy", action="store_true", help="serve the pods' /metrics from an event-loop listener (benches)"
     )
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=os.environ.get("RUNPOD_SIMULATOR_STATE_FILE") or None,
+        help="keep the pods across restarts in this JSON file (else RUNPOD_SIMULATOR_STATE_FILE; none: forget them)",
+    )
     return parser.parse_args(argv)
 
 
@@ -640,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         volumes=volumes,
         machine_command=REFERENCE_WORKER if args.machines else None,
         fast_proxy=args.fast_proxy,
+        state_file=args.state_file,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)
