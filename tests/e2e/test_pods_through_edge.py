@@ -332,6 +332,7 @@ async def test_a_pod_running_when_the_stack_restarts_is_still_there_after_it(
             database_url=module_database_url,
             edge_port=0,
             admin_port=0,
+            stats_port=0,
             simulator_port=0,
             service_ports={},
             services=(POD_CONTROLLER,),
