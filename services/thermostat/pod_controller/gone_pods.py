@@ -19,24 +19,26 @@ from .repository import PodRepository
 log = logging.getLogger("thermostat.pod_controller.gone")
 
 
-async def close_gone(client: RunPodV2Client, records: PodRepository, pod_name: str, volume: VolumeLookup) -> None:
-    """Record Gone for each pod the record bills that the lookup does not list and RunPod answers NotFound."""
+async def billing_pods(records: PodRepository, pod_name: str) -> list[str] | None:
+    """The pods of the name the record bills; None when the store cannot say (the check is skipped)."""
     try:
-        billing = await records.billing_pod_ids(pod_name)
+        return await records.billing_pod_ids(pod_name)
     except Exception as error:
-        log.warning(
-            "pod %s: billing pods unreadable (%s); gone pods are checked next time", pod_name, type(error).__name__
-        )
-        return
-    for pod_id in unlisted(volume, billing):
+        log.warning("pod %s: billing pods unreadable (%s); checked for gone next time", pod_name, type(error).__name__)
+        return None
+
+
+async def close_gone(
+    client: RunPodV2Client, records: PodRepository, pod_name: str, volume: VolumeLookup, billing: list[str] | None
+) -> None:
+    """Record Gone for each pod the record bills that the lookup does not list and RunPod answers NotFound."""
+    for pod_id in unlisted(volume, billing or ()):
         if not confirmed_gone(await client.observe_pod(pod_id)):
             continue
         try:
             recorded = await records.record_gone(pod_name, pod_id, GONE_DETAIL)
         except Exception as error:
-            log.error(
-                "pod %s: %s is gone, NOT recorded (%s); asked again next time", pod_name, pod_id, type(error).__name__
-            )
+            log.error("pod %s: %s is gone, NOT recorded (%s)", pod_name, pod_id, type(error).__name__)
             continue
         if recorded:
             log.warning("pod %s: %s is %s; its billing is closed on record", pod_name, pod_id, GONE_DETAIL)

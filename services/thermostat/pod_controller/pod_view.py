@@ -14,7 +14,7 @@ from thermostat.policy.wake.volume_pods import view_volume_pods
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod.client import RunPodV2Client
 
-from .gone_pods import close_gone
+from .gone_pods import billing_pods, close_gone
 from .repository import PodRepository, WakeRow
 
 log = logging.getLogger("thermostat.pod_controller.view")
@@ -44,9 +44,12 @@ def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
 async def observe_volume(
     client: RunPodV2Client, pod: PodOptions, records: PodRepository
 ) -> tuple[VolumeLookup, list[PodObservation]]:
-    """The volume's pods; a pod the record bills that a readable lookup no longer lists is checked for gone."""
-    volume, observations = await client.observe_volume(pod.volume_id)
-    await close_gone(client, records, pod.name, volume)
+    """The volume's pods; a pod the record bills that a readable lookup no longer lists is checked for gone (the
+    record read beside RunPod's list, so the check adds no wait while every pod is listed)."""
+    (volume, observations), billing = await asyncio.gather(
+        client.observe_volume(pod.volume_id), billing_pods(records, pod.name)
+    )
+    await close_gone(client, records, pod.name, volume, billing)
     return volume, list(observations)
 
 

@@ -235,6 +235,16 @@ async def test_a_machines_output_file_is_bounded_by_the_probe_and_removed_by_the
     assert not output.exists()
 
 
+async def test_an_output_directory_that_is_a_symlink_is_refused(client: WorkerClient, tmp_path: Path) -> None:
+    """The default directory is shared under /tmp: one planted as a link elsewhere is not written into."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    backend = LocalBackend(client, output_dir=tmp_path / "link")
+    with pytest.raises(BackendError, match="is not this user's own"):
+        await backend.start(spec())
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 async def test_missing_command_is_a_backend_error(backend: LocalBackend) -> None:
     """An image naming no executable fails the start with a message naming the command."""
     with pytest.raises(BackendError, match="no-such-worker-binary"):

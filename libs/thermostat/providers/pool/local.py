@@ -123,6 +123,9 @@ class LocalBackend:
         starting = self._output_dir / f"{spec.machine_id}.out"
         try:
             self._output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self._output_dir.is_symlink() or self._output_dir.stat().st_uid != os.getuid():
+                # a shared temporary directory: one another user made could read the machines' output
+                raise BackendError(f"machine output directory {self._output_dir} is not this user's own")
             output = os.open(starting, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
             try:
                 process = await asyncio.create_subprocess_exec(
