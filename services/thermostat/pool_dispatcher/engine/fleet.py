@@ -6,9 +6,9 @@ A boot runs outside the placement lock, traced as pool.boot under its job's call
 only while the instance lease is trusted for the call; its answer is recorded (written until the store takes it),
 then the machine's health is polled until it answers or the type's boot timeout passes, or (a backend that
 `ReportsEnd`) its process or container is seen to have exited: that boot fails at once with the exit code and the
-machine's last lines of output. A machine that answered is
-warm, or busy with its dispatched job, which goes to the runner at once (`run`, the runner's). A failed boot stops
-what the provider started, forgets the row and puts its job back in the queue (or fails it: its type is gone).
+machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which goes to the
+runner at once (`run`, the runner's). A failed boot stops what the provider started, forgets the row and puts its
+job back in the queue (or fails it: its type is gone).
 A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
 the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration 0019) when a
 machine comes to this process from another (a deploy's release, adopted after a probe) or from this id's last
