@@ -319,3 +319,43 @@ async def test_orphans_are_listed_through_the_edge_for_the_operator_only(edge, s
     assert [(o["podId"], o["owner"], o["status"]) for o in body["orphans"]] == [(stray, "qwen", "RUNNING")]
     assert body["sweep"] == "report"
     assert managed not in {o["podId"] for o in body["orphans"]}
+
+
+async def test_a_pod_running_when_the_stack_restarts_is_still_there_after_it(
+    module_database_url: str, tmp_path: Path
+) -> None:
+    """Issue 35: the simulator forgot a pod across a restart of the stack; it now keeps it in the data directory."""
+
+    def config() -> StackConfig:
+        return StackConfig(
+            data_dir=tmp_path,
+            database_url=module_database_url,
+            edge_port=0,
+            admin_port=0,
+            stats_port=0,
+            simulator_port=0,
+            service_ports={},
+            services=(POD_CONTROLLER,),
+            relay_logs=False,
+            extra_env={**FAST, "RUNPOD_PODS": "qwen"},
+            simulator_args=ZERO_DELAYS,
+        )
+
+    first = Stack(config())
+    await first.start()
+    try:
+        async with httpx.AsyncClient(base_url=first.edge_url, timeout=20) as edge:
+            created = await edge.post("/api/pods/qwen/start", headers=OPERATOR)
+            assert created.status_code == 200, created.text
+            pod_id = created.json()["podId"]
+    finally:
+        await first.stop()
+    assert (tmp_path / "runpod-simulator.json").exists()
+    second = Stack(config())
+    await second.start()
+    try:
+        async with httpx.AsyncClient(base_url=second.edge_url, timeout=20) as edge:
+            view = (await edge.get("/api/pods/qwen")).json()
+    finally:
+        await second.stop()
+    assert (view["podId"], view["status"], view["lookup"]) == (pod_id, "RUNNING", "FOUND")

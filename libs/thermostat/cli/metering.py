@@ -10,7 +10,7 @@ import typer
 
 from thermostat.cli.examples import example
 from thermostat.cli.output import hours, plain, usd
-from thermostat.cli.state import JsonFlag, State
+from thermostat.cli.state import AllTenants, JsonFlag, State
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -28,18 +28,25 @@ When = Annotated[
 def spend(
     ctx: typer.Context,
     tenant_id: Annotated[
-        str | None, typer.Option(help="One tenant's (the admin token); default: the caller's.")
+        str | None,
+        typer.Option(help="One tenant's (the admin token); default: the tenant (--tenant, else STRATA_TENANT)."),
     ] = None,
+    all_tenants: AllTenants = False,
     since: When = None,
     until: When = None,
     json_mode: JsonFlag = False,
 ) -> None:
     """Pool spend per tenant and machine type, from --since to --until (default: this UTC month so far).
 
-    Machine time (boot to stop, idle warm time included) and job time, priced at each type's price_per_hour."""
+    Machine time (boot to stop, idle warm time included) and job time, priced at each type's price_per_hour. The
+    tenant's, with the admin token too (--all-tenants: every tenant's)."""
     state = State.of(ctx, json_mode)
     with state.client() as t:
-        reply = plain(t.metering.pool_spend(tenant_id=tenant_id or "", since=_epoch(since), until=_epoch(until)))
+        reply = plain(
+            t.metering.pool_spend(
+                tenant_id=tenant_id or "", all_tenants=all_tenants, since=_epoch(since), until=_epoch(until)
+            )
+        )
     out = state.out
     if out.json_mode:
         out.json(reply)

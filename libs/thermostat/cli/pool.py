@@ -12,11 +12,11 @@ import typer
 from thermostat.cli.examples import example
 from thermostat.cli.exit_codes import ExitCode
 from thermostat.cli.output import epoch, plain, usd
-from thermostat.cli.state import JsonFlag, State
+from thermostat.cli.state import AllTenants, JsonFlag, State
 
 TenantId = Annotated[
     str | None,
-    typer.Option(help="One tenant's (the admin token); default: the caller's tenant, or all with the admin token."),
+    typer.Option(help="One tenant's (the admin token); default: the tenant (--tenant, else STRATA_TENANT)."),
 ]
 
 
@@ -32,12 +32,14 @@ def _items(reply: Any, key: str) -> list[dict[str, Any]]:
 def workers(
     ctx: typer.Context,
     tenant_id: TenantId = None,
+    all_tenants: AllTenants = False,
     json_mode: JsonFlag = False,
 ) -> None:
-    """The pool's machines: type, backend, state, the job each runs."""
+    """The pool's machines: type, backend, state, the job each runs. The tenant's, with the admin token too
+    (--all-tenants: every tenant's)."""
     state = State.of(ctx, json_mode)
     with state.client() as t:
-        items = _items(t.pool.workers(tenant_id=tenant_id or ""), "workers")
+        items = _items(t.pool.workers(tenant_id=tenant_id or "", all_tenants=all_tenants), "workers")
     out = state.out
     if out.json_mode:
         out.json(items)
@@ -52,14 +54,20 @@ def workers(
 def usage(
     ctx: typer.Context,
     tenant_id: TenantId = None,
+    all_tenants: AllTenants = False,
     after_position: Annotated[int, typer.Option(min=0, help="Resume after this event position.")] = 0,
     page_size: Annotated[int, typer.Option(min=1, help="Events per page.")] = 100,
     json_mode: JsonFlag = False,
 ) -> None:
-    """Usage events (one per finished job) in position order; resume with --after-position."""
+    """Usage events (one per finished job) in position order; resume with --after-position. The tenant's, with
+    the admin token too (--all-tenants: every tenant's)."""
     state = State.of(ctx, json_mode)
     with state.client() as t:
-        reply = plain(t.pool.usage(tenant_id=tenant_id or "", after_position=after_position, page_size=page_size))
+        reply = plain(
+            t.pool.usage(
+                tenant_id=tenant_id or "", all_tenants=all_tenants, after_position=after_position, page_size=page_size
+            )
+        )
     events = reply.get("events", []) if isinstance(reply, dict) else list(reply)
     out = state.out
     if out.json_mode:

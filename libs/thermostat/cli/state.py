@@ -16,6 +16,13 @@ from thermostat.client import ClientConfig, Thermostat, errors
 NO_TENANT = "tenant: pass --tenant or set STRATA_TENANT (the pool runs every job for a tenant)"
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table (as the global --json).")]
+AllTenants = Annotated[
+    bool,
+    typer.Option(
+        "--all-tenants",
+        help="Every tenant's (the admin token); a listing is otherwise the tenant's (--tenant, else STRATA_TENANT).",
+    ),
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,6 +39,36 @@ class Calls:
             raise ValueError("tenant: pass tenant= or set STRATA_TENANT (the pool scopes every job to a tenant)")
         return chosen
 
+    def listing(self, tenant_id: str | None, tenant: str | None, all_tenants: bool) -> tuple[Metadata, str]:
+        """A pool listing's metadata and `tenant_id` (listed_tenant): the admin token when configured, else the API
+        token with the caller's tenant."""
+        config = self.config
+        admin = bool(config.pool_admin_token)
+        chosen = (tenant or "").strip() or config.tenant
+        scope = listed_tenant(admin=admin, tenant_id=tenant_id, tenant=chosen, all_tenants=all_tenants)
+        if admin:
+            return bearer(config.pool_admin_token), scope
+        return (*bearer(config.pool_token), (TENANT_HEADER, self.tenant(tenant))), scope
+
+
+def listed_tenant(*, admin: bool, tenant_id: str | None, tenant: str | None, all_tenants: bool) -> str:
+    """The `tenant_id` a listing (workers, usage, pool spend) asks for; "" is every tenant the token sees.
+
+    The pool answers an admin listing for every tenant and ignores X-Strata-Tenant, so with README's exports (the
+    admin token beside STRATA_TENANT) `thermostat workers` listed every tenant's machines as "the tenant's"
+    (issue 35). A tenant given (the argument, else STRATA_TENANT) therefore scopes an admin listing too, unless
+    `all_tenants` asks for every one; the API token's listing is its own tenant's whatever is asked (the pool
+    scopes it), so `all_tenants` with it is refused rather than silently narrowed.
+    """
+    tenant_id = (tenant_id or "").strip()
+    if all_tenants and tenant_id:
+        raise ValueError("all_tenants: every tenant, or tenant_id's alone; not both")
+    if all_tenants and not admin:
+        raise ValueError("all_tenants: every tenant is the pool admin token's (STRATA_POOL_ADMIN_TOKEN)")
+    if tenant_id or all_tenants or not admin:
+        return tenant_id
+    return (tenant or "").strip()
+
 
 def _positive(name: str, value: float) -> float:
     if not value > 0:

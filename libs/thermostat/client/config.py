@@ -88,7 +88,11 @@ class ClientConfig:
         *,
         env: Mapping[str, str] | None = None,
     ) -> ClientConfig:
-        """Each setting from its argument, else the environment (`env`, default os.environ); blank is unset."""
+        """Each setting from its argument, else the environment (`env`, default os.environ); blank is unset.
+
+        A pool token given as an argument is the one the pool calls use: the environment's admin token is then not
+        read (issue 35: with README's exports the admin token, which pool calls prefer, made
+        `thermostat --pool-token wrong workers` answer 0); an admin token given as an argument still is."""
         source = os.environ if env is None else env
 
         def pick(given: str | None, variable: str) -> str | None:
@@ -96,6 +100,9 @@ class ClientConfig:
                 return given.strip()
             value = source.get(variable, "").strip()
             return value or None
+
+        if pool_token is not None and pool_token.strip() and not (pool_admin_token or "").strip():
+            source = {name: value for name, value in source.items() if name != ENV_POOL_ADMIN_TOKEN}
 
         return cls(
             target=pick(target, ENV_TARGET) or DEFAULT_TARGET,

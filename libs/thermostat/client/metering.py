@@ -30,12 +30,15 @@ class AsyncMetering:
         page_token: str = "",
         *,
         tenant: str | None = None,
+        all_tenants: bool = False,
         timeout: float | None = None,
     ) -> metering_pb2.GetPoolSpendResponse:
         """Machine and job time per tenant and machine type in [since, until) (epoch seconds; default this UTC
-        month to now)."""
+        month to now); scoped as the pool's workers (`tenant_id`, else the tenant, else with `all_tenants` every
+        tenant's for the admin token)."""
+        metadata, scope = self._calls.listing(tenant_id, tenant, all_tenants)
         request = metering_pb2.GetPoolSpendRequest(
-            tenant_id=tenant_id or "",
+            tenant_id=scope,
             since=since or 0.0,
             until=until or 0.0,
             page_size=page_size,
@@ -44,7 +47,7 @@ class AsyncMetering:
         response: metering_pb2.GetPoolSpendResponse = await self._calls.transport.unary(
             self._stub.GetPoolSpend,
             request,
-            metadata=self._pool_metadata(tenant),
+            metadata=metadata,
             timeout=self._calls.deadline(timeout),
         )
         return response

@@ -14,7 +14,7 @@ from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 
 from . import errors
 from ._calls import Calls, bearer
-from .progress import Phase, WakeProgress, progress_of
+from .progress import Phase, WakeProgress, goes_forward, progress_of
 
 WAITING = "Waiting"  # the wake ran out of polls before the pod ran: the seed's "poll again"
 
@@ -165,6 +165,7 @@ class AsyncPods:
         stream = self.watch(name, timeout=left())
         view: asyncio.Task[pods_pb2.WatchPodResponse | None] | None = None
         last: WakeProgress | None = None
+        reached: str = Phase.WAKING  # the furthest phase reported: none earlier follows it (progress.goes_forward)
         try:
             while True:
                 if view is None:
@@ -176,7 +177,7 @@ class AsyncPods:
                     continue  # left() raises once the deadline has passed
                 if start is not None and start in done:
                     woke, start = start.result(), None  # a refused wake raises here (WakeFailed, Unauthenticated...)
-                    yield _woken(name, woke)
+                    yield _woken(name, woke, reached)
                     # the pod as it is now: the watch says nothing until the view changes again
                     step = progress_of(await fresh())
                 else:
@@ -204,9 +205,12 @@ class AsyncPods:
                         left()
                         continue
                     woke, start = start.result(), None
-                    yield _woken(name, woke)
+                    yield _woken(name, woke, reached)
+                if not goes_forward(reached, step.phase):
+                    continue  # a view of an earlier phase than one reported (a wake asked again): not shown
                 if last is None or _shown(step) != _shown(last):
                     yield step
+                    reached = step.phase
                 last = step
                 if step.phase == Phase.READY:
                     return
@@ -235,6 +239,7 @@ async def _next(stream: AsyncIterator[pods_pb2.WatchPodResponse]) -> pods_pb2.Wa
         return None
 
 
-def _woken(name: str, woke: pods_pb2.StartPodResponse) -> WakeProgress:
+def _woken(name: str, woke: pods_pb2.StartPodResponse, reached: str) -> WakeProgress:
+    """The wake's answer, in the furthest phase reported: after the watch showed the boot it is no step back."""
     detail = f"{name}: {woke.outcome}" + (f" ({woke.message})" if woke.message else "")
-    return WakeProgress(Phase.WAKING, detail, None, None, outcome=woke.outcome)
+    return WakeProgress(reached, detail, None, None, outcome=woke.outcome)

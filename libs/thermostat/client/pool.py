@@ -121,12 +121,6 @@ class AsyncPool:
     def _job_metadata(self, tenant: str | None) -> Metadata:
         return (*bearer(self._token()), (TENANT_HEADER, self._calls.tenant(tenant)))
 
-    def _listing_metadata(self, tenant: str | None) -> Metadata:
-        config = self._calls.config
-        if config.pool_admin_token:
-            return bearer(config.pool_admin_token)
-        return self._job_metadata(tenant)
-
     # jobs
 
     async def submit(
@@ -343,13 +337,20 @@ class AsyncPool:
         return list(json.loads(body.data))
 
     async def workers(
-        self, tenant_id: str | None = None, *, tenant: str | None = None, timeout: float | None = None
+        self,
+        tenant_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        all_tenants: bool = False,
+        timeout: float | None = None,
     ) -> list[pool_pb2.Worker]:
-        """Machines: the admin token sees every tenant's (or `tenant_id`'s), the API token its tenant's."""
+        """Machines: the API token sees its tenant's; the admin token `tenant_id`'s, else the tenant's (`tenant`,
+        else STRATA_TENANT), else with `all_tenants` or no tenant every tenant's (_calls.listed_tenant)."""
+        metadata, scope = self._calls.listing(tenant_id, tenant, all_tenants)
         response: pool_pb2.ListWorkersResponse = await self._calls.transport.unary(
             self._stub.ListWorkers,
-            pool_pb2.ListWorkersRequest(tenant_id=tenant_id or ""),
-            metadata=self._listing_metadata(tenant),
+            pool_pb2.ListWorkersRequest(tenant_id=scope),
+            metadata=metadata,
             timeout=self._calls.deadline(timeout),
         )
         return list(response.workers)
@@ -361,13 +362,15 @@ class AsyncPool:
         page_size: int = 0,
         *,
         tenant: str | None = None,
+        all_tenants: bool = False,
         timeout: float | None = None,
     ) -> pool_pb2.ListUsageResponse:
         """Usage events after `after_position`, scoped as workers; resume from `next_position`."""
+        metadata, scope = self._calls.listing(tenant_id, tenant, all_tenants)
         response: pool_pb2.ListUsageResponse = await self._calls.transport.unary(
             self._stub.ListUsage,
-            pool_pb2.ListUsageRequest(tenant_id=tenant_id or "", after_position=after_position, page_size=page_size),
-            metadata=self._listing_metadata(tenant),
+            pool_pb2.ListUsageRequest(tenant_id=scope, after_position=after_position, page_size=page_size),
+            metadata=metadata,
             timeout=self._calls.deadline(timeout),
         )
         return response

@@ -5,6 +5,11 @@ Pure functions of the GetPodResponse (no I/O, no clock), so every rule has a tes
 idle monitor saw the model answer (vLLM ready), and `eta_seconds` is the median of the pod's measured boots
 minus the time already waited, absent without history (policy/wake/wake_eta.py). Ready means RUNNING *and*
 ready_since: a RUNNING pod is still loading its model.
+
+Phases only go forward (issue 35: `loading → waking (Created …) → ready`, the wake's answer arriving after the
+watch had shown the boot): a phase once reported is never followed by an earlier one (`goes_forward`). A view of an
+earlier phase (a wake asked again, a view built before the last) is not reported, and the wake's answer is
+reported in the furthest phase reached.
 """
 
 from __future__ import annotations
@@ -24,6 +29,18 @@ class Phase(StrEnum):
     DOWN = "down"  # no running pod: the wake did not hold (stopped, exited, terminated)
 
 
+ORDER: tuple[Phase, ...] = (Phase.WAKING, Phase.PROVISIONING, Phase.STARTING, Phase.LOADING, Phase.READY)
+"""The phases in the order a wake passes them; DOWN is none of them (it ends or restarts the wake, unreported)."""
+
+
+def goes_forward(reported: str, seen: str) -> bool:
+    """Whether a step of phase `seen` may be reported after the furthest phase `reported`: the same phase or a later
+    one. DOWN is never reported as a step."""
+    if seen not in ORDER or reported not in ORDER:
+        return False
+    return ORDER.index(seen) >= ORDER.index(reported)
+
+
 _BY_STATUS = {"PROVISIONING": Phase.PROVISIONING, "STARTING": Phase.STARTING, "RUNNING": Phase.LOADING}
 
 
@@ -32,8 +49,9 @@ class WakeProgress:
     """WakeProgress is one step of `pods.ensure_ready`: the phase, a sentence for a person, the estimated
     seconds until ready when the step was read (None without boot history; the controller re-sends a view on a
     change of state, not for the countdown alone, so a display counts down from it), the controller's view it
-    was read from, and on the `waking` step that carries the wake's answer its outcome (AlreadyRunning,
-    Started, Created, Waiting)."""
+    was read from, and on the step that carries the wake's answer its outcome (AlreadyRunning, Started, Created,
+    Waiting); that step's phase is the furthest reported so far (`waking` unless the watch showed the boot
+    first), so phases never go back."""
 
     phase: str
     detail: str

@@ -14,6 +14,7 @@ from thermostat.policy.wake.volume_pods import view_volume_pods
 from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod.client import RunPodV2Client
 
+from .gone_pods import billing_pods, close_gone
 from .repository import PodRepository, WakeRow
 
 log = logging.getLogger("thermostat.pod_controller.view")
@@ -41,8 +42,15 @@ def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:
     return record
 
 
-async def observe_volume(client: RunPodV2Client, pod: PodOptions) -> tuple[VolumeLookup, list[PodObservation]]:
-    volume, observations = await client.observe_volume(pod.volume_id)
+async def observe_volume(
+    client: RunPodV2Client, pod: PodOptions, records: PodRepository
+) -> tuple[VolumeLookup, list[PodObservation]]:
+    """The volume's pods; a pod the record bills that a readable lookup no longer lists is checked for gone (the
+    record read beside RunPod's list, so the check adds no wait while every pod is listed)."""
+    (volume, observations), billing = await asyncio.gather(
+        client.observe_volume(pod.volume_id), billing_pods(records, pod.name)
+    )
+    await close_gone(client, records, pod.name, volume, billing)
     return volume, list(observations)
 
 
@@ -53,7 +61,7 @@ async def build_view(
     observations: list[PodObservation] = []
     volume: VolumeLookup | None = None
     if configured:
-        volume, observations = await observe_volume(client, pod)
+        volume, observations = await observe_volume(client, pod, records)
     view = view_volume_pods(volume, observations)
     response = pods_pb2.GetPodResponse(
         name=pod.name,

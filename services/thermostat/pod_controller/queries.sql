@@ -142,3 +142,24 @@ SELECT COALESCE(max(position), 0) FROM pod_actions;
 -- name: known_pod_names
 -- Every pod name an action was ever recorded for: the orphan sweep's names for pods no longer configured.
 SELECT DISTINCT pod_name FROM pod_actions;
+
+-- name: billing_pod_ids
+-- The pods of a name the record bills: those whose last billing call on record (accepted, or a stop or terminate
+-- RunPod answered 404, or a Gone) opened their billing. As metering's pod_spend folds them.
+SELECT pod_id FROM (
+    SELECT DISTINCT ON (pod_id) pod_id, action FROM pod_actions
+    WHERE pod_name = $1 AND pod_id <> '' AND (ok OR (action IN ('Stop', 'Terminate') AND http_status = 404))
+    ORDER BY pod_id, position DESC NULLS LAST, at DESC
+) last WHERE action IN ('Start', 'Create');
+
+-- name: insert_gone
+-- A pod confirmed gone, recorded once: only while its last billing call on record opens its billing, under the
+-- feed lock (taken first in the same transaction), so two replicas that both found it gone write one record.
+INSERT INTO pod_actions (id, pod_name, action, pod_id, ok, trigger, detail)
+SELECT $1, $2, 'Gone', $3, true, 'observe', $4
+WHERE (
+    SELECT action FROM pod_actions
+    WHERE pod_name = $2 AND pod_id = $3 AND (ok OR (action IN ('Stop', 'Terminate') AND http_status = 404))
+    ORDER BY position DESC NULLS LAST, at DESC LIMIT 1
+) IN ('Start', 'Create')
+RETURNING id;

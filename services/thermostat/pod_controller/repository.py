@@ -213,6 +213,21 @@ class PodRepository:
                 entry.stop_id,
             )
 
+    async def billing_pod_ids(self, pod_name: str) -> list[str]:
+        """The pods of the name the record bills (policy/wake/pod_gone.py)."""
+        rows = await self._read(lambda c: c.fetch(Q["billing_pod_ids"], pod_name))
+        return [str(r["pod_id"]) for r in rows]
+
+    async def record_gone(self, pod_name: str, pod_id: str, detail: str) -> bool:
+        """Record the pod confirmed gone, once; False when its billing was already closed on record."""
+
+        async def write(conn: PoolConnectionProxy) -> bool:
+            async with conn.transaction():
+                await conn.execute(Q["feed_lock"])
+                return await conn.fetchval(Q["insert_gone"], uuid.uuid4(), pod_name, pod_id, detail) is not None
+
+        return await asyncio.shield(self._run(write, self.timeout))
+
     async def billable_actions(self, after_position: int, limit: int) -> tuple[list[tuple[int, ActionRow]], int]:
         """The feed: actions after `after_position` in position order, and the newest position (its head)."""
 

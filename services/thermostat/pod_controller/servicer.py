@@ -290,7 +290,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if not response.configured:
             response.lookup, response.lookup_result = "UNCONFIGURED", pods_pb2.LOOKUP_RESULT_UNCONFIGURED
             return response
-        volume, observations = await observe_volume(self.c.client, pod)
+        volume, observations = await observe_volume(self.c.client, pod, self.c.records)
         incarnations = await self._incarnations(pod, [o.pod_id for o in observations])
         # each enum beside its string, which stays filled for readers that predate the enum fields
         response.lookup, response.lookup_result = str(volume.lookup), _lookup_result(volume.lookup)

@@ -26,6 +26,7 @@ from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.job_batch import read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 from thermostat.policy.pool.machine_type import Catalogue, catalogue_to_json, parse_catalogue_json
+from thermostat.policy.pool.redaction import keep_redacted
 from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS, missing_job_detail
 from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
@@ -317,6 +318,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     ) -> httpbody_pb2.HttpBody:
         # the admin token's alone (access.py): the chassis refused every other caller
         parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.d.default_backend)
+        if not isinstance(parsed, Catalogue):
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
+        await self.d.refresh_catalogue()  # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
+        parsed = keep_redacted(parsed, self.d.catalogue)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
         servable = self.d.check_catalogue(parsed)  # backends configured here, RunPod's 100 s proxy limit

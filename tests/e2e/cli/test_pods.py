@@ -13,6 +13,8 @@ import pytest
 from tests.e2e.cli.stack import CliStack, line_matching, run_cli
 from thermostat.chassis.ports import free_port
 from thermostat.cli.exit_codes import ExitCode
+from thermostat.client import Phase
+from thermostat.client.progress import ORDER
 
 pytestmark = pytest.mark.e2e
 
@@ -20,15 +22,31 @@ POD_FIELDS = {"name", "configured", "status", "is_running", "pod_id", "proxy_url
 
 
 async def test_pods_start_shows_the_wake_then_ready_and_prints_the_ready_pod(stack: CliStack) -> None:
-    """The progress lines go to stderr, from the wake's outcome to ready; stdout is the ready pod."""
-    ran = await stack.cli("pods", "start", "llama")
-    assert ran.exit_code == 0, ran.stderr
-    lines = ran.stderr.strip().splitlines()
-    assert lines[0].startswith("waking")
-    assert [line for line in lines if line.startswith("waking") and "llama: Created" in line], lines  # its answer
-    assert lines[-1].split() == ["ready", "llama", "is", "ready"]
-    assert [line for line in lines if line.startswith("ready")] == [lines[-1]], lines  # once, not twice
-    assert "RUNNING" in ran.stdout and "ready since" in ran.stdout
+    """The progress lines go to stderr, from the wake's outcome to ready; stdout is the ready pod. Held in
+    PROVISIONING until the CLI said so, the wake answers after the watch showed the boot: its answer is shown in
+    the phase reached, and no phase follows a later one (issue 35: `loading → waking (Created …) → ready`)."""
+    held = stack.sim.settings.provisioning_seconds
+    seen: list[str] = []
+    try:
+        stack.sim.configure(provisioning_seconds=-1)  # the pod is placed only once the test lets it go
+        async with stack.script("pods", "start", "llama") as process:
+            await line_matching(process.stderr, r"^provisioning ", seen)
+            stack.sim.configure(provisioning_seconds=held)
+            await line_matching(process.stderr, r"^ready ", seen)
+            out, err = await process.communicate()
+            seen += err.decode().splitlines()
+            assert process.returncode == 0, seen
+    finally:
+        stack.sim.configure(provisioning_seconds=held)
+    stdout = out.decode()
+    assert seen[0].startswith("waking")
+    phases = [line.split()[0] for line in seen]
+    ranks = [ORDER.index(Phase(phase)) for phase in phases]
+    assert ranks == sorted(ranks), seen
+    assert [line for line in seen if "llama: Created" in line and not line.startswith("waking")], seen  # its answer
+    assert seen[-1].split() == ["ready", "llama", "is", "ready"]
+    assert [line for line in seen if line.startswith("ready")] == [seen[-1]], seen  # once, not twice
+    assert "RUNNING" in stdout and "ready since" in stdout
 
 
 async def test_pods_start_json_prints_only_the_ready_pod(stack: CliStack) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.cli.conftest import fresh_tenant
-from tests.e2e.cli.stack import CATALOGUE, CliStack
+from tests.e2e.cli.stack import CATALOGUE, CliStack, run_cli
 from tests.fixtures.polling import eventually
-from tests.integration.pool_dispatcher.conftest import local_type
+from tests.integration.pool_dispatcher.conftest import ADMIN_TOKEN, API_TOKEN, local_type
 from thermostat.cli.exit_codes import ExitCode
 
 pytestmark = pytest.mark.e2e
@@ -47,6 +47,44 @@ async def test_usage_lists_one_event_per_finished_job_and_resumes_after_a_positi
     assert [e["job_id"] for e in after] == [events[1]["job_id"]]
     table = await stack.cli("usage", tenant=tenant)
     assert table.exit_code == 0 and "completed" in table.stdout and "--after-position" in table.stderr
+
+
+def readme_exports(stack: CliStack, tenant: str) -> dict[str, str]:
+    """What README's quick start exports: both pool tokens and a tenant."""
+    return {
+        "THERMOSTAT_ADDR": stack.edge,
+        "STRATA_POOL_TOKEN": API_TOKEN,
+        "STRATA_POOL_ADMIN_TOKEN": ADMIN_TOKEN,
+        "STRATA_TENANT": tenant,
+    }
+
+
+async def test_with_readmes_exports_workers_and_usage_are_the_tenants_unless_all_are_asked_for(
+    stack: CliStack,
+) -> None:
+    """Issue 35: the exported admin token listed every tenant's machines as "the tenant's"; --all-tenants lists all."""
+    mine, other = fresh_tenant(), fresh_tenant()
+    await ran_a_job(stack, mine)
+    await ran_a_job(stack, other)
+    env = readme_exports(stack, mine)
+    for command in ("workers", "usage"):
+        listed = (await run_cli(["--json", command], env=env)).json()
+        assert listed and {item["tenant_id"] for item in listed} == {mine}, command
+        every = (await run_cli(["--json", command, "--all-tenants"], env=env)).json()
+        assert {mine, other} <= {item["tenant_id"] for item in every}, command
+    refused = await run_cli(["--json", "workers", "--all-tenants", "--tenant-id", other], env=env)
+    assert refused.exit_code == ExitCode.USAGE and "not both" in refused.error()["detail"]
+    plain = {k: v for k, v in env.items() if k != "STRATA_POOL_ADMIN_TOKEN"}
+    refused = await run_cli(["--json", "workers", "--all-tenants"], env=plain)
+    assert refused.exit_code == ExitCode.USAGE and "STRATA_POOL_ADMIN_TOKEN" in refused.error()["detail"]
+
+
+async def test_an_explicit_pool_token_wins_over_the_exported_admin_token(stack: CliStack) -> None:
+    """`thermostat --pool-token wrong workers` with README's exports is refused (3), not answered with the admin's."""
+    env = readme_exports(stack, fresh_tenant())
+    wrong = await run_cli(["--pool-token", "wrong", "workers"], env=env)
+    assert wrong.exit_code == ExitCode.UNAUTHENTICATED, (wrong.stdout, wrong.stderr)
+    assert (await run_cli(["--pool-token", API_TOKEN, "workers"], env=env)).exit_code == 0
 
 
 async def test_spend_shows_the_tenant_s_machine_and_job_time(stack: CliStack) -> None:

@@ -10,7 +10,7 @@ import pytest
 from tests.fixtures.polling import eventually
 from tests.integration.client.conftest import Stack
 from thermostat.client import AsyncThermostat, Phase, WakeProgress, errors
-from thermostat.client.progress import progress_of
+from thermostat.client.progress import ORDER, progress_of
 
 
 async def monitor_saw_it_down(client: AsyncThermostat) -> None:
@@ -24,6 +24,11 @@ async def monitor_saw_it_down(client: AsyncThermostat) -> None:
 
 def outcomes(steps: list[WakeProgress]) -> list[str]:
     return [step.outcome for step in steps if step.outcome is not None]
+
+
+def never_back(steps: list[WakeProgress]) -> bool:
+    ranks = [ORDER.index(Phase(step.phase)) for step in steps]
+    return ranks == sorted(ranks)
 
 
 async def test_ensure_ready_wakes_the_pod_and_follows_it_until_the_model_answers(client: AsyncThermostat) -> None:
@@ -54,12 +59,27 @@ async def test_the_boot_is_reported_while_the_wake_is_still_running(client: Asyn
     steps: list[WakeProgress] = []
     async for step in client.pods.ensure_ready("qwen", timeout=30):
         steps.append(step)
-        if step.phase == Phase.PROVISIONING:
+        if step.phase == Phase.PROVISIONING and step.outcome is None:
             assert outcomes(steps) == [], "the wake cannot have answered: the pod does not run yet"
             stack.sim.configure(provisioning_seconds=0)
     phases = [s.phase for s in steps]
     assert Phase.PROVISIONING in phases and phases[-1] == Phase.READY
     assert len(outcomes(steps)) == 1
+
+
+async def test_the_wakes_answer_after_the_watch_showed_the_boot_is_no_step_back(
+    client: AsyncThermostat, stack: Stack
+) -> None:
+    """Issue 35: `provisioning → waking (Created …)` went back; the answer comes in the furthest phase reported."""
+    stack.sim.configure(provisioning_seconds=-1)
+    steps: list[WakeProgress] = []
+    async for step in client.pods.ensure_ready("qwen", timeout=30):
+        steps.append(step)
+        if step.phase == Phase.PROVISIONING and step.outcome is None:
+            stack.sim.configure(provisioning_seconds=0)
+    assert never_back(steps), [(s.phase, s.outcome) for s in steps]
+    (answer,) = [s for s in steps if s.outcome is not None]
+    assert answer.outcome == "Created" and answer.phase != Phase.WAKING
 
 
 async def test_ensure_ready_reports_the_eta_while_the_model_loads(client: AsyncThermostat, stack: Stack) -> None:
@@ -69,7 +89,7 @@ async def test_ensure_ready_reports_the_eta_while_the_model_loads(client: AsyncT
     await monitor_saw_it_down(client)
     stack.sim.configure(model_ready_seconds=-1)  # the model does not answer until the test says
     async for step in client.pods.ensure_ready("qwen", timeout=30):
-        if step.phase == Phase.LOADING:
+        if step.phase == Phase.LOADING and step.outcome is None:  # not the wake's answer, given in the phase reached
             assert step.eta_seconds is not None and step.eta_seconds >= 0
             assert "ready in about" in step.detail
             stack.sim.configure(model_ready_seconds=0)
@@ -128,6 +148,7 @@ async def test_a_wake_that_answered_waiting_is_asked_again_once_the_pod_is_down(
             stack.sim.configure(provisioning_seconds=0)
     assert outcomes(steps) == ["Waiting", "Started"]
     assert steps[-1].phase == Phase.READY
+    assert never_back(steps), [(s.phase, s.outcome) for s in steps]  # the second wake's boot is not shown again
 
 
 async def test_a_wake_the_controller_refuses_is_wake_failed(client: AsyncThermostat, stack: Stack) -> None:

@@ -71,6 +71,32 @@ async def test_spend_matches_the_intervals_the_simulator_billed(
     assert {line.gpu_type for line in spend.lines} == {"NVIDIA A100 80GB PCIe"}
 
 
+async def test_a_pod_the_simulator_forgot_stops_billing_in_metering_at_the_reading_that_found_it_gone(
+    runpod_sim: RunPodSimulator, pod_controller: RunningService, db_store: Store
+) -> None:
+    """Issue 35: after a restart the simulator knew no pod, and metering billed it for ever; the controller's
+    reading records it Gone, which closes metering's interval there, once."""
+    async with pod_controller.channel() as channel:
+        pods = pods_pb2_grpc.PodControllerStub(channel)
+        assert (await start(pods)).reply.outcome == "Created"
+        runpod_sim.reset()  # the simulator forgot the pod
+        await pods.GetPod(pods_pb2.GetPodRequest(name="qwen"))
+        await pods.GetPod(pods_pb2.GetPodRequest(name="qwen"))
+    gone = await db_store.pool.fetchval("SELECT at FROM pod_actions WHERE action = 'Gone'")
+
+    clock = FakeClock()
+    async with (
+        start_metering(metering_env(pod_controller.address), db_store, clock=clock) as metering,
+        ledger_on(pod_controller, db_store) as rig,
+        metering.channel() as channel,
+    ):
+        await rig.ledger.run_once()
+        clock.advance(3600)  # an hour later the pod has billed nothing more
+        spend = await metering_pb2_grpc.MeteringStub(channel).GetPodSpend(metering_pb2.GetPodSpendRequest(name="qwen"))
+    (interval,) = spend.intervals
+    assert interval.HasField("end") and from_timestamp(interval.end) == gone
+
+
 async def test_an_unknown_pod_name_is_404(pod_controller: RunningService, db_store: Store) -> None:
     async with (
         start_metering(metering_env(pod_controller.address), db_store, clock=FakeClock()) as metering,

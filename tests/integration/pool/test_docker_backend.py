@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.providers.pool.backend import BackendError, MachineHandle
-from thermostat.providers.pool.docker import DockerBackend, docker_socket_path
+from thermostat.providers.pool.docker import LOG_TAIL_LINES, DockerBackend, demultiplexed, docker_socket_path
 from thermostat.providers.pool.worker_client import WorkerClient
 
 PREFIX = ENGINE_29_0.highest.prefix  # the simulator plays Engine 29.0 (API 1.44–1.52): the pool speaks 1.52
@@ -175,6 +176,55 @@ async def test_machine_that_dies_reads_unhealthy(daemon: DockerSimulator, backen
     daemon.kill_machine(handle.provider_id)
     assert not await backend.health(handle)
     assert daemon.container(handle.provider_id).status == "exited"
+
+
+async def test_a_container_that_exits_at_start_has_ended_with_its_exit_code_and_log_tail(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """Issue 35: the container's exit code (State) and its last lines (GET /containers/{id}/logs), no secret."""
+    script = "import os, sys; print('loading', os.environ['HF_TOKEN'], flush=True); sys.exit('no handler named nope')"
+    daemon.add_image("dies:1", ImageSpec(command=(sys.executable, "-c", script)))
+    machine_spec = spec(docker_type(image="dies:1", env={"HF_TOKEN": "hf-secret-value-1234"}))
+    handle = await backend.start(machine_spec)
+
+    async def ended() -> str | None:
+        return await backend.ended(handle, machine_spec)
+
+    reason = await eventually(ended, timeout=10, every=0.05)
+    assert reason == (
+        "the machine exited with code 1 before answering its health check; "
+        "its last output: loading <redacted> | no handler named nope"
+    )
+    logs = [r for r in daemon.requests() if r.path.endswith(f"/containers/{handle.provider_id}/logs")]
+    assert [(r.method, r.params) for r in logs] == [
+        ("GET", {"stdout": ["1"], "stderr": ["1"], "tail": [str(LOG_TAIL_LINES)]})
+    ]
+    await backend.stop(handle.provider_id)
+
+
+async def test_a_running_or_killed_container_reads_as_such(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """Running: not ended; killed (-9, nothing printed): ended with 137 and no output."""
+    machine_spec = spec(docker_type())
+    handle = await backend.start(machine_spec)
+    await healthy(backend, handle)
+    assert await backend.ended(handle, machine_spec) is None
+    daemon.kill_machine(handle.provider_id)
+    assert await backend.ended(handle, machine_spec) == (
+        "the machine exited with code 137 before answering its health check"
+    )
+    await backend.stop(handle.provider_id)
+
+
+@pytest.mark.parametrize(
+    ("body", "payload"),
+    [
+        pytest.param(b"\x01\0\0\0\0\0\0\x03one\x02\0\0\0\0\0\0\x04two\n", b"onetwo\n", id="stdout-and-stderr-frames"),
+        pytest.param(b"plain text from a tty\n", b"plain text from a tty\n", id="a-raw-stream-as-it-is"),
+        pytest.param(b"", b"", id="empty"),
+    ],
+)
+def test_the_log_stream_is_demultiplexed(body: bytes, payload: bytes) -> None:
+    assert demultiplexed(body) == payload
 
 
 async def test_missing_image_fails_with_the_daemons_message(daemon: DockerSimulator, backend: DockerBackend) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -174,6 +175,74 @@ async def test_killed_worker_reads_unhealthy(backend: LocalBackend) -> None:
         return True if not await backend.health(handle) else None
 
     assert await eventually(unhealthy, timeout=5)
+
+
+DIES_AT_START = (
+    f"{sys.executable} -c \"import os, sys; print('loading the handler', os.environ['STRATA_WORKER_TOKEN'], "
+    f"os.environ['HF_TOKEN'], flush=True); sys.exit('no handler named nope')\""
+)
+SECRET = "hf-secret-value-1234"
+
+
+async def test_a_worker_that_exits_at_start_has_ended_with_its_exit_code_and_last_lines(
+    backend: LocalBackend,
+) -> None:
+    """Issue 35: its output went to /dev/null; now `ended` says how it exited and what it said, secrets scrubbed."""
+    machine_spec = spec(worker_type(image=DIES_AT_START, env={"HF_TOKEN": SECRET, "STRATA_WORKER_SLEEP_SECONDS": "0"}))
+    handle = await backend.start(machine_spec)
+    try:
+
+        async def ended() -> str | None:
+            return await backend.ended(handle, machine_spec)
+
+        reason = await eventually(ended, timeout=10, every=0.05)
+        assert reason.startswith("the machine exited with code 1 before answering its health check"), reason
+        assert reason.endswith("loading the handler <redacted> <redacted> | no handler named nope"), reason
+        assert MACHINE_TOKEN not in reason and SECRET not in reason
+        assert not await backend.health(handle)
+    finally:
+        await backend.stop(handle.provider_id)
+
+
+async def test_a_running_worker_has_not_ended(backend: LocalBackend) -> None:
+    """A machine whose process runs (healthy or still booting) reports no end."""
+    async with machine(backend) as handle:
+        assert await backend.ended(handle, spec()) is None
+
+
+async def test_a_machines_output_file_is_bounded_by_the_probe_and_removed_by_the_stop(
+    client: WorkerClient, tmp_path: Path
+) -> None:
+    """Past OUTPUT_TRIM_BYTES a health probe keeps the file's tail only; a stop removes it."""
+    chatty = (
+        f"{sys.executable} -c \"import sys, time; print('x' * 400000); print('last line', flush=True); time.sleep(60)\""
+    )
+    backend = LocalBackend(client, stop_grace_seconds=0.2, output_dir=tmp_path)
+    handle = await backend.start(spec(worker_type(image=chatty)))
+    output = tmp_path / f"{handle.provider_id}.out"
+    try:
+
+        async def written() -> bool | None:
+            return True if output.exists() and output.read_bytes().endswith(b"last line\n") else None
+
+        await eventually(written, timeout=10, every=0.05)
+        assert output.stat().st_size > local_module.OUTPUT_TRIM_BYTES
+        assert not await backend.health(handle)  # no worker answers: the probe trims all the same
+        assert output.stat().st_size <= local_module.OUTPUT_KEEP_BYTES
+        assert output.read_bytes().endswith(b"last line\n")
+    finally:
+        await backend.aclose()
+    assert not output.exists()
+
+
+async def test_an_output_directory_that_is_a_symlink_is_refused(client: WorkerClient, tmp_path: Path) -> None:
+    """The default directory is shared under /tmp: one planted as a link elsewhere is not written into."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    backend = LocalBackend(client, output_dir=tmp_path / "link")
+    with pytest.raises(BackendError, match="is not this user's own"):
+        await backend.start(spec())
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 async def test_missing_command_is_a_backend_error(backend: LocalBackend) -> None:

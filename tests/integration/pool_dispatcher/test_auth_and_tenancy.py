@@ -150,6 +150,34 @@ async def test_env_and_provider_options_are_redacted_without_the_admin_token(poo
     assert admin[0]["env"] == {"STRATA_WORKER_SLEEP_SECONDS": "0"}
 
 
+async def test_a_catalogue_read_without_the_admin_token_and_written_back_keeps_its_values(
+    pool: RunningPool, pool_store: Store
+) -> None:
+    """Issue 35: the redacted GET body PUT back with the admin token keeps the stored values, never the marker."""
+    plain = (await pool.stub.GetMachineTypes(pool_pb2.GetMachineTypesRequest(), metadata=caller())).data
+    request = pool_pb2.PutMachineTypesRequest()
+    request.catalogue.data = plain
+    answer = json.loads((await pool.stub.PutMachineTypes(request, metadata=ADMIN)).data)
+    assert answer[0]["env"] == {"STRATA_WORKER_SLEEP_SECONDS": "0"}
+    assert answer[0]["provider_options"] == {"cloud": "SECURE"}
+    stored = await pool_store.pool.fetchval("SELECT types::text FROM pool_catalogue")
+    assert "SECURE" in stored and "<redacted>" not in stored
+    await pool.run(b"x")  # the type's machine still boots and answers
+
+
+async def test_a_redacted_value_with_nothing_stored_is_400_naming_the_field_and_stores_nothing(
+    pool: RunningPool, pool_store: Store
+) -> None:
+    """A `<redacted>` for a key the type never had stands for nothing: 400 naming `env.KEY` of the type."""
+    request = pool_pb2.PutMachineTypesRequest()
+    request.catalogue.data = json.dumps([local_type(env={"STRATA_WORKER_HANDLER": "<redacted>"})]).encode()
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await pool.stub.PutMachineTypes(request, metadata=ADMIN)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "machine_types[0] ('local').env.STRATA_WORKER_HANDLER" in error.value.details()
+    assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_catalogue") == 0
+
+
 async def test_replacing_the_catalogue_needs_the_admin_token(pool: RunningPool) -> None:
     request = pool_pb2.PutMachineTypesRequest()
     request.catalogue.data = json.dumps([local_type()]).encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -241,6 +242,28 @@ async def test_a_provider_refusal_fails_the_boot_with_the_providers_message_and_
         assert message in waiting.error
         assert provider.running() == []
         assert await pool.usage() == []
+
+
+async def test_a_container_that_exits_while_booting_fails_its_boot_at_once_with_its_exit_code_and_log_tail(
+    pool_store: Store, docker_daemon: DockerSimulator
+) -> None:
+    """Issue 35: the container's own exit and last lines (State and GET /containers/{id}/logs), not the boot timeout
+    (300 s here); the container is removed, and the job waits again carrying why."""
+    docker_daemon.reset()
+    script = "import sys; print('cannot import handler nope', file=sys.stderr, flush=True); sys.exit(3)"
+    docker_daemon.add_image("dies:1", ImageSpec(command=(sys.executable, "-c", script)))
+    dying = docker_provider(docker_daemon).machine_type(image="dies:1", boot_timeout_seconds=300)
+    async with start_pool(pool_store, pool_env([dying], POOL_DOCKER_SOCKET=docker_daemon.socket_path)) as pool:
+        job = await pool.submit(b"x", machine_type=NAME)
+
+        async def failed_boot() -> str | None:
+            error = (await pool.job(job.id)).error
+            return error if "failed to boot" in error else None
+
+        error = await eventually(failed_boot, timeout=20, every=0.05)
+    assert "the machine exited with code 3 before answering its health check" in error
+    assert error.endswith("its last output: cannot import handler nope")
+    assert docker_daemon.containers() == []
 
 
 # the catalogue against the configured backends

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
+
+import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import ADMIN, caller, local_type, pool_env, start_pool
@@ -27,6 +31,31 @@ async def test_a_failed_boot_requeues_the_job_and_the_next_pass_places_it(pool_s
         await pool.stub.PutMachineTypes(request, metadata=ADMIN)
         await pool.dispatcher.scaler_pass()  # no new submit: the pass alone places the waiting job
         assert (await pool.finished(job.id)).state == "completed"
+
+
+async def test_a_machine_that_exits_while_booting_fails_its_boot_at_once_saying_why(
+    pool_store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 35: a worker that exits at start was invisible for the whole boot timeout (300 s); its boot now fails
+    at its exit, the exit code and its last line in the log line and the job's error, no secret in either."""
+    dying = local_type(
+        image=f"{sys.executable} -c \"import sys; sys.exit('no handler named nope')\"",
+        boot_timeout_seconds=300,
+        env={"HF_TOKEN": "hf-secret-value-1234"},
+    )
+    caplog.set_level(logging.WARNING, logger="thermostat.pool_dispatcher")
+    async with start_pool(pool_store, pool_env([dying])) as pool:
+        job = await pool.submit(b"x")
+
+        async def failed_boot() -> str | None:
+            error = (await pool.job(job.id)).error
+            return error if "failed to boot" in error else None
+
+        error = await eventually(failed_boot, timeout=20, every=0.05)
+    assert "exited with code 1 before answering its health check; its last output: no handler named nope" in error
+    logged = [r.getMessage() for r in caplog.records if "failed to boot" in r.getMessage()]
+    assert logged and "no handler named nope" in logged[0], logged
+    assert "hf-secret-value-1234" not in error + " ".join(logged)
 
 
 async def test_trace_context_is_kept_with_the_job(pool_store: Store) -> None:

@@ -37,6 +37,23 @@ def test_an_argument_wins_over_the_environment() -> None:
     assert (config.pool_token, config.pool_admin_token, config.tenant) == ("arg-pool", "arg-admin", "arg-tenant")
 
 
+@pytest.mark.parametrize(
+    ("pool_token", "pool_admin_token", "expected"),
+    [
+        pytest.param("arg-pool", None, ("arg-pool", None), id="a-given-pool-token-leaves-the-envs-admin-token-unread"),
+        pytest.param("arg-pool", "arg-admin", ("arg-pool", "arg-admin"), id="both-given-both-used"),
+        pytest.param(None, "arg-admin", ("env-pool", "arg-admin"), id="a-given-admin-token-beside-the-envs-pool-token"),
+        pytest.param("  ", None, ("env-pool", "env-admin"), id="a-blank-pool-token-is-not-given"),
+    ],
+)
+def test_a_pool_token_given_as_an_argument_is_the_one_pool_calls_use(
+    pool_token: str | None, pool_admin_token: str | None, expected: tuple[str | None, str | None]
+) -> None:
+    """Issue 35: `--pool-token wrong` beside an exported admin token (which pool calls prefer) answered 0."""
+    config = ClientConfig.from_env(pool_token=pool_token, pool_admin_token=pool_admin_token, env=ENV)
+    assert (config.pool_token, config.pool_admin_token) == expected
+
+
 def test_without_either_the_target_is_the_local_edge_and_tokens_are_unset() -> None:
     config = ClientConfig.from_env(env={})
     assert config.target == "127.0.0.1:8080"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from google.protobuf import timestamp_pb2
 
 from thermostat.client import Phase
-from thermostat.client.progress import progress_of
+from thermostat.client.progress import goes_forward, progress_of
 from thermostat.pods.v1 import pods_pb2
 
 
@@ -57,3 +58,23 @@ def test_a_ready_since_on_a_pod_that_no_longer_runs_is_not_ready() -> None:
 def test_the_view_travels_with_the_step() -> None:
     pod = view("RUNNING")
     assert progress_of(pod).pod is pod
+
+
+@pytest.mark.parametrize(
+    ("reported", "seen", "shown"),
+    [
+        pytest.param(Phase.WAKING, Phase.WAKING, True, id="waking-then-the-wakes-answer"),
+        pytest.param(Phase.WAKING, Phase.PROVISIONING, True, id="waking-then-provisioning"),
+        pytest.param(Phase.PROVISIONING, Phase.LOADING, True, id="a-phase-may-be-skipped"),
+        pytest.param(Phase.LOADING, Phase.LOADING, True, id="the-same-phase-with-an-eta"),
+        pytest.param(Phase.LOADING, Phase.READY, True, id="loading-then-ready"),
+        pytest.param(Phase.WAKING, Phase.READY, True, id="an-already-running-pod"),
+        pytest.param(Phase.LOADING, Phase.WAKING, False, id="loading-then-waking-goes-back"),
+        pytest.param(Phase.STARTING, Phase.PROVISIONING, False, id="a-wake-asked-again-goes-back"),
+        pytest.param(Phase.READY, Phase.LOADING, False, id="nothing-after-ready"),
+        pytest.param(Phase.LOADING, Phase.DOWN, False, id="down-is-never-a-step"),
+    ],
+)
+def test_a_phase_once_reported_is_never_followed_by_an_earlier_one(reported: Phase, seen: Phase, shown: bool) -> None:
+    """Phases go waking, provisioning, starting, loading, ready: a step may repeat one or skip ahead, never go back."""
+    assert goes_forward(reported, seen) is shown

@@ -13,6 +13,9 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
   DELETE /containers/{id}?force=  204; 409 running without force; 409 "removal of container … is already in
                                   progress" while another remover holds it (`begin_removal`)
   POST /containers/{id}/wait?condition=removed  200 {StatusCode} once the container is gone (`finish_removal`)
+  GET  /containers/{id}/logs?stdout=&stderr=&tail=  200, what the container printed (stdout and stderr together,
+                                  sent as stdout frames), in the Engine's multiplexed stream format (each frame an
+                                  8-byte header: stream, 0, 0, 0, the size big-endian), the last `tail` lines
   GET  /_ping, GET /version       `ApiVersion` / `MinAPIVersion` as configured
 A `/v1.NN` prefix outside the daemon's range is refused as the daemon does, 400 "client version 1.41 is too old.
 Minimum supported API version is 1.44, …" (or "… is too new. Maximum supported API version is …"). The range
@@ -24,7 +27,7 @@ An image is a name mapped to the command that plays the container: by default `s
 the reference worker (`python -m thermostat.worker`) as a real child process on a free loopback port; that
 port is what the simulator reports as the daemon-chosen host port of every published port. `images={...,
 "broken:latest": ImageSpec(start_error="…")}` makes a start fail with the daemon's message. A machine killed
-(`kill_machine`) reads "exited".
+(`kill_machine`) reads "exited" with 137; one whose command exits by itself reads "exited" with its exit code.
 
 Standalone: `python -m thermostat.dev.simulators.docker --socket /tmp/docker-sim.sock` (then
 `STRATA_POOL_DOCKER_SOCKET=/tmp/docker-sim.sock`); `--image NAME=COMMAND` adds an image.
@@ -88,7 +91,7 @@ class SimContainer:
 
     def refresh(self) -> None:
         if self.status == "running" and self.machine is not None and not self.machine.alive:
-            self.status, self.exit_code = "exited", 137
+            self.status, self.exit_code = "exited", self.machine.exit_code or 137
 
 
 def _error(status: int, message: str) -> Answer:
@@ -235,6 +238,8 @@ class DockerSimulator(ServedSimulator[_Server]):
                     return self._stop(container, (params.get("t") or ["10"])[0])
                 if verb == "" and method == "DELETE":
                     return self._delete(container, (params.get("force") or ["false"])[0] in ("1", "true"))
+                if verb == "logs" and method == "GET":
+                    return self._logs(container, (params.get("tail") or ["all"])[0])
                 if verb == "wait" and method == "POST" and (params.get("condition") or [""])[0] == "removed":
                     # the lock is the condition's: waiting releases it for the remover
                     self._removed.wait_for(lambda: container.id not in self._containers, timeout=WAIT_LIMIT_SECONDS)
@@ -313,9 +318,17 @@ class DockerSimulator(ServedSimulator[_Server]):
         if image.start_error is not None:
             return _error(500, image.start_error)
         env = dict(item.split("=", 1) for item in container.env if "=" in item)
-        container.machine = SimMachine(image.command, env)
+        container.machine = SimMachine(image.command, env, keep_output=True)
         container.status, container.exit_code = "running", 0
         return 204, {}, b""
+
+    def _logs(self, container: SimContainer, tail: str) -> Answer:
+        printed = container.machine.output() if container.machine is not None else b""
+        lines = printed.splitlines(keepends=True)
+        if tail.isdigit():
+            lines = lines[-int(tail) :] if int(tail) else []
+        body = b"".join(b"\x01\x00\x00\x00" + len(line).to_bytes(4, "big") + line for line in lines)
+        return 200, {"Content-Type": "application/vnd.docker.multiplexed-stream"}, body
 
     def _stop(self, container: SimContainer, timeout: str) -> Answer:
         container.stop_timeouts.append(timeout)

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 
 from thermostat.dev.simulators.serving import Answer
@@ -37,17 +38,37 @@ def free_port() -> int:
 class SimMachine:
     """SimMachine is one running child process listening on `port`."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, keep_output: bool = False) -> None:
         self.port = free_port()
         child_env = {"PATH": os.environ.get("PATH", ""), **env, "STRATA_WORKER_PORT": str(self.port)}
+        # what it prints, for a simulator that serves a machine's logs (Docker's GET /containers/{id}/logs)
+        self._output = tempfile.TemporaryFile() if keep_output else None  # noqa: SIM115 - closed with the machine
         self._process = subprocess.Popen(
             list(argv),
             env=child_env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=self._output or subprocess.DEVNULL,
+            stderr=self._output or subprocess.DEVNULL,
             start_new_session=True,
         )
+
+    def output(self, limit: int = 64 * 1024) -> bytes:
+        """The last `limit` bytes the machine printed (stdout and stderr together); empty when not kept."""
+        if self._output is None:
+            return b""
+        with open(self._output.fileno(), "rb", closefd=False) as reading:
+            size = reading.seek(0, os.SEEK_END)
+            reading.seek(max(0, size - limit))
+            return reading.read()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit code as a container runtime reports it (128 + the signal that killed it), or None
+        while it runs."""
+        code = self._process.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
 
     @property
     def pid(self) -> int:
@@ -62,6 +83,9 @@ class SimMachine:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
+        if self._output is not None:  # a machine killed is forgotten: what it printed with it
+            self._output.close()
+            self._output = None
 
     def terminate(self, grace_seconds: float) -> None:
         """SIGTERM, wait up to the grace, then SIGKILL (a container stop)."""

@@ -396,6 +396,9 @@ class Stack:
                 SIMULATOR_API_KEY,
                 *(["--machines"] if "runpod" in self.config.demo_backends else []),
                 *self._engine_args(),
+                # its pods outlive a restart of the stack, as RunPod's do (issue 35): a pod on the record stays
+                "--state-file",
+                str(self.config.data_dir / "runpod-simulator.json"),
                 *self.config.simulator_args,
             ],
             env,

@@ -1,7 +1,8 @@
 """A model pod's spend from its billable actions (issue 12, "Pod spend").
 
 Theory of operation. RunPod bills a pod from the moment a start or a create is accepted until a stop or a
-terminate is accepted, or until the pod is found gone (RunPod's own 404 answering a stop or terminate). The
+terminate is accepted, or until the pod is found gone (RunPod's own 404 answering a stop or terminate, or a `Gone`
+record: a pod the controller confirmed no longer exists, policy/wake/pod_gone.py, issue 35). The
 ledger holds every billable action exactly once, so the billed intervals are a fold over them in feed order:
 
     action                         open interval for the pod id?   effect
@@ -9,6 +10,7 @@ ledger holds every billable action exactly once, so the billed intervals are a f
     Start / Create, ok             yes                             none (the pod already bills)
     Stop / Terminate, ok           yes                             close it at the action's time
     Stop / Terminate, 404 (gone)   yes                             close it at the action's time
+    Gone (confirmed gone)          yes                             close it at the observation's time
     anything else                  —                               none (a refused call bills nothing new)
 
 An interval is priced at the rate recorded on the action that opened it; a start with no recorded rate
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 OPENS = frozenset({"Start", "Create"})
-CLOSES = frozenset({"Stop", "Terminate"})
+CLOSES = frozenset({"Stop", "Terminate", "Gone"})
 UNKNOWN_GPU = "unknown"
 
 

@@ -109,6 +109,7 @@ class CatalogueError:
     name: str | None
     field: str | None
     message: str
+    key: str | None = None  # a key inside the field (`env.KEY`)
 
     def __str__(self) -> str:
         where = "machine_types" if self.index is None else f"machine_types[{self.index}]"
@@ -116,6 +117,8 @@ class CatalogueError:
             where += f" ({quoted(self.name)})"
         if self.field is not None:
             where = key_path(self.field, where)
+        if self.key is not None:
+            where = key_path(self.key, where)
         return f"{where}: {self.message}"
 
 

@@ -7,6 +7,7 @@ naming the pod:
 
     none            the pod was never on record: the abandoned wake created it  → record a Create
     Stop/Terminate  the record says it stopped: the abandoned wake started it   → record a Start
+    (or Gone)
     Create/Start    the record already says it bills                             → nothing
 
 Only after an abandoned wake: a pod running with no call on record otherwise (made by hand, or before
@@ -34,6 +35,6 @@ def unrecorded_call(last_accepted_action: str | None) -> Adopted | None:
     """The call to record for a billing pod, given the last accepted call on record naming it; None: none."""
     if last_accepted_action is None:
         return Adopted.CREATE
-    if last_accepted_action in ("Stop", "Terminate"):
+    if last_accepted_action in ("Stop", "Terminate", "Gone"):
         return Adopted.START
     return None

@@ -9,6 +9,11 @@ runpod.py, fly.py); settings.py builds them from the environment.
   A stop that fails raises `BackendError`; the pool keeps the row and retries on its next pass.
 - `health` is a probe: True only when the machine is up and its worker answers `GET /health` with 200.
 
+A backend that can tell a machine that has ended (its process or container exited) from one still booting also
+satisfies `ReportsEnd`: `ended` is why the machine is gone (the exit code and its last lines of output, scrubbed
+of the spec's secrets), or None while it runs or when that cannot be read. The boot asks it between health polls,
+so a worker that dies at start fails its boot at once rather than at the boot timeout (issue 35).
+
 A backend whose machines can outlive the pool's knowledge of them (RunPod, Fly, Docker) also satisfies `ListsMachines`:
 `list_machines` is every live machine carrying the pool's name prefix, for the orphan sweep (issue 12); None
 when the provider could not be read (the sweep then judges nothing). Local children die with this process
@@ -18,7 +23,7 @@ when the provider could not be read (the sweep then judges nothing). Local child
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from thermostat.policy.pool.machine_type import MachineType
 from thermostat.policy.pool.orphans import ListedMachine
@@ -66,3 +71,8 @@ class Backend(Protocol):
 
 class ListsMachines(Protocol):
     async def list_machines(self) -> tuple[ListedMachine, ...] | None: ...
+
+
+@runtime_checkable
+class ReportsEnd(Protocol):
+    async def ended(self, handle: MachineHandle, spec: MachineSpec) -> str | None: ...

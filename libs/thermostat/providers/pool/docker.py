@@ -22,6 +22,10 @@ Theory of operation:
   progress" (another remover got there first) is followed by `POST /containers/{id}/wait?condition=removed`: the
   stop returns once the container is gone, whoever removed it.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
+- ended (between a boot's health polls): a container the daemon reports `exited` or `dead` has ended; its
+  `State.ExitCode` and the last lines of `GET /containers/{id}/logs?stdout=1&stderr=1&tail=N` (the multiplexed
+  stream's frames joined; a TTY container's raw stream as it is), scrubbed of the worker token and the type's env
+  values, say why, so its boot fails at once rather than at the boot timeout (issue 35).
 - Errors name the machine (or container) and carry the daemon's `message`, bounded and scrubbed of the
   worker token.
 """
@@ -47,8 +51,18 @@ from thermostat.providers.pool.backend import (
     ListsMachines,
     MachineHandle,
     MachineSpec,
+    ReportsEnd,
 )
-from thermostat.providers.pool.provider_errors import json_object, machine_subject, provider_error, refusal
+from thermostat.providers.pool.provider_errors import (
+    TAIL_LINES,
+    ended_reason,
+    json_object,
+    machine_secrets,
+    machine_subject,
+    output_tail,
+    provider_error,
+    refusal,
+)
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
@@ -59,6 +73,7 @@ LABEL_POOL: Final = "thermostat.pool"
 LABEL_MACHINE_TYPE: Final = "thermostat.machine_type"
 LABEL_MACHINE_ID: Final = "thermostat.machine_id"
 LOOPBACK: Final = "127.0.0.1"
+LOG_TAIL_LINES: Final = 4 * TAIL_LINES  # the daemon counts blank lines too: a few more than the reason repeats
 
 _log = logging.getLogger(__name__)
 
@@ -271,6 +286,28 @@ class DockerBackend:
             return False
         return await self._worker.health(handle.endpoint)
 
+    async def ended(self, handle: MachineHandle, spec: MachineSpec) -> str | None:
+        """Why the container is gone (exited or dead: its exit code and last lines of output), else None (running,
+        still being created, or the daemon could not be read)."""
+        try:
+            inspected = await self._http.get(f"/containers/{handle.provider_id}/json")
+        except httpx.HTTPError:
+            return None
+        state = json_object(inspected).get("State") if inspected.status_code == 200 else None
+        if not isinstance(state, dict) or state.get("Status") not in ("exited", "dead"):
+            return None
+        code = state.get("ExitCode")
+        try:
+            logs = await self._http.get(
+                f"/containers/{handle.provider_id}/logs",
+                params={"stdout": "1", "stderr": "1", "tail": str(LOG_TAIL_LINES)},
+            )
+            output = demultiplexed(logs.content) if logs.status_code == 200 else b""
+        except httpx.HTTPError:
+            output = b""
+        tail = output_tail(output, secrets=machine_secrets(spec.worker_token, spec.machine_type.env))
+        return ended_reason(code if isinstance(code, int) and not isinstance(code, bool) else None, tail)
+
     async def _call(
         self, method: str, path: str, subject: str, what: str, secrets: tuple[str, ...], **kwargs: Any
     ) -> httpx.Response:
@@ -293,6 +330,22 @@ class DockerBackend:
         return response
 
 
+def demultiplexed(body: bytes) -> bytes:
+    """The payloads of the Engine's multiplexed log stream, in order (each frame an 8-byte header: stream 0-2, three
+    zero bytes, the payload's size big-endian); a body not framed that way (a TTY container's raw stream) as it
+    is."""
+    payloads = bytearray()
+    at = 0
+    while at < len(body):
+        header = body[at : at + 8]
+        if len(header) < 8 or header[0] > 2 or header[1:4] != b"\0\0\0":
+            return body
+        size = int.from_bytes(header[4:8], "big")
+        payloads += body[at + 8 : at + 8 + size]
+        at += 8 + size
+    return bytes(payloads)
+
+
 def _removal_in_progress(response: httpx.Response) -> bool:
     try:
         message = response.json().get("message", "")
@@ -311,4 +364,8 @@ def _conforms(backend: DockerBackend) -> Backend:
 
 
 def _lists(backend: DockerBackend) -> ListsMachines:
+    return backend
+
+
+def _reports_end(backend: DockerBackend) -> ReportsEnd:
     return backend

@@ -32,6 +32,14 @@ Theory of operation:
   backend did not start is signalled by group (see above) and its leader polled until it is gone (it is not
   our child, so no wait() reports it): `stop` returns once the machine has ended, whoever started it.
 - `health` is "the process is alive and its worker answers GET /health with 200".
+- Output: a machine's stdout and stderr go to `{output_dir}/{provider id}.out` (a directory of this user's under
+  the system's temporary one unless given; the same for every dispatcher process on the host, so one that adopted
+  a machine finds its file by its provider id), never to the pool's own terminal. `ended` reads its last lines
+  once the process has exited: a worker that dies at start fails its boot at once, saying why (issue 35: the
+  output went to /dev/null and the pool waited the whole boot timeout). The file is kept bounded: each health
+  probe cuts one past OUTPUT_TRIM_BYTES down to its last OUTPUT_KEEP_BYTES (the child appends, so its writes go
+  on at the new end; a line written during the cut may be lost, which a diagnostic tail can afford), and a stop
+  removes it.
 """
 
 from __future__ import annotations
@@ -46,15 +54,26 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
-from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec
+from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec, ReportsEnd
+from thermostat.providers.pool.provider_errors import ended_reason, machine_secrets, output_tail
 from thermostat.providers.pool.worker_client import WorkerClient
 
 DEFAULT_STOP_GRACE_SECONDS = 5.0
 FOREIGN_POLL_SECONDS = 0.02
 INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 LOOPBACK = "127.0.0.1"
+OUTPUT_KEEP_BYTES = 16 * 1024
+OUTPUT_TRIM_BYTES = 256 * 1024
+
+
+def default_output_dir() -> Path:
+    """Where machines' output files go unless a backend is given a directory: this user's, under the system's
+    temporary directory (shared by the host's dispatcher processes: see the module)."""
+    return Path(tempfile.gettempdir()) / f"thermostat-machines-{os.getuid()}"
 
 
 _RELEASED: list[asyncio.subprocess.Process] = []
@@ -73,14 +92,14 @@ class LocalBackend:
         *,
         stop_grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS,
         environ: Mapping[str, str] | None = None,
-        output: int | None = asyncio.subprocess.DEVNULL,
+        output_dir: Path | None = None,
         outlive_process: bool = False,
     ) -> None:
         self._client = client
         self._grace = stop_grace_seconds
         source = os.environ if environ is None else environ
         self._inherited = {name: source[name] for name in INHERITED_VARIABLES if name in source}
-        self._output = output
+        self._output_dir = output_dir or default_output_dir()
         self._outlive = outlive_process  # POOL_LOCAL_MACHINES_OUTLIVE_PROCESS: no parent-death signal (module doc)
         self._children: dict[str, asyncio.subprocess.Process] = {}
         self._endpoints: dict[str, str] = {}
@@ -101,19 +120,31 @@ class LocalBackend:
             raise BackendError(f"cannot start {argv[0]!r}: no such executable")
         memory = None if spec.machine_type.memory_mb is None else spec.machine_type.memory_mb * 1024 * 1024
         launch = _launcher(memory_bytes=memory, cpus=self._cpus(spec.machine_type.cpus), bound=not self._outlive)
+        starting = self._output_dir / f"{spec.machine_id}.out"
         try:
-            process = await asyncio.create_subprocess_exec(
-                *launch,
-                *argv,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=self._output,
-                stderr=self._output,
-                start_new_session=True,
-            )
+            self._output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self._output_dir.is_symlink() or self._output_dir.stat().st_uid != os.getuid():
+                # a shared temporary directory: one another user made could read the machines' output
+                raise BackendError(f"machine output directory {self._output_dir} is not this user's own")
+            output = os.open(starting, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *launch,
+                    *argv,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=output,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(output)
         except OSError as error:
+            starting.unlink(missing_ok=True)
             raise BackendError(f"cannot start {argv[0]!r}: {error.strerror or type(error).__name__}") from None
         provider_id = f"local-{process.pid}"
+        with contextlib.suppress(OSError):  # named by the provider id, which an adopting process knows it by
+            starting.replace(self._output_path(provider_id))
         self._children[provider_id] = process
         self._endpoints[provider_id] = f"http://{LOOPBACK}:{port}"
         self._unproven[provider_id] = spec.worker_token
@@ -130,9 +161,11 @@ class LocalBackend:
                 # shielded, as below; and awaited like one of ours: a stop that returned while the worker
                 # was still running let the stack's Ctrl-C end before the machines a deploy handed over did
                 await asyncio.shield(self._terminate_foreign(pid))
+                self._output_path(provider_id).unlink(missing_ok=True)
             return
         # shielded: a caller cancelled mid-grace must not leave the child half-stopped
         await asyncio.shield(self._terminate(process))
+        self._output_path(provider_id).unlink(missing_ok=True)
         self._children.pop(provider_id, None)
         self._endpoints.pop(provider_id, None)
         self._unproven.pop(provider_id, None)
@@ -142,6 +175,7 @@ class LocalBackend:
         process = self._children.get(handle.provider_id)
         if process is not None and process.returncode is not None:
             return False
+        _trim(self._output_path(handle.provider_id))
         # one of ours that runs, or one another dispatcher process on this host started: ask its worker
         if not await self._client.health(handle.endpoint):
             return False
@@ -153,6 +187,19 @@ class LocalBackend:
             return False  # no answer, or the worker of another machine that took the port ours was given
         self._unproven.pop(handle.provider_id, None)
         return True
+
+    async def ended(self, handle: MachineHandle, spec: MachineSpec) -> str | None:
+        """Why one of ours is gone: its exit code and its last lines of output; None while it runs (or for a
+        machine another process started: no wait() of ours reports its end)."""
+        process = self._children.get(handle.provider_id)
+        if process is None or process.returncode is None:
+            return None
+        output = await asyncio.to_thread(_tail_bytes, self._output_path(handle.provider_id))
+        tail = output_tail(output, secrets=machine_secrets(spec.worker_token, spec.machine_type.env))
+        return ended_reason(process.returncode, tail)
+
+    def _output_path(self, provider_id: str) -> Path:
+        return self._output_dir / f"{provider_id}.out"
 
     async def aclose(self) -> None:
         """Stop every machine this backend started (the service's shutdown)."""
@@ -203,6 +250,33 @@ class LocalBackend:
 def _conforms(backend: LocalBackend) -> Backend:
     """LocalBackend satisfies the Backend protocol (checked by mypy here)."""
     return backend
+
+
+def _reports_end(backend: LocalBackend) -> ReportsEnd:
+    return backend
+
+
+def _tail_bytes(path: Path) -> bytes:
+    """The last OUTPUT_KEEP_BYTES of the file (empty when it cannot be read)."""
+    try:
+        with path.open("rb") as output:
+            output.seek(max(0, output.seek(0, os.SEEK_END) - OUTPUT_KEEP_BYTES))
+            return output.read()
+    except OSError:
+        return b""
+
+
+def _trim(path: Path) -> None:
+    """Cut the file to its last OUTPUT_KEEP_BYTES once it is past OUTPUT_TRIM_BYTES (see the module)."""
+    try:
+        if path.stat().st_size <= OUTPUT_TRIM_BYTES:
+            return
+        tail = _tail_bytes(path)
+        with path.open("r+b") as output:
+            output.truncate(0)
+            output.write(tail)
+    except OSError:
+        return
 
 
 def _foreign_pid(provider_id: str) -> int | None:

@@ -8,7 +8,7 @@ replaced before the text is cut to `MAX_PROVIDER_MESSAGE` characters.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -17,6 +17,12 @@ from thermostat.providers.pool.backend import BackendError
 
 MAX_PROVIDER_MESSAGE = 300
 SCRUBBED = "<redacted>"
+TAIL_LINES = 5
+"""The most lines of a dead machine's output a boot failure repeats (its last ones: the error is at the end)."""
+MAX_TAIL_CHARS = 600
+SECRET_MIN_CHARS = 8
+"""An env value this long or longer is scrubbed from a machine's output; shorter ones ("0", "sleep") are settings,
+and replacing them would garble every line."""
 
 
 def provider_message(text: str, *, secrets: Iterable[str]) -> str:
@@ -27,6 +33,30 @@ def provider_message(text: str, *, secrets: Iterable[str]) -> str:
     if len(text) > MAX_PROVIDER_MESSAGE:
         text = text[: MAX_PROVIDER_MESSAGE - 1] + "…"
     return text
+
+
+def output_tail(output: bytes, *, secrets: Iterable[str], lines: int = TAIL_LINES) -> str:
+    """The last `lines` non-blank lines of a machine's output, each secret replaced, joined by ` | ` and cut from
+    the front to MAX_TAIL_CHARS (the end of a traceback says what went wrong); empty for no output."""
+    text = output.decode("utf-8", errors="replace")
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, SCRUBBED)
+    kept = [" ".join(line.split()) for line in text.splitlines() if line.strip()][-lines:]
+    joined = " | ".join(kept)
+    if len(joined) > MAX_TAIL_CHARS:
+        joined = "…" + joined[-(MAX_TAIL_CHARS - 1) :]
+    return joined
+
+
+def machine_secrets(worker_token: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    """What a machine's output must not repeat: its worker token and every env value that could be a credential."""
+    return (worker_token, *(value for value in env.values() if len(value) >= SECRET_MIN_CHARS))
+
+
+def ended_reason(exit_code: int | None, tail: str) -> str:
+    """A dead machine's boot failure: how its process ended and what it said last."""
+    ended = "exited" if exit_code is None else f"exited with code {exit_code}"
+    return f"the machine {ended} before answering its health check" + (f"; its last output: {tail}" if tail else "")
 
 
 def provider_error(provider: str, subject: str, what: str, message: str, *, secrets: Iterable[str]) -> BackendError:

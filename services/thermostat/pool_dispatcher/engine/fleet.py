@@ -4,9 +4,11 @@ values: a `BootPlan` (start the machine a placement inserted, poll its health, h
 
 A boot runs outside the placement lock, traced as pool.boot under its job's caller. The provider's start is made
 only while the instance lease is trusted for the call; its answer is recorded (written until the store takes it),
-then the machine's health is polled until it answers or the type's boot timeout passes. A machine that answered is
-warm, or busy with its dispatched job, which goes to the runner at once (`run`, the runner's). A failed boot stops
-what the provider started, forgets the row and puts its job back in the queue (or fails it: its type is gone).
+then the machine's health is polled until it answers or the type's boot timeout passes, or (a backend that
+`ReportsEnd`) its process or container is seen to have exited: that boot fails at once with the exit code and the
+machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which goes to the
+runner at once (`run`, the runner's). A failed boot stops what the provider started, forgets the row and puts its
+job back in the queue (or fails it: its type is gone).
 A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
 the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration 0019) when a
 machine comes to this process from another (a deploy's release, adopted after a probe) or from this id's last
@@ -24,7 +26,7 @@ from thermostat.policy.pool.departure import Adoption, adopt
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.policy.pool.machines import MachineState
-from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec
+from thermostat.providers.pool.backend import BackendError, MachineHandle, MachineSpec, ReportsEnd
 
 from ..metrics import PoolMetrics
 from ..repository import Assignment, OwnMachine, PoolRepository
@@ -161,6 +163,11 @@ class Fleet:
             raise BootFailed("the machine's row could not be recorded")
         booted_at = self.now()
         while not await backend.health(handle):
+            # a machine whose process has exited fails at once, saying why (issue 35: not at the boot timeout)
+            ended = await backend.ended(handle, spec) if isinstance(backend, ReportsEnd) else None
+            if ended is not None:
+                await self.boot_failed(machine_id, handle.provider_id, ended, kind, name)
+                raise BootFailed(ended)
             if self.now() - booted_at >= machine_type.boot_timeout_seconds:
                 reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
                 await self.boot_failed(machine_id, handle.provider_id, reason, kind, name)

@@ -85,6 +85,13 @@ def test_a_pod_found_gone_closes_the_interval() -> None:
     assert interval.end == T0 + timedelta(minutes=10)
 
 
+def test_a_pod_confirmed_gone_closes_the_interval_at_the_observation() -> None:
+    """Issue 35: a Gone record (no call of ours: the pod was found gone) closes it, and a second one closes nothing."""
+    events = [event("Create", 0, price=1.0), event("Gone", 14, status=None), event("Gone", 20, status=None)]
+    (interval,) = billed_intervals(events)
+    assert interval.end == T0 + timedelta(minutes=14)
+
+
 def test_a_refused_stop_keeps_the_pod_billing() -> None:
     (interval,) = billed_intervals([event("Create", 0, price=1.0), event("Stop", 10, ok=False, status=500)])
     assert interval.end is None

@@ -20,3 +20,8 @@ def test_a_pod_the_record_says_terminated_and_yet_billing_was_started_again() ->
 def test_a_pod_the_record_already_says_bills_needs_nothing() -> None:
     assert unrecorded_call("Create") is None
     assert unrecorded_call("Start") is None
+
+
+def test_a_pod_the_record_says_gone_and_yet_billing_was_started_again() -> None:
+    """A Gone record closed its billing: a pod running after it was started by the abandoned wake."""
+    assert unrecorded_call("Gone") is Adopted.START

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -127,6 +129,8 @@ class _Handler(RecordingHandler):
             send_streamed(self, streamed)
             return
         answer = self.answer_or_failure(request) if streamed is None else streamed
+        if request.method != "GET":  # a write may have changed the world: the state file follows it
+            simulator.save_state()
         if fault is not None and fault.hold is not None and fault.hold.after_commit:
             fault.hold.park(simulator._stopping)
         if fault is not None and fault.commit_then_fail:
@@ -165,6 +169,7 @@ class RunPodSimulator(ServedSimulator[_Server]):
         fast_proxy: bool = False,
         engine: Installation | None = None,
         engine_log_dir: Path | None = None,
+        state_file: Path | None = None,
     ) -> None:
         """`clock` drives every lifecycle and model-load delay; tests pass a manual one instead of sleeping.
 
@@ -174,6 +179,9 @@ class RunPodSimulator(ServedSimulator[_Server]):
         `proxy_url_template` then names: thousands of pods scraped at once without a thread each.
         `engine` (an installed thermostat.dev.engine) runs a real vLLM for each RUNNING pod, its output logged under
         `engine_log_dir` (default: a temporary directory), and the proxy relays to it (engine.py).
+        `state_file` keeps the pods across restarts (issue 35: restarting `make run` while a pod ran, the simulator
+        forgot it and its billing on record never closed): read at start when it exists, written after every
+        request that may change the world and at stop; none by default.
         """
         if engine is not None and fast_proxy:
             raise ValueError("fast_proxy serves the simulated /metrics only: it does not go with a real engine")
@@ -201,6 +209,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         self._fast_proxy = FastProxy(self, host) if fast_proxy else None
         self.engines = Engines(self.world, engine, log_dir=engine_log_dir) if engine is not None else None
         self.world.engines = self.engines
+        self._state_file = state_file
+        self._state_lock = threading.Lock()
 
     # --- server --------------------------------------------------------------------------------------------
 
@@ -208,6 +218,8 @@ class RunPodSimulator(ServedSimulator[_Server]):
         if self._server is not None:
             raise RuntimeError("the simulator is already running")
         self._stopping.clear()
+        if self._state_file is not None and self._state_file.exists():
+            self.world.import_state(json.loads(self._state_file.read_text()))
         if self._fast_proxy is not None:
             self._fast_proxy.start()
         if self.engines is not None:
@@ -218,12 +230,26 @@ class RunPodSimulator(ServedSimulator[_Server]):
         if self._server is None:
             return
         self._stopping.set()
+        self.save_state()
         self.world.kill_machines()
         if self.engines is not None:
             self.engines.close()
         if self._fast_proxy is not None:
             self._fast_proxy.stop()
         self._stop_serving()
+
+    def save_state(self) -> None:
+        """Write the world to the state file, if there is one (atomically: a restart reads a whole one)."""
+        if self._state_file is None:
+            return
+        with self._state_lock:
+            written = self._state_file.with_name(self._state_file.name + ".tmp")
+            try:
+                self._state_file.parent.mkdir(parents=True, exist_ok=True)
+                written.write_text(json.dumps(self.world.export_state()))
+                written.replace(self._state_file)
+            except OSError as error:  # the world goes on; the next write tries again
+                _log.warning("runpod simulator: state file %s not written: %s", self._state_file, error)
 
     @property
     def port(self) -> int:
@@ -685,6 +711,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--stream-chunk-seconds", type=float, default=SimSettings().stream_chunk_seconds,
         help="the simulated engine's pause between streamed chunks",
     )  # fmt: skip
+        "--state-file",
+        type=Path,
+        default=os.environ.get("RUNPOD_SIMULATOR_STATE_FILE") or None,
+        help="keep the pods across restarts in this JSON file (else RUNPOD_SIMULATOR_STATE_FILE; none: forget them)",
+    )
     return parser.parse_args(argv)
 
 
@@ -723,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         fast_proxy=args.fast_proxy,
         engine=engine,
         engine_log_dir=args.engine_log_dir,
+        state_file=args.state_file,
     ).start()
     if args.stopped_pod:
         simulator.add_pod(volume_id=DEFAULT_VOLUME_ID)

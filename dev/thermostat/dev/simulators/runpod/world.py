@@ -17,9 +17,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from thermostat.dev.simulators.machines import SimMachine
 from thermostat.dev.simulators.runpod.catalog import (
@@ -756,6 +756,42 @@ class PodWorld:
             for pod in self._pods.values():
                 if pod.machine is not None:
                     pod.machine.kill()
+
+    # --- a state file across restarts (server.py's `state_file`) ------------------------------------------------
+
+    def export_state(self) -> dict[str, object]:
+        """The pods, the volumes and what billed, as JSON values. A pod running a real worker (the pool's) is left
+        out, its stretch closed: its process ends with this one, as a machine of a restarted host would."""
+        with self.lock:
+            now = self._tick()
+            kept = [pod for pod in self._pods.values() if pod.machine is None]
+            left = {pod.id for pod in self._pods.values() if pod.machine is not None}
+            return {
+                "pods": [
+                    {**{f.name: getattr(pod, f.name) for f in fields(SimPod) if f.name not in ("machine", "vllm")},
+                     "vllm": asdict(pod.vllm)}
+                    for pod in kept
+                ],
+                "volumes": dict(self._volumes),
+                "billed": [
+                    {**asdict(b), "end": now if b.end is None and b.pod_id in left else b.end} for b in self._billed
+                ],
+            }  # fmt: skip
+
+    def import_state(self, state: Mapping[str, Any]) -> None:
+        """Take the pods, volumes and billed stretches `export_state` wrote; a pod's lifecycle goes on from its
+        recorded times (the clock is the wall clock)."""
+        with self.lock:
+            self._volumes.update(state.get("volumes") or {})
+            for raw in state.get("pods") or []:
+                values = dict(raw)
+                counters = VllmCounters(**values.pop("vllm"))
+                pod = SimPod(**values, vllm=counters)
+                self._pods[pod.id] = pod
+                if pod.status in _MOVING:
+                    self._moving[pod.id] = pod
+            self._billed = [BilledStretch(**stretch) for stretch in state.get("billed") or []]
+            self._tick()
 
     def reset(self, *, catalogue: Iterable[SimGpu], volumes: Mapping[str, str], settings: SimSettings) -> None:
         with self.lock:
