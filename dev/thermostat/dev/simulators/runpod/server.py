@@ -711,6 +711,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--stream-chunk-seconds", type=float, default=SimSettings().stream_chunk_seconds,
         help="the simulated engine's pause between streamed chunks",
     )  # fmt: skip
+    parser.add_argument(
         "--state-file",
         type=Path,
         default=os.environ.get("RUNPOD_SIMULATOR_STATE_FILE") or None,
