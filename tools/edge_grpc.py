@@ -1,0 +1,55 @@
+"""The edge's answers to native gRPC callers beyond the services' own routes (tools/envoy_config.py lists them):
+grpc.health.v1.Health for the whole stack and for each service (grpc_health.lua), reflection told it is asked
+through the edge, and an Unimplemented in our words for a method the edge does not route."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any, Final
+
+GRPC_HEALTH_LUA: Final = resources.files(__package__).joinpath("grpc_health.lua").read_text(encoding="utf-8")
+GRPC_HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
+HEALTH_ROUTE_HEADER: Final = "x-thermostat-health-upstream"
+"""Set by grpc_health.lua only (a caller's own is removed): the upstream a health call is forwarded to."""
+_LUA_PER_ROUTE: Final = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
+_NATIVE_GRPC: Final = {"name": "content-type", "string_match": {"prefix": "application/grpc"}}
+
+
+GRPC_EDGE_FILTER: Final = "thermostat.grpc_edge"
+
+
+def grpc_edge_filter() -> dict[str, Any]:
+    """The Lua filter the health routes give their script (no default: no other request runs Lua here). Listed
+    after the filters that skip native gRPC calls, so they have decided to when it answers one itself: before,
+    the plumbing filter would strip that answer's grpc-status."""
+    return {
+        "name": GRPC_EDGE_FILTER,
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"},
+    }
+
+
+def grpc_health_routes(clusters: list[str], script: str, action: dict[str, Any]) -> list[dict[str, Any]]:
+    """grpc.health.v1.Health's routes: one per upstream, taken once the script has named it, then the route every
+    call first matches. Each runs the script (a route is chosen before it runs, so a caller's own header would
+    otherwise pick the upstream); only native gRPC calls match."""
+    per_route = {GRPC_EDGE_FILTER: {"@type": _LUA_PER_ROUTE, "source_code": {"inline_string": script}}}
+    routes = [
+        {
+            "match": {
+                "prefix": GRPC_HEALTH_PREFIX,
+                "headers": [_NATIVE_GRPC, {"name": HEALTH_ROUTE_HEADER, "string_match": {"exact": cluster}}],
+            },
+            "route": {"cluster": cluster, **action},
+            "typed_per_filter_config": per_route,
+        }
+        for cluster in clusters
+    ]
+    # the script always answers or re-routes: this route's backstop is never sent
+    routes.append(
+        {
+            "match": {"prefix": GRPC_HEALTH_PREFIX, "headers": [_NATIVE_GRPC]},
+            "direct_response": {"status": 503, "body": {"inline_string": "the edge's health script did not answer"}},
+            "typed_per_filter_config": per_route,
+        }
+    )
+    return routes
