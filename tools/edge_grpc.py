@@ -11,6 +11,9 @@ GRPC_HEALTH_LUA: Final = resources.files(__package__).joinpath("grpc_health.lua"
 GRPC_HEALTH_PREFIX: Final = "/grpc.health.v1.Health/"
 HEALTH_ROUTE_HEADER: Final = "x-thermostat-health-upstream"
 """Set by grpc_health.lua only (a caller's own is removed): the upstream a health call is forwarded to."""
+REFLECTION_HEADER: Final = ("x-thermostat-reflection", "edge")
+"""Sent with every reflection call the edge routes: the reflecting service then describes what the edge routes
+(libs/thermostat/chassis/reflection.py), not what its own port serves."""
 _LUA_PER_ROUTE: Final = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute"
 _NATIVE_GRPC: Final = {"name": "content-type", "string_match": {"prefix": "application/grpc"}}
 
@@ -53,3 +56,19 @@ def grpc_health_routes(clusters: list[str], script: str, action: dict[str, Any])
         }
     )
     return routes
+
+
+def reflection_routes(cluster: str, services: tuple[str, ...], action: dict[str, Any]) -> list[dict[str, Any]]:
+    """Reflection to the one service that describes the edge, told so (a caller's own header is overwritten)."""
+    told = {
+        "header": {"key": REFLECTION_HEADER[0], "value": REFLECTION_HEADER[1]},
+        "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+    }
+    return [
+        {
+            "match": {"prefix": f"/{service}/"},
+            "route": {"cluster": cluster, **action},
+            "request_headers_to_add": [told],
+        }
+        for service in services
+    ]

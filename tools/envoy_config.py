@@ -23,7 +23,7 @@ from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
-from tools.edge_grpc import GRPC_HEALTH_LUA, grpc_edge_filter, grpc_health_routes
+from tools.edge_grpc import GRPC_HEALTH_LUA, grpc_edge_filter, grpc_health_routes, reflection_routes
 from tools.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
@@ -366,10 +366,7 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
             for service in upstream.services
         )
     if spec.reflection_cluster is not None:
-        routes.extend(
-            {"match": {"prefix": f"/{service}/"}, "route": {"cluster": spec.reflection_cluster, **grpc_action}}
-            for service in REFLECTION_SERVICES
-        )
+        routes.extend(reflection_routes(spec.reflection_cluster, REFLECTION_SERVICES, grpc_action))
     routes.extend(_path_override_routes(path_bindings(spec.descriptor_set.read_bytes(), services)))
     # REST: the route matched on the original path chooses the transcoder's print options. A request
     # the transcoder accepts is re-routed by its rewritten path (the route cache is cleared); one it
