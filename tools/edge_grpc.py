@@ -72,3 +72,47 @@ def reflection_routes(cluster: str, services: tuple[str, ...], action: dict[str,
         }
         for service in services
     ]
+
+
+def unrouted_route() -> dict[str, Any]:
+    """Every native gRPC call no route before it took: Envoy's 404, which a gRPC caller reads as UNIMPLEMENTED, with
+    the message unrouted_mapper writes (Envoy's own has none)."""
+    return {
+        "match": {"prefix": "/", "headers": [_NATIVE_GRPC]},
+        "direct_response": {"status": 404, "body": {"inline_string": "the edge routes no such method"}},
+    }
+
+
+def unrouted_message(services: list[str]) -> str:
+    """What a gRPC caller of a method the edge does not route reads (Envoy fills in the method's path)."""
+    return (
+        "the edge does not route %REQ(:PATH)%: it routes "
+        + ", ".join([*services, "grpc.health.v1.Health", "server reflection"])
+        + " (grpcurl -plaintext <edge> list); an internal service answers only the deployment's own services, "
+        "on that service's port"
+    )
+
+
+def unrouted_mapper(services: list[str]) -> dict[str, Any]:
+    """The local reply mapper giving unrouted_route's 404 to a native gRPC call its message (grpc-message)."""
+    return {
+        "filter": {
+            "and_filter": {
+                "filters": [
+                    {
+                        "status_code_filter": {
+                            "comparison": {
+                                "op": "EQ",
+                                "value": {"default_value": 404, "runtime_key": "edge.local_reply_404"},
+                            }
+                        }
+                    },
+                    {"header_filter": {"header": _NATIVE_GRPC}},
+                ]
+            }
+        },
+        "body_format_override": {
+            "text_format_source": {"inline_string": unrouted_message(services)},
+            "content_type": "text/plain",
+        },
+    }

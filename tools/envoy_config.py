@@ -23,7 +23,14 @@ from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
-from tools.edge_grpc import GRPC_HEALTH_LUA, grpc_edge_filter, grpc_health_routes, reflection_routes
+from tools.edge_grpc import (
+    GRPC_HEALTH_LUA,
+    grpc_edge_filter,
+    grpc_health_routes,
+    reflection_routes,
+    unrouted_mapper,
+    unrouted_route,
+)
 from tools.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
@@ -367,6 +374,7 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
         )
     if spec.reflection_cluster is not None:
         routes.extend(reflection_routes(spec.reflection_cluster, REFLECTION_SERVICES, grpc_action))
+    routes.append(unrouted_route())
     routes.extend(_path_override_routes(path_bindings(spec.descriptor_set.read_bytes(), services)))
     # REST: the route matched on the original path chooses the transcoder's print options. A request
     # the transcoder accepts is re-routed by its rewritten path (the route cache is cleared); one it
@@ -668,13 +676,14 @@ def _local_replies(spec: EdgeSpec) -> dict[str, Any]:
     }
     return {
         "mappers": [
+            unrouted_mapper([s for u in spec.upstreams for s in u.services]),
             {
                 "filter": over_limit,
                 "body_format_override": {
                     "text_format_source": {"inline_string": body_over_limit_message(body_limit(spec))},
                     "content_type": "text/plain",
                 },
-            }
+            },
         ]
     }
 

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTORS = ROOT / "build" / "edgetest.pb"
 FAST_CHECKS = HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2)
 BODY_LIMIT = 2 * 1024 * 1024
+NO_ROUTE = "no route takes this method on this path"
 
 
 def _spec(*upstreams: Upstream, **overrides: object) -> EdgeSpec:
@@ -527,16 +528,23 @@ async def test_grpc_error_becomes_problem_json_with_the_service_status(
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "detail"),
     [
-        pytest.param("GET", "/nowhere", None, 404, "Could not resolve /nowhere to a method.", id="unknown-route"),
         pytest.param(
-            "GET", "/api/pods", None, 404, "Could not resolve /api/pods to a method.", id="unknown-route-in-a-family"
+            "GET", "/nowhere", None, 404, "/nowhere: no route takes this method on this path", id="unknown-route"
+        ),
+        pytest.param(
+            "GET",
+            "/api/pods",
+            None,
+            404,
+            "/api/pods: no route takes this method on this path",
+            id="unknown-route-in-a-family",
         ),
         pytest.param(
             "GET",
             "/api/pods/qwen?colour=red",
             None,
             400,
-            'Could not find field "colour" in the type "thermostat.edgetest.v1.GetPodRequest".',
+            "colour: no such query parameter on this route",
             id="unknown-query-parameter",
         ),
         pytest.param(
@@ -544,7 +552,7 @@ async def test_grpc_error_becomes_problem_json_with_the_service_status(
             "/api/pods/qwen/start",
             {"name": "other"},
             400,
-            'The binding value "qwen" of the field name is conflicting with the value "other" in the body.',
+            'body.name: conflicts with the path\'s name "qwen"; leave it out of the body',
             id="body-path-collision",
         ),
         pytest.param("PUT", "/v1/machine-types", [{"name": "cpu", "max_workers": "many"}], 400, None, id="bad-value"),

@@ -31,6 +31,7 @@ from thermostat.chassis.reflection import enable_described_reflection
 from thermostat.chassis.request_context import RequestContextInterceptor
 from thermostat.chassis.text_fields import TextFieldInterceptor
 from thermostat.chassis.tracing import server_interceptors
+from thermostat.chassis.unknown_methods import UnknownMethods
 
 log = logging.getLogger("thermostat.chassis.server")
 
@@ -131,6 +132,9 @@ class ServiceHost:
             self.server,
             own=[*(set(spec.service_names) - internal), health.SERVICE_NAME],
             edge=[*({*spec.service_names, *spec.reflection_names} - internal), health.SERVICE_NAME],
+        )
+        self.server.add_generic_rpc_handlers(
+            (UnknownMethods([*spec.service_names, health.SERVICE_NAME, "grpc.reflection.v1alpha.ServerReflection"]),)
         )
         self.port = self.server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
