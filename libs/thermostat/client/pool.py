@@ -33,9 +33,24 @@ TERMINAL_STATES = frozenset(
 JOB_STATE_HEADER = "x-pool-job-state"  # GetJobResult's trailing metadata
 
 
-def _text(value: float | int | str | None) -> str:
-    """RunJobs' submit options are strings on the wire (the seed's query parameters); unset is ""."""
-    return "" if value is None else str(value)
+def run_job_request(
+    machine_type: str,
+    payload: bytes,
+    *,
+    priority: int | None,
+    session_id: str | None,
+    timeout_seconds: float | None,
+    wait_seconds: float | None,
+) -> pool_pb2.RunJobRequest:
+    """RunJob's typed request (RunJobs' too): unset options are left unset, the pool's defaults."""
+    request = pool_pb2.RunJobRequest(
+        machine_type=machine_type, payload=payload, priority=priority or 0, session_id=session_id or ""
+    )
+    if timeout_seconds is not None:
+        request.timeout.CopyFrom(_duration(timeout_seconds))
+    if wait_seconds is not None:
+        request.wait.CopyFrom(_duration(wait_seconds))
+    return request
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -101,18 +116,17 @@ class JobRequest:
     key: Any = None
 
     def message(self, tag: int) -> pool_pb2.RunJobsRequest:
-        request = pool_pb2.RunJobsRequest(
+        return pool_pb2.RunJobsRequest(
             tag=tag,
-            job=pool_pb2.SubmitJobSyncRequest(
-                machine_type=self.machine_type,
-                priority=_text(self.priority),
-                session_id=self.session_id or "",
-                timeout_seconds=_text(self.timeout_seconds),
-                wait_seconds=_text(self.wait_seconds),
+            run=run_job_request(
+                self.machine_type,
+                self.payload,
+                priority=self.priority,
+                session_id=self.session_id,
+                timeout_seconds=self.timeout_seconds,
+                wait_seconds=self.wait_seconds,
             ),
         )
-        request.job.payload.data = self.payload
-        return request
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,13 +243,14 @@ class AsyncPool:
         clock = self._calls.transport.clock
         total = self._calls.wait_deadline(timeout)
         deadline = clock() + total
-        request = pool_pb2.RunJobRequest(
-            machine_type=machine_type, payload=payload, priority=priority or 0, session_id=session_id or ""
+        request = run_job_request(
+            machine_type,
+            payload,
+            priority=priority,
+            session_id=session_id,
+            timeout_seconds=timeout_seconds,
+            wait_seconds=wait_seconds,
         )
-        if timeout_seconds is not None:
-            request.timeout.CopyFrom(_duration(timeout_seconds))
-        if wait_seconds is not None:
-            request.wait.CopyFrom(_duration(wait_seconds))
         answer: pool_pb2.RunJobResponse = await self._calls.transport.unary(
             self._stub.RunJob,
             request,

@@ -120,3 +120,13 @@ async def test_the_seeds_rest_routes_keep_their_json(stack: CliStack) -> None:
     assert queued.status_code == 202 and queued.json()["priority"] == 5 and isinstance(queued.json()["state"], str)
     assert not {"job_state", "submit_time", "timeout"} & set(queued.json())
     assert [t["name"] for t in catalogue.json()] == [t["name"] for t in CATALOGUE]
+
+
+async def test_run_jobs_takes_typed_jobs_over_one_stream(pool: pool_pb2_grpc.PoolDispatcherStub) -> None:
+    """RunJobs' `run` is RunJob's typed request; a refusal names the typed field, the other job still runs."""
+    good = pool_pb2.RunJobsRequest(tag=1, run=pool_pb2.RunJobRequest(machine_type="local", text="one"))
+    bad = pool_pb2.RunJobsRequest(tag=2, run=pool_pb2.RunJobRequest(machine_type="local", wait=_seconds(-1)))
+    call = pool.RunJobs(iter([good, bad]), metadata=_as(fresh_tenant()), timeout=60)
+    answers = {response.tag: response async for response in call}
+    assert answers[1].result == b"one"
+    assert answers[2].error.detail.startswith("wait: ")
