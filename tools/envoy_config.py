@@ -23,6 +23,14 @@ from google.protobuf import descriptor_pb2
 
 from thermostat.chassis.ports import port_from_env
 from thermostat.chassis.registry import SERVICES, ServiceDef, reflecting
+from tools.edge_grpc import (
+    GRPC_HEALTH_LUA,
+    grpc_edge_filter,
+    grpc_health_routes,
+    reflection_routes,
+    unrouted_mapper,
+    unrouted_route,
+)
 from tools.path_bindings import PathBinding, path_bindings
 
 DEFAULT_LISTEN_ADDRESS: Final = "127.0.0.1"
@@ -43,6 +51,7 @@ _TYPES: Final = "type.googleapis.com/envoy.extensions"
 _MATCHER_TYPES: Final = "type.googleapis.com/envoy.type.matcher.v3"
 _LUA_SOURCE: Final = resources.files(__package__).joinpath("rest_responses.lua").read_text(encoding="utf-8")
 _HEALTH_LUA: Final = resources.files(__package__).joinpath("health.lua").read_text(encoding="utf-8")
+_HEALTH_CHECKS: Final = resources.files(__package__).joinpath("health_checks.lua").read_text(encoding="utf-8")
 HEALTH_FILTER: Final = "thermostat.health"
 REST_FILTER: Final = "envoy.filters.http.lua"
 # Cluster and service names are written into the /health script and its JSON body as they are.
@@ -289,7 +298,12 @@ def _health_script(spec: EdgeSpec) -> str:
         for u in spec.upstreams
     )
     prelude = f"UPSTREAMS = {{\n{upstreams}\n}}\nTIMEOUT_MS = {int(spec.health.timeout_s * 1000)}\n\n"
-    return prelude + _HEALTH_LUA
+    return prelude + _HEALTH_CHECKS + _HEALTH_LUA
+
+
+def _grpc_health_script(spec: EdgeSpec) -> str:
+    """grpc.health.v1.Health's script (edge_grpc.py): GET /health's upstreams and checks, its own answer."""
+    return _health_script(spec).removesuffix(_HEALTH_LUA) + GRPC_HEALTH_LUA
 
 
 def _encoded_either_way(name: str) -> str:
@@ -348,6 +362,8 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
     timeout = _duration(spec.route_timeout_s)
     grpc_action = {"timeout": timeout, "max_stream_duration": {"grpc_timeout_header_max": "0s"}}
     routes: list[dict[str, Any]] = [_health_route(spec), *_http_routes(spec)]
+    clusters = [u.cluster for u in spec.upstreams]
+    routes.extend(grpc_health_routes(clusters, _grpc_health_script(spec), grpc_action))
     # Calls that may rightly last long (a sync submit's wait), matched on the method's path before the service's
     # prefix: native gRPC and transcoded REST alike. The stream idle timeout (5 min by default) is lifted with
     # the route timeout, as nothing flows while the service waits.
@@ -367,10 +383,8 @@ def _routes(spec: EdgeSpec, services: list[str]) -> list[dict[str, Any]]:
             for service in upstream.services
         )
     if spec.reflection_cluster is not None:
-        routes.extend(
-            {"match": {"prefix": f"/{service}/"}, "route": {"cluster": spec.reflection_cluster, **grpc_action}}
-            for service in REFLECTION_SERVICES
-        )
+        routes.extend(reflection_routes(spec.reflection_cluster, REFLECTION_SERVICES, grpc_action))
+    routes.append(unrouted_route())
     routes.extend(_path_override_routes(path_bindings(spec.descriptor_set.read_bytes(), services)))
     # REST: the route matched on the original path chooses the transcoder's print options. A request
     # the transcoder accepts is re-routed by its rewritten path (the route cache is cleared); one it
@@ -638,6 +652,7 @@ def build_envoy_config(spec: EdgeSpec) -> dict[str, Any]:
             _plumbing_filter(),
             # Before the transcoder: the response path runs in reverse, so Lua sees transcoded responses.
             _rest_filter(),
+            grpc_edge_filter(),
             {"name": TRANSCODER, "typed_config": _transcoder(spec, services, proto_field_names=False)},
             {"name": "envoy.filters.http.router", "typed_config": {"@type": f"{_TYPES}.filters.http.router.v3.Router"}},
         ],
@@ -696,13 +711,14 @@ def _local_replies(spec: EdgeSpec) -> dict[str, Any]:
     }
     return {
         "mappers": [
+            unrouted_mapper([s for u in spec.upstreams for s in u.services]),
             {
                 "filter": over_limit,
                 "body_format_override": {
                     "text_format_source": {"inline_string": body_over_limit_message(body_limit(spec))},
                     "content_type": "text/plain",
                 },
-            }
+            },
         ]
     }
 

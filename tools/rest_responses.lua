@@ -129,6 +129,43 @@ local function write_nulls(handle, names)
   handle:headers():replace("content-length", tostring(#text))
 end
 
+-- What the transcoder says of a request it refuses, in the words of the rest of the API: the field first, then
+-- what is wrong with it (`page_size: must be a whole number (32-bit), got "abc"`), never its type names
+-- (TYPE_INT32) nor the request message's (thermostat.pool.v1.SubmitJobJsonRequest). `detail` is JSON-escaped.
+local KINDS = {
+  TYPE_INT32 = "a whole number (32-bit)", TYPE_SINT32 = "a whole number (32-bit)",
+  TYPE_SFIXED32 = "a whole number (32-bit)", TYPE_INT64 = "a whole number (64-bit)",
+  TYPE_SINT64 = "a whole number (64-bit)", TYPE_SFIXED64 = "a whole number (64-bit)",
+  TYPE_UINT32 = "a non-negative whole number (32-bit)", TYPE_FIXED32 = "a non-negative whole number (32-bit)",
+  TYPE_UINT64 = "a non-negative whole number (64-bit)", TYPE_FIXED64 = "a non-negative whole number (64-bit)",
+  TYPE_DOUBLE = "a finite number", TYPE_FLOAT = "a finite number", TYPE_BOOL = "true or false",
+  TYPE_ENUM = "one of the enum's names", TYPE_BYTES = "base64",
+}
+
+local function in_our_words(detail)
+  local field = detail:match('^Could not find field \\"(.-)\\" in the type \\"[%w_.]+\\"%.?$')
+  if field ~= nil then
+    return field .. ": no such query parameter on this route"
+  end
+  local name, value, kind = detail:match('^([%w_.]+): invalid value \\"(.-)\\" for type (TYPE_%u+%d*)$')
+  if name ~= nil then
+    return name .. ": must be " .. (KINDS[kind] or "another kind of value") .. ', got \\"' .. value .. '\\"'
+  end
+  local bound, field_name = detail:match('^The binding value (\\".-\\") of the field ([%w_.]+) is conflicting')
+  if bound ~= nil then
+    return "body." .. field_name .. ": conflicts with the path's " .. field_name .. " " .. bound
+      .. "; leave it out of the body"
+  end
+  local path = detail:match("^Could not resolve (.-) to a method%.?$")
+  if path ~= nil then
+    return path .. ": no route takes this method on this path"
+  end
+  if detail:match("^Unexpected ") or detail:match("^Expected ") or detail:match("^Invalid ") then
+    return "body: not the JSON this route reads (this route may take no body)"
+  end
+  return detail
+end
+
 function envoy_on_response(handle)
   local headers = handle:headers()
   local code = headers:get("x-http-code")
@@ -177,6 +214,9 @@ function envoy_on_response(handle)
   end
   if detail == nil then
     detail = json_escape((text:gsub("%s+$", "")))
+  end
+  if content_type:sub(1, 16) ~= "application/json" and (status == 400 or status == 404) then
+    detail = in_our_words(detail) -- Envoy's own reply (a service's error is the transcoder's JSON Status)
   end
   if status == 400 and detail:sub(1, 2) == ": " then
     -- the transcoder's error at the request body's root (a list or a scalar where the message's object belongs)

@@ -14,6 +14,7 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from tests.e2e.edge_server import READY_SINCE_JSON, SERVICE, RunningServer, start_edge_test_server
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTORS = ROOT / "build" / "edgetest.pb"
 FAST_CHECKS = HealthCheckTiming(interval_s=0.2, timeout_s=1.0, no_traffic_interval_s=0.2)
 BODY_LIMIT = 2 * 1024 * 1024
+NO_ROUTE = "no route takes this method on this path"
 
 
 def _spec(*upstreams: Upstream, **overrides: object) -> EdgeSpec:
@@ -346,6 +348,67 @@ async def test_health_follows_the_upstream_grpc_health_status(http: httpx.AsyncC
     }
 
 
+async def _grpc_health(channel: grpc.aio.Channel, service: str) -> int:
+    reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+    return int(reply.status)
+
+
+@pytest.mark.e2e
+async def test_grpc_health_at_the_edge_answers_for_the_stack_and_for_each_service(
+    edge: EnvoyProcess, http: httpx.AsyncClient, upstream: RunningServer
+) -> None:
+    """grpc.health.v1.Health/Check at the edge: the empty name says what GET /health says, the service's full name
+    is that service's own status; a name the edge serves not is NOT_FOUND naming the ones it does."""
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    assert await _health_becomes(http, 200) == 200
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.listeners['edge']}") as channel:
+        assert (await _grpc_health(channel, ""), await _grpc_health(channel, SERVICE)) == (serving, serving)
+        try:
+            await upstream.set_serving(False)
+            assert (await _grpc_health(channel, ""), await _grpc_health(channel, SERVICE)) == (not_serving, not_serving)
+        finally:
+            await upstream.set_serving(True)
+        assert await _grpc_health(channel, "") == serving
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await _grpc_health(channel, "thermostat.pods.v1.PodControllerInternal")
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert unknown.value.details() == (
+        "the edge serves no thermostat.pods.v1.PodControllerInternal: ask for the empty name (the whole stack)"
+        f" or one of {SERVICE}"
+    )
+
+
+@pytest.mark.e2e
+async def test_grpc_health_at_the_edge_is_unavailable_when_no_upstream_answers(tmp_path: Path) -> None:
+    """Nothing listens behind the edge: the stack's Check fails UNAVAILABLE naming each upstream's state."""
+    spec = _spec(_upstream("edgetest", free_port(), SERVICE), listen_port=0, admin_port=0, health=FAST_CHECKS)
+    envoy = await start_envoy(write_envoy_config(spec, tmp_path / "envoy.yaml"), concurrency=1)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{envoy.listeners['edge']}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await _grpc_health(channel, "")
+    finally:
+        assert await envoy.stop() == 0
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert failure.value.details().startswith("no service behind the edge answers its health check: edgetest")
+
+
+@pytest.mark.e2e
+async def test_grpc_health_watch_at_the_edge_follows_a_named_service(edge: EnvoyProcess) -> None:
+    """Watch of a service's full name streams that service's status; the whole stack answers Check only."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{edge.listeners['edge']}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)
+        first = await watch.read()
+        watch.cancel()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        whole = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await whole.read()
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "the whole stack (the empty name) answers Check" in (refused.value.details() or "")
+
+
 @pytest.mark.e2e
 async def test_health_with_one_upstream_down_is_503_naming_which_one(upstream: RunningServer, tmp_path: Path) -> None:
     """Two upstreams, nothing listening behind the second: 503, the first serving, the second not."""
@@ -465,16 +528,23 @@ async def test_grpc_error_becomes_problem_json_with_the_service_status(
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "detail"),
     [
-        pytest.param("GET", "/nowhere", None, 404, "Could not resolve /nowhere to a method.", id="unknown-route"),
         pytest.param(
-            "GET", "/api/pods", None, 404, "Could not resolve /api/pods to a method.", id="unknown-route-in-a-family"
+            "GET", "/nowhere", None, 404, "/nowhere: no route takes this method on this path", id="unknown-route"
+        ),
+        pytest.param(
+            "GET",
+            "/api/pods",
+            None,
+            404,
+            "/api/pods: no route takes this method on this path",
+            id="unknown-route-in-a-family",
         ),
         pytest.param(
             "GET",
             "/api/pods/qwen?colour=red",
             None,
             400,
-            'Could not find field "colour" in the type "thermostat.edgetest.v1.GetPodRequest".',
+            "colour: no such query parameter on this route",
             id="unknown-query-parameter",
         ),
         pytest.param(
@@ -482,7 +552,7 @@ async def test_grpc_error_becomes_problem_json_with_the_service_status(
             "/api/pods/qwen/start",
             {"name": "other"},
             400,
-            'The binding value "qwen" of the field name is conflicting with the value "other" in the body.',
+            'body.name: conflicts with the path\'s name "qwen"; leave it out of the body',
             id="body-path-collision",
         ),
         pytest.param("PUT", "/v1/machine-types", [{"name": "cpu", "max_workers": "many"}], 400, None, id="bad-value"),

@@ -237,7 +237,7 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
                 check=False,
             )
             assert "GetMonitorState" in described.stdout, described.stderr
-            # and lists only what the edge routes: the public services and reflection, never an internal one
+            # and lists only what the edge routes: the public services, health and reflection, never an internal one
             listed = subprocess.run(
                 [grpcurl, "-plaintext", edge.removeprefix("http://"), "list"],
                 capture_output=True,
@@ -246,7 +246,7 @@ def test_the_dev_stack_comes_up_healthy_and_ctrl_c_stops_every_process() -> None
                 check=False,
             )
             assert sorted(listed.stdout.split()) == sorted(
-                [*public_services(), "grpc.reflection.v1alpha.ServerReflection"]
+                [*public_services(), "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"]
             ), listed.stdout + listed.stderr
 
             stack.interrupt()

@@ -112,10 +112,11 @@ POOL_DISPATCHER = ServiceDef(
     rest_prefixes=("/v1/",),
     # a 32 MiB payload (over the seed's 16 MiB floor) and the request's other fields
     max_message_bytes=33 * MIB,
-    # a sync submit waits up to boot + job timeout, WaitJob streams until the job ends, RunJobs and RunJobsJson
-    # run sync jobs
+    # a sync submit (SubmitJobSync, RunJob) waits up to boot + job timeout, WaitJob streams until the job ends,
+    # RunJobs and RunJobsJson run sync jobs
     long_calls=(
         "thermostat.pool.v1.PoolDispatcher/SubmitJobSync",
+        "thermostat.pool.v1.PoolDispatcher/RunJob",
         "thermostat.pool.v1.PoolDispatcher/WaitJob",
         "thermostat.pool.v1.PoolDispatcher/RunJobs",
         "thermostat.pool.v1.PoolDispatcher/RunJobsJson",

@@ -24,14 +24,15 @@ from typing import Any
 from google.protobuf import descriptor_pool
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from thermostat.chassis.auth import TOKEN_HINT_ENV, AuthInterceptor, AuthRules, TenantRules
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, internal_rule, internal_service_names
 from thermostat.chassis.metrics import Metrics, MetricsServer
+from thermostat.chassis.reflection import enable_described_reflection
 from thermostat.chassis.request_context import RequestContextInterceptor
 from thermostat.chassis.text_fields import TextFieldInterceptor
 from thermostat.chassis.tracing import server_interceptors
+from thermostat.chassis.unknown_methods import UnknownMethods
 
 log = logging.getLogger("thermostat.chassis.server")
 
@@ -63,7 +64,8 @@ class ServiceSpec:
     on_drain: Sequence[Hook] = ()
     # the service's own termination grace, over the runner's SHUTDOWN_GRACE_SECONDS (the pool's covers its jobs)
     stop_grace_seconds: float | None = None
-    # extra names served by reflection (e.g. every Thermostat service, for grpcurl through the edge)
+    # the other services reflection describes when the edge asks (every public service of the house, for grpcurl
+    # through the edge); this port's own callers are described only what it serves
     reflection_names: Sequence[str] = ()
     # The deployment's internal token (THERMOSTAT_INTERNAL_TOKEN); None refuses every internal call. Every
     # internal service of the registry, plus any named here, requires it (chassis/internal_auth.py).
@@ -125,11 +127,17 @@ class ServiceHost:
             )
         spec.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        # Reflection lists what a caller of the edge may call: the public services and reflection itself. The
-        # edge sends reflection to one service, so an internal one listed there would be advertised to everyone.
-        names = {*spec.service_names, *spec.reflection_names, reflection.SERVICE_NAME} - internal
+        # Reflection describes what is there (chassis/reflection.py): on this port the public services it serves; to
+        # the edge, which sends reflection to one service, what the edge routes; never an internal service.
         _load_descriptors(spec.reflection_names)
-        reflection.enable_server_reflection(sorted(names), self.server)
+        enable_described_reflection(
+            self.server,
+            own=[*(set(spec.service_names) - internal), health.SERVICE_NAME],
+            edge=[*({*spec.service_names, *spec.reflection_names} - internal), health.SERVICE_NAME],
+        )
+        self.server.add_generic_rpc_handlers(
+            (UnknownMethods([*spec.service_names, health.SERVICE_NAME, "grpc.reflection.v1alpha.ServerReflection"]),)
+        )
         self.port = self.server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise RuntimeError(f"{spec.name}: could not bind {host}:{port}")

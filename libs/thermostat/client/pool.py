@@ -9,9 +9,11 @@ import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import grpc
+from google.protobuf import duration_pb2, json_format
 
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
@@ -20,13 +22,82 @@ from ._calls import TENANT_HEADER, Calls, bearer
 from .transport import Metadata
 
 TERMINAL = frozenset({"completed", "failed", "timed_out", "cancelled"})
-JOB_ID_HEADER = "x-pool-job-id"
-JOB_STATE_HEADER = "x-pool-job-state"
+TERMINAL_STATES = frozenset(
+    {
+        pool_pb2.JOB_STATE_COMPLETED,
+        pool_pb2.JOB_STATE_FAILED,
+        pool_pb2.JOB_STATE_TIMED_OUT,
+        pool_pb2.JOB_STATE_CANCELLED,
+    }
+)
+JOB_STATE_HEADER = "x-pool-job-state"  # GetJobResult's trailing metadata
 
 
-def _text(value: float | int | str | None) -> str:
-    """The pool's submit options are strings on the wire (the seed's query parameters); unset is ""."""
-    return "" if value is None else str(value)
+def run_job_request(
+    machine_type: str,
+    payload: bytes,
+    *,
+    priority: int | None,
+    session_id: str | None,
+    timeout_seconds: float | None,
+    wait_seconds: float | None,
+) -> pool_pb2.RunJobRequest:
+    """RunJob's typed request (RunJobs' too): unset options are left unset, the pool's defaults."""
+    request = pool_pb2.RunJobRequest(
+        machine_type=machine_type, payload=payload, priority=priority or 0, session_id=session_id or ""
+    )
+    if timeout_seconds is not None:
+        request.timeout.CopyFrom(_duration(timeout_seconds))
+    if wait_seconds is not None:
+        request.wait.CopyFrom(_duration(wait_seconds))
+    return request
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    duration = duration_pb2.Duration()
+    duration.FromTimedelta(timedelta(seconds=seconds))
+    return duration
+
+
+def _seconds(duration: duration_pb2.Duration) -> float:
+    return duration.ToTimedelta().total_seconds()
+
+
+def _whole(value: Any) -> Any:
+    """A Struct's number as JSON had it: a google.protobuf.Struct holds every number as a double."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value
+
+
+def catalogue_entry(machine_type: pool_pb2.MachineType) -> dict[str, Any]:
+    """A typed MachineType in the catalogue's JSON shape (what PUT takes back, and the CLI prints)."""
+
+    def present(name: str) -> Any:
+        return getattr(machine_type, name) if machine_type.HasField(name) else None
+
+    return {
+        "name": machine_type.name,
+        "image": machine_type.image,
+        "backend": machine_type.backend,
+        "cpus": present("cpus"),
+        "memory_mb": present("memory_mb"),
+        "disk_gb": present("disk_gb"),
+        "gpu_type": present("gpu_type"),
+        "gpu_count": machine_type.gpu_count,
+        "max_workers": present("max_workers"),
+        "cool_down_seconds": _seconds(machine_type.cool_down),
+        "health_check_failures": machine_type.health_check_failures,
+        "boot_timeout_seconds": _seconds(machine_type.boot_timeout),
+        "job_timeout_seconds": _seconds(machine_type.job_timeout),
+        "price_per_hour": present("price_per_hour"),
+        "env": dict(machine_type.env),
+        "provider_options": _whole(json_format.MessageToDict(machine_type.provider_options)),
+    }
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -45,18 +116,17 @@ class JobRequest:
     key: Any = None
 
     def message(self, tag: int) -> pool_pb2.RunJobsRequest:
-        request = pool_pb2.RunJobsRequest(
+        return pool_pb2.RunJobsRequest(
             tag=tag,
-            job=pool_pb2.SubmitJobSyncRequest(
-                machine_type=self.machine_type,
-                priority=_text(self.priority),
-                session_id=self.session_id or "",
-                timeout_seconds=_text(self.timeout_seconds),
-                wait_seconds=_text(self.wait_seconds),
+            run=run_job_request(
+                self.machine_type,
+                self.payload,
+                priority=self.priority,
+                session_id=self.session_id,
+                timeout_seconds=self.timeout_seconds,
+                wait_seconds=self.wait_seconds,
             ),
         )
-        request.job.payload.data = self.payload
-        return request
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,16 +204,14 @@ class AsyncPool:
         timeout_seconds: float | None = None,
         timeout: float | None = None,
     ) -> pool_pb2.Job:
-        """Queue a job (SubmitJob); the job as queued. Not retried once it may have reached the pool."""
-        request = pool_pb2.SubmitJobRequest(
-            machine_type=machine_type,
-            priority=_text(priority),
-            session_id=session_id or "",
-            timeout_seconds=_text(timeout_seconds),
+        """Queue a job (CreateJob); the job as queued. Not retried once it may have reached the pool."""
+        request = pool_pb2.CreateJobRequest(
+            machine_type=machine_type, payload=payload, priority=priority or 0, session_id=session_id or ""
         )
-        request.payload.data = payload
+        if timeout_seconds is not None:
+            request.timeout.CopyFrom(_duration(timeout_seconds))
         job: pool_pb2.Job = await self._calls.transport.unary(
-            self._stub.SubmitJob,
+            self._stub.CreateJob,
             request,
             metadata=self._job_metadata(tenant),
             timeout=self._calls.deadline(timeout),
@@ -163,34 +231,34 @@ class AsyncPool:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> bytes:
-        """Submit and wait (SubmitJobSync, then WaitJob should the pool's sync wait run out first): the result
+        """Submit and wait (RunJob, then WaitJob should the pool's sync wait run out first): the result
         bytes, or errors.JobFailed / JobTimedOut / JobCancelled carrying the job. `timeout` (default the
         config's wait_timeout) bounds the whole wait; past it errors.DeadlineExceeded names the job."""
         clock = self._calls.transport.clock
         total = self._calls.wait_deadline(timeout)
         deadline = clock() + total
-        request = pool_pb2.SubmitJobSyncRequest(
-            machine_type=machine_type,
-            priority=_text(priority),
-            session_id=session_id or "",
-            timeout_seconds=_text(timeout_seconds),
-            wait_seconds=_text(wait_seconds),
+        request = run_job_request(
+            machine_type,
+            payload,
+            priority=priority,
+            session_id=session_id,
+            timeout_seconds=timeout_seconds,
+            wait_seconds=wait_seconds,
         )
-        request.payload.data = payload
-        body, headers = await self._calls.transport.unary_with_metadata(
-            self._stub.SubmitJobSync,
+        answer: pool_pb2.RunJobResponse = await self._calls.transport.unary(
+            self._stub.RunJob,
             request,
             metadata=self._job_metadata(tenant),
             timeout=total,
             may_bill=True,
         )
-        job_id, state = headers.get(JOB_ID_HEADER, ""), headers.get(JOB_STATE_HEADER, "")
-        if state == "completed":
-            return bytes(body.data)
+        job_id, state = answer.job.id, answer.job.job_state
+        if state == pool_pb2.JOB_STATE_COMPLETED:
+            return bytes(answer.result)
         if not job_id:
             raise errors.ThermostatError(grpc.StatusCode.INTERNAL, "the pool answered without naming the job")
-        if state in TERMINAL:
-            raise errors.job_error(await self.get(job_id, tenant=tenant))
+        if state in TERMINAL_STATES:
+            raise errors.job_error(answer.job)
         async for job in self.wait(job_id, tenant=tenant, timeout=max(0.001, deadline - clock())):
             if job.state == "completed":
                 return await self.result(job_id, tenant=tenant)
@@ -311,14 +379,15 @@ class AsyncPool:
     # catalogue and listings
 
     async def machine_types(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """The catalogue (`env` and `provider_options` redacted unless the admin token is configured)."""
-        body = await self._calls.transport.unary(
-            self._stub.GetMachineTypes,
-            pool_pb2.GetMachineTypesRequest(),
+        """The catalogue (ListMachineTypes) in its JSON shape (`env` and `provider_options` redacted unless the admin
+        token is configured)."""
+        answer: pool_pb2.ListMachineTypesResponse = await self._calls.transport.unary(
+            self._stub.ListMachineTypes,
+            pool_pb2.ListMachineTypesRequest(),
             metadata=bearer(self._calls.config.pool_admin_token or self._token()),
             timeout=self._calls.deadline(timeout),
         )
-        return list(json.loads(body.data))
+        return [catalogue_entry(machine_type) for machine_type in answer.machine_types]
 
     async def put_machine_types(
         self, types: list[dict[str, Any]], *, timeout: float | None = None

@@ -14,6 +14,7 @@ from google.api import httpbody_pb2
 from thermostat.chassis.auth import caller
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
+from thermostat.chassis.rest_json import rest_json
 from thermostat.chassis.tenancy import scope
 from thermostat.chassis.timestamps import stamp
 from thermostat.metering.v1 import metering_pb2, metering_pb2_grpc
@@ -219,6 +220,13 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
                 stamp(status.last_read_at, feed.last_read_at)
             response.feeds.append(status)
         return response
+
+    async def GetLedgerStatusJson(
+        self, request: metering_pb2.GetLedgerStatusJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        # no read yet (last_read_at unset) and no error are null (docs/api.md, "Absent values")
+        status = await self.GetLedgerStatus(metering_pb2.GetLedgerStatusRequest(), context)
+        return rest_json(status, absent={"thermostat.metering.v1.FeedStatus": ("error",)})
 
     async def GetMeteringHealthJson(
         self, request: metering_pb2.GetMeteringHealthJsonRequest, context: grpc.aio.ServicerContext

@@ -1,4 +1,5 @@
-"""The GetPod view: the volume's pods ranked (policy), plus readiness, the last wake and the wake ETA."""
+"""The GetPod view: the volume's pods ranked (policy), plus readiness, the last wake and the wake ETA; the history's
+entries as messages, and which of their fields REST prints null when empty."""
 
 from __future__ import annotations
 
@@ -15,11 +16,44 @@ from thermostat.policy.wake.wake_eta import estimate_eta, select_boot_durations
 from thermostat.providers.runpod.client import RunPodV2Client
 
 from .gone_pods import billing_pods, close_gone
-from .repository import PodRepository, WakeRow
+from .repository import ActionRow, PodRepository, WakeRow
 
 log = logging.getLogger("thermostat.pod_controller.view")
 
 _BOOTING = frozenset({PodStatus.PROVISIONING, PodStatus.STARTING, PodStatus.RUNNING})
+
+
+# An empty string or a zero here is a value not there (docs/api.md, "Absent values"): REST prints it null.
+HISTORY_ABSENT = {
+    "thermostat.pods.v1.GetPodHistoryResponse": ("next_page_token",),
+    "thermostat.pods.v1.PodAction": ("pod_id", "gpu_id", "price_per_hour", "http_status", "detail"),
+    "thermostat.pods.v1.WakeRecord": (
+        "outcome",
+        "wake_outcome",
+        "reason",
+        "pod_id",
+        "gpu_id",
+        "price_per_hour",
+        "last_provider_status",
+    ),
+}
+
+
+def pod_action(row: ActionRow) -> pods_pb2.PodAction:
+    action = pods_pb2.PodAction(
+        id=row.id,
+        pod_name=row.pod_name,
+        action=row.action,
+        pod_id=row.pod_id,
+        gpu_id=row.gpu_id or "",
+        price_per_hour=row.price_per_hour or 0.0,
+        http_status=row.http_status or 0,
+        ok=row.ok,
+        trigger=row.trigger,
+        detail=row.detail or "",
+    )
+    stamp(action.at, row.at)
+    return action
 
 
 def wake_record(row: WakeRow) -> pods_pb2.WakeRecord:

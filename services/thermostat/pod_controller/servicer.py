@@ -17,11 +17,13 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 import grpc
+from google.api import httpbody_pb2
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.registry import POD_CONTROLLER
-from thermostat.chassis.timestamps import from_timestamp, stamp, to_timestamp
+from thermostat.chassis.rest_json import rest_json
+from thermostat.chassis.timestamps import from_timestamp, to_timestamp
 from thermostat.chassis.unexpected_errors import internal_error
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.echo import quoted
@@ -34,7 +36,7 @@ from thermostat.store.connections import STORE_ERRORS
 
 from .metrics import PodMetrics
 from .orphan_sweep import ListingUnreadable, PodOrphanSweeper
-from .pod_view import build_view, observe_volume, wake_record
+from .pod_view import HISTORY_ABSENT, build_view, observe_volume, pod_action, wake_record
 from .replies import NO_POD, WAKE_TRIGGERS, absent, answer_wake, set_status
 from .repository import ActionEntry, ActionRow, PodRepository, ReadinessOutcome, WakeCompletion
 from .wake_fence import Fence
@@ -253,7 +255,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
         for row in rows[:size]:
             entry = pods_pb2.HistoryEntry(at=to_timestamp(row.at))
             if isinstance(row.entry, ActionRow):
-                entry.action.CopyFrom(_action(row.entry))
+                entry.action.CopyFrom(pod_action(row.entry))
             else:
                 entry.wake.CopyFrom(wake_record(row.entry))
             response.entries.append(entry)
@@ -261,6 +263,14 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             last = rows[size - 1]
             response.next_page_token = _encode_token(last.at, last.id)
         return response
+
+    async def GetPodHistoryJson(
+        self, request: pods_pb2.GetPodHistoryJsonRequest, context: grpc.aio.ServicerContext
+    ) -> httpbody_pb2.HttpBody:
+        typed = pods_pb2.GetPodHistoryRequest(
+            name=request.name, page_size=request.page_size, page_token=request.page_token
+        )
+        return rest_json(await self.GetPodHistory(typed, context), absent=HISTORY_ABSENT)
 
     async def WatchPod(
         self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
@@ -399,25 +409,8 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
                 grpc.StatusCode.UNAVAILABLE, f"feed unreadable: store unreachable ({type(error).__name__})"
             )
         return pods_pb2.ListBillableActionsResponse(
-            actions=[pods_pb2.BillableAction(position=p, action=_action(row)) for p, row in rows], head_position=head
+            actions=[pods_pb2.BillableAction(position=p, action=pod_action(row)) for p, row in rows], head_position=head
         )
-
-
-def _action(row: ActionRow) -> pods_pb2.PodAction:
-    action = pods_pb2.PodAction(
-        id=row.id,
-        pod_name=row.pod_name,
-        action=row.action,
-        pod_id=row.pod_id,
-        gpu_id=row.gpu_id or "",
-        price_per_hour=row.price_per_hour or 0.0,
-        http_status=row.http_status or 0,
-        ok=row.ok,
-        trigger=row.trigger,
-        detail=row.detail or "",
-    )
-    stamp(action.at, row.at)
-    return action
 
 
 def _encode_token(at: datetime, id_: str) -> str:

@@ -24,7 +24,7 @@ MAX_TENANT_LENGTH = 256
 
 OPEN = frozenset({"GetPoolHealth", "GetPoolHealthJson"})
 """No token: the edge's GET /health shows the pool's machines to anyone."""
-WITHOUT_TENANT = frozenset({"GetMachineTypes", "PutMachineTypes", "ListOrphans"})
+WITHOUT_TENANT = frozenset({"GetMachineTypes", "ListMachineTypes", "PutMachineTypes", "ListOrphans"})
 """The catalogue and the orphans are the deployment's, not a tenant's."""
 TENANT_OR_ADMIN = frozenset({"ListWorkers", "ListWorkersJson", "ListUsage", "ListUsageJson"})
 """Listings: the caller's own tenant, unless the admin token names one or asks for all (no header needed)."""

@@ -40,6 +40,7 @@ from .replies import abort, read_body, status
 from .repository import JobView, UsageView
 from .settings import GRPC_MESSAGE_BYTES
 from .sync_jobs import FAILED_STATUS, StreamLimits, SyncJobs
+from .typed import machine_type_message, submit_request, sync_request, typed_detail
 from .views import (
     body,
     health_json,
@@ -133,7 +134,39 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await abort(context, admitted.code, admitted.detail, admitted.http)
         return admitted[0]
 
-    # jobs
+    # jobs: the typed contract (typed.py), then the deprecated gRPC submits and the REST ones
+
+    async def CreateJob(self, request: pool_pb2.CreateJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
+        admitted = await self.admission.admit(
+            submit_request(request), _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
+        )
+        if isinstance(admitted, Refusal):
+            await abort(context, admitted.code, typed_detail(admitted.detail), admitted.http)
+        return job_message(admitted[0])
+
+    async def RunJob(
+        self, request: pool_pb2.RunJobRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.RunJobResponse:
+        tenant = _tenant()
+        finished = await self.sync_jobs.submit_and_wait(
+            sync_request(request), tenant, _trace_headers(context), context.time_remaining
+        )
+        if isinstance(finished, Refusal):
+            await abort(context, finished.code, typed_detail(finished.detail), finished.http)
+        job = finished.job
+        if JobState(job.state) in TERMINAL_STATES and job.completed_at is None:
+            job = await self.d.repo.get_job(job.id, tenant) or job  # another replica's notice names only the state
+        if JobState(job.state) is not JobState.COMPLETED:
+            return pool_pb2.RunJobResponse(job=job_message(job))
+        result = await self.sync_jobs.result(job, finished.result)
+        return pool_pb2.RunJobResponse(job=job_message(job), result=result)
+
+    async def ListMachineTypes(
+        self, request: pool_pb2.ListMachineTypesRequest, context: grpc.aio.ServicerContext
+    ) -> pool_pb2.ListMachineTypesResponse:
+        await self.d.refresh_catalogue()
+        entries = catalogue_to_json(self.d.catalogue, admin=caller().elevated)
+        return pool_pb2.ListMachineTypesResponse(machine_types=[machine_type_message(e) for e in entries])
 
     async def SubmitJob(self, request: pool_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
         job = await self._submit(request, context)

@@ -28,6 +28,7 @@ from thermostat.pool.v1 import pool_pb2
 from .admission import Admission, Refusal
 from .dispatcher import Dispatcher
 from .repository import Finished, JobView
+from .typed import sync_request, typed_detail
 from .views import JSON, JsonObject, body, job_json, job_message
 
 # the servicer's log: an operator reads every failure of the pool's calls under one name
@@ -193,9 +194,11 @@ class SyncJobs:
         """One request's answer, by its tag (see run_one)."""
         if isinstance(request, Refused):  # the text-field check's, naming the field
             return _refused(request.request.tag, grpc.StatusCode.INVALID_ARGUMENT, request.detail)
-        ran = await self.run_one(request.job, tenant, metadata, context, "RunJobs", f"tag {request.tag}")
+        typed = request.HasField("run")
+        job_request = sync_request(request.run) if typed else request.job
+        ran = await self.run_one(job_request, tenant, metadata, context, "RunJobs", f"tag {request.tag}")
         if isinstance(ran, Refusal):
-            return _refused(request.tag, ran.code, ran.detail, ran.job_id)
+            return _refused(request.tag, ran.code, typed_detail(ran.detail) if typed else ran.detail, ran.job_id)
         job, result = ran
         if result is not None:
             return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, result=result)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from google.api import httpbody_pb2
 
@@ -139,7 +139,27 @@ def job_message(job: JobView) -> pool_pb2.Job:
         value = getattr(job, name)
         if value is not None:
             setattr(message, name, value.timestamp())
+    # the typed fields beside the deprecated ones (issue 38): the enum, Timestamps and a Duration
+    message.job_state = JOB_STATES[job.state]
+    message.submit_time.FromDatetime(job.submitted_at)
+    if job.started_at is not None:
+        message.start_time.FromDatetime(job.started_at)
+    if job.completed_at is not None:
+        message.complete_time.FromDatetime(job.completed_at)
+    message.timeout.FromTimedelta(timedelta(seconds=job.timeout_seconds))
     return message
+
+
+JOB_STATES = {
+    "queued": pool_pb2.JOB_STATE_QUEUED,
+    "dispatched": pool_pb2.JOB_STATE_DISPATCHED,
+    "running": pool_pb2.JOB_STATE_RUNNING,
+    "completed": pool_pb2.JOB_STATE_COMPLETED,
+    "failed": pool_pb2.JOB_STATE_FAILED,
+    "timed_out": pool_pb2.JOB_STATE_TIMED_OUT,
+    "cancelled": pool_pb2.JOB_STATE_CANCELLED,
+}
+"""The job states (policy/pool/jobs.py's JobState values) as the contract's enum."""
 
 
 def workers_message(workers: Iterable[WorkerView]) -> pool_pb2.ListWorkersResponse:

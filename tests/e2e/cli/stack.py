@@ -17,7 +17,7 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,7 @@ class CliStack:
     edge: str  # host:port of the edge, what --addr names
     sim: RunPodSimulator
     store: Store
+    services: Mapping[str, str] = field(default_factory=dict)  # each service's own host:port, by registry name
 
     def options(
         self, *, operator: bool = True, pool: bool = True, admin: bool = False, tenant: str | None = None
@@ -221,7 +222,12 @@ async def cli_stack(store: Store, data_dir: Path) -> AsyncIterator[CliStack]:
                     METERING.name: port_of(metering.address),
                 }
                 async with house_edge(ports, data_dir / "envoy.yaml") as envoy:
-                    stack = CliStack(edge=f"127.0.0.1:{envoy.listeners['edge']}", sim=sim, store=store)
+                    stack = CliStack(
+                        edge=f"127.0.0.1:{envoy.listeners['edge']}",
+                        sim=sim,
+                        store=store,
+                        services={name: f"127.0.0.1:{port}" for name, port in ports.items()},
+                    )
                     await eventually(lambda: _serving(stack), timeout=20, every=0.1)
                     yield stack
 

@@ -118,8 +118,8 @@ async def _grpcurl(port: int, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
-    """grpcurl (the dev dependency) lists what the edge would route, never an internal service nor health, and
-    still calls health through server reflection."""
+    """grpcurl (the dev dependency) lists what the port serves, health included and never an internal service, and
+    calls health through server reflection."""
     seen: list[dict[str, str]] = []
     host = ServiceHost(
         ServiceSpec(
@@ -134,7 +134,7 @@ async def test_grpcurl_lists_services_and_calls_health_by_reflection() -> None:
         listed = await _grpcurl(port, "list")
         assert listed.returncode == 0, listed.stderr
         names = listed.stdout.split()
-        assert sorted(names) == ["grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
+        assert sorted(names) == ["grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "test.Echo"]
         called = await _grpcurl(port, "grpc.health.v1.Health/Check")
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout) == {"status": "SERVING"}

@@ -177,7 +177,7 @@ async def test_run_many_answers_every_job_over_one_stream_each_outcome_by_its_re
     assert isinstance(outcomes["failing"].error, errors.JobFailed)
     assert outcomes["failing"].job is not None and outcomes["failing"].job.state == "failed"
     assert isinstance(outcomes["refused"].error, errors.InvalidArgument)
-    assert "timeout_seconds" in outcomes["refused"].error.detail and outcomes["refused"].job_id is None
+    assert outcomes["refused"].error.detail.startswith("timeout: ") and outcomes["refused"].job_id is None
     assert isinstance(outcomes["unknown"].error, errors.InvalidArgument)
     running = outcomes["running"]
     assert running.running and running.job_id is not None

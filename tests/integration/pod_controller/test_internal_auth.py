@@ -1,15 +1,15 @@
-"""The controller's internal RPCs admit only the deployment's internal token; reflection never lists them."""
+"""The controller's internal RPCs admit only the deployment's internal token; reflection never lists nor describes
+them."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import pytest
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.fixtures.services import (
     INTERNAL_TOKEN,
@@ -20,6 +20,7 @@ from tests.fixtures.services import (
     start_pod_controller,
 )
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV, INTERNAL_TOKEN_HEADER
+from thermostat.chassis.reflection import EDGE_HEADER, EDGE_VALUE
 from thermostat.chassis.registry import POD_CONTROLLER, public_services
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
@@ -129,13 +130,44 @@ async def test_without_an_internal_token_every_internal_call_is_refused_and_the_
     assert any("is unset" in m and "thermostat.pods.v1.PodControllerInternal" in m for m in said), said
 
 
-async def test_reflection_lists_the_public_services_and_no_internal_one(pod_controller: RunningService) -> None:
-    """What the edge sends grpcurl's reflection to must not advertise what the edge never routes."""
+async def _reflect(address: str, request: reflection_pb2.ServerReflectionRequest, *, edge: bool) -> Any:
+    metadata = ((EDGE_HEADER, EDGE_VALUE),) if edge else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([request]), metadata=metadata, timeout=10
+        )
+        (answer,) = [response async for response in call]
+        return answer
 
-    def listed_services() -> set[str]:  # the blocking client, off the loop that serves the controller
-        with grpc.insecure_channel(pod_controller.address) as channel:
-            return set(ProtoReflectionDescriptorDatabase(channel).get_services())
 
-    listed = await asyncio.to_thread(listed_services)
-    assert not listed & set(POD_CONTROLLER.internal_services)
-    assert set(public_services()) <= listed
+@pytest.mark.parametrize("edge", [False, True], ids=["own-port", "for-the-edge"])
+async def test_reflection_never_lists_nor_describes_an_internal_service(
+    pod_controller: RunningService, edge: bool
+) -> None:
+    """Neither the port's own view nor the edge's advertises what the edge never routes, nor describes it."""
+    listed = await _reflect(pod_controller.address, reflection_pb2.ServerReflectionRequest(list_services=""), edge=edge)
+    names = {s.name for s in listed.list_services_response.service}
+    assert not names & set(POD_CONTROLLER.internal_services)
+    internal = reflection_pb2.ServerReflectionRequest(file_containing_symbol=POD_CONTROLLER.internal_services[0])
+    described = await _reflect(pod_controller.address, internal, edge=edge)
+    assert described.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+async def test_reflection_on_the_port_describes_what_it_serves_and_for_the_edge_what_the_edge_routes(
+    pod_controller: RunningService,
+) -> None:
+    """Its own port: the controller's public service, health and reflection; asked by the edge: every public one."""
+    ask = reflection_pb2.ServerReflectionRequest(list_services="")
+    own = await _reflect(pod_controller.address, ask, edge=False)
+    assert sorted(s.name for s in own.list_services_response.service) == [
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        *POD_CONTROLLER.public_services,
+    ]
+    other = reflection_pb2.ServerReflectionRequest(file_containing_symbol="thermostat.pool.v1.PoolDispatcher")
+    assert (await _reflect(pod_controller.address, other, edge=False)).HasField("error_response")
+    for_edge = await _reflect(pod_controller.address, ask, edge=True)
+    assert sorted(s.name for s in for_edge.list_services_response.service) == sorted(
+        [*public_services(), "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"]
+    )
+    assert (await _reflect(pod_controller.address, other, edge=True)).HasField("file_descriptor_response")

@@ -49,6 +49,8 @@ JOB_FIELDS = frozenset(
     }
 )
 """The seed's job JSON fields (and the Job message's): exactly these, never a payload, result or credential."""
+TYPED_JOB_FIELDS = frozenset({"job_state", "submit_time", "start_time", "complete_time", "timeout"})
+"""The Job message's typed fields beside the seed's (issue 38): the enum, Timestamps and a Duration."""
 REFERENCE_WORKER = f"{sys.executable} -m thermostat.worker"
 TEST_BACKENDS = "local,docker,runpod,fly"
 """Every backend, local included: a deployment enables local explicitly, as the tests and `make run` do."""

@@ -113,11 +113,11 @@ class FailingPool(pool_pb2_grpc.PoolDispatcherServicer):  # type: ignore[misc]
     def __init__(self, script: Script) -> None:
         self.script = script
 
-    async def SubmitJob(self, request, context):  # type: ignore[no-untyped-def]
-        return await self.script.answer("SubmitJob", context, pool_pb2.Job(id="j"))
+    async def CreateJob(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.script.answer("CreateJob", context, pool_pb2.Job(id="j"))
 
-    async def SubmitJobSync(self, request, context):  # type: ignore[no-untyped-def]
-        return await self.script.answer("SubmitJobSync", context, None)
+    async def RunJob(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.script.answer("RunJob", context, None)
 
     async def SendHint(self, request, context):  # type: ignore[no-untyped-def]
         return await self.script.answer("SendHint", context, pool_pb2.SendHintResponse())
@@ -167,8 +167,8 @@ READS: dict[str, Call] = {
 }
 BILLED: dict[str, Call] = {
     "StartPod": lambda t: t.pods.start("qwen"),
-    "SubmitJob": lambda t: t.pool.submit("local", b"x"),
-    "SubmitJobSync": lambda t: t.pool.run("local", b"x"),
+    "CreateJob": lambda t: t.pool.submit("local", b"x"),
+    "RunJob": lambda t: t.pool.run("local", b"x"),
     "SendHint": lambda t: t.pool.hint("local"),
 }
 

@@ -23,6 +23,9 @@ RULES = auth_rules(TOKENS)
 TENANTS = tenant_rules()
 # method → (token rule?, admin only?, tenant rule?, the admin exempt from the tenant header?)
 TABLE = {
+    "CreateJob": (True, False, True, False),
+    "RunJob": (True, False, True, False),
+    "ListMachineTypes": (True, False, False, False),
     "SubmitJob": (True, False, True, False),
     "SubmitJobJson": (True, False, True, False),
     "SubmitJobSync": (True, False, True, False),
