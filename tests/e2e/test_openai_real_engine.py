@@ -72,7 +72,7 @@ async def test_a_chat_to_a_stopped_pod_wakes_it_and_returns_the_engines_own_answ
     cold = time.monotonic() - began
     assert answer.model == "tiny" and answer.choices[0].finish_reason in ("length", "stop")
     assert answer.choices[0].message.content == await _direct_answer(loop.stack, "tiny")
-    wakes = [e["wake"] for e in await history(loop.stack) if "wake" in e]
+    wakes = [e["wake"] for e in await history(loop.stack) if e.get("wake")]
     assert [(w["trigger"], w["outcome"]) for w in wakes] == [("request", "Succeeded")]
     print(f"cold: request to answer {cold:.1f} s")
 
@@ -81,7 +81,7 @@ async def test_the_next_request_is_forwarded_at_once(loop: Loop) -> None:
     began = time.monotonic()
     answer = await loop.client.completions.create(model="qwen", prompt="hello world", max_tokens=8, temperature=0)
     assert answer.choices[0].text is not None and time.monotonic() - began < 10
-    assert len([e for e in await history(loop.stack) if "wake" in e]) == 1
+    assert len([e for e in await history(loop.stack) if e.get("wake")]) == 1
 
 
 async def test_a_stream_arrives_chunk_by_chunk(loop: Loop) -> None:
@@ -109,9 +109,9 @@ async def test_the_idle_monitor_stops_the_engine_and_a_request_right_after_wakes
         return True if (await _pod(loop.stack))["status"] == "EXITED" else None
 
     await eventually(stopped, timeout=120, every=0.5)
-    stops = [e["action"] for e in await history(loop.stack) if "action" in e and e["action"]["action"] == "Stop"]
+    stops = [e["action"] for e in await history(loop.stack) if e.get("action") and e["action"]["action"] == "Stop"]
     assert stops[0]["trigger"] == "idle"
     answer = await loop.client.chat.completions.create(model="qwen", messages=CHAT, max_tokens=12, temperature=0)
     assert answer.choices[0].message.content == await _direct_answer(loop.stack, "tiny")
-    wakes = [e["wake"] for e in await history(loop.stack) if "wake" in e]
+    wakes = [e["wake"] for e in await history(loop.stack) if e.get("wake")]
     assert [w["trigger"] for w in wakes] == ["request", "request"]

@@ -30,7 +30,7 @@ async def stack(module_database_url: str, tmp_path_factory: pytest.TempPathFacto
 
 
 async def _actions(stack: Stack, action: str) -> list[dict[str, object]]:
-    return [e["action"] for e in await history(stack) if "action" in e and e["action"]["action"] == action]
+    return [e["action"] for e in await history(stack) if e.get("action") and e["action"]["action"] == action]
 
 
 async def test_two_requests_at_a_stopped_pod_through_two_gateway_replicas_start_one_wake(stack: Stack) -> None:

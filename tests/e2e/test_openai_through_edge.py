@@ -56,7 +56,7 @@ async def test_the_model_list_shows_every_pod_with_its_state_and_wakes_nothing(
     models = await client.models.list()
     assert [(m.id, m.model_extra and m.model_extra["state"]) for m in models.data] == [("qwen", "down")]
     assert (await _pod(stack))["status"] == "EXITED"
-    assert not [e for e in await history(stack) if "wake" in e]
+    assert not [e for e in await history(stack) if e.get("wake")]
 
 
 async def test_a_chat_to_a_stopped_pod_wakes_it_and_answers_then_the_next_is_forwarded_at_once(
@@ -66,12 +66,12 @@ async def test_a_chat_to_a_stopped_pod_wakes_it_and_answers_then_the_next_is_for
     answer = await client.chat.completions.create(model="qwen", messages=CHAT, temperature=0)
     assert answer.choices[0].message.content and "simulated pod" in answer.choices[0].message.content
     assert answer.model == "tiny", "the name the engine serves went up in place of the pod's"
-    wakes = [e["wake"] for e in await history(stack) if "wake" in e]
+    wakes = [e["wake"] for e in await history(stack) if e.get("wake")]
     assert [(w["trigger"], w["outcome"]) for w in wakes[:1]] == [("request", "Succeeded")]
     began = time.monotonic()
     again = await client.completions.create(model="qwen", prompt="once more", max_tokens=8)
     assert again.choices[0].text and time.monotonic() - began < 5
-    assert len([e for e in await history(stack) if "wake" in e]) == len(wakes), "a warm pod is not woken again"
+    assert len([e for e in await history(stack) if e.get("wake")]) == len(wakes), "a warm pod is not woken again"
     models = await client.models.list()
     assert [m.model_extra and m.model_extra["state"] for m in models.data] == ["ready"]
 
@@ -116,7 +116,7 @@ async def test_the_idle_monitor_stops_the_pod_after_its_window_and_the_next_requ
     """No client ever holds a stale proxy URL: after an idle stop the endpoint wakes the pod again."""
     await client.completions.create(model="qwen", prompt="hi", max_tokens=2)
     await eventually(lambda: _stopped(stack), timeout=60)
-    stops = [e["action"] for e in await history(stack) if "action" in e and e["action"]["action"] == "Stop"]
+    stops = [e["action"] for e in await history(stack) if e.get("action") and e["action"]["action"] == "Stop"]
     assert stops[0]["trigger"] == "idle"
     answer = await client.completions.create(model="qwen", prompt="back again", max_tokens=4)
     assert answer.choices[0].text
@@ -127,7 +127,7 @@ async def test_a_request_in_flight_keeps_the_pod_up_past_its_idle_window(stack: 
     """A slow stream (about 5 s, over the 3 s window) holds the pod up from its first chunk to its last."""
     async with openai_client(stack.edge_url, timeout=60) as client:
         await client.completions.create(model="qwen", prompt="warm", max_tokens=1)
-        before = len([e for e in await history(stack) if "action" in e and e["action"]["action"] == "Stop"])
+        before = len([e for e in await history(stack) if e.get("action") and e["action"]["action"] == "Stop"])
         await sim_call(stack, "PUT", "/settings", {"streamChunkSeconds": 0.25})
         try:
             began = time.monotonic()
@@ -136,7 +136,7 @@ async def test_a_request_in_flight_keeps_the_pod_up_past_its_idle_window(stack: 
         finally:
             await sim_call(stack, "PUT", "/settings", {"streamChunkSeconds": 0.05})
     assert len(chunks) > 10 and time.monotonic() - began > 3
-    after = len([e for e in await history(stack) if "action" in e and e["action"]["action"] == "Stop"])
+    after = len([e for e in await history(stack) if e.get("action") and e["action"]["action"] == "Stop"])
     assert after == before, "stopped mid-answer"
 
 
@@ -169,4 +169,4 @@ async def test_two_requests_together_at_a_stopped_pod_start_one_wake(stack: Stac
 
 
 async def _starts(stack: Stack) -> int:
-    return len([e for e in await history(stack) if "action" in e and e["action"]["action"] == "Start"])
+    return len([e for e in await history(stack) if e.get("action") and e["action"]["action"] == "Start"])
