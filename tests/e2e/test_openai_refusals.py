@@ -12,7 +12,15 @@ import httpx
 import openai
 import pytest
 
-from tests.fixtures.gateway import INFERENCE_TOKEN, OPERATOR, SERVICES, gateway_stack, openai_client, sim_call
+from tests.fixtures.gateway import (
+    INFERENCE_TOKEN,
+    OPERATOR,
+    SERVICES,
+    gateway_stack,
+    history,
+    openai_client,
+    sim_call,
+)
 from thermostat.chassis.registry import METERING
 from thermostat.dev.stack.supervisor import Stack
 
@@ -60,9 +68,11 @@ async def _billed(stack: Stack) -> list[dict[str, object]]:
     [pytest.param("wrong", id="a wrong token"), pytest.param(INFERENCE_TOKEN + "x", id="the token with a suffix")],
 )
 async def test_a_wrong_token_is_401_and_wakes_nothing(stack: Stack, api_key: str) -> None:
+    wakes = await _wakes(stack, "llama")
     async with openai_client(stack.edge_url, api_key=api_key) as client:
         with pytest.raises(openai.AuthenticationError) as refused:
-            await client.chat.completions.create(model="qwen", messages=[{"role": "user", "content": "hi"}])
+            await client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "hi"}])
+    assert await _wakes(stack, "llama") == wakes
     assert refused.value.status_code == 401
     assert refused.value.code == "invalid_api_key"
     assert "THERMOSTAT_INFERENCE_TOKEN" in refused.value.message
@@ -80,6 +90,19 @@ async def test_the_operator_token_is_accepted_too(stack: Stack) -> None:
     async with openai_client(stack.edge_url, api_key=OPERATOR["X-Rig-Operator-Token"]) as client:
         models = await client.models.list()
     assert [m.id for m in models.data] == ["qwen", "llama", "gemma"]
+
+
+async def test_the_inference_token_cannot_stop_a_pod_or_set_a_budget(stack: Stack) -> None:
+    """It sends inference and, through it, wakes a pod; the operator's routes refuse it."""
+    bearer = {"Authorization": f"Bearer {INFERENCE_TOKEN}", "X-Rig-Operator-Token": INFERENCE_TOKEN}
+    async with httpx.AsyncClient(base_url=stack.edge_url, timeout=10) as edge:
+        stop = await edge.post("/api/pods/qwen/stop", headers=bearer)
+        budget = await edge.put("/api/pods/qwen/budget", json={"dailyUsd": 1000}, headers=bearer)
+    assert (stop.status_code, budget.status_code) == (403, 403), (stop.text, budget.text)
+
+
+async def _wakes(stack: Stack, name: str) -> int:
+    return len([e for e in await history(stack, name) if e.get("wake")])
 
 
 async def test_an_unknown_model_is_404_naming_the_models(client: openai.AsyncOpenAI) -> None:
