@@ -22,7 +22,16 @@ from aiohttp import web
 
 from thermostat.chassis.auth import HttpDenial, TokenRule, http_denial
 from thermostat.policy.common.pod_options import PodOptions, find_pod
-from thermostat.policy.gateway.hold import Arrival, Hold, ModelState, admit, hold_step, model_state, wake_refusal
+from thermostat.policy.gateway.hold import (
+    Arrival,
+    Hold,
+    ModelState,
+    admit,
+    hold_step,
+    model_state,
+    rewake_due,
+    wake_refusal,
+)
 from thermostat.policy.gateway.openai_errors import GatewayError, Refusal
 from thermostat.policy.gateway.request import InferenceRequest, parse_request, upstream_body
 
@@ -191,11 +200,9 @@ class Gateway:
                     if refusal is not None:
                         return refusal
                 state = model_state(snapshot)
-                if state is ModelState.BOOTING:
-                    seen_up = True
-                elif state is ModelState.DOWN and wake.done() and not seen_up and time.monotonic() - woken_at > 5:
-                    # the wake answered (Waiting, or a start that has not shown yet) and nothing is on its way up:
-                    # ask again, as a client of the start route polls; a joined or running wake costs nothing more
+                seen_up = seen_up or state is ModelState.BOOTING
+                since = time.monotonic() - woken_at
+                if rewake_due(snapshot, wake_answered=wake.done(), seen_up=seen_up, since_wake_seconds=since):
                     wake, woken_at = asyncio.create_task(self.views.wake(pod.name)), time.monotonic()
                 stopped = await self.views.stop_reason(pod.name) if state is ModelState.DOWN and seen_up else None
                 now = time.monotonic()

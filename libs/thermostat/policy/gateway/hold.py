@@ -138,6 +138,18 @@ def hold_step(
     return HoldStep(hold=Hold.KEEP, comment=waiting_comment(pod))
 
 
+REWAKE_SECONDS = 5.0
+
+
+def rewake_due(pod: PodSnapshot, *, wake_answered: bool, seen_up: bool, since_wake_seconds: float) -> bool:
+    """Ask for the wake again: it answered (Waiting, or a start the view does not show yet) and, a while later, nothing
+    is on its way up — as a client of the start route polls. Never after the pod was seen up (then a stop ended it,
+    and waking it again would undo the monitor's stop); a joined or running wake costs nothing more."""
+    return (
+        wake_answered and not seen_up and model_state(pod) is ModelState.DOWN and since_wake_seconds >= REWAKE_SECONDS
+    )
+
+
 def doing(pod: PodSnapshot) -> str:
     """What the pod is doing, in words: provisioning, starting, loading the model, waking or down."""
     if pod.status == "PROVISIONING":

@@ -14,6 +14,7 @@ from thermostat.policy.gateway.hold import (
     hold_step,
     model_state,
     retry_after,
+    rewake_due,
     wait_bound_seconds,
     waiting_comment,
     wake_refusal,
@@ -171,3 +172,17 @@ def test_the_budget_refusal_is_openai_insufficient_quota_with_the_numbers() -> N
 )  # fmt: skip
 def test_wait_bound_seconds(configured: float | None, grace: float, bound: float) -> None:
     assert wait_bound_seconds(configured, grace) == bound
+
+
+@pytest.mark.parametrize(
+    ("pod", "answered", "seen_up", "since", "due"),
+    [
+        pytest.param(DOWN, True, False, 5.0, True, id="answered and nothing on its way up: ask again"),
+        pytest.param(DOWN, False, False, 60.0, False, id="the wake still runs: join it, ask nothing"),
+        pytest.param(DOWN, True, False, 1.0, False, id="just answered: the view may not show the start yet"),
+        pytest.param(DOWN, True, True, 60.0, False, id="seen up then down: a stop, never undone"),
+        pytest.param(PROVISIONING, True, False, 60.0, False, id="on its way up: nothing to ask"),
+    ],
+)
+def test_rewake_due(pod: PodSnapshot, answered: bool, seen_up: bool, since: float, due: bool) -> None:
+    assert rewake_due(pod, wake_answered=answered, seen_up=seen_up, since_wake_seconds=since) is due
