@@ -5,6 +5,7 @@ tests run in order on the pod the first one booted, and the last one stops it.""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -137,32 +138,43 @@ def test_a_stream_arrives_chunk_by_chunk(booted: Booted) -> None:
     assert (len(events) > 2000, events[-1]) == (True, "[DONE]")
     span, direct_span = arrivals[-1] - arrivals[0], direct_arrivals[-1] - direct_arrivals[0]
     windows = len({int(at / 0.01) for at in arrivals})
+    direct_windows = len({int(at / 0.01) for at in direct_arrivals})
     seen = (f"{len(arrivals)} chunks over {span:.3f}s in {windows} windows of 10 ms; directly "
-            f"{len(direct_arrivals)} over {direct_span:.3f}s")  # fmt: skip
+            f"{len(direct_arrivals)} over {direct_span:.3f}s in {direct_windows}")  # fmt: skip
     assert len(arrivals) >= 100, f"{seen}: held back and sent together"
-    assert windows >= 10 and span >= direct_span / 2, f"{seen}: sent in bursts"
+    # a busy API server sends in bursts of its own: the relay keeps the engine's pace, whatever that is
+    assert windows >= max(2, direct_windows // 2) and span >= direct_span / 2, f"{seen}: held back"
     texts = ["".join(json.loads(event)["choices"][0]["text"] for event in stream[:-1])
              for stream in (events, direct_events)]  # fmt: skip
     assert texts[0] == texts[1]
 
 
 def test_a_client_that_disconnects_mid_stream_frees_the_engine(booted: Booted) -> None:
-    """The relay closes the engine's connection, vLLM aborts: back to 0 running, well short of its max_tokens."""
+    """The relay closes the engine's connection and vLLM aborts: 0 running again at once, the answer never
+    finished (an abort is not counted a success, vllm#31503)."""
+    budget = 30_000  # many seconds of decoding: the request is still running when its client leaves
+    running, success = "vllm:num_requests_running", "vllm:request_success_total"
     before = booted.direct.get("/metrics").text
-    with booted.proxy.stream("POST", "/v1/completions", json={**LONG, "max_tokens": 8000}) as answer:
-        chunks = answer.iter_raw()  # held: a dropped iterator would close the response itself
-        for _ in range(3):
-            next(chunks)
-    deadline = time.monotonic() + 10
-    while sample(after := booted.direct.get("/metrics").text, "vllm:num_requests_running") and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    assert sample(after, "vllm:num_requests_running") == 0
+    body = json.dumps({**LONG, "max_tokens": budget}).encode()
+    head = (f"POST /proxy/{booted.pod_id}-8000/v1/completions HTTP/1.1\r\nHost: sim\r\n"
+            f"User-Agent: {BROWSER['User-Agent']}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    # a raw client: the engine's API server can be seconds behind its engine core with the headers and the
+    # first chunks, so the request is seen running on the engine itself and left there, whatever had arrived
+    with socket.create_connection(("127.0.0.1", booted.sim.port)) as client:
+        client.sendall(head.encode() + body)
+        deadline = time.monotonic() + 10
+        while not sample(booted.direct.get("/metrics").text, running) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sample(booted.direct.get("/metrics").text, running) == 1
+    left = time.monotonic()
+    while sample(after := booted.direct.get("/metrics").text, running) and time.monotonic() < left + 10:
+        time.sleep(0.02)
+    freed = time.monotonic() - left
     generated = sample(after, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total")
-    assert generated < 4000, "the request ran on: the disconnect did not reach the engine"
-    success = "vllm:request_success_total"
-    assert sample(after, success) == sample(before, success)  # an abort is not a success (vllm#31503)
+    seen = f"{generated:.0f} tokens generated, freed {freed:.2f}s after the client left"
+    assert (sample(after, running), sample(after, success) - sample(before, success)) == (0, 0), seen
+    assert generated < budget and freed < 5, seen
 
 
 def test_stopping_the_pod_stops_the_engine_process(booted: Booted) -> None:
