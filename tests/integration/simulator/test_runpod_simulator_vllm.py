@@ -5,6 +5,7 @@ tests run in order on the pod the first one booted, and the last one stops it.""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -130,39 +131,54 @@ def streamed(client: httpx.Client, body: dict[str, object]) -> tuple[list[float]
 
 def test_a_stream_arrives_chunk_by_chunk(booted: Booted) -> None:
     """SSE relayed as it comes: as many chunks, spread over as long, as the engine's own stream of the answer."""
-    body = {**LONG, "max_tokens": 4000}
+    body = {**LONG, "max_tokens": 1000}
     arrivals, events = streamed(booted.proxy, body)
     direct_arrivals, direct_events = streamed(booted.direct, body)
     # a token that decodes to nothing (a special one: the model is random) sends no event
-    assert (len(events) > 2000, events[-1]) == (True, "[DONE]")
+    assert (len(events) > 500, events[-1]) == (True, "[DONE]")
     span, direct_span = arrivals[-1] - arrivals[0], direct_arrivals[-1] - direct_arrivals[0]
     windows = len({int(at / 0.01) for at in arrivals})
+    direct_windows = len({int(at / 0.01) for at in direct_arrivals})
     seen = (f"{len(arrivals)} chunks over {span:.3f}s in {windows} windows of 10 ms; directly "
-            f"{len(direct_arrivals)} over {direct_span:.3f}s")  # fmt: skip
+            f"{len(direct_arrivals)} over {direct_span:.3f}s in {direct_windows}")  # fmt: skip
     assert len(arrivals) >= 100, f"{seen}: held back and sent together"
-    assert windows >= 10 and span >= direct_span / 2, f"{seen}: sent in bursts"
+    # a busy API server sends in bursts of its own: the relay keeps the engine's pace, whatever that is
+    assert windows >= max(2, direct_windows // 2) and span >= direct_span / 2, f"{seen}: held back"
     texts = ["".join(json.loads(event)["choices"][0]["text"] for event in stream[:-1])
              for stream in (events, direct_events)]  # fmt: skip
     assert texts[0] == texts[1]
 
 
+def held(exposition: str) -> float:
+    """Requests the engine holds: running, or waiting for a slot."""
+    return sample(exposition, "vllm:num_requests_running") + sample(exposition, "vllm:num_requests_waiting")
+
+
 def test_a_client_that_disconnects_mid_stream_frees_the_engine(booted: Booted) -> None:
-    """The relay closes the engine's connection, vLLM aborts: back to 0 running, well short of its max_tokens."""
-    before = booted.direct.get("/metrics").text
-    with booted.proxy.stream("POST", "/v1/completions", json={**LONG, "max_tokens": 8000}) as answer:
-        chunks = answer.iter_raw()  # held: a dropped iterator would close the response itself
-        for _ in range(3):
-            next(chunks)
-    deadline = time.monotonic() + 10
-    while sample(after := booted.direct.get("/metrics").text, "vllm:num_requests_running") and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    assert sample(after, "vllm:num_requests_running") == 0
-    generated = sample(after, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total")
-    assert generated < 4000, "the request ran on: the disconnect did not reach the engine"
+    """The relay closes the engine's connection and vLLM aborts: nothing held again soon, the answer never
+    finished (an abort is not counted a success, vllm#31503)."""
+    budget = 8_000  # half a minute of decoding: the request is still running when its client leaves
     success = "vllm:request_success_total"
-    assert sample(after, success) == sample(before, success)  # an abort is not a success (vllm#31503)
+    before = booted.direct.get("/metrics").text
+    body = json.dumps({**LONG, "max_tokens": budget}).encode()
+    head = (f"POST /proxy/{booted.pod_id}-8000/v1/completions HTTP/1.1\r\nHost: sim\r\n"
+            f"User-Agent: {BROWSER['User-Agent']}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    # a raw client, so that leaving is closing its socket and nothing else: after its first tokens
+    with socket.create_connection(("127.0.0.1", booted.sim.port), timeout=60) as client:
+        client.sendall(head.encode() + body)
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += client.recv(65536)
+        assert received.startswith(b"HTTP/1.1 200 ") and held(booted.direct.get("/metrics").text) == 1
+    left = time.monotonic()
+    while held(after := booted.direct.get("/metrics").text) and time.monotonic() < left + 30:
+        time.sleep(0.02)
+    freed = time.monotonic() - left
+    generated = sample(after, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total")
+    seen = f"{generated:.0f} tokens generated, freed {freed:.2f}s after the client left"
+    assert (held(after), sample(after, success) - sample(before, success)) == (0, 0), seen
+    assert generated < budget and freed < 10, seen
 
 
 def test_stopping_the_pod_stops_the_engine_process(booted: Booted) -> None:

