@@ -9,7 +9,7 @@ inline code did).
 - `JobChanged`: a job ended or moved outside a wait's sight (cancel, reclaim, a failed boot, a lost send): waits
   wake its waiters, who read it.
 - `MachineFreed`: a machine of this process went idle (warm) with no next job: intake lets the key's next submit
-  claim it (its batch gathering goes out at once).
+  claim it (its batch gathering goes out at once); under a fleet cap placement runs (fair share may give the slot).
 - `SlotFreed`: a machine stopped or failed to boot: a tenant's cap slot is free, so intake forgets what it expected
   of the next submit (its outlooks).
 - `CatalogueChanged`: another catalogue applies (caps may have changed): intake forgets its outlooks.

@@ -25,6 +25,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
@@ -39,7 +40,7 @@ from ..repository import PoolRepository
 from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, PlacementWanted
+from .events import Events, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
 from .ownership import Ownership
@@ -92,11 +93,17 @@ class Placement:
         self.tasks = tasks
         self.before_place = before_place
         self.max_workers_total = max_workers_total
-        self.fair = FairShare(repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total)
+        self.fair = FairShare(
+            repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total, catalogue=catalogue
+        )
         self.lock = asyncio.Lock()
         self.again = False
         self.closing = False
         events.on(PlacementWanted, lambda _: self.poke())
+        if max_workers_total is not None:
+            # at the fleet cap a machine gone idle may be the slot a waiting tenant needs (fair share gives it at
+            # once): place now, not at the scaler's next pass, or each rotation would wait for it
+            events.on(MachineFreed, lambda _: self.poke())
 
     def poke(self) -> None:
         if self.closing:
@@ -160,7 +167,8 @@ class Placement:
                 await machines.unyield(c, None)  # nobody waits: a mark left would retire a machine for no one
                 return [], None
             wanted = [
-                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head) for d in demand
+                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head, turn=d.turn)
+                for d in demand
             ]
             plan, seen, freed = await self._plan_room(c, stops, lambda seen: self._placement(wanted, seen))
             if not freed:  # every attempt's retirement was overtaken: nothing starts on room not made (next pass)
@@ -340,17 +348,8 @@ class Placement:
 
 
 def as_seen(machine: Machine, job_id: str | None) -> Machine:
-    """A starting machine that already holds a job is busy as far as placement is concerned."""
+    """A starting machine that already holds a job is busy as far as placement is concerned (still booting for
+    rotation: it has held no slot yet)."""
     if machine.state is MachineState.STARTING and job_id is not None:
-        return Machine(
-            id=machine.id,
-            tenant_id=machine.tenant_id,
-            machine_type=machine.machine_type,
-            image=machine.image,
-            state=MachineState.BUSY,
-            last_session_id=machine.last_session_id,
-            health_misses=machine.health_misses,
-            cool_down_seconds=machine.cool_down_seconds,
-            yield_to=machine.yield_to,
-        )
+        return replace(machine, state=MachineState.BUSY, idle_since=0.0, held_seconds=None, boot_seconds=None)
     return machine
