@@ -39,8 +39,9 @@ async def age(store: Store, tenant: str, *, booted_minutes: float, held_minutes:
     """The tenant's machines booted in `booted_minutes` (their type's measured boot) and have held their slot for
     `held_minutes` since: the rows' clock, moved instead of waited for."""
     await store.pool.execute(
-        "UPDATE pool_machines SET warm_at = now() - make_interval(secs => $2 * 60),"
-        " created_at = now() - make_interval(secs => ($2 + $3) * 60) WHERE tenant_id = $1 AND warm_at IS NOT NULL",
+        "UPDATE pool_machines SET warm_at = now() - make_interval(secs => $2::float8 * 60),"
+        " created_at = now() - make_interval(secs => ($2::float8 + $3::float8) * 60)"
+        " WHERE tenant_id = $1 AND warm_at IS NOT NULL",
         tenant,
         held_minutes,
         booted_minutes,
@@ -83,6 +84,25 @@ async def test_at_a_cap_of_one_light_waits_for_heavys_tenure_not_its_backlog(poo
         starts = await started_at(pool_store, heavy)
         assert sum(1 for at in starts.values() if at < start_of(done)) == 1  # the job heavy ran when light came
         assert await most_machines_at_once(pool_store) == 1
+
+
+async def test_a_pass_comes_by_itself_when_the_holders_tenure_ends(pool_store: Store) -> None:
+    """Light submits while heavy's tenure has under a second left; no submit, completion or scaler pass follows (its
+    job is held), yet heavy's machine is marked for light: the pass that found light waiting asked to run again when
+    the tenure ends."""
+    held = Held()
+    env = pool_env(TENURE_FROM_BOOT, POOL_MAX_WORKERS_TOTAL="1")
+    async with start_pool(pool_store, env, seams=[before_complete(held)]) as pool:
+        await submit_backlog(pool, 3, tenant="heavy")
+        await held_at_least(held, 1)
+        await age(pool_store, "heavy", booted_minutes=60, held_minutes=60 - 0.5 / 60)  # half a second left
+        await pool.submit(b"0", machine_type="sleepy", tenant="light")
+
+        async def marked_for_light() -> bool | None:
+            return True if len(await marked(pool_store)) == 1 else None
+
+        await eventually(marked_for_light, timeout=30, every=0.05)
+        held.open.set()
 
 
 def start_of(job: pool_pb2.Job) -> datetime:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.machines import LIVE_STATES, Machine, MachineState
-from thermostat.policy.pool.rotation import rotated, wait_line
+from thermostat.policy.pool.rotation import next_turn_in, rotated, wait_line
 
 
 def tenants_with_demand(*, queued: Mapping[str, int], machines: Iterable[Machine]) -> frozenset[str]:
@@ -83,6 +83,7 @@ class FairShareDecision:
     mark: tuple[Yield, ...] = ()  # busy machines not yet marked: retired after their current job
     keep: tuple[Yield, ...] = ()  # busy machines already marked: still needed, nothing to write
     clear: tuple[str, ...] = ()  # marked machines no longer needed: they go on with their tenant's backlog
+    recheck_seconds: float | None = None  # a tenant waits for a holder's tenure: place again in this many seconds
 
 
 def plan_fair_share(
@@ -134,12 +135,16 @@ def plan_fair_share(
         else:
             mark.append(given)
     taken = {m.id for m in chosen}
+    recheck = None
+    if rotation and len(chosen) < slots:
+        recheck = next_turn_in(machines, held, share, with_demand, catalogue or Catalogue())
     return FairShareDecision(
         share=share,
         retire_now=tuple(retire_now),
         mark=tuple(mark),
         keep=tuple(keep),
         clear=tuple(m for m in marked if m not in taken),
+        recheck_seconds=recheck,
     )
 
 

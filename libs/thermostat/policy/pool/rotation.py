@@ -11,6 +11,8 @@ share (otherwise fair share's donors give the slot):
 - The slot is taken from the holder that has held its slot longest: the machine of a tenant at its share whose
   boot ended longest ago (`held_seconds`), once it has held it for its type's minimum tenure. A machine still
   booting is never chosen (a boot already paid for), nor one of a tenant below its share (it waits itself).
+- A pass that finds a tenant waiting and every holder within its tenure says when the first tenure ends
+  (`next_turn_in`), and the service places again then: nothing else may run a pass at that moment.
 - The minimum tenure is the type's `min_tenure_seconds`, or when unset the type's measured boot time: the mean
   boot (placement to health answer) of the type's machines in the fleet, the holder's own among them. A rotation
   costs one boot, so a holder that kept its slot at least that long did at least half a rotation of useful work.
@@ -58,6 +60,19 @@ def wait_line(waiting: Iterable[str], places: Mapping[str, tuple[int, int]]) -> 
     return sorted(waiting, key=lambda tenant: (places.get(tenant, (0, 0)), tenant))
 
 
+def _holders(
+    machines: Sequence[Machine], held: Mapping[str, int], share: int, with_demand: frozenset[str]
+) -> list[Machine]:
+    """Machines of tenants with demand at their share, starting ones included (as busy: a job handed at placement)."""
+    return [
+        m
+        for m in machines
+        if m.tenant_id in with_demand
+        and held.get(m.tenant_id, 0) >= share
+        and m.state in (MachineState.WARM, MachineState.BUSY, MachineState.STARTING)
+    ]
+
+
 def rotated(
     machines: Sequence[Machine],
     held: Mapping[str, int],
@@ -74,10 +89,8 @@ def rotated(
     measured = measured_boots(machines)
     candidates = [
         m
-        for m in machines
-        if m.tenant_id in with_demand
-        and held.get(m.tenant_id, 0) >= share
-        and m.state in (MachineState.WARM, MachineState.BUSY)
+        for m in _holders(machines, held, share, with_demand)
+        if m.state is not MachineState.STARTING
         and m.held_seconds is not None
         and (m.yield_to is not None or m.held_seconds >= min_tenure(m.machine_type, catalogue, measured))
     ]
@@ -87,3 +100,25 @@ def rotated(
         if all(m.tenant_id != machine.tenant_id for m in chosen):
             chosen.append(machine)
     return chosen[:slots]
+
+
+RECHECK_FLOOR_SECONDS = 0.05
+"""The soonest a pass asks to be run again: a tenure ending now is not a reason to spin."""
+
+
+def next_turn_in(
+    machines: Sequence[Machine],
+    held: Mapping[str, int],
+    share: int,
+    with_demand: frozenset[str],
+    catalogue: Catalogue,
+) -> float | None:
+    """When a waiting tenant found no holder past its tenure: in how many seconds the first tenure ends, so the
+    service places again then rather than at the scaler's next pass (a holder still booting: its whole tenure, at
+    the least). None: no holder to wait for."""
+    measured = measured_boots(machines)
+    ends = [
+        min_tenure(m.machine_type, catalogue, measured) - (m.held_seconds or 0.0)
+        for m in _holders(machines, held, share, with_demand)
+    ]
+    return max(min(ends), RECHECK_FLOOR_SECONDS) if ends else None

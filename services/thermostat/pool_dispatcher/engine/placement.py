@@ -46,6 +46,7 @@ from .fleet import BootPlan, Fleet
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
+from .writes import Sleep
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -83,6 +84,7 @@ class Placement:
         metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -96,6 +98,8 @@ class Placement:
         self.fair = FairShare(
             repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total, catalogue=catalogue
         )
+        self.sleep = sleep
+        self.recheck: asyncio.Task[None] | None = None  # a pass due when a holder's tenure ends (rotation)
         self.lock = asyncio.Lock()
         self.again = False
         self.closing = False
@@ -158,6 +162,7 @@ class Placement:
         queued jobs the fleet cap holds back (None: the cap was not hit)."""
         starts: list[BootPlan] = []
         held: int | None = None
+        recheck: float | None = None
         machines = self.repo.machines
         stops: list[tuple[str, str | None]] = []
         async with borrow(self.repo.pool) as c, c.transaction():
@@ -175,7 +180,7 @@ class Placement:
                 plan = PlacementPlan(deferred=plan.deferred)
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-            await self.fair.carry_out(c, wanted, plan, seen, stops)
+            recheck = (await self.fair.carry_out(c, wanted, plan, seen, stops)).recheck_seconds
             for start in plan.starts:
                 machine_type = self.catalogue.get(start.machine_type)
                 if machine_type is None:
@@ -204,7 +209,20 @@ class Placement:
                     )
                 )
         self._stop_after_commit(stops)
+        if recheck is not None:
+            self._place_in(recheck)
         return starts, held
+
+    def _place_in(self, seconds: float) -> None:
+        """Place again once a holder's tenure ends (fair share's rotation): no other pass may come at that moment.
+        The latest pass's view is the freshest, so its time replaces any pending one."""
+        if self.recheck is not None and not self.recheck.done():
+            self.recheck.cancel()
+        self.recheck = self.tasks.spawn(self._place_after(seconds), "pool-place-at-tenure")
+
+    async def _place_after(self, seconds: float) -> None:
+        await self.sleep(seconds)
+        self.poke()
 
     def _placement(self, wanted: list[Demand], seen: list[Machine]) -> PlacementPlan:
         return plan_placement(

@@ -194,3 +194,20 @@ def test_ten_light_tenants_take_the_slot_in_the_order_they_came() -> None:
     groups = [demand("heavy", 1, turn=100, queued=50), *(demand(f"light{i}", 90 - i) for i in range(10))]
     assert wait_line([g.tenant_id for g in groups], wait_places(groups))[:2] == ["light9", "light8"]
     assert wait_line([g.tenant_id for g in groups], wait_places(groups))[-1] == "heavy"
+
+
+@pytest.mark.parametrize(
+    ("machines", "recheck"),
+    [
+        pytest.param([held("h1", "heavy", 5)], 15.0, id="when-the-holders-tenure-ends"),
+        pytest.param([held("h1", "heavy", None, S.STARTING)], 20.0, id="a-booting-holder-its-whole-tenure"),
+        pytest.param([held("h1", "heavy", 19.99)], 0.05, id="never-sooner-than-the-floor"),
+        pytest.param([held("h1", "heavy", 25)], None, id="none-once-it-rotated"),
+    ],
+)
+def test_a_tenant_waiting_for_a_tenure_asks_to_be_placed_again_when_it_ends(
+    machines: list[Machine], recheck: float | None
+) -> None:
+    """Nothing else runs a placement pass when a holder's tenure ends, so the decision says when to place again."""
+    types = catalogue(cpu(min_tenure_seconds=BOOT))
+    assert decide(machines, **INCIDENT, types=types).recheck_seconds == pytest.approx(recheck)
