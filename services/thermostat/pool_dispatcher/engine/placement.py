@@ -40,7 +40,7 @@ from ..repository import PoolRepository
 from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, MachineFreed, PlacementWanted
+from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
 from .ownership import Ownership
@@ -105,9 +105,11 @@ class Placement:
         self.closing = False
         events.on(PlacementWanted, lambda _: self.poke())
         if max_workers_total is not None:
-            # at the fleet cap a machine gone idle may be the slot a waiting tenant needs (fair share gives it at
-            # once): place now, not at the scaler's next pass, or each rotation would wait for it
+            # at the fleet cap a machine gone idle, or one just booted (fair share never takes a booting one), may be
+            # the slot a waiting tenant needs: place now, not at the scaler's next pass, which nothing else brings
+            # forward while every machine goes from job to job
             events.on(MachineFreed, lambda _: self.poke())
+            events.on(MachineBooted, lambda _: self.poke())
 
     def poke(self) -> None:
         if self.closing:
