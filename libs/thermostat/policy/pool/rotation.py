@@ -115,10 +115,13 @@ def next_turn_in(
 ) -> float | None:
     """When a waiting tenant found no holder past its tenure: in how many seconds the first tenure ends, so the
     service places again then rather than at the scaler's next pass (a holder still booting: its whole tenure, at
-    the least). None: no holder to wait for."""
+    the least). None: no holder to wait for. A holder already past its tenure is no reason to come back: it was
+    taken, or this pass could not take it (one a tenant), and a pass every floor's worth of seconds would not."""
     measured = measured_boots(machines)
     ends = [
         min_tenure(m.machine_type, catalogue, measured) - (m.held_seconds or 0.0)
         for m in _holders(machines, held, share, with_demand)
+        if m.yield_to is None
     ]
+    ends = [end for end in ends if end > 0]
     return max(min(ends), RECHECK_FLOOR_SECONDS) if ends else None

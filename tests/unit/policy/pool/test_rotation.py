@@ -203,6 +203,7 @@ def test_ten_light_tenants_take_the_slot_in_the_order_they_came() -> None:
         pytest.param([held("h1", "heavy", None, S.STARTING)], 20.0, id="a-booting-holder-its-whole-tenure"),
         pytest.param([held("h1", "heavy", 19.99)], 0.05, id="never-sooner-than-the-floor"),
         pytest.param([held("h1", "heavy", 25)], None, id="none-once-it-rotated"),
+        pytest.param([held("h1", "heavy", 25, yield_to="light")], None, id="none-for-a-holder-already-marked"),
     ],
 )
 def test_a_tenant_waiting_for_a_tenure_asks_to_be_placed_again_when_it_ends(
