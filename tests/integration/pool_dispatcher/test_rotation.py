@@ -7,12 +7,17 @@ set idle times), and completions are held at a barrier, so nothing here waits fo
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 
+import grpc
+import pytest
+
 from tests.fixtures.polling import eventually
-from tests.integration.pool_dispatcher.conftest import pool_env, sleepy_type, start_pool
+from tests.integration.pool_dispatcher.conftest import ADMIN, pool_env, sleepy_type, start_pool
 from tests.integration.pool_dispatcher.seams import before_complete
+from tests.integration.pool_dispatcher.test_catalogue_defaults import put
 from tests.integration.pool_dispatcher.test_fair_share import (
     Held,
     all_done,
@@ -174,3 +179,21 @@ async def test_ten_light_tenants_each_get_the_slot_in_the_order_they_came(pool_s
         )]  # fmt: skip
         assert lives == ["heavy", *(f"light{i}" for i in range(10)), "heavy"]  # one boot per turn, no more
         assert await most_machines_at_once(pool_store) == 1
+
+
+async def test_the_minimum_tenure_is_put_stored_and_listed_per_type(pool_store: Store) -> None:
+    """`min_tenure_seconds` through the service: a PUT stores it, GET /v1/machine-types lists it (null where unset,
+    the measured boot), and a negative one is a 400 naming the entry and the field, nothing stored."""
+    async with start_pool(pool_store, pool_env(TENURE_FROM_BOOT)) as pool:
+        await put(pool, [sleepy_type("short", min_tenure_seconds=30), sleepy_type("measured")])
+        shown = await pool.stub.GetMachineTypes(pool_pb2.GetMachineTypesRequest(), metadata=ADMIN)
+        assert [(t["name"], t["min_tenure_seconds"]) for t in json.loads(shown.data)] == [
+            ("short", 30.0),
+            ("measured", None),
+        ]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await put(pool, [sleepy_type("bad", min_tenure_seconds=-1)])
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (refused.value.details() or "").startswith(
+            "machine_types[0] ('bad').min_tenure_seconds: must not be negative"
+        )
