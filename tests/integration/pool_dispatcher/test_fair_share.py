@@ -17,7 +17,13 @@ import pytest
 
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
-from tests.integration.pool_dispatcher.seams import before_complete, before_provider_stop, before_send
+from tests.integration.pool_dispatcher.seams import (
+    before_complete,
+    before_machine_ready,
+    before_place,
+    before_provider_stop,
+    before_send,
+)
 from thermostat.pool.v1 import pool_pb2
 from thermostat.store.db import Store
 
@@ -288,15 +294,20 @@ async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retire
     pool_store: Store, carried_out_by: str
 ) -> None:
     """The mark lands while acme's machine holds a job not yet sent (held before its send); that job is cancelled:
-    nothing is sent, the machine is idle and still marked, so no claim takes it. The next placement pass (or the
-    reaper, whatever the cool-down) retires it, and globex boots in its slot."""
-    release = asyncio.Event()
+    nothing is sent, the machine is idle and still marked, so no claim takes it. The next placement pass (the one its
+    going idle pokes at the fleet cap, held here so the idle mark is seen) or the reaper, whatever the cool-down,
+    retires it, and globex boots in its slot."""
+    release, passes = asyncio.Event(), asyncio.Event()
+    passes.set()
 
     async def hold_send(_job_id: str) -> None:
         await release.wait()
 
+    async def hold_passes() -> None:  # the pass the idle machine pokes (at the fleet cap) waits until let through
+        await passes.wait()
+
     env = pool_env(TYPES, POOL_MAX_WORKERS_TOTAL=CAP)
-    async with start_pool(pool_store, env, seams=[before_send(hold_send)]) as pool:
+    async with start_pool(pool_store, env, seams=[before_send(hold_send), before_place(hold_passes)]) as pool:
         backlog = await submit_backlog(pool, 10)
         await busy_machines(pool_store, "acme", 2)
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
@@ -305,6 +316,7 @@ async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retire
         held_job = await pool_store.pool.fetchval(
             "SELECT id::text FROM pool_jobs WHERE worker_id = $1::uuid AND state = 'dispatched'", retiring
         )
+        passes.clear()
         await cancel(pool, held_job, "acme")
         release.set()
 
@@ -316,13 +328,50 @@ async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retire
 
         await eventually(idle_and_marked, timeout=30, every=0.02)
         if carried_out_by == "placement":
+            passes.set()
             await pool.dispatcher.place()
         else:
             await pool.dispatcher.reap()
+            passes.set()
         assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"
         await all_done(pool_store, "acme")
         await assert_each_ran_once(pool_store, [j for j in backlog if j != held_job])
         assert (await pool.job(held_job, "acme")).state == "cancelled"
         lives = await machine_lives(pool_store)
         assert (retiring, "acme", "stopped") in {(m, t, e) for m, t, e, _ in lives}
+        assert await most_machines_at_once(pool_store) == 2
+
+
+async def test_a_tenant_that_came_while_the_backlogs_machines_booted_gets_a_slot_once_they_answer(
+    pool_store: Store,
+) -> None:
+    """Globex submits while both of acme's machines are still booting (held before they are marked ready): fair
+    share never takes a booting machine, so that pass retires nothing. Once they answer, their boot runs a pass of
+    its own (no scaler here, no submit, and each completion hands the machine acme's next job), which marks one for
+    globex: globex runs long before acme's backlog is done."""
+    booting = asyncio.Event()
+
+    async def hold_ready(_machine_id: str) -> None:
+        await booting.wait()
+
+    env = pool_env(TYPES, POOL_MAX_WORKERS_TOTAL=CAP)
+    async with start_pool(pool_store, env, seams=[before_machine_ready(hold_ready)]) as pool:
+        backlog = await submit_backlog(pool, 200, seconds="0.05")
+
+        async def two_starting() -> bool | None:
+            starting = await pool_store.pool.fetchval(
+                "SELECT count(*) FROM pool_machines WHERE tenant_id = 'acme' AND state = 'starting'"
+            )
+            return True if starting == 2 else None
+
+        await eventually(two_starting, timeout=30, every=0.02)
+        waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
+        await pool.dispatcher.place()
+        assert await marked(pool_store) == []  # nothing to take while they boot
+        booting.set()
+        assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"
+        left = await pool_store.pool.fetchval("SELECT count(*) FROM pool_jobs WHERE state = 'queued'")
+        assert left > 0  # long before the backlog's end
+        await all_done(pool_store, "acme")
+        await assert_each_ran_once(pool_store, backlog)
         assert await most_machines_at_once(pool_store) == 2

@@ -8,15 +8,17 @@ Theory of operation. Only while a tenant waits at the fleet cap (placement held 
 the fleet cap, `Deferred` with `fleet_cap`), each pass:
 
 - A tenant has demand when it has queued jobs or busy machines (jobs it is running). Its share is the cap over
-  the tenants with demand, rounded up: `ceil(cap / n)`. Rounded up so that two tenants at their share never
-  trade machines back and forth (at a cap of 2 with 3 tenants the share is 1: two of them hold one each and
-  the third waits for one of them to end, instead of every machine retiring in turn).
+  the tenants with demand, rounded up: `ceil(cap / n)`. Rounded up so that tenants at their share do not trade
+  machines back and forth job by job. When the tenants with demand outnumber the slots (a cap of 2 with 3
+  tenants: share 1, two hold one each), nobody is over its share and the third would wait for a holder's whole
+  backlog: then the holders take turns instead, each keeping its slot for a minimum tenure (rotation.py, issue 35).
 - A waiting tenant below its share needs `min(held back, share - holding)` slots. `holding` is its live machines
   (starting, warm, busy).
 - Slots already on their way count against that need: every stopping machine frees one when its stop lands.
 - The slots still needed come from donors: a tenant holding more than its share gives at most `holding - share`;
   a tenant without demand gives every warm or busy machine it holds (an idle machine of a tenant with nothing
-  queued is not kept for its cool-down while another tenant waits at the cap).
+  queued is not kept for its cool-down while another tenant waits at the cap). With no donor, from rotation
+  (rotation.py): one slot per waiting tenant, from the holder that has held its slot longest past its tenure.
 - A donor's machine is retired after its current job, never mid-job: a warm one now (it has no job), a busy one
   is marked (`yield_to`, the waiting tenant) and its completion retires it instead of handing it the next job.
   A starting machine is never chosen: it is a boot already paid for, about to serve its tenant.
@@ -34,9 +36,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.machines import LIVE_STATES, Machine, MachineState
+from thermostat.policy.pool.rotation import next_turn_in, rotated, wait_line
 
 
 def tenants_with_demand(*, queued: Mapping[str, int], machines: Iterable[Machine]) -> frozenset[str]:
@@ -64,9 +68,10 @@ class Yield:
     """Yield is one machine giving its fleet slot to a waiting tenant: now (`warm`) or after its current job."""
 
     machine_id: str
-    tenant_id: str  # the machine's tenant, over its share
+    tenant_id: str  # the machine's tenant, over its share (or at it, rotated)
     to_tenant: str  # the tenant waiting at the fleet cap
     now: bool  # warm: retired at once; busy: marked, retired by its completion
+    rotation: bool = False  # nobody was over its share: the holder's turn ends (rotation.py), its wait begins
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +83,7 @@ class FairShareDecision:
     mark: tuple[Yield, ...] = ()  # busy machines not yet marked: retired after their current job
     keep: tuple[Yield, ...] = ()  # busy machines already marked: still needed, nothing to write
     clear: tuple[str, ...] = ()  # marked machines no longer needed: they go on with their tenant's backlog
+    recheck_seconds: float | None = None  # a tenant waits for a holder's tenure: place again in this many seconds
 
 
 def plan_fair_share(
@@ -86,11 +92,15 @@ def plan_fair_share(
     held_back: Mapping[str, int],
     machines: Sequence[Machine],
     max_workers_total: int | None,
+    waits: Mapping[str, tuple[int, int]] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> FairShareDecision:
     """Which machines give their slot to the tenants the fleet cap holds back, from this pass's view.
 
     `queued`: each tenant's queued jobs (every type); `held_back`: each tenant's queued jobs the fleet cap held
-    back this pass (placement's deferrals with reason `fleet_cap`)."""
+    back this pass (placement's deferrals with reason `fleet_cap`); `waits`: each tenant's place in line
+    (placement.wait_places), the order waiting tenants are given slots in; `catalogue`: the types' minimum
+    tenures for rotation (rotation.py), when no tenant is over its share."""
     marked = [m.id for m in machines if m.yield_to is not None and m.state in LIVE_STATES]
     waiting = {tenant: count for tenant, count in held_back.items() if count > 0}
     if max_workers_total is None or not waiting:
@@ -98,30 +108,43 @@ def plan_fair_share(
     with_demand = tenants_with_demand(queued=queued, machines=machines)
     share = fair_share(max_workers_total=max_workers_total, tenants=len(with_demand))
     held = holdings(machines)
-    needs = {t: min(count, share - held.get(t, 0)) for t, count in sorted(waiting.items())}
+    line = wait_line(waiting, waits or {})
+    needs = {t: min(waiting[t], share - held.get(t, 0)) for t in line}
     needs = {t: n for t, n in needs.items() if n > 0}
+    rotation = not any(n > (share if t in with_demand else 0) for t, n in held.items())
+    if rotation:  # one slot a waiting tenant: each takes its turn
+        needs = dict.fromkeys(needs, 1)
     on_the_way = sum(1 for m in machines if m.state is MachineState.STOPPING)
-    slots = sum(needs.values()) - on_the_way
-    chosen = _donated(machines, held, share, with_demand, max(slots, 0))
+    slots = max(sum(needs.values()) - on_the_way, 0)
+    if rotation:
+        chosen = rotated(machines, held, share, with_demand, slots, catalogue or Catalogue())
+    else:
+        chosen = _donated(machines, held, share, with_demand, slots)
     recipients = [t for t, n in needs.items() for _ in range(n)][on_the_way:]
     retire_now: list[Yield] = []
     mark: list[Yield] = []
     keep: list[Yield] = []
     for machine, to_tenant in zip(chosen, recipients, strict=False):
-        given = Yield(machine_id=machine.id, tenant_id=machine.tenant_id, to_tenant=to_tenant, now=False)
+        given = Yield(
+            machine_id=machine.id, tenant_id=machine.tenant_id, to_tenant=to_tenant, now=False, rotation=rotation
+        )
         if machine.state is MachineState.WARM:
-            retire_now.append(Yield(machine_id=machine.id, tenant_id=machine.tenant_id, to_tenant=to_tenant, now=True))
+            retire_now.append(replace(given, now=True))
         elif machine.yield_to is not None:
             keep.append(given)
         else:
             mark.append(given)
     taken = {m.id for m in chosen}
+    recheck = None
+    if rotation and len(chosen) < slots:
+        recheck = next_turn_in(machines, held, share, with_demand, catalogue or Catalogue())
     return FairShareDecision(
         share=share,
         retire_now=tuple(retire_now),
         mark=tuple(mark),
         keep=tuple(keep),
         clear=tuple(m for m in marked if m not in taken),
+        recheck_seconds=recheck,
     )
 
 

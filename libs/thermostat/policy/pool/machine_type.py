@@ -21,6 +21,10 @@ Defaults, chosen for a pool that should not bill for idle machines by accident:
 - `job_timeout_seconds` 3600.
 - `price_per_hour` unset: the type's machine time is metered but not priced (metering's pool spend reads it in
   USD per machine-hour; a number, 0 or more).
+- `min_tenure_seconds` unset (null): the type's measured boot time. How long a machine holds its fleet slot, from its
+  boot, before fair share's rotation may retire it after its current job for a tenant waiting at the fleet cap
+  (thermostat.policy.pool.rotation): a boot's worth of work at least, so at most half of a rotation is boots. 0
+  rotates after every job; a number, 0 or more.
 Times are bounded by `MAX_TIMEOUT_SECONDS` (a day), so the longest sync wait a catalogue allows
 (`MAX_WAIT_SECONDS`, boot + job) is a constant the edge's route timeout can cover.
 
@@ -83,6 +87,7 @@ class MachineType:
     boot_timeout_seconds: float = DEFAULT_BOOT_TIMEOUT_SECONDS
     job_timeout_seconds: float = DEFAULT_JOB_TIMEOUT_SECONDS
     price_per_hour: float | None = None
+    min_tenure_seconds: float | None = None  # None: the type's measured boot time (rotation.py)
     env: Mapping[str, str] = field(default_factory=dict)
     provider_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -201,6 +206,7 @@ def machine_type_to_json(machine_type: MachineType, *, admin: bool) -> dict[str,
         "boot_timeout_seconds": machine_type.boot_timeout_seconds,
         "job_timeout_seconds": machine_type.job_timeout_seconds,
         "price_per_hour": machine_type.price_per_hour,
+        "min_tenure_seconds": machine_type.min_tenure_seconds,
         "env": shown(machine_type.env),
         "provider_options": shown(machine_type.provider_options),
     }
@@ -214,7 +220,7 @@ FIELDS = frozenset(
     {
         "name", "image", "backend", "cpus", "memory_mb", "disk_gb", "gpu_type", "gpu_count", "max_workers",
         "cool_down_seconds", "health_check_failures", "boot_timeout_seconds", "job_timeout_seconds", "env",
-        "provider_options", "price_per_hour",
+        "provider_options", "price_per_hour", "min_tenure_seconds",
     }
 )  # fmt: skip
 
@@ -257,6 +263,7 @@ def _parse_entry(
         "boot_timeout_seconds": read("boot_timeout_seconds", _seconds, True),
         "job_timeout_seconds": read("job_timeout_seconds", _seconds, True),
         "price_per_hour": read("price_per_hour", _number, False, False),
+        "min_tenure_seconds": read("min_tenure_seconds", _optional_seconds),
         "env": read("env", _env),
         "provider_options": read("provider_options", _options),
     }
@@ -340,6 +347,13 @@ def _seconds(entry: dict[str, Any], key: str, positive: bool) -> float | None:
     if number > MAX_TIMEOUT_SECONDS:
         raise _Invalid(f"must be at most {MAX_TIMEOUT_SECONDS:g} seconds, got {_got(entry[key])}")
     return number
+
+
+def _optional_seconds(entry: dict[str, Any], key: str) -> float | None:
+    """Seconds, 0 or more, at most a day; absent or null: the field's default."""
+    if entry.get(key) is None:
+        return None
+    return _seconds(entry, key, False)
 
 
 def _integer(entry: dict[str, Any], key: str, minimum: int, nullable: bool) -> int | None:

@@ -133,6 +133,9 @@ class Machine:
     health_misses: int = 0  # consecutive failed probes
     cool_down_seconds: float = 0.0  # its type's cool-down when it started, for a type since removed
     yield_to: str | None = None  # the tenant waiting at the fleet cap it gives its slot to after its job (fair_share)
+    # since its boot ended, by the row's clock at the fleet read (None: still booting); rotation's tenure (rotation.py)
+    held_seconds: float | None = None
+    boot_seconds: float | None = None  # placement to health answer (None: still booting), the type's measured boot
 
 
 def is_stale(machine: Machine, catalogue: Catalogue) -> bool:

@@ -16,9 +16,11 @@ Caps, in this order:
   Its stop frees the tenant's slot at once but the fleet's only when it is gone.
 
 When the fleet cap binds, each tenant below its fair share (thermostat.policy.pool.fair_share: the cap over the
-tenants with demand) is served first, up to its share, in queue order of each group's first job (priority, then
-FIFO); what room is left goes in queue order. So the fleet's last slot goes to the job first in line among the
-tenants below their share, and never straight back to a backlog a fair-share retirement took it from. A plan
+tenants with demand) is served first, up to its share, in line (`wait_places`): by its first job's priority, then
+the tenant that has waited longest first (its wait began at its first queued job, or at its last rotation out if
+later, so a tenant rotated out queues behind those already waiting); what room is left goes in queue order. So
+the fleet's last slot goes to the tenant waiting longest among those below their share, and never straight back
+to a backlog a fair-share retirement took it from. A plan
 whose demand the fleet cap cut says so, for the warning the worker-pool seed asks for ("a capped fleet looks
 exactly like a slow queue from the outside").
 A type missing from the catalogue gets no machine: its queued jobs fail with the reason (the service).
@@ -44,6 +46,7 @@ class Demand:
     machine_type: str
     queued: int
     head: QueuedJob
+    turn: int = 0  # the jobs' sequence when the tenant was last rotated out at the fleet cap (rotation.py); 0: never
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,15 +142,18 @@ def _fleet_room(
     """How many of each group's wanted starts the fleet cap lets through (`wanted` in queue order).
 
     Without a cap, all. With one, first each tenant below its fair share (thermostat.policy.pool.fair_share) is
-    served up to its share, in queue order, then what room is left goes in queue order: the slot a fair-share
-    retirement freed goes to the tenant it was freed for, not back to the backlog it came from."""
+    served up to its share, in its place in line (`wait_places`), then what room is left goes in queue
+    order: the slot a fair-share retirement freed goes to the tenant it was freed for, not back to the backlog it
+    came from (a tenant rotated out waits from its rotation, behind those already waiting)."""
     if cap is None:
         return [count for _, count in wanted]
     room = max(cap - fleet, 0)
     share = fair_share(max_workers_total=cap, tenants=len(tenants_with_demand(queued=queued, machines=machines)))
     held = holdings(machines)
     granted = [0] * len(wanted)
-    for index, (group, count) in enumerate(wanted):
+    places = wait_places(group for group, _ in wanted)
+    for index in sorted(range(len(wanted)), key=lambda i: places[wanted[i][0].tenant_id]):
+        group, count = wanted[index]
         below = max(share - held.get(group.tenant_id, 0), 0)
         got = min(count, below, room)
         granted[index], room = got, room - got
@@ -156,6 +162,19 @@ def _fleet_room(
         got = min(count - granted[index], room)
         granted[index], room = granted[index] + got, room - got
     return granted
+
+
+def wait_places(demand: Iterable[Demand]) -> dict[str, tuple[int, int]]:
+    """Each tenant's place in the line for a slot at the fleet cap, lower first: its first queued job's priority
+    (highest first, as in queue order), then where its wait began in the jobs' submission order: its first queued
+    job, or its last rotation out at the fleet cap if that came later (thermostat.policy.pool.rotation)."""
+    places: dict[str, tuple[int, int]] = {}
+    turn: dict[str, int] = {}
+    for group in demand:
+        place = (-group.head.priority, group.head.sequence)
+        places[group.tenant_id] = min(places.get(group.tenant_id, place), place)
+        turn[group.tenant_id] = max(turn.get(group.tenant_id, 0), group.turn)
+    return {tenant: (priority, max(began, turn[tenant])) for tenant, (priority, began) in places.items()}
 
 
 def queued_by_tenant(demand: Iterable[Demand]) -> dict[str, int]:

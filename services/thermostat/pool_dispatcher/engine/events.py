@@ -9,7 +9,9 @@ inline code did).
 - `JobChanged`: a job ended or moved outside a wait's sight (cancel, reclaim, a failed boot, a lost send): waits
   wake its waiters, who read it.
 - `MachineFreed`: a machine of this process went idle (warm) with no next job: intake lets the key's next submit
-  claim it (its batch gathering goes out at once).
+  claim it (its batch gathering goes out at once); under a fleet cap placement runs (fair share may give the slot).
+- `MachineBooted`: a machine of this process answered its boot: under a fleet cap placement runs (fair share never
+  takes a booting machine, so a tenant waiting at the cap may need this one).
 - `SlotFreed`: a machine stopped or failed to boot: a tenant's cap slot is free, so intake forgets what it expected
   of the next submit (its outlooks).
 - `CatalogueChanged`: another catalogue applies (caps may have changed): intake forgets its outlooks.
@@ -41,6 +43,11 @@ class MachineFreed:
     tenant_id: str
     machine_type: str
     image: str
+
+
+@dataclass(frozen=True, slots=True)
+class MachineBooted:
+    machine_id: str
 
 
 @dataclass(frozen=True, slots=True)

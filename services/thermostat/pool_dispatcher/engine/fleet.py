@@ -32,7 +32,7 @@ from ..metrics import PoolMetrics
 from ..repository import Assignment, OwnMachine, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
-from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineFreed
+from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineBooted, MachineFreed
 from .ownership import Ownership
 from .writes import Sleep, Writes
 
@@ -191,6 +191,7 @@ class Fleet:
             return
         self.idle[machine_id] = self.now()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
+        self.events.emit(MachineBooted(machine_id))
         if assignment is not None:
             assert self.run is not None
             await self.run(

@@ -25,6 +25,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TypeVar
 
 from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
@@ -39,12 +40,13 @@ from ..repository import PoolRepository
 from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, PlacementWanted
+from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
+from .writes import Sleep
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -82,6 +84,7 @@ class Placement:
         metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -92,11 +95,21 @@ class Placement:
         self.tasks = tasks
         self.before_place = before_place
         self.max_workers_total = max_workers_total
-        self.fair = FairShare(repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total)
+        self.fair = FairShare(
+            repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total, catalogue=catalogue
+        )
+        self.sleep = sleep
+        self.recheck: asyncio.Task[None] | None = None  # a pass due when a holder's tenure ends (rotation)
         self.lock = asyncio.Lock()
         self.again = False
         self.closing = False
         events.on(PlacementWanted, lambda _: self.poke())
+        if max_workers_total is not None:
+            # at the fleet cap a machine gone idle, or one just booted (fair share never takes a booting one), may be
+            # the slot a waiting tenant needs: place now, not at the scaler's next pass, which nothing else brings
+            # forward while every machine goes from job to job
+            events.on(MachineFreed, lambda _: self.poke())
+            events.on(MachineBooted, lambda _: self.poke())
 
     def poke(self) -> None:
         if self.closing:
@@ -151,6 +164,7 @@ class Placement:
         queued jobs the fleet cap holds back (None: the cap was not hit)."""
         starts: list[BootPlan] = []
         held: int | None = None
+        recheck: float | None = None
         machines = self.repo.machines
         stops: list[tuple[str, str | None]] = []
         async with borrow(self.repo.pool) as c, c.transaction():
@@ -160,14 +174,15 @@ class Placement:
                 await machines.unyield(c, None)  # nobody waits: a mark left would retire a machine for no one
                 return [], None
             wanted = [
-                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head) for d in demand
+                Demand(tenant_id=d.tenant_id, machine_type=d.machine_type, queued=d.queued, head=d.head, turn=d.turn)
+                for d in demand
             ]
             plan, seen, freed = await self._plan_room(c, stops, lambda seen: self._placement(wanted, seen))
             if not freed:  # every attempt's retirement was overtaken: nothing starts on room not made (next pass)
                 plan = PlacementPlan(deferred=plan.deferred)
             if plan.fleet_cap_hit:
                 held = sum(d.count for d in plan.deferred if d.reason == "fleet_cap")
-            await self.fair.carry_out(c, wanted, plan, seen, stops)
+            recheck = (await self.fair.carry_out(c, wanted, plan, seen, stops)).recheck_seconds
             for start in plan.starts:
                 machine_type = self.catalogue.get(start.machine_type)
                 if machine_type is None:
@@ -196,7 +211,20 @@ class Placement:
                     )
                 )
         self._stop_after_commit(stops)
+        if recheck is not None:
+            self._place_in(recheck)
         return starts, held
+
+    def _place_in(self, seconds: float) -> None:
+        """Place again once a holder's tenure ends (fair share's rotation): no other pass may come at that moment.
+        The latest pass's view is the freshest, so its time replaces any pending one."""
+        if self.recheck is not None and not self.recheck.done():
+            self.recheck.cancel()
+        self.recheck = self.tasks.spawn(self._place_after(seconds), "pool-place-at-tenure")
+
+    async def _place_after(self, seconds: float) -> None:
+        await self.sleep(seconds)
+        self.poke()
 
     def _placement(self, wanted: list[Demand], seen: list[Machine]) -> PlacementPlan:
         return plan_placement(
@@ -340,17 +368,8 @@ class Placement:
 
 
 def as_seen(machine: Machine, job_id: str | None) -> Machine:
-    """A starting machine that already holds a job is busy as far as placement is concerned."""
+    """A starting machine that already holds a job is busy as far as placement is concerned (still booting for
+    rotation: it has held no slot yet)."""
     if machine.state is MachineState.STARTING and job_id is not None:
-        return Machine(
-            id=machine.id,
-            tenant_id=machine.tenant_id,
-            machine_type=machine.machine_type,
-            image=machine.image,
-            state=MachineState.BUSY,
-            last_session_id=machine.last_session_id,
-            health_misses=machine.health_misses,
-            cool_down_seconds=machine.cool_down_seconds,
-            yield_to=machine.yield_to,
-        )
+        return replace(machine, state=MachineState.BUSY, idle_since=0.0, held_seconds=None, boot_seconds=None)
     return machine

@@ -165,6 +165,10 @@ class MachineRepository:
         )
         return (None, None) if row is None else (row["state"], row["provider_id"])
 
+    async def record_turn(self, c: Conn, tenant_id: str) -> None:
+        """The tenant was rotated out at the fleet cap: its wait for a slot begins now (pool_fair_turns)."""
+        await c.execute(Q["record_turn"], tenant_id)
+
     async def unyield(self, c: Conn, machine_ids: Sequence[str] | None) -> list[str]:
         """Clear the marks of these machines (None: of every machine); the ids cleared."""
         ids = None if machine_ids is None else [uuid.UUID(m) for m in machine_ids]

@@ -17,18 +17,28 @@ WHERE m.id = $1 AND m.owner = $2 AND m.owner_term = $3;
 SELECT pg_advisory_xact_lock(7310010);
 
 -- name: demand
--- Queued jobs per tenant and type, with the first in line.
-SELECT DISTINCT ON (tenant_id, machine_type)
-       tenant_id, machine_type, count(*) OVER (PARTITION BY tenant_id, machine_type) AS queued,
-       id, priority, queue_seq
-FROM pool_jobs
-WHERE state = 'queued'
-ORDER BY tenant_id, machine_type, priority DESC, queue_seq;
+-- Queued jobs per tenant and type, with the first in line, and the tenant's last rotation out (pool_fair_turns).
+SELECT DISTINCT ON (j.tenant_id, j.machine_type)
+       j.tenant_id, j.machine_type, count(*) OVER (PARTITION BY j.tenant_id, j.machine_type) AS queued,
+       j.id, j.priority, j.queue_seq, COALESCE(t.after_seq, 0) AS turn
+FROM pool_jobs j LEFT JOIN pool_fair_turns t ON t.tenant_id = j.tenant_id
+WHERE j.state = 'queued'
+ORDER BY j.tenant_id, j.machine_type, j.priority DESC, j.queue_seq;
 
 -- name: fleet
--- Every machine, as the placement and hint policies see it.
-SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id, yield_to
+-- Every machine, as the placement and hint policies see it. Since its boot ended (`held_seconds`) and how long its
+-- boot took (`boot_seconds`), by the database's clock: rotation's tenure (thermostat.policy.pool.rotation).
+SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id, yield_to,
+       GREATEST(0, extract(epoch FROM clock_timestamp() - warm_at))::double precision AS held_seconds,
+       GREATEST(0, extract(epoch FROM warm_at - created_at))::double precision AS boot_seconds
 FROM pool_machines;
+
+-- name: record_turn
+-- A tenant rotated out at the fleet cap: its wait for the next slot begins now in the jobs' submission order, as if
+-- it queued anew (the sequence the next job submitted gets, so behind every job already queued).
+INSERT INTO pool_fair_turns (tenant_id, after_seq)
+SELECT $1, last_value + 1 FROM pool_jobs_queue_seq_seq
+ON CONFLICT (tenant_id) DO UPDATE SET after_seq = EXCLUDED.after_seq;
 
 -- name: insert_machine
 -- A machine about to start, owned by this process, its token minted before boot; the first queued job in

@@ -59,6 +59,8 @@ def machine_from_row(row: Row) -> Machine:
         health_misses=row["health_misses"],
         cool_down_seconds=row["cool_down_seconds"],
         yield_to=row["yield_to"],
+        held_seconds=row.get("held_seconds"),
+        boot_seconds=row.get("boot_seconds"),
     )
 
 
@@ -341,6 +343,7 @@ class Demand:
     machine_type: str
     queued: int
     head: QueuedJob
+    turn: int = 0  # the tenant's last rotation out at the fleet cap, in the jobs' sequence (0: never)
 
     @classmethod
     def from_row(cls, row: Row) -> Demand:
@@ -349,6 +352,7 @@ class Demand:
             machine_type=row["machine_type"],
             queued=row["queued"],
             head=QueuedJob(id=str(row["id"]), priority=row["priority"], sequence=row["queue_seq"]),
+            turn=row["turn"],
         )
 
 

@@ -50,6 +50,7 @@ def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
                 boot_timeout_seconds=300.0,
                 job_timeout_seconds=3600.0,
                 price_per_hour=None,
+                min_tenure_seconds=None,
                 env={},
                 provider_options={},
             ),
@@ -98,6 +99,7 @@ def test_every_field_is_read() -> None:
         boot_timeout_seconds=600,
         job_timeout_seconds=90.5,
         price_per_hour=3.25,
+        min_tenure_seconds=45,
         env={"STRATA_WORKER_ALLOWED_HOSTS": ".internal"},
         provider_options={"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"},
     )
@@ -111,13 +113,30 @@ def test_every_field_is_read() -> None:
     assert machine_type.health_check_failures == 0
     assert (machine_type.boot_timeout_seconds, machine_type.job_timeout_seconds) == (600.0, 90.5)
     assert machine_type.price_per_hour == 3.25
+    assert machine_type.min_tenure_seconds == 45.0
     assert machine_type.env == {"STRATA_WORKER_ALLOWED_HOSTS": ".internal"}
     assert machine_type.provider_options == {"gpu": {"minCudaVersion": "12.8"}, "cloud": "SECURE"}
 
 
+@pytest.mark.parametrize(
+    ("given", "tenure"),
+    [
+        pytest.param({}, None, id="absent-is-the-measured-boot"),
+        pytest.param({"min_tenure_seconds": None}, None, id="null-is-the-measured-boot"),
+        pytest.param({"min_tenure_seconds": 0}, 0.0, id="zero-rotates-after-every-job"),
+    ],
+)
+def test_min_tenure_defaults_to_the_types_measured_boot(given: dict[str, Any], tenure: float | None) -> None:
+    """`min_tenure_seconds` absent or null leaves it to the measured boot (None); 0 is a setting of its own."""
+    result = parse_catalogue([entry(**given)])
+    assert isinstance(result, Catalogue)
+    assert result.types[0].min_tenure_seconds == tenure
+    assert catalogue_to_json(result, admin=False)[0]["min_tenure_seconds"] == tenure
+
+
 def test_get_shape_round_trips_through_put() -> None:
     """What GET returns (with the admin token) is a valid PUT body for the same catalogue."""
-    original = parse_catalogue([entry(cpus=2, env={"A": "b"}, max_workers=3, price_per_hour=0.5)])
+    original = parse_catalogue([entry(cpus=2, env={"A": "b"}, max_workers=3, price_per_hour=0.5, min_tenure_seconds=0)])
     assert isinstance(original, Catalogue)
     assert parse_catalogue(catalogue_to_json(original, admin=True)) == original
 
@@ -152,6 +171,11 @@ def test_get_shape_round_trips_through_put() -> None:
         pytest.param({"price_per_hour": -0.5}, "price_per_hour", "must not be negative", id="negative-price"),
         pytest.param({"price_per_hour": "1.5"}, "price_per_hour", "must be a number, not a string", id="price-string"),
         pytest.param({"price_per_hour": float("nan")}, "price_per_hour", "must be a finite number", id="nan-price"),
+        pytest.param({"min_tenure_seconds": -1}, "min_tenure_seconds", "must not be negative", id="negative-tenure"),
+        pytest.param(
+            {"min_tenure_seconds": "60"}, "min_tenure_seconds", "must be a number, not a string", id="tenure-string"
+        ),
+        pytest.param({"min_tenure_seconds": 10**6}, "min_tenure_seconds", "at most 86400", id="tenure-over-a-day"),
         pytest.param({"memory_mb": 0}, "memory_mb", "must be at least 1", id="zero-memory"),
         pytest.param({"disk_gb": -5}, "disk_gb", "must be at least 1", id="negative-disk"),
         pytest.param({"cool_down_seconds": -1}, "cool_down_seconds", "must not be negative", id="negative-cool-down"),
