@@ -128,7 +128,9 @@ async def test_past_the_held_bound_a_request_is_503_with_retry_after_and_the_hel
 ) -> None:
     """GATEWAY_MAX_HELD_PER_POD=1: a second request while one is held is refused at once; the held one, whose pod
     never becomes ready, gets the wait bound (GATEWAY_WAKE_WAIT_SECONDS) as an SSE error event saying what the pod
-    was doing, and a request without a stream the same as a 504."""
+    was doing, and a request without a stream the same as a 504. Holding costs the gateway next to no CPU: it waits
+    on the pod's view, it does not poll it."""
+    cpu_before = await _gateway_cpu_seconds(stack)
     body = {"model": "qwen", "prompt": "hi", "stream": True}
     headers = {"Authorization": f"Bearer {INFERENCE_TOKEN}"}
     async with (
@@ -149,6 +151,15 @@ async def test_past_the_held_bound_a_request_is_503_with_retry_after_and_the_hel
     with pytest.raises(openai.APIStatusError) as timed_out:
         await client.completions.create(model="qwen", prompt="hi")
     assert timed_out.value.status_code == 504
+    held_cpu = await _gateway_cpu_seconds(stack) - cpu_before
+    assert held_cpu < 1.5, f"two requests held 3 s each cost the gateway {held_cpu:.2f} s of CPU"
+
+
+async def _gateway_cpu_seconds(stack: Stack) -> float:
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"http://127.0.0.1:{stack.metrics_ports['gateway']}/metrics")).text
+    (line,) = [line for line in text.splitlines() if line.startswith("process_cpu_seconds_total ")]
+    return float(line.split()[1])
 
 
 async def test_a_failed_wake_is_503_with_the_wakes_own_reason_and_bills_nothing(

@@ -225,7 +225,9 @@ class Gateway:
                     limits.wait_bound_seconds - (now - began),
                 )
                 changed = asyncio.create_task(self.views.changed(pod.name, version, max(0.05, wait)))
-                await asyncio.wait({changed, wake}, return_when=asyncio.FIRST_COMPLETED)
+                # a wake that already answered is no event to wait for (waiting on it again would spin)
+                waiting = {changed} if wake.done() else {changed, wake}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if not changed.done():
                     changed.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
