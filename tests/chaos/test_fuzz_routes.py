@@ -24,6 +24,7 @@ from google.api import httpbody_pb2
 from google.protobuf import descriptor_pb2, descriptor_pool, message
 from hypothesis import strategies as st
 
+import thermostat.gateway.v1.gateway_pb2
 import thermostat.metering.v1.metering_pb2
 import thermostat.monitor.v1.monitor_pb2
 import thermostat.pods.v1.pods_pb2

@@ -7,11 +7,13 @@ import logging
 import sys
 from collections.abc import Mapping
 
+import grpc
 from aiohttp import web
 from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from thermostat.chassis.auth import TokenRule
-from thermostat.chassis.registry import GATEWAY
+from thermostat.chassis.registry import GATEWAY, POD_CONTROLLER
 from thermostat.chassis.request_context import insecure_channel
 from thermostat.chassis.runner import service_main
 from thermostat.chassis.server import ServiceHost, ServiceSpec
@@ -49,6 +51,7 @@ async def build(settings: GatewaySettings, env: Mapping[str, str], store: Store)
         log.warning("THERMOSTAT_INFERENCE_TOKEN and RIG_OPERATOR_TOKEN are unset: every request is refused (401)")
     controller = insecure_channel(settings.pod_controller_addr, max_reconnect_seconds=5, internal_token=token)
     monitor = insecure_channel(settings.idle_monitor_addr, max_reconnect_seconds=5, internal_token=token)
+    health = health_pb2_grpc.HealthStub(controller)
     views = PodViews(
         pods,
         pods_pb2_grpc.PodControllerStub(controller),
@@ -94,6 +97,17 @@ async def build(settings: GatewaySettings, env: Mapping[str, str], store: Store)
         await controller.close()
         await monitor.close()
 
+    async def controller_serving() -> bool:
+        """The gateway serves while the pod controller does: without it no pod wakes and no view is current."""
+        try:
+            reply = await health.Check(
+                health_pb2.HealthCheckRequest(service=POD_CONTROLLER.health_service),
+                timeout=settings.gateway_connect_timeout_seconds,
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
     def register(server: aio.Server) -> None:
         gateway_pb2_grpc.add_InferenceGatewayServicer_to_server(InferenceGatewayServicer(pods, views), server)
 
@@ -102,6 +116,7 @@ async def build(settings: GatewaySettings, env: Mapping[str, str], store: Store)
             name=GATEWAY.name,
             service_names=GATEWAY.served,
             register=register,
+            dependency_check=controller_serving,
             on_start=[start],
             on_stop=[stop],
             internal_token=token,

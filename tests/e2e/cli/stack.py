@@ -32,6 +32,7 @@ from tests.fixtures.services import (
     VOLUME,
     metering_env,
     pod_controller_env,
+    start_gateway,
     start_metering,
     start_pod_controller,
 )
@@ -46,7 +47,7 @@ from tests.integration.pool_dispatcher.conftest import (
 )
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.ports import free_port
-from thermostat.chassis.registry import IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER
+from thermostat.chassis.registry import GATEWAY, IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER
 from thermostat.cli.main import app
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.dev.simulators.runpod.world import SimSettings
@@ -214,19 +215,32 @@ async def cli_stack(store: Store, data_dir: Path) -> AsyncIterator[CliStack]:
                     store,
                     port=metering_port,
                 ) as metering,
+                start_gateway(
+                    {
+                        **pods,
+                        "POD_CONTROLLER_ADDR": controller.address,
+                        "IDLE_MONITOR_ADDR": monitor.address,
+                        "RIG_OPERATOR_TOKEN": OPERATOR_TOKEN,
+                    },
+                    store,
+                ) as gateway,
             ):
                 ports = {
                     POD_CONTROLLER.name: port_of(controller.address),
                     IDLE_MONITOR.name: port_of(monitor.address),
                     POOL_DISPATCHER.name: port_of(pool.address),
                     METERING.name: port_of(metering.address),
+                    GATEWAY.name: port_of(gateway.address),
+                    f"{GATEWAY.name}-http": gateway.http_port,
                 }
                 async with house_edge(ports, data_dir / "envoy.yaml") as envoy:
                     stack = CliStack(
                         edge=f"127.0.0.1:{envoy.listeners['edge']}",
                         sim=sim,
                         store=store,
-                        services={name: f"127.0.0.1:{port}" for name, port in ports.items()},
+                        services={
+                            name: f"127.0.0.1:{port}" for name, port in ports.items() if not name.endswith("-http")
+                        },
                     )
                     await eventually(lambda: _serving(stack), timeout=20, every=0.1)
                     yield stack
