@@ -28,13 +28,14 @@ from tests.fixtures.services import (
     SIM_API_KEY,
     WAKE_TOKEN,
     metering_env,
+    start_gateway,
     start_metering,
 )
 from tests.integration.idle_monitor.conftest import in_process_monitor
 from tests.integration.pool_dispatcher.conftest import ADMIN_TOKEN, API_TOKEN, local_type, pool_env, start_pool
 from thermostat.chassis.internal_auth import INTERNAL_TOKEN_ENV
 from thermostat.chassis.logs import JsonFormatter, RedactingFilter
-from thermostat.chassis.registry import IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER, SERVICES
+from thermostat.chassis.registry import GATEWAY, IDLE_MONITOR, METERING, POD_CONTROLLER, POOL_DISPATCHER, SERVICES
 from thermostat.dev.envoy import start_envoy
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.store.db import Store
@@ -170,14 +171,26 @@ async def full_stack(
                 store,
             ) as metering,
             in_process_monitor(monitor_settings, store) as monitor,
+            start_gateway(
+                {
+                    "POD_CONTROLLER_ADDR": controller.address,
+                    "IDLE_MONITOR_ADDR": monitor.address,
+                    "RUNPOD_PODS": ",".join(VOLUMES),
+                    "RIG_OPERATOR_TOKEN": tokens.operator,
+                    INTERNAL_TOKEN_ENV: tokens.internal,
+                },
+                store,
+            ) as gateway,
         ):
             addresses = {
                 POD_CONTROLLER.name: controller.address,
                 IDLE_MONITOR.name: monitor.address,
                 METERING.name: metering.address,
                 POOL_DISPATCHER.name: pool.address,
+                GATEWAY.name: gateway.address,
             }
             ports = {name: int(address.rpartition(":")[2]) for name, address in addresses.items()}
+            ports[f"{GATEWAY.name}-http"] = gateway.http_port
             spec = EdgeSpec(
                 upstreams=upstreams(tuple(s for s in SERVICES if s.name in ports), ports=ports, host="127.0.0.1"),
                 descriptor_set=DESCRIPTORS,
