@@ -69,7 +69,9 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
             inside.set()
             await release.wait()
 
-    types = [local_type(cool_down_seconds=0)]
+    # a tenure past the test: the slot moves only when the reaper frees it, never by fair share's rotation (issue 35),
+    # which would hand globex the slot as soon as acme's machine had held it for its boot
+    types = [local_type(cool_down_seconds=0, min_tenure_seconds=3600)]
     async with (
         instance(database_url, "alpha", types, seams=[before_insert_machines(hold)], POOL_MAX_WORKERS_TOTAL="1") as (
             alpha,
