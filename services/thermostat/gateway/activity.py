@@ -2,7 +2,8 @@
 
 The monitor reads the engine's gauges once a tick, so a chat turn between two ticks is invisible to them (#2075).
 The gateway reports its own counts (IdleMonitorInternal.ReportRequests; policy/idle/request_activity.py): in flight
-now and every start and end seen. A start is reported in the background (the forward does not wait for it); an end
+now and every start and end seen. A start is reported in the background a moment after the request goes up (a report is
+a gRPC call on the event loop that forwards: made at once it would delay the answer's first byte); an end
 is reported before the request's handler returns, so a turn that ended is on the record before anything else can
 happen. Reports to one pod go one at a time, each carrying the counts as they are when it is sent, and the monitor
 keeps the largest count it was sent: a late report never rolls one back. While requests are in flight the counts are
@@ -48,10 +49,14 @@ class ActivityReporter:
         return self._counts[pod].in_flight if pod in self._counts else 0
 
     def started(self, pod: str) -> None:
+        """Count a start now; `announce` reports it (after the answer's first byte: off the first byte's path)."""
         counts = self._counts.setdefault(pod, _Counts())
         counts.in_flight += 1
         counts.events += 1
-        self._schedule(pod, counts)
+
+    def announce(self, pod: str) -> None:
+        """Report the pod's counts in the background."""
+        self._schedule(pod, self._counts[pod])
 
     def finished(self, pod: str) -> asyncio.Task[None]:
         """Count the end now; the report's task, which the handler awaits (a cancelled one does not)."""

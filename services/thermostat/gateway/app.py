@@ -44,6 +44,7 @@ log = logging.getLogger("thermostat.gateway")
 
 PREFIX = "/openai/v1"
 MAX_BODY_BYTES = 32 * 1024 * 1024
+ANNOUNCE_AFTER_SECONDS = 0.02
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -256,6 +257,9 @@ class Gateway:
         body = upstream_body(parsed, served)
         response: web.StreamResponse | None = None
         self.reporter.started(pod.name)
+        # the start is reported a moment later, off the first byte's path (a report is a call on this event loop);
+        # a request over by then is reported by its end, whose counts carry the start too
+        announce = asyncio.get_running_loop().call_later(ANNOUNCE_AFTER_SECONDS, self.reporter.announce, pod.name)
         try:
             async with self.engines.post(url, body, request.headers.get("Accept", "")) as up:
                 content_type = up.headers.get("Content-Type", "")
@@ -279,6 +283,7 @@ class Gateway:
             # the answer had begun: the client went away, or the engine broke off; either way it ends here
             log.info("pod %s: answer ended early (%s)", pod.name, type(error).__name__)
         finally:
+            announce.cancel()
             report = self.reporter.finished(pod.name)
         # the end is on the monitor's record before the handler returns (bounded: a slow monitor delays no one long)
         with contextlib.suppress(Exception):
