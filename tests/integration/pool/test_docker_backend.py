@@ -22,6 +22,14 @@ from thermostat.providers.pool.docker import LOG_TAIL_LINES, DockerBackend, demu
 from thermostat.providers.pool.worker_client import WorkerClient
 
 PREFIX = ENGINE_29_0.highest.prefix  # the simulator plays Engine 29.0 (API 1.44–1.52): the pool speaks 1.52
+# Every machine's confinement when its type relaxes nothing (issue 36): the Engine API's HostConfig fields
+STRICT_HOST_CONFIG = {
+    "CapDrop": ["ALL"],
+    "SecurityOpt": ["no-new-privileges:true"],
+    "ReadonlyRootfs": True,
+    "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=64m"},
+    "PidsLimit": 256,
+}
 
 
 def docker_type(**fields: object) -> MachineType:
@@ -87,6 +95,7 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
     body = create_request(daemon).json_body
     assert body == {
         "Image": DEFAULT_IMAGE,
+        "User": "65534:65534",
         "Env": ["CELL=on", f"STRATA_WORKER_TOKEN={MACHINE_TOKEN}"],
         "Labels": {
             "thermostat.pool": "pool-a",
@@ -94,7 +103,10 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
             "thermostat.machine_id": machine.machine_id,
         },
         "ExposedPorts": {"8080/tcp": {}},
-        "HostConfig": {"PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}},
+        "HostConfig": {
+            "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]},
+            **STRICT_HOST_CONFIG,
+        },
     }
     port = daemon.container(handle.provider_id).machine.port  # type: ignore[union-attr]
     assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://127.0.0.1:{port}", region=None)
@@ -115,6 +127,36 @@ async def test_unset_limits_are_omitted_never_zero(daemon: DockerSimulator, back
     host_config = create_request(daemon).json_body["HostConfig"]  # type: ignore[index]
     assert "NanoCpus" not in host_config
     assert "Memory" not in host_config
+
+
+async def test_every_machine_is_confined_by_default_and_mounts_nothing(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """All capabilities dropped, no new privileges, a read-only root with a /tmp tmpfs, a pids limit, nobody."""
+    handle = await backend.start(spec(docker_type(cpus=1, memory_mb=256)))
+    body = create_request(daemon).json_body
+    host_config = body["HostConfig"]  # type: ignore[index]
+    assert {key: host_config[key] for key in STRICT_HOST_CONFIG} == STRICT_HOST_CONFIG
+    assert body["User"] == "65534:65534"  # type: ignore[index]
+    assert not {"Binds", "Mounts", "Volumes", "Privileged", "CapAdd", "Runtime"} & (set(host_config) | set(body))  # type: ignore[arg-type]
+    assert daemon.container(handle.provider_id).host_config["CapDrop"] == ["ALL"]
+
+
+async def test_a_type_relaxes_only_what_it_names(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """writable_root, scratch_mb, pids_limit, user and capabilities_add each change their own field; the rest
+    stay strict."""
+    relaxed = docker_type(
+        writable_root=True, scratch_mb=512, pids_limit=1024, user="worker", capabilities_add=("NET_BIND_SERVICE",)
+    )
+    await backend.start(spec(relaxed))
+    body = create_request(daemon).json_body
+    host_config = body["HostConfig"]  # type: ignore[index]
+    assert host_config["ReadonlyRootfs"] is False
+    assert host_config["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=512m"}
+    assert host_config["PidsLimit"] == 1024
+    assert body["User"] == "worker"  # type: ignore[index]
+    assert (host_config["CapDrop"], host_config["CapAdd"]) == (["ALL"], ["NET_BIND_SERVICE"])
+    assert host_config["SecurityOpt"] == ["no-new-privileges:true"]
 
 
 async def test_catalogue_token_never_replaces_the_minted_one(daemon: DockerSimulator, backend: DockerBackend) -> None:

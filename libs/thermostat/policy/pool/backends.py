@@ -15,6 +15,9 @@ naming the entry and the field, like the field checks):
   fails however high its timeout is set (worker-pool seed, "The RunPod backend").
 - A runpod CPU type (no gpu_type) asking for more than 32 cpus is refused: RunPod's CPU pods come in
   2, 4, 8, 16 or 32 vCPUs, and the backend rounds up to the next of those.
+- A type on any backend but docker that sets a confinement field away from its strict default (hardening.py:
+  `writable_root`, `scratch_mb`, `pids_limit`, `user`, `capabilities_add`, `runtime`) is refused naming the field:
+  only the Docker backend applies them, and a setting nothing reads would claim a confinement that is not there.
 """
 
 from __future__ import annotations
@@ -168,6 +171,9 @@ def check_backends(
                 )
             if machine_type.gpu_type is None and runpod_vcpu_count(machine_type.cpus) is None:
                 refuse("cpus", f"must be at most {RUNPOD_MAX_VCPUS} for a runpod CPU pod, got {machine_type.cpus:g}")
+        if backend is not BackendKind.DOCKER:
+            for name in machine_type.relaxed:
+                refuse(name, f"is applied by the docker backend only; a {backend.value} machine does not read it")
     if errors:
         return CatalogueRejected(errors=tuple(errors))
     return catalogue

@@ -12,7 +12,11 @@ Theory of operation:
   worker token, labels naming the pool, the machine type and the machine, the worker port exposed and
   published on 127.0.0.1 with `HostPort: ""` (the daemon picks a free host port), and `NanoCpus` / `Memory`
   only when the type sets cpus / memory_mb (0 would mean "no limit" to the daemon: an unset limit is left
-  out, never sent as 0). Then `POST /containers/{id}/start`, then `GET /containers/{id}/json` for the host
+  out, never sent as 0), and the confinement every machine gets (policy/pool/hardening.py, issue 36): `CapDrop`
+  ALL (then `CapAdd` the type's `capabilities_add`), `SecurityOpt` no-new-privileges, `ReadonlyRootfs` (unless
+  `writable_root`), `Tmpfs` /tmp of `scratch_mb`, `PidsLimit`, `User` (`Config.User`, never root), `Runtime` when the
+  type names one; no `Binds` or `Mounts` ever, so the daemon's socket is never inside a machine. Then
+  `POST /containers/{id}/start`, then `GET /containers/{id}/json` for the host
   port the daemon chose. The pool does not pull: an image not on the host fails with the daemon's own
   "No such image" message. A container that was created but would not start (or whose port cannot be read,
   or whose start was cancelled, or whose create answered without its id: removed by name) is force-removed
@@ -43,6 +47,8 @@ import httpx
 
 from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.docker_api import ApiVersion, NoCommonVersion, negotiate
+from thermostat.policy.pool.hardening import scratch_mount
+from thermostat.policy.pool.machine_type import MachineType
 from thermostat.policy.pool.orphans import ListedMachine
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
@@ -96,13 +102,31 @@ def create_body(spec: MachineSpec, *, pool: str, worker_port: int) -> dict[str, 
         host_config["NanoCpus"] = math.ceil(machine_type.cpus * 1_000_000_000)
     if machine_type.memory_mb is not None:
         host_config["Memory"] = machine_type.memory_mb * 1024 * 1024
+    host_config |= confinement(machine_type)
     return {
         "Image": machine_type.image,
+        "User": machine_type.user,
         "Env": [f"{name}={value}" for name, value in spec.env().items()],
         "Labels": {LABEL_POOL: pool, LABEL_MACHINE_TYPE: machine_type.name, LABEL_MACHINE_ID: spec.machine_id},
         "ExposedPorts": {port: {}},
         "HostConfig": host_config,
     }
+
+
+def confinement(machine_type: MachineType) -> dict[str, Any]:
+    """The HostConfig fields that confine a machine (the strict defaults, as the type relaxes them)."""
+    confined: dict[str, Any] = {
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges:true"],
+        "ReadonlyRootfs": not machine_type.writable_root,
+        "Tmpfs": scratch_mount(machine_type.scratch_mb),
+        "PidsLimit": machine_type.pids_limit,
+    }
+    if machine_type.capabilities_add:
+        confined["CapAdd"] = list(machine_type.capabilities_add)
+    if machine_type.runtime is not None:
+        confined["Runtime"] = machine_type.runtime
+    return confined
 
 
 def container_name(spec: MachineSpec, *, pool: str) -> str:

@@ -16,7 +16,7 @@ from thermostat.policy.pool.backends import (
     check_enabled,
     runpod_vcpu_count,
 )
-from thermostat.policy.pool.machine_type import BackendKind, CatalogueRejected, MachineType
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue, CatalogueRejected, MachineType
 
 ALL = {BackendKind.DOCKER, BackendKind.RUNPOD, BackendKind.FLY}
 
@@ -217,3 +217,21 @@ def test_the_log_line_says_what_is_configured_and_what_the_catalogue_uses(
     types: tuple[MachineType, ...], configured: set[BackendKind], line: str
 ) -> None:
     assert backend_use(catalogue(*types), configured=configured) == line
+
+
+@pytest.mark.parametrize("backend", [BackendKind.RUNPOD, BackendKind.FLY, BackendKind.LOCAL])
+def test_a_confinement_field_on_a_backend_that_does_not_apply_it_is_refused_naming_it(backend: BackendKind) -> None:
+    """Only docker reads writable_root … runtime: set on another backend it would claim a confinement not there."""
+    relaxed = MachineType(
+        name="t", image="img", backend=backend, job_timeout_seconds=60, user="worker", runtime="runsc"
+    )
+    result = check_backends(Catalogue(types=(relaxed,)), configured=list(BackendKind))
+    assert isinstance(result, CatalogueRejected)
+    assert [error.field for error in result.errors] == ["user", "runtime"]
+    assert "docker backend only" in result.errors[0].message
+
+
+def test_the_strict_defaults_are_accepted_on_every_backend() -> None:
+    """A type that relaxes nothing is served by any backend."""
+    types = tuple(MachineType(name=k.value, image="img", backend=k, job_timeout_seconds=60) for k in BackendKind)
+    assert isinstance(check_backends(Catalogue(types=types), configured=list(BackendKind)), Catalogue)
