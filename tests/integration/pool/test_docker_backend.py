@@ -159,6 +159,32 @@ async def test_a_type_relaxes_only_what_it_names(daemon: DockerSimulator, backen
     assert host_config["SecurityOpt"] == ["no-new-privileges:true"]
 
 
+async def test_a_types_runtime_goes_to_the_daemon_as_the_containers_runtime(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """`runtime` is HostConfig.Runtime; a type without one sends none (the daemon's default, runc)."""
+    daemon.runtimes = ("runc", "runsc")
+    await backend.start(spec(docker_type(runtime="runsc")))
+    assert create_request(daemon).json_body["HostConfig"]["Runtime"] == "runsc"  # type: ignore[index]
+
+
+async def test_the_daemons_runtimes_are_read_from_info(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """GET /info's Runtimes keys, sorted."""
+    daemon.runtimes = ("runsc", "runc", "io.containerd.runc.v2")
+    assert await backend.runtimes() == ("io.containerd.runc.v2", "runc", "runsc")
+    assert calls(daemon)[-1] == ("GET", f"{PREFIX}/info", "")
+
+
+async def test_a_runtime_the_daemon_lost_fails_the_boot_with_its_message(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """Accepted at PUT, gone from the daemon since: the create's 400 is the boot's error, nothing is left."""
+    daemon.runtimes = ("runc",)
+    with pytest.raises(BackendError, match="Unknown runtime specified runsc"):
+        await backend.start(spec(docker_type(runtime="runsc")))
+    assert daemon.containers() == []
+
+
 async def test_catalogue_token_never_replaces_the_minted_one(daemon: DockerSimulator, backend: DockerBackend) -> None:
     """A STRATA_WORKER_TOKEN in the type's env is overwritten by the machine's own."""
     await backend.start(spec(docker_type(env={"STRATA_WORKER_TOKEN": "from-catalogue"})))

@@ -17,6 +17,10 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
                                   sent as stdout frames), in the Engine's multiplexed stream format (each frame an
                                   8-byte header: stream, 0, 0, 0, the size big-endian), the last `tail` lines
   GET  /_ping, GET /version       `ApiVersion` / `MinAPIVersion` as configured
+  GET  /info                      `Runtimes` ({name: {path}}) and `DefaultRuntime` "runc": `runtimes=` names
+                                  them (default runc and io.containerd.runc.v2, a stock daemon's); a create whose
+                                  `HostConfig.Runtime` is not among them is the daemon's 400 "Unknown runtime
+                                  specified …"
 A `/v1.NN` prefix outside the daemon's range is refused as the daemon does, 400 "client version 1.41 is too old.
 Minimum supported API version is 1.44, …" (or "… is too new. Maximum supported API version is …"). The range
 defaults to Engine 29.0's (`ENGINE_29_0`: 1.44–1.52, the one that raised its minimum); `api=ApiRange(…)` plays an
@@ -64,6 +68,7 @@ WAIT_LIMIT_SECONDS = 60.0  # a waiter the test never releases answers then, as i
 DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
 # Engine 29.0 (moby#51186 raised the minimum to 1.44; 29.3 lowered it back to 1.40, moby#52067)
 ENGINE_29_0 = ApiRange(lowest=ApiVersion(major=1, minor=44), highest=ApiVersion(major=1, minor=52))
+STOCK_RUNTIMES = ("io.containerd.runc.v2", "runc")  # what a daemon without extra runtimes lists in GET /info
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,11 +133,17 @@ class DockerSimulator(ServedSimulator[_Server]):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(
-        self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None, api: ApiRange = ENGINE_29_0
+        self,
+        socket_path: str,
+        *,
+        images: Mapping[str, ImageSpec] | None = None,
+        api: ApiRange = ENGINE_29_0,
+        runtimes: Sequence[str] = STOCK_RUNTIMES,
     ) -> None:
         super().__init__()
         self.socket_path = socket_path
         self.api = api
+        self._configured_runtimes = self.runtimes = tuple(runtimes)
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
@@ -153,7 +164,8 @@ class DockerSimulator(ServedSimulator[_Server]):
     # --- control ---------------------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Kill every machine, forget every container and the request log."""
+        """Kill every machine, forget every container and the request log; the runtimes are the configured ones."""
+        self.runtimes = self._configured_runtimes
         with self._lock:
             for container in self._containers.values():
                 if container.machine is not None:
@@ -219,6 +231,9 @@ class DockerSimulator(ServedSimulator[_Server]):
             return json_answer(
                 200, {"ApiVersion": str(api.highest), "MinAPIVersion": str(api.lowest), "Version": "simulated"}
             )
+        if segments == ["info"] and method == "GET":
+            listed = {name: {"path": name} for name in self.runtimes}
+            return json_answer(200, {"Runtimes": listed, "DefaultRuntime": "runc", "ServerVersion": "simulated"})
         if segments == ["containers", "create"] and method == "POST":
             return self._create(request.json_body, (params.get("name") or [""])[0])
         if segments == ["containers", "json"] and method == "GET":
@@ -293,13 +308,16 @@ class DockerSimulator(ServedSimulator[_Server]):
         if not isinstance(body, dict) or not isinstance(body.get("Image"), str) or not body["Image"]:
             return _error(400, "config cannot be empty in order to create a container")
         image = body["Image"]
+        host_config = body.get("HostConfig")
+        runtime = host_config.get("Runtime") if isinstance(host_config, dict) else None
+        if runtime is not None and runtime not in self.runtimes:
+            return _error(400, f"Unknown runtime specified {runtime}")
         with self._lock:
             if image not in self._images:
                 return _error(404, f"No such image: {image}")
             if name and self._find(name) is not None:
                 return _error(409, f'Conflict. The container name "/{name}" is already in use.')
             container_id = secrets.token_hex(32)
-            host_config = body.get("HostConfig")
             self._containers[container_id] = SimContainer(
                 id=container_id,
                 name=name or f"sim_{container_id[:12]}",
@@ -394,6 +412,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=COMMAND",
         help=f"an image and the command that plays it ({DEFAULT_IMAGE} runs the reference worker)",
     )
+    parser.add_argument(
+        "--runtime", action="append", default=[], metavar="NAME",
+        help=f"a runtime GET /info lists (repeatable; default: {', '.join(STOCK_RUNTIMES)})",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -403,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for entry in args.image:
         name, _, command = entry.partition("=")
         images[name] = ImageSpec(command=tuple(shlex.split(command)))
-    simulator = DockerSimulator(args.socket, images=images).start()
+    simulator = DockerSimulator(args.socket, images=images, runtimes=args.runtime or STOCK_RUNTIMES).start()
     wait_for_signal(["docker simulator ready", f"STRATA_POOL_DOCKER_SOCKET={simulator.socket_path}"])
     simulator.stop()
     return 0

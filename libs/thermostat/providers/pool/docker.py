@@ -25,6 +25,8 @@ Theory of operation:
   container is already gone) and a 304 from stop (already stopped) are success. A 409 "removal … is already in
   progress" (another remover got there first) is followed by `POST /containers/{id}/wait?condition=removed`: the
   stop returns once the container is gone, whoever removed it.
+- runtimes: `GET /info`'s `Runtimes` keys (the OCI runtimes the daemon knows: runc, runsc …), read for a catalogue
+  PUT that names a `runtime`, so a runtime the daemon lacks is a 400 then, not a failed boot later.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
 - ended (between a boot's health polls): a container the daemon reports `exited` or `dead` has ended; its
   `State.ExitCode` and the last lines of `GET /containers/{id}/logs?stdout=1&stderr=1&tail=N` (the multiplexed
@@ -55,6 +57,7 @@ from thermostat.providers.pool.backend import (
     Backend,
     BackendError,
     ListsMachines,
+    ListsRuntimes,
     MachineHandle,
     MachineSpec,
     ReportsEnd,
@@ -257,6 +260,17 @@ class DockerBackend:
             raise _refused(stopped, subject, "stop", ())
         await self._remove(provider_id)
 
+    async def runtimes(self) -> tuple[str, ...]:
+        """The runtimes the daemon lists in `GET /info`; BackendError when it could not be read."""
+        subject = f"daemon at {self.socket_path}"
+        answered = await self._call("GET", "/info", subject, "info", ())
+        if answered.status_code != 200:
+            raise _refused(answered, subject, "info", ())
+        listed = json_object(answered).get("Runtimes")
+        if not isinstance(listed, dict):
+            raise BackendError(f"docker: {subject}: GET /info listed no Runtimes")
+        return tuple(sorted(str(name) for name in listed))
+
     async def list_machines(self) -> tuple[ListedMachine, ...] | None:
         """Every container, stopped ones too (they still hold their disk), labelled with this pool (the orphan
         sweep's listing); named by the name the pool gave it."""
@@ -392,4 +406,8 @@ def _lists(backend: DockerBackend) -> ListsMachines:
 
 
 def _reports_end(backend: DockerBackend) -> ReportsEnd:
+    return backend
+
+
+def _lists_runtimes(backend: DockerBackend) -> ListsRuntimes:
     return backend
