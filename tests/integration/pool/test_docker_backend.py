@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -17,10 +19,12 @@ from thermostat.dev.simulators.docker import DEFAULT_IMAGE, ENGINE_29_0, DockerS
 from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
+from thermostat.policy.pool.tenant_network import network_key
 from thermostat.providers.pool.backend import BackendError, MachineHandle
 from thermostat.providers.pool.docker import LOG_TAIL_LINES, DockerBackend, demultiplexed, docker_socket_path
 from thermostat.providers.pool.worker_client import WorkerClient
 
+ACME = network_key("pool-a", "acme")  # the tenant of conftest's spec: its network's key
 PREFIX = ENGINE_29_0.highest.prefix  # the simulator plays Engine 29.0 (API 1.44–1.52): the pool speaks 1.52
 # Every machine's confinement when its type relaxes nothing (issue 36): the Engine API's HostConfig fields
 STRICT_HOST_CONFIG = {
@@ -86,8 +90,11 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
     """Create carries image, env + token, labels, the port on loopback with a daemon-chosen host port."""
     machine = spec(docker_type(env={"CELL": "on"}))
     handle = await backend.start(machine)
+    wanted = json.dumps({"label": ["thermostat.pool=pool-a", f"thermostat.tenant_network={ACME}"]})
     assert calls(daemon) == [
         ("GET", "/version", ""),
+        ("GET", f"{PREFIX}/networks", urlencode({"filters": wanted})),
+        ("POST", f"{PREFIX}/networks/create", ""),
         ("POST", f"{PREFIX}/containers/create", f"name=pool-a-cpu-small-{machine.machine_id}"),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/start", ""),
         ("GET", f"{PREFIX}/containers/{handle.provider_id}/json", ""),
@@ -101,15 +108,13 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
             "thermostat.pool": "pool-a",
             "thermostat.machine_type": "cpu-small",
             "thermostat.machine_id": machine.machine_id,
+            "thermostat.tenant_network": ACME,
         },
         "ExposedPorts": {"8080/tcp": {}},
-        "HostConfig": {
-            "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]},
-            **STRICT_HOST_CONFIG,
-        },
+        "HostConfig": {"NetworkMode": f"pool-a-tenant-{ACME}", **STRICT_HOST_CONFIG},
     }
-    port = daemon.container(handle.provider_id).machine.port  # type: ignore[union-attr]
-    assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://127.0.0.1:{port}", region=None)
+    address = daemon.container(handle.provider_id).address
+    assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://{address}:8080", region=None)
 
 
 async def test_limits_are_sent_only_when_set(daemon: DockerSimulator, backend: DockerBackend) -> None:
@@ -201,11 +206,15 @@ async def test_machine_boots_runs_a_job_and_is_destroyed(
     assert (reply.kind, reply.status, reply.body) == (ReplyKind.ANSWERED, 200, b"job payload")
     daemon.clear_requests()
     await backend.stop(handle.provider_id)
+    wanted = json.dumps({"label": ["thermostat.pool=pool-a", f"thermostat.tenant_network={ACME}"]})
     assert calls(daemon) == [
+        ("GET", f"{PREFIX}/containers/{handle.provider_id}/json", ""),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
         ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
+        ("GET", f"{PREFIX}/containers/json", urlencode({"all": "true", "filters": wanted})),
+        ("DELETE", f"{PREFIX}/networks/pool-a-tenant-{ACME}", ""),
     ]
-    assert daemon.containers() == []
+    assert (daemon.containers(), daemon.networks()) == ([], [])
     assert not await backend.health(handle)
     await backend.stop(handle.provider_id)  # 404 from both calls: already gone
 
@@ -229,7 +238,7 @@ async def test_a_stop_that_meets_another_removal_in_progress_returns_once_the_co
     assert not stopping.done()
     daemon.finish_removal(handle.provider_id)
     await asyncio.wait_for(stopping, 10)
-    assert calls(daemon) == [
+    assert calls(daemon)[1:4] == [
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
         ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/wait", "condition=removed"),
