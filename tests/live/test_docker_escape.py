@@ -1,13 +1,16 @@
-"""Hostile cells on a real daemon (issue 36, item 4): tenant A's machine runs escape attempts as python jobs of the
-reference worker while tenant B has a warm machine; each attempt is refused, and B's next job still completes.
+"""Hostile cells on a real daemon (issue 36, item 4): tenant A's escape attempts run as python jobs of the reference
+worker through a pool dispatcher while tenant B has a warm machine; each attempt is refused, and B's next job still
+completes.
 
-The machines are the Docker backend's own (hardened defaults, each tenant on its internal network). The "host's
-services" are a listener this test opens on 0.0.0.0 (what a pool dispatcher, Postgres or an edge admin port bound
-to every address would be); the "outside" is a server in a network namespace of the test's own, routed from the
-host (never a real outside address). The host rules on the thtn+ bridges (.ci/docker-engine.sh) must be in place:
-without them the host's listener is reached and the test fails, as it should. Needs root (the namespace: skipped
-without it unless a daemon is required) and a daemon with iptables on; runs wherever tests/live/test_docker_live.py
-runs, STRATA_POOL_REQUIRE_DOCKER=1 in CI. docs/containers.md has the table of attempts.
+The machines are the Docker backend's own (hardened defaults, each tenant on its internal network). The pool
+dispatcher and Postgres are the test's own (each on loopback, tried at their ports on A's gateway and the host's
+address too); a service bound to every address is a listener this test opens on 0.0.0.0 (what a dispatcher,
+Postgres or an edge admin port listening there would be); the "outside" is a server in a network namespace of the
+test's own, routed from the host (never a real outside address). The host rules on the thtn+ bridges
+(.ci/docker-engine.sh) must be in place: without them the host's listener is reached and the test fails, as it
+should. Needs root (the namespace: skipped without it unless a daemon is required) and a daemon with iptables on;
+runs wherever tests/live/test_docker_live.py runs, STRATA_POOL_REQUIRE_DOCKER=1 in CI. docs/containers.md has the
+table of attempts.
 """
 
 from __future__ import annotations
@@ -21,36 +24,19 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.fixtures.docker import SOCKET, docker_required
-from tests.live.conftest import until_healthy
-from thermostat.policy.pool.machine_type import BackendKind, MachineType
-from thermostat.providers.pool.backend import MachineHandle, MachineSpec
-from thermostat.providers.pool.docker import LABEL_POOL, DockerBackend
-from thermostat.providers.pool.worker_client import WorkerClient
+from thermostat.providers.pool.docker import LABEL_POOL
 
 POOL = "thermostat-escape"
 OUTSIDE = "198.51.100.2"  # TEST-NET-2: the stand-in outside server's address in its own namespace
 OUTSIDE_HOST_SIDE = "198.51.100.1"
 OUTSIDE_PORT = 18080
-
-
-def python_type(image: str) -> MachineType:
-    return MachineType(
-        name="python", image=image, backend=BackendKind.DOCKER, cpus=1, memory_mb=256,
-        env={"STRATA_WORKER_HANDLER": "python"},
-    )  # fmt: skip
-
-
-def spec(tenant: str, image: str) -> MachineSpec:
-    return MachineSpec(
-        machine_id=secrets.token_hex(6), tenant_id=tenant, machine_type=python_type(image),
-        worker_token="escape-" + secrets.token_hex(16),
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -119,19 +105,14 @@ def host_service() -> Iterator[int]:
 
 
 @pytest.fixture
-async def backend(docker_worker_image: str, docker_daemon: Any) -> AsyncIterator[DockerBackend]:
-    async with WorkerClient(probe_timeout_seconds=2) as worker:
-        docker = DockerBackend(worker, socket_path=SOCKET, pool=POOL)
-        try:
-            yield docker
-        finally:
-            client = docker_daemon.client
-            for container in client.containers.list(all=True, ignore_removed=True,
-                                                    filters={"label": f"{LABEL_POOL}={POOL}"}):  # fmt: skip
-                container.remove(force=True)
-            for network in client.networks.list(filters={"label": f"{LABEL_POOL}={POOL}"}):
-                network.remove()
-            await docker.aclose()
+def pool_name(docker_worker_image: str, docker_daemon: Any) -> Iterator[str]:
+    """The pool's name; whatever of it is left on the daemon is removed at the end, networks too."""
+    yield POOL
+    client = docker_daemon.client
+    for container in client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_POOL}={POOL}"}):
+        container.remove(force=True)
+    for network in client.networks.list(filters={"label": f"{LABEL_POOL}={POOL}"}):
+        network.remove()
 
 
 def reach(address: str, port: int, request: bytes = b"") -> str:
@@ -211,60 +192,80 @@ print("REACHED", len(chunks) * 64, "MiB")
 """
 
 
-async def run_cell(worker: WorkerClient, handle: MachineHandle, machine: MachineSpec, source: str) -> str:
-    reply = await worker.execute(
-        handle.endpoint, machine.worker_token, json.dumps({"source": source}).encode(), deadline_seconds=60
+async def run_cell(pool: Any, source: str, tenant: str = "tenant-a") -> str:
+    """One cell as a sync job of `tenant`: the job's state, then its result (stdout) or the job's JSON."""
+    body, metadata = await pool.run(
+        json.dumps({"source": source}).encode(), tenant=tenant, machine_type="python", wait_seconds="120"
     )
-    return f"{reply.status} {reply.body.decode('utf-8', 'replace') if reply.body else reply.error}"
+    return f"{metadata.get('x-pool-job-state')} {body.decode('utf-8', 'replace')}"
 
 
 @pytest.mark.timeout(600)
 async def test_hostile_cells_are_refused_and_the_other_tenants_next_job_completes(
-    backend: DockerBackend, docker_daemon: Any, outside: str, host_service: int
+    pool_name: str, docker_worker_image: str, docker_daemon: Any, database_url: str, outside: str, host_service: int
 ) -> None:
-    """Tenant A's cells try B's worker, the host's services, the outside, B's token, the root filesystem, a fork
-    bomb, a memory bomb and the Docker socket; every one is refused, and B's warm machine answers its next job."""
-    image = docker_daemon.client.images.get("strata-worker:latest").tags[0]
-    b_spec, a_spec = spec("tenant-b", image), spec("tenant-a", image)
-    b_handle = await backend.start(b_spec)
-    a_handle = await backend.start(a_spec)
-    await until_healthy(backend, b_handle, timeout=60)
-    await until_healthy(backend, a_handle, timeout=60)
-    a_container = docker_daemon.client.containers.get(a_handle.provider_id)
-    (a_network,) = a_container.attrs["NetworkSettings"]["Networks"].values()
-    gateway = a_network["Gateway"]
-    host_address = _host_address()
-    b_address, b_port = b_handle.endpoint.removeprefix("http://").rsplit(":", 1)
-    with socket.create_connection((outside, OUTSIDE_PORT), timeout=3):
-        pass  # the host reaches the stand-in outside: a refusal below is the machine's, not a dead server
-    async with WorkerClient() as worker:
-        execute = b"POST /execute HTTP/1.1\r\nHost: b\r\nContent-Length: 1\r\n\r\nx"
-        attempts = {
-            "B's worker": reach(b_address, int(b_port), b"GET /health HTTP/1.1\r\nHost: b\r\n\r\n"),
-            "B's /execute": reach(b_address, int(b_port), execute),
-            "a host service on the bridge's gateway": reach(gateway, host_service),
-            "a host service on the host's address": reach(host_address, host_service),
-            "the outside stand-in": reach(outside, OUTSIDE_PORT, b"GET / HTTP/1.0\r\n\r\n"),
-            "the Docker socket": DOCKER_SOCKET,
-            "the root filesystem": WRITE_ROOT,
-            "a fork bomb": FORK_BOMB,
-        }
-        outcomes = {name: await run_cell(worker, a_handle, a_spec, cell) for name, cell in attempts.items()}
-        outcomes["B's token"] = await run_cell(worker, a_handle, a_spec, READ_TOKEN)
-        outcomes["a memory bomb"] = await run_cell(worker, a_handle, a_spec, MEMORY_BOMB)
-        b_reply = await worker.execute(
-            b_handle.endpoint, b_spec.worker_token, json.dumps({"source": "print('b still runs')"}).encode(),
-            deadline_seconds=30,
-        )  # fmt: skip
+    """Tenant A's cells try B's worker and /execute, the pool dispatcher, Postgres and a host service on every
+    address, the outside, B's token, the root filesystem, a fork bomb, a memory bomb and the Docker socket; every
+    one is refused, and B's warm machine answers its next job."""
+    from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
+    from thermostat.store.db import Store
+
+    python = {"name": "python", "image": docker_worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
+              "boot_timeout_seconds": 120, "env": {"STRATA_WORKER_HANDLER": "python"}}  # fmt: skip
+    store = await Store.open(database_url, max_size=12, application_name="pool-docker-escape")
+    try:
+        async with start_pool(store, pool_env([python], POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=pool_name)) as pool:
+            assert await run_cell(pool, "print('b warm')", tenant="tenant-b") == "completed b warm\n"
+            assert await run_cell(pool, "print('a warm')") == "completed a warm\n"
+            machines = {
+                row["tenant_id"]: (row["provider_id"], row["endpoint"], row["token"])
+                for row in await store.pool.fetch("SELECT tenant_id, provider_id, endpoint, token FROM pool_machines")
+            }
+            (_, b_endpoint, b_token), (a_container, _, _) = machines["tenant-b"], machines["tenant-a"]
+            a_attrs = docker_daemon.client.containers.get(a_container).attrs
+            (a_network,) = a_attrs["NetworkSettings"]["Networks"].values()
+            gateway, host_address = a_network["Gateway"], _host_address()
+            b_address, b_port = b_endpoint.removeprefix("http://").rsplit(":", 1)
+            dispatcher_port = int(pool.address.rsplit(":", 1)[1])
+            postgres_port = urlsplit(database_url).port or 5432
+            assert _answers(outside, OUTSIDE_PORT)  # a refusal below is the machine's, not a dead server
+            host_ports = (
+                ("the pool dispatcher", dispatcher_port),
+                ("Postgres", postgres_port),
+                ("a host service on 0.0.0.0", host_service),
+            )
+            host_addresses = (("the bridge's gateway", gateway), ("the host's address", host_address),
+                              ("loopback", "127.0.0.1"))  # fmt: skip
+            execute = b"POST /execute HTTP/1.1\r\nHost: b\r\nContent-Length: 1\r\n\r\nx"
+            attempts = {
+                "B's worker": reach(b_address, int(b_port), b"GET /health HTTP/1.1\r\nHost: b\r\n\r\n"),
+                "B's /execute": reach(b_address, int(b_port), execute),
+                **{
+                    f"{name} on {where}": reach(address, port)
+                    for name, port in host_ports
+                    for where, address in host_addresses
+                },
+                "the outside stand-in": reach(outside, OUTSIDE_PORT, b"GET / HTTP/1.0\r\n\r\n"),
+                "the Docker socket": DOCKER_SOCKET,
+                "the root filesystem": WRITE_ROOT,
+                "a fork bomb": FORK_BOMB,
+                "B's token": READ_TOKEN,
+                "a memory bomb": MEMORY_BOMB,
+            }
+            outcomes = {name: await run_cell(pool, cell) for name, cell in attempts.items()}
+            b_next = await run_cell(pool, "print('b still runs')", tenant="tenant-b")
+    finally:
+        await store.close()
     reached = {name: outcome for name, outcome in outcomes.items() if "REACHED" in outcome}
     assert reached == {}, outcomes
-    assert b_spec.worker_token not in outcomes["B's token"]
-    for name in ("B's worker", "B's /execute", "the outside stand-in", "the Docker socket", "the root filesystem"):
-        assert "REFUSED" in outcomes[name], (name, outcomes[name])
+    assert b_token not in outcomes["B's token"]
+    for name, outcome in outcomes.items():
+        if name not in ("B's token", "a memory bomb"):
+            assert outcome.startswith("completed REFUSED"), (name, outcome)
     assert outcomes["the root filesystem"].count("REFUSED") == 3
-    assert outcomes["a fork bomb"].startswith("200 REFUSED")  # the pids limit, not the host's
-    assert not outcomes["a memory bomb"].startswith("200")  # killed by the container's memory limit
-    assert (b_reply.status, b_reply.body) == (200, b"b still runs\n")
+    assert outcomes["a memory bomb"].startswith("failed")  # the cell killed within the container's memory limit
+    assert "exited with status -9" in outcomes["a memory bomb"]
+    assert b_next == "completed b still runs\n"
 
 
 def _answers(address: str, port: int) -> bool:
