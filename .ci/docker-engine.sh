@@ -5,6 +5,7 @@
 
 DOCKER_ENGINE_PID=""
 DOCKER_ENGINE_DIR=""
+POOL_BRIDGES_GUARDED=""
 
 _install_docker_packages() {
   local missing=()
@@ -22,6 +23,7 @@ start_docker_engine() {
   if docker info >/dev/null 2>&1; then
     echo "ci: a Docker engine answers already; using it"
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then _install_docker_packages; fi
+    if [ "$(id -u)" = 0 ]; then guard_pool_bridges; fi
     return 0
   fi
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
@@ -65,10 +67,13 @@ guard_pool_bridges() {
     # shellcheck disable=SC2086 - the rule is words
     iptables -C $rule 2>/dev/null || iptables -I $rule
   done
+  POOL_BRIDGES_GUARDED=1
   echo "ci: pool tenant bridges (thtn+) may answer the host, not reach it"
 }
 
 unguard_pool_bridges() {
+  [ -n "$POOL_BRIDGES_GUARDED" ] || return 0
+  POOL_BRIDGES_GUARDED=""
   local rule
   for rule in "${POOL_BRIDGE_RULES[@]}"; do
     # shellcheck disable=SC2086
@@ -77,8 +82,8 @@ unguard_pool_bridges() {
 }
 
 stop_docker_engine() {
-  [ -n "$DOCKER_ENGINE_PID" ] || return 0
   unguard_pool_bridges
+  [ -n "$DOCKER_ENGINE_PID" ] || return 0
   echo "ci: stopping dockerd (pid $DOCKER_ENGINE_PID); containers left: $(docker ps -aq 2>/dev/null | wc -l)"
   kill -TERM "$DOCKER_ENGINE_PID" 2>/dev/null || true
   for _ in $(seq 1 30); do kill -0 "$DOCKER_ENGINE_PID" 2>/dev/null || break; sleep 1; done
