@@ -81,7 +81,8 @@ async def test_the_pool_speaks_the_highest_api_version_it_shares_with_the_real_d
 
 @pytest.mark.timeout(600)
 async def test_container_boots_runs_a_job_and_is_removed(backend: DockerBackend, daemon: Any) -> None:
-    """start → health on the published loopback port → a job → stop; the container is gone, a second stop a no-op."""
+    """start → health at its address on its tenant's network → a job → stop; the container and the network are gone,
+    a second stop a no-op."""
     spec = live_spec(live_type())
     handle = await backend.start(spec)
     await until_healthy(backend, handle, timeout=60)
@@ -91,6 +92,7 @@ async def test_container_boots_runs_a_job_and_is_removed(backend: DockerBackend,
     await backend.stop(handle.provider_id)
     await backend.stop(handle.provider_id)
     assert ours(daemon) == []
+    assert daemon.client.networks.list(filters={"label": f"{LABEL_POOL}={POOL}"}) == []
 
 
 @pytest.mark.timeout(600)

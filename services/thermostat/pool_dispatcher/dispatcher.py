@@ -372,9 +372,10 @@ class Dispatcher:
         """Apply the stored catalogue when it is newer than this process's copy."""
         await self.catalogues.refresh()
 
-    def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
-        """The catalogue, or why this process's backends cannot serve it (PUT's 400)."""
-        return self._backends.check(catalogue)
+    async def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
+        """The catalogue, or why this process's backends (and the Docker daemon's runtimes) cannot serve it."""
+        checked = self._backends.check(catalogue)
+        return checked if isinstance(checked, CatalogueRejected) else await self._backends.check_runtimes(checked)
 
     @property
     def default_backend(self) -> BackendKind:

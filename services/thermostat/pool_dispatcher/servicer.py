@@ -357,7 +357,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         parsed = keep_redacted(parsed, self.d.catalogue)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
-        servable = self.d.check_catalogue(parsed)  # backends configured here, RunPod's 100 s proxy limit
+        servable = await self.d.check_catalogue(parsed)  # backends here, RunPod's 100 s limit, the daemon's runtimes
         if not isinstance(servable, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, servable.detail, 400)
         await self.d.replace_catalogue(parsed)

@@ -74,8 +74,13 @@ def machine_type_message(entry: dict[str, Any]) -> pool_pb2.MachineType:
         boot_timeout=_duration(entry["boot_timeout_seconds"]),
         job_timeout=_duration(entry["job_timeout_seconds"]),
         env={str(k): str(v) for k, v in entry["env"].items()},
+        writable_root=entry["writable_root"],
+        scratch_mb=entry["scratch_mb"],
+        pids_limit=entry["pids_limit"],
+        user=entry["user"],
+        capabilities_add=entry["capabilities_add"],
     )
-    for name in ("cpus", "memory_mb", "disk_gb", "gpu_type", "max_workers", "price_per_hour"):
+    for name in ("cpus", "memory_mb", "disk_gb", "gpu_type", "max_workers", "price_per_hour", "runtime"):
         if entry[name] is not None:
             setattr(message, name, entry[name])
     message.provider_options.update(entry["provider_options"])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -17,11 +19,21 @@ from thermostat.dev.simulators.docker import DEFAULT_IMAGE, ENGINE_29_0, DockerS
 from thermostat.dev.simulators.serving import RecordedRequest
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
+from thermostat.policy.pool.tenant_network import network_key
 from thermostat.providers.pool.backend import BackendError, MachineHandle
 from thermostat.providers.pool.docker import LOG_TAIL_LINES, DockerBackend, demultiplexed, docker_socket_path
 from thermostat.providers.pool.worker_client import WorkerClient
 
+ACME = network_key("pool-a", "acme")  # the tenant of conftest's spec: its network's key
 PREFIX = ENGINE_29_0.highest.prefix  # the simulator plays Engine 29.0 (API 1.44–1.52): the pool speaks 1.52
+# Every machine's confinement when its type relaxes nothing (issue 36): the Engine API's HostConfig fields
+STRICT_HOST_CONFIG = {
+    "CapDrop": ["ALL"],
+    "SecurityOpt": ["no-new-privileges:true"],
+    "ReadonlyRootfs": True,
+    "Tmpfs": {"/tmp": "rw,nosuid,nodev,size=64m"},
+    "PidsLimit": 256,
+}
 
 
 def docker_type(**fields: object) -> MachineType:
@@ -78,8 +90,11 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
     """Create carries image, env + token, labels, the port on loopback with a daemon-chosen host port."""
     machine = spec(docker_type(env={"CELL": "on"}))
     handle = await backend.start(machine)
+    wanted = json.dumps({"label": ["thermostat.pool=pool-a", f"thermostat.tenant_network={ACME}"]})
     assert calls(daemon) == [
         ("GET", "/version", ""),
+        ("GET", f"{PREFIX}/networks", urlencode({"filters": wanted})),
+        ("POST", f"{PREFIX}/networks/create", ""),
         ("POST", f"{PREFIX}/containers/create", f"name=pool-a-cpu-small-{machine.machine_id}"),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/start", ""),
         ("GET", f"{PREFIX}/containers/{handle.provider_id}/json", ""),
@@ -87,17 +102,19 @@ async def test_start_creates_starts_and_inspects_with_the_seed_shapes(
     body = create_request(daemon).json_body
     assert body == {
         "Image": DEFAULT_IMAGE,
+        "User": "65534:65534",
         "Env": ["CELL=on", f"STRATA_WORKER_TOKEN={MACHINE_TOKEN}"],
         "Labels": {
             "thermostat.pool": "pool-a",
             "thermostat.machine_type": "cpu-small",
             "thermostat.machine_id": machine.machine_id,
+            "thermostat.tenant_network": ACME,
         },
         "ExposedPorts": {"8080/tcp": {}},
-        "HostConfig": {"PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}},
+        "HostConfig": {"NetworkMode": f"pool-a-tenant-{ACME}", **STRICT_HOST_CONFIG},
     }
-    port = daemon.container(handle.provider_id).machine.port  # type: ignore[union-attr]
-    assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://127.0.0.1:{port}", region=None)
+    address = daemon.container(handle.provider_id).address
+    assert handle == MachineHandle(provider_id=handle.provider_id, endpoint=f"http://{address}:8080", region=None)
 
 
 async def test_limits_are_sent_only_when_set(daemon: DockerSimulator, backend: DockerBackend) -> None:
@@ -117,6 +134,62 @@ async def test_unset_limits_are_omitted_never_zero(daemon: DockerSimulator, back
     assert "Memory" not in host_config
 
 
+async def test_every_machine_is_confined_by_default_and_mounts_nothing(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """All capabilities dropped, no new privileges, a read-only root with a /tmp tmpfs, a pids limit, nobody."""
+    handle = await backend.start(spec(docker_type(cpus=1, memory_mb=256)))
+    body = create_request(daemon).json_body
+    host_config = body["HostConfig"]  # type: ignore[index]
+    assert {key: host_config[key] for key in STRICT_HOST_CONFIG} == STRICT_HOST_CONFIG
+    assert body["User"] == "65534:65534"  # type: ignore[index]
+    assert not {"Binds", "Mounts", "Volumes", "Privileged", "CapAdd", "Runtime"} & (set(host_config) | set(body))  # type: ignore[arg-type]
+    assert daemon.container(handle.provider_id).host_config["CapDrop"] == ["ALL"]
+
+
+async def test_a_type_relaxes_only_what_it_names(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """writable_root, scratch_mb, pids_limit, user and capabilities_add each change their own field; the rest
+    stay strict."""
+    relaxed = docker_type(
+        writable_root=True, scratch_mb=512, pids_limit=1024, user="worker", capabilities_add=("NET_BIND_SERVICE",)
+    )
+    await backend.start(spec(relaxed))
+    body = create_request(daemon).json_body
+    host_config = body["HostConfig"]  # type: ignore[index]
+    assert host_config["ReadonlyRootfs"] is False
+    assert host_config["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=512m"}
+    assert host_config["PidsLimit"] == 1024
+    assert body["User"] == "worker"  # type: ignore[index]
+    assert (host_config["CapDrop"], host_config["CapAdd"]) == (["ALL"], ["NET_BIND_SERVICE"])
+    assert host_config["SecurityOpt"] == ["no-new-privileges:true"]
+
+
+async def test_a_types_runtime_goes_to_the_daemon_as_the_containers_runtime(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """`runtime` is HostConfig.Runtime; a type without one sends none (the daemon's default, runc)."""
+    daemon.runtimes = ("runc", "runsc")
+    await backend.start(spec(docker_type(runtime="runsc")))
+    assert create_request(daemon).json_body["HostConfig"]["Runtime"] == "runsc"  # type: ignore[index]
+
+
+async def test_the_daemons_runtimes_are_read_from_info(daemon: DockerSimulator, backend: DockerBackend) -> None:
+    """GET /info's Runtimes keys, sorted."""
+    daemon.runtimes = ("runsc", "runc", "io.containerd.runc.v2")
+    assert await backend.runtimes() == ("io.containerd.runc.v2", "runc", "runsc")
+    assert calls(daemon)[-1] == ("GET", f"{PREFIX}/info", "")
+
+
+async def test_a_runtime_the_daemon_lost_fails_the_boot_with_its_message(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """Accepted at PUT, gone from the daemon since: the create's 400 is the boot's error, nothing is left."""
+    daemon.runtimes = ("runc",)
+    with pytest.raises(BackendError, match="Unknown runtime specified runsc"):
+        await backend.start(spec(docker_type(runtime="runsc")))
+    assert daemon.containers() == []
+
+
 async def test_catalogue_token_never_replaces_the_minted_one(daemon: DockerSimulator, backend: DockerBackend) -> None:
     """A STRATA_WORKER_TOKEN in the type's env is overwritten by the machine's own."""
     await backend.start(spec(docker_type(env={"STRATA_WORKER_TOKEN": "from-catalogue"})))
@@ -133,11 +206,15 @@ async def test_machine_boots_runs_a_job_and_is_destroyed(
     assert (reply.kind, reply.status, reply.body) == (ReplyKind.ANSWERED, 200, b"job payload")
     daemon.clear_requests()
     await backend.stop(handle.provider_id)
+    wanted = json.dumps({"label": ["thermostat.pool=pool-a", f"thermostat.tenant_network={ACME}"]})
     assert calls(daemon) == [
+        ("GET", f"{PREFIX}/containers/{handle.provider_id}/json", ""),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
         ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
+        ("GET", f"{PREFIX}/containers/json", urlencode({"all": "true", "filters": wanted})),
+        ("DELETE", f"{PREFIX}/networks/pool-a-tenant-{ACME}", ""),
     ]
-    assert daemon.containers() == []
+    assert (daemon.containers(), daemon.networks()) == ([], [])
     assert not await backend.health(handle)
     await backend.stop(handle.provider_id)  # 404 from both calls: already gone
 
@@ -161,7 +238,7 @@ async def test_a_stop_that_meets_another_removal_in_progress_returns_once_the_co
     assert not stopping.done()
     daemon.finish_removal(handle.provider_id)
     await asyncio.wait_for(stopping, 10)
-    assert calls(daemon) == [
+    assert calls(daemon)[1:4] == [
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/stop", "t=5"),
         ("DELETE", f"{PREFIX}/containers/{handle.provider_id}", "force=true"),
         ("POST", f"{PREFIX}/containers/{handle.provider_id}/wait", "condition=removed"),

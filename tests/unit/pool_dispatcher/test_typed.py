@@ -54,3 +54,6 @@ def test_a_catalogue_entry_becomes_a_machine_type_with_durations_and_unset_optio
     )
     assert message.job_timeout.ToTimedelta() == timedelta(seconds=entry["job_timeout_seconds"])
     assert message.provider_options["a"] == "<redacted>"
+    confinement = (message.writable_root, message.scratch_mb, message.pids_limit, message.user)
+    assert confinement == (False, 64, 256, "65534:65534")
+    assert (list(message.capabilities_add), message.HasField("runtime")) == ([], False)

@@ -16,7 +16,19 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
   GET  /containers/{id}/logs?stdout=&stderr=&tail=  200, what the container printed (stdout and stderr together,
                                   sent as stdout frames), in the Engine's multiplexed stream format (each frame an
                                   8-byte header: stream, 0, 0, 0, the size big-endian), the last `tail` lines
+  GET  /networks?filters=         the networks, each {Id, Name, Driver, Internal, Labels, Options}; `filters` by label
+  POST /networks/create           201 {Id, Warning}; 409 "network with name … already exists"
+  GET  /networks/{id|name}        the network, with `Containers` {id: {Name, IPv4Address}} of its running ones
+  DELETE /networks/{id|name}      204; 404; 403 "… has active endpoints" while a running container is on it
+  A container created with `HostConfig.NetworkMode` naming a network runs its machine on a loopback address of its
+  own (127.x.y.z, the stand-in for its address on that network) at the port it exposes, which inspect reports in
+  `NetworkSettings.Networks[name].IPAddress`; a NetworkMode naming no network is the daemon's 404 "network … not
+  found". Without one it is published as before (`PortBindings`, a free loopback port).
   GET  /_ping, GET /version       `ApiVersion` / `MinAPIVersion` as configured
+  GET  /info                      `Runtimes` ({name: {path}}) and `DefaultRuntime` "runc": `runtimes=` names
+                                  them (default runc and io.containerd.runc.v2, a stock daemon's); a create whose
+                                  `HostConfig.Runtime` is not among them is the daemon's 400 "Unknown runtime
+                                  specified …"
 A `/v1.NN` prefix outside the daemon's range is refused as the daemon does, 400 "client version 1.41 is too old.
 Minimum supported API version is 1.44, …" (or "… is too new. Maximum supported API version is …"). The range
 defaults to Engine 29.0's (`ENGINE_29_0`: 1.44–1.52, the one that raised its minimum); `api=ApiRange(…)` plays an
@@ -48,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 from urllib.parse import unquote
 
-from thermostat.dev.simulators.machines import REFERENCE_WORKER, SimMachine
+from thermostat.dev.simulators.machines import REFERENCE_WORKER, SimMachine, free_address
 from thermostat.dev.simulators.serving import (
     Answer,
     RecordedRequest,
@@ -64,6 +76,7 @@ WAIT_LIMIT_SECONDS = 60.0  # a waiter the test never releases answers then, as i
 DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development default, overridable
 # Engine 29.0 (moby#51186 raised the minimum to 1.44; 29.3 lowered it back to 1.40, moby#52067)
 ENGINE_29_0 = ApiRange(lowest=ApiVersion(major=1, minor=44), highest=ApiVersion(major=1, minor=52))
+STOCK_RUNTIMES = ("io.containerd.runc.v2", "runc")  # what a daemon without extra runtimes lists in GET /info
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +101,13 @@ class SimContainer:
     machine: SimMachine | None = None
     stop_timeouts: list[str] = field(default_factory=list)
     removing: bool = False
+    user: str | None = None
+    address: str | None = None  # its address on its network (NetworkMode), once started
+
+    @property
+    def network(self) -> str | None:
+        mode = self.host_config.get("NetworkMode")
+        return mode if isinstance(mode, str) and mode not in ("", "default", "bridge", "host", "none") else None
 
     def refresh(self) -> None:
         if self.status == "running" and self.machine is not None and not self.machine.alive:
@@ -128,14 +148,21 @@ class DockerSimulator(ServedSimulator[_Server]):
     """DockerSimulator serves the Engine API on `socket_path` from a background thread."""
 
     def __init__(
-        self, socket_path: str, *, images: Mapping[str, ImageSpec] | None = None, api: ApiRange = ENGINE_29_0
+        self,
+        socket_path: str,
+        *,
+        images: Mapping[str, ImageSpec] | None = None,
+        api: ApiRange = ENGINE_29_0,
+        runtimes: Sequence[str] = STOCK_RUNTIMES,
     ) -> None:
         super().__init__()
         self.socket_path = socket_path
         self.api = api
+        self._configured_runtimes = self.runtimes = tuple(runtimes)
         self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
+        self._networks: dict[str, dict[str, Any]] = {}
         self._removed = threading.Condition(self._lock)
 
     def start(self) -> Self:
@@ -153,12 +180,14 @@ class DockerSimulator(ServedSimulator[_Server]):
     # --- control ---------------------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Kill every machine, forget every container and the request log."""
+        """Kill every machine, forget every container and the request log; the runtimes are the configured ones."""
+        self.runtimes = self._configured_runtimes
         with self._lock:
             for container in self._containers.values():
                 if container.machine is not None:
                     container.machine.kill()
             self._containers.clear()
+            self._networks.clear()
         self._request_log.clear()
 
     def add_image(self, name: str, spec: ImageSpec | None = None) -> None:
@@ -178,6 +207,20 @@ class DockerSimulator(ServedSimulator[_Server]):
     def container(self, container_id: str) -> SimContainer:
         with self._lock:
             return self._containers[container_id]
+
+    def add_network(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """A network made behind the pool's back (another process's, by name), internal."""
+        with self._lock:
+            network_id = secrets.token_hex(32)
+            self._networks[network_id] = {
+                "Id": network_id, "Name": name, "Driver": "bridge", "Internal": True, "Labels": dict(labels or {}),
+                "Options": {},
+            }  # fmt: skip
+
+    def networks(self) -> list[dict[str, Any]]:
+        """The networks as `GET /networks` lists them."""
+        with self._lock:
+            return [dict(network) for network in self._networks.values()]
 
     def begin_removal(self, container_id: str) -> None:
         """Another remover (a second pool process, the daemon's own auto-remove) has begun removing the container:
@@ -219,6 +262,12 @@ class DockerSimulator(ServedSimulator[_Server]):
             return json_answer(
                 200, {"ApiVersion": str(api.highest), "MinAPIVersion": str(api.lowest), "Version": "simulated"}
             )
+        if segments == ["info"] and method == "GET":
+            listed = {name: {"path": name} for name in self.runtimes}
+            return json_answer(200, {"Runtimes": listed, "DefaultRuntime": "runc", "ServerVersion": "simulated"})
+        if segments and segments[0] == "networks":
+            with self._lock:
+                return self._network_call(method, segments[1:], request)
         if segments == ["containers", "create"] and method == "POST":
             return self._create(request.json_body, (params.get("name") or [""])[0])
         if segments == ["containers", "json"] and method == "GET":
@@ -263,6 +312,51 @@ class DockerSimulator(ServedSimulator[_Server]):
             )
         return None
 
+    def _network_call(self, method: str, rest: list[str], request: RecordedRequest) -> Answer:
+        if rest == [] and method == "GET":
+            try:
+                filters = json.loads((request.params.get("filters") or ["{}"])[0])
+            except ValueError:
+                return _error(400, "invalid filter")
+            wanted = filters.get("label", []) if isinstance(filters, dict) else []
+            return json_answer(200, [
+                dict(network) for network in self._networks.values()
+                if all(_label_matches(network["Labels"], rule) for rule in wanted)
+            ])  # fmt: skip
+        if rest == ["create"] and method == "POST":
+            body = request.json_body if isinstance(request.json_body, dict) else {}
+            name = body.get("Name")
+            if not isinstance(name, str) or not name:
+                return _error(400, "network name is required")
+            if self._find_network(name) is not None:
+                return _error(409, f"network with name {name} already exists")
+            network_id = secrets.token_hex(32)
+            self._networks[network_id] = {
+                "Id": network_id, "Name": name, "Driver": body.get("Driver") or "bridge",
+                "Internal": body.get("Internal") is True, "Labels": dict(body.get("Labels") or {}),
+                "Options": dict(body.get("Options") or {}),
+            }  # fmt: skip
+            return json_answer(201, {"Id": network_id, "Warning": ""})
+        network = self._find_network(rest[0]) if len(rest) == 1 else None
+        if network is None:
+            return _error(404, f"network {rest[0] if rest else ''} not found")
+        attached = [c for c in self._containers.values() if c.network == network["Name"] and c.status == "running"]
+        if method == "GET":
+            members = {c.id: {"Name": c.name, "IPv4Address": f"{c.address}/32"} for c in attached}
+            return json_answer(200, {**network, "Containers": members})
+        if method == "DELETE":
+            if attached:
+                return _error(403, f"error while removing network: network {network['Name']} id {network['Id']} "
+                                   "has active endpoints")  # fmt: skip
+            del self._networks[network["Id"]]
+            return 204, {}, b""
+        return _error(404, f"page not found: {method} {request.path}")
+
+    def _find_network(self, reference: str) -> dict[str, Any] | None:
+        if reference in self._networks:
+            return self._networks[reference]
+        return next((n for n in self._networks.values() if n["Name"] == reference), None)
+
     def _list(self, params: Mapping[str, list[str]]) -> Answer:
         everything = (params.get("all") or ["false"])[0] in ("1", "true")
         try:
@@ -293,13 +387,19 @@ class DockerSimulator(ServedSimulator[_Server]):
         if not isinstance(body, dict) or not isinstance(body.get("Image"), str) or not body["Image"]:
             return _error(400, "config cannot be empty in order to create a container")
         image = body["Image"]
+        host_config = body.get("HostConfig")
+        runtime = host_config.get("Runtime") if isinstance(host_config, dict) else None
+        if runtime is not None and runtime not in self.runtimes:
+            return _error(400, f"Unknown runtime specified {runtime}")
+        mode = host_config.get("NetworkMode") if isinstance(host_config, dict) else None
         with self._lock:
             if image not in self._images:
                 return _error(404, f"No such image: {image}")
+            if isinstance(mode, str) and mode not in ("", "default", "bridge") and self._find_network(mode) is None:
+                return _error(404, f"network {mode} not found")
             if name and self._find(name) is not None:
                 return _error(409, f'Conflict. The container name "/{name}" is already in use.')
             container_id = secrets.token_hex(32)
-            host_config = body.get("HostConfig")
             self._containers[container_id] = SimContainer(
                 id=container_id,
                 name=name or f"sim_{container_id[:12]}",
@@ -308,6 +408,7 @@ class DockerSimulator(ServedSimulator[_Server]):
                 labels=dict(body.get("Labels") or {}),
                 exposed_ports=dict(body.get("ExposedPorts") or {}),
                 host_config=dict(host_config) if isinstance(host_config, dict) else {},
+                user=body.get("User") if isinstance(body.get("User"), str) else None,
             )
         return json_answer(201, {"Id": container_id, "Warnings": []})
 
@@ -318,7 +419,15 @@ class DockerSimulator(ServedSimulator[_Server]):
         if image.start_error is not None:
             return _error(500, image.start_error)
         env = dict(item.split("=", 1) for item in container.env if "=" in item)
-        container.machine = SimMachine(image.command, env, keep_output=True)
+        if container.network is None:
+            container.machine = SimMachine(image.command, env, keep_output=True)
+        else:  # reached at its own address on the network, at the port it exposes (the worker port)
+            port = next((int(p.split("/")[0]) for p in container.exposed_ports if p.split("/")[0].isdigit()), 8080)
+            address = free_address(port)
+            if address is None:
+                return _error(500, f"simulator: port {port} is taken on every loopback address (a wildcard listener)")
+            container.address = address
+            container.machine = SimMachine(image.command, env, keep_output=True, address=address, port=port)
         container.status, container.exit_code = "running", 0
         return 204, {}, b""
 
@@ -373,13 +482,22 @@ class DockerSimulator(ServedSimulator[_Server]):
             },
             "Config": {
                 "Image": container.image,
+                "User": container.user or "",
                 "Env": list(container.env),
                 "Labels": dict(container.labels),
                 "ExposedPorts": dict(container.exposed_ports),
             },
             "HostConfig": dict(container.host_config),
-            "NetworkSettings": {"Ports": ports},
+            "NetworkSettings": {"Ports": ports, "Networks": self._attachments(container, running)},
         }
+
+    def _attachments(self, container: SimContainer, running: bool) -> dict[str, object]:
+        network = container.network
+        if network is None:
+            return {}
+        found = self._find_network(network)
+        address = container.address if running and container.address is not None else ""
+        return {network: {"NetworkID": found["Id"] if found else "", "IPAddress": address, "IPPrefixLen": 32}}
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -394,6 +512,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=COMMAND",
         help=f"an image and the command that plays it ({DEFAULT_IMAGE} runs the reference worker)",
     )
+    parser.add_argument(
+        "--runtime", action="append", default=[], metavar="NAME",
+        help=f"a runtime GET /info lists (repeatable; default: {', '.join(STOCK_RUNTIMES)})",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -403,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for entry in args.image:
         name, _, command = entry.partition("=")
         images[name] = ImageSpec(command=tuple(shlex.split(command)))
-    simulator = DockerSimulator(args.socket, images=images).start()
+    simulator = DockerSimulator(args.socket, images=images, runtimes=args.runtime or STOCK_RUNTIMES).start()
     wait_for_signal(["docker simulator ready", f"STRATA_POOL_DOCKER_SOCKET={simulator.socket_path}"])
     simulator.stop()
     return 0

@@ -3,7 +3,9 @@
 The Docker, Fly and RunPod simulators run one per container / machine / pod, so a job sent through a
 backend reaches a real worker over a real socket. The child gets PATH, the machine's environment as the
 provider was asked for it, and `STRATA_WORKER_PORT` set to a free loopback port (the simulator's stand-in for
-the port the provider publishes). `forward` relays one HTTP request to a machine, the way a provider's proxy
+the port the provider publishes), or, given `address` (a loopback address of its own, the Docker simulator's stand-in
+for a container's address on its network) and `port`, `STRATA_WORKER_HOST` / `STRATA_WORKER_PORT` set to those.
+`forward` relays one HTTP request to a machine, the way a provider's proxy
 does, and answers 502 when nothing listens.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,6 +31,20 @@ _HOP_BY_HOP = frozenset(
 )  # fmt: skip
 
 
+def free_address(port: int, *, tries: int = 32) -> str | None:
+    """A random loopback address (127.x.y.z, never 127.0.0.1) on which `port` is free to bind, else None (something
+    holds the port on every address: a wildcard listener)."""
+    for _ in range(tries):
+        address = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(256)}.{secrets.randbelow(254) + 1}"
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((address, port))
+            except OSError:
+                continue
+        return address
+    return None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -38,9 +55,18 @@ def free_port() -> int:
 class SimMachine:
     """SimMachine is one running child process listening on `port`."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], *, keep_output: bool = False) -> None:
-        self.port = free_port()
-        child_env = {"PATH": os.environ.get("PATH", ""), **env, "STRATA_WORKER_PORT": str(self.port)}
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        keep_output: bool = False,
+        address: str | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port if port is not None else free_port()
+        placed = {"STRATA_WORKER_HOST": address} if address is not None else {}
+        child_env = {"PATH": os.environ.get("PATH", ""), **env, **placed, "STRATA_WORKER_PORT": str(self.port)}
         # what it prints, for a simulator that serves a machine's logs (Docker's GET /containers/{id}/logs)
         self._output = tempfile.TemporaryFile() if keep_output else None  # noqa: SIM115 - closed with the machine
         self._process = subprocess.Popen(

@@ -4,8 +4,8 @@ The demo type runs containers of the reference worker image (`make images` build
 stack starts its services it checks that the daemon answers at the Docker backend's socket and holds the image, so
 a missing one is one clear message rather than a job that fails later. The pool's containers carry the run's own
 pool name (POOL_NAME, `devstack-<pid>` unless set), and the stack removes every container with that label when it
-stops, after the pool dispatcher: as the simulators kill their machines, Ctrl-C leaves nothing running
-(`docker ps`).
+stops, after the pool dispatcher, and then the pool's tenant networks (issue 36): as the simulators kill their
+machines, Ctrl-C leaves nothing running (`docker ps`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ async def check_daemon(socket_path: str, image: str = WORKER_IMAGE) -> None:
 
 
 async def remove_pool_containers(socket_path: str, pool: str) -> int:
-    """Force-remove every container labelled with `pool`; how many there were."""
+    """Force-remove every container labelled with `pool`, then its networks; how many containers there were."""
     filters = '{"label": ["%s=%s"]}' % (LABEL_POOL, pool)  # noqa: UP031 - JSON braces
     async with _client(socket_path, timeout=30) as client:
         prefix = await _prefix(client)
@@ -68,4 +68,8 @@ async def remove_pool_containers(socket_path: str, pool: str) -> int:
         listed.raise_for_status()
         for container in listed.json():
             await client.delete(f"{prefix}/containers/{container['Id']}", params={"force": "true"})
+        networks = await client.get(f"{prefix}/networks", params={"filters": filters})
+        networks.raise_for_status()
+        for network in networks.json():
+            await client.delete(f"{prefix}/networks/{network['Id']}")
     return len(listed.json())

@@ -15,6 +15,12 @@ naming the entry and the field, like the field checks):
   fails however high its timeout is set (worker-pool seed, "The RunPod backend").
 - A runpod CPU type (no gpu_type) asking for more than 32 cpus is refused: RunPod's CPU pods come in
   2, 4, 8, 16 or 32 vCPUs, and the backend rounds up to the next of those.
+- A type on any backend but docker that sets a confinement field away from its strict default (hardening.py:
+  `writable_root`, `scratch_mb`, `pids_limit`, `user`, `capabilities_add`, `runtime`) is refused naming the field:
+  only the Docker backend applies them, and a setting nothing reads would claim a confinement that is not there.
+`check_runtimes` then checks each docker type's `runtime` against the runtimes the daemon lists (`GET /info`): one it
+does not list is refused naming the field and those it has; a daemon that could not be read refuses every runtime
+named, saying why (a runtime cannot be taken on trust: every boot of the type would fail).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from thermostat.policy.pool.hardening import runtime_refusal
 from thermostat.policy.pool.machine_type import (
     BackendKind,
     Catalogue,
@@ -168,6 +175,30 @@ def check_backends(
                 )
             if machine_type.gpu_type is None and runpod_vcpu_count(machine_type.cpus) is None:
                 refuse("cpus", f"must be at most {RUNPOD_MAX_VCPUS} for a runpod CPU pod, got {machine_type.cpus:g}")
+        if backend is not BackendKind.DOCKER:
+            for name in machine_type.relaxed:
+                refuse(name, f"is applied by the docker backend only; a {backend.value} machine does not read it")
     if errors:
         return CatalogueRejected(errors=tuple(errors))
     return catalogue
+
+
+def check_runtimes(catalogue: Catalogue, listed: Collection[str] | str) -> Catalogue | CatalogueRejected:
+    """The catalogue, or each docker type whose `runtime` the daemon does not list; `listed` is the daemon's
+    runtimes, or why they could not be read."""
+    errors: list[CatalogueError] = []
+    for index, machine_type in enumerate(catalogue.types):
+        if machine_type.backend is not BackendKind.DOCKER or machine_type.runtime is None:
+            continue
+        if isinstance(listed, str):
+            problem: str | None = f"cannot be checked: the Docker daemon's runtimes could not be read ({listed})"
+        else:
+            problem = runtime_refusal(machine_type.runtime, listed)
+        if problem is not None:
+            errors.append(CatalogueError(index=index, name=machine_type.name, field="runtime", message=problem))
+    return CatalogueRejected(errors=tuple(errors)) if errors else catalogue
+
+
+def names_runtime(catalogue: Catalogue) -> bool:
+    """Whether a docker type of the catalogue names a runtime (only then is the daemon asked)."""
+    return any(t.backend is BackendKind.DOCKER and t.runtime is not None for t in catalogue.types)

@@ -28,6 +28,11 @@ Defaults, chosen for a pool that should not bill for idle machines by accident:
 Times are bounded by `MAX_TIMEOUT_SECONDS` (a day), so the longest sync wait a catalogue allows
 (`MAX_WAIT_SECONDS`, boot + job) is a constant the edge's route timeout can cover.
 
+The Docker backend's confinement (issue 36, hardening.py): `writable_root` false, `scratch_mb` 64, `pids_limit` 256,
+`user` "65534:65534", `capabilities_add` [], `runtime` unset; the defaults are the strict ones, a type relaxes what
+its workload needs. Only docker machines read them: `backends.check_backends` refuses a relaxed value (or a
+runtime) on another backend, and a runtime the daemon does not list.
+
 `env` and `provider_options` can hold credentials for the tenant's data: without the admin token their
 values read `<redacted>` (keys stay, so a caller sees what is configured, not what it is).
 """
@@ -44,6 +49,16 @@ from enum import StrEnum
 from typing import Any
 
 from thermostat.policy.common.echo import cut, key_path, listed, quoted
+from thermostat.policy.pool.hardening import (
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_SCRATCH_MB,
+    DEFAULT_USER,
+    DEFAULT_WRITABLE_ROOT,
+    MAX_SCRATCH_MB,
+    capability_refusal,
+    runtime_name_refusal,
+    user_refusal,
+)
 
 REDACTED = "<redacted>"
 
@@ -90,6 +105,23 @@ class MachineType:
     min_tenure_seconds: float | None = None  # None: the type's measured boot time (rotation.py)
     env: Mapping[str, str] = field(default_factory=dict)
     provider_options: Mapping[str, Any] = field(default_factory=dict)
+    writable_root: bool = DEFAULT_WRITABLE_ROOT
+    scratch_mb: int = DEFAULT_SCRATCH_MB
+    pids_limit: int = DEFAULT_PIDS_LIMIT
+    user: str = DEFAULT_USER
+    capabilities_add: tuple[str, ...] = ()
+    runtime: str | None = None
+
+    @property
+    def relaxed(self) -> tuple[str, ...]:
+        """The confinement fields this type sets away from the strict defaults (a runtime counts)."""
+        return tuple(name for name, strict in STRICT_CONFINEMENT.items() if getattr(self, name) != strict)
+
+
+STRICT_CONFINEMENT: Mapping[str, object] = {
+    "writable_root": DEFAULT_WRITABLE_ROOT, "scratch_mb": DEFAULT_SCRATCH_MB, "pids_limit": DEFAULT_PIDS_LIMIT,
+    "user": DEFAULT_USER, "capabilities_add": (), "runtime": None,
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,6 +241,12 @@ def machine_type_to_json(machine_type: MachineType, *, admin: bool) -> dict[str,
         "min_tenure_seconds": machine_type.min_tenure_seconds,
         "env": shown(machine_type.env),
         "provider_options": shown(machine_type.provider_options),
+        "writable_root": machine_type.writable_root,
+        "scratch_mb": machine_type.scratch_mb,
+        "pids_limit": machine_type.pids_limit,
+        "user": machine_type.user,
+        "capabilities_add": list(machine_type.capabilities_add),
+        "runtime": machine_type.runtime,
     }
 
 
@@ -220,7 +258,8 @@ FIELDS = frozenset(
     {
         "name", "image", "backend", "cpus", "memory_mb", "disk_gb", "gpu_type", "gpu_count", "max_workers",
         "cool_down_seconds", "health_check_failures", "boot_timeout_seconds", "job_timeout_seconds", "env",
-        "provider_options", "price_per_hour", "min_tenure_seconds",
+        "provider_options", "price_per_hour", "min_tenure_seconds", "writable_root", "scratch_mb", "pids_limit",
+        "user", "capabilities_add", "runtime",
     }
 )  # fmt: skip
 
@@ -266,7 +305,15 @@ def _parse_entry(
         "min_tenure_seconds": read("min_tenure_seconds", _optional_seconds),
         "env": read("env", _env),
         "provider_options": read("provider_options", _options),
+        "writable_root": read("writable_root", _boolean),
+        "scratch_mb": read("scratch_mb", _integer, 1, False),
+        "pids_limit": read("pids_limit", _integer, 1, False),
+        "user": read("user", _checked_text, user_refusal),
+        "capabilities_add": read("capabilities_add", _capabilities),
+        "runtime": read("runtime", _checked_text, runtime_name_refusal),
     }
+    if values["scratch_mb"] is not None and values["scratch_mb"] > MAX_SCRATCH_MB:
+        read("scratch_mb", _too_large, MAX_SCRATCH_MB)
     if "backend" not in entry or entry["backend"] is None:
         values["backend"] = default_backend
     if values["backend"] is BackendKind.LOCAL and values["image"] is not None:
@@ -274,6 +321,44 @@ def _parse_entry(
     if len(errors) > found_before:
         return None
     return MachineType(**{key: value for key, value in values.items() if value is not None})
+
+
+def _boolean(entry: dict[str, Any], key: str) -> bool | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise _Invalid(f"must be true or false, not {_json_type(value)}")
+    return value
+
+
+def _checked_text(entry: dict[str, Any], key: str, refusal: Any) -> str | None:
+    value = _optional_text(entry, key)
+    if value is None:
+        return None
+    problem = refusal(value)
+    if problem is not None:
+        raise _Invalid(f"{problem}, got {quoted(value)}")
+    return value
+
+
+def _capabilities(entry: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Invalid(f"must be a list of capability names, not {_json_type(value)}")
+    for name in value:
+        if not isinstance(name, str):
+            raise _Invalid(f"must be a list of capability names, holding {_json_type(name)}")
+        problem = capability_refusal(name)
+        if problem is not None:
+            raise _Invalid(f"{quoted(name)}: {problem}")
+    return tuple(dict.fromkeys(value))
+
+
+def _too_large(entry: dict[str, Any], key: str, maximum: int) -> None:
+    raise _Invalid(f"must be at most {maximum}, got {_got(entry[key])}")
 
 
 def _name(entry: dict[str, Any], key: str) -> str:

@@ -14,6 +14,10 @@ satisfies `ReportsEnd`: `ended` is why the machine is gone (the exit code and it
 of the spec's secrets), or None while it runs or when that cannot be read. The boot asks it between health polls,
 so a worker that dies at start fails its boot at once rather than at the boot timeout (issue 35).
 
+A backend whose machines may run on a runtime the type names (Docker: `runtime`, issue 36) also satisfies
+`ListsRuntimes`: `runtimes` is the runtimes its daemon lists, or a BackendError saying why they could not be read;
+a catalogue PUT naming another is refused.
+
 A backend whose machines can outlive the pool's knowledge of them (RunPod, Fly, Docker) also satisfies `ListsMachines`:
 `list_machines` is every live machine carrying the pool's name prefix, for the orphan sweep (issue 12); None
 when the provider could not be read (the sweep then judges nothing). Local children die with this process
@@ -76,3 +80,8 @@ class ListsMachines(Protocol):
 @runtime_checkable
 class ReportsEnd(Protocol):
     async def ended(self, handle: MachineHandle, spec: MachineSpec) -> str | None: ...
+
+
+@runtime_checkable
+class ListsRuntimes(Protocol):
+    async def runtimes(self) -> tuple[str, ...]: ...

@@ -8,19 +8,28 @@ Theory of operation:
   sides support (policy/pool/docker_api.py); every later request carries that `/v1.NN` prefix. A daemon whose
   range does not meet the pool's is one error line naming both ranges, logged once, and every start fails with
   it; a daemon that did not answer is asked again on the next call.
-- start: `POST /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the
-  worker token, labels naming the pool, the machine type and the machine, the worker port exposed and
-  published on 127.0.0.1 with `HostPort: ""` (the daemon picks a free host port), and `NanoCpus` / `Memory`
-  only when the type sets cpus / memory_mb (0 would mean "no limit" to the daemon: an unset limit is left
-  out, never sent as 0). Then `POST /containers/{id}/start`, then `GET /containers/{id}/json` for the host
-  port the daemon chose. The pool does not pull: an image not on the host fails with the daemon's own
-  "No such image" message. A container that was created but would not start (or whose port cannot be read,
-  or whose start was cancelled, or whose create answered without its id: removed by name) is force-removed
-  before the error is raised, so nothing is left behind.
-- stop: `POST /containers/{id}/stop?t=5`, then `DELETE /containers/{id}?force=true`; a 404 from either (the
-  container is already gone) and a 304 from stop (already stopped) are success. A 409 "removal … is already in
+- start: the tenant's network first (docker_networks.py: internal, one per tenant, made on demand), then
+  `POST /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the worker token,
+  labels naming the pool, the machine type, the machine and the tenant's network, `HostConfig.NetworkMode` that
+  network (and no published port: an internal network publishes none), and `NanoCpus` / `Memory` only when the
+  type sets cpus / memory_mb (0 would mean "no limit" to the daemon: an unset limit is left out, never sent as 0),
+  and the confinement every machine gets (policy/pool/hardening.py, issue 36): `CapDrop` ALL (then `CapAdd` the
+  type's `capabilities_add`), `SecurityOpt` no-new-privileges, `ReadonlyRootfs` (unless `writable_root`), `Tmpfs`
+  /tmp of `scratch_mb`, `PidsLimit`, `User` (`Config.User`, never root), `Runtime` when the type names one; no
+  `Binds` or `Mounts` ever, so the daemon's socket is never inside a machine. Then `POST /containers/{id}/start`,
+  then `GET /containers/{id}/json` for the container's address on its network: the worker is reached there, at
+  the worker port (the pool runs on the daemon's host, which routes to its bridges). The pool does not pull: an
+  image not on the host fails with the daemon's own "No such image" message. A container that was created but
+  would not start (or whose address cannot be read, or whose start was cancelled, or whose create answered
+  without its id: removed by name) is force-removed before the error is raised, so nothing is left behind.
+- stop: `GET /containers/{id}/json` for its network's label, `POST /containers/{id}/stop?t=5`, then
+  `DELETE /containers/{id}?force=true`; a 404 from either (the container is already gone) and a 304 from stop
+  (already stopped) are success. A 409 "removal … is already in
   progress" (another remover got there first) is followed by `POST /containers/{id}/wait?condition=removed`: the
-  stop returns once the container is gone, whoever removed it.
+  stop returns once the container is gone, whoever removed it. Then the tenant's network goes if it was the last
+  machine on it.
+- runtimes: `GET /info`'s `Runtimes` keys (the OCI runtimes the daemon knows: runc, runsc …), read for a catalogue
+  PUT that names a `runtime`, so a runtime the daemon lacks is a 400 then, not a failed boot later.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
 - ended (between a boot's health polls): a container the daemon reports `exited` or `dead` has ended; its
   `State.ExitCode` and the last lines of `GET /containers/{id}/logs?stdout=1&stderr=1&tail=N` (the multiplexed
@@ -43,16 +52,21 @@ import httpx
 
 from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.docker_api import ApiVersion, NoCommonVersion, negotiate
+from thermostat.policy.pool.hardening import scratch_mount
+from thermostat.policy.pool.machine_type import MachineType
 from thermostat.policy.pool.orphans import ListedMachine
+from thermostat.policy.pool.tenant_network import LABEL_POOL, LABEL_TENANT_NETWORK, network_key
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
     Backend,
     BackendError,
     ListsMachines,
+    ListsRuntimes,
     MachineHandle,
     MachineSpec,
     ReportsEnd,
 )
+from thermostat.providers.pool.docker_networks import TenantNetworks
 from thermostat.providers.pool.provider_errors import (
     TAIL_LINES,
     ended_reason,
@@ -69,10 +83,9 @@ DEFAULT_DOCKER_SOCKET: Final = "/var/run/docker.sock"
 STOP_TIMEOUT_SECONDS: Final = 5
 ANNOUNCE_SECONDS: Final = 5.0  # the pool's start waits no longer for a daemon's version than this
 REMOVAL_WAIT_SECONDS: Final = 60.0  # another remover's removal: the daemon answers the wait when it is done
-LABEL_POOL: Final = "thermostat.pool"
+__all__ = ["LABEL_POOL", "LABEL_TENANT_NETWORK"]  # the labels' names, for the tests and the dev stack
 LABEL_MACHINE_TYPE: Final = "thermostat.machine_type"
 LABEL_MACHINE_ID: Final = "thermostat.machine_id"
-LOOPBACK: Final = "127.0.0.1"
 LOG_TAIL_LINES: Final = 4 * TAIL_LINES  # the daemon counts blank lines too: a few more than the reason repeats
 
 _log = logging.getLogger(__name__)
@@ -87,22 +100,46 @@ def docker_socket_path(*, pool_docker_socket: str | None, docker_host: str | Non
     return DEFAULT_DOCKER_SOCKET
 
 
-def create_body(spec: MachineSpec, *, pool: str, worker_port: int) -> dict[str, Any]:
-    """The `POST /containers/create` body for one machine (pure, pinned field by field by the tests)."""
+def create_body(spec: MachineSpec, *, pool: str, worker_port: int, network: str) -> dict[str, Any]:
+    """The `POST /containers/create` body for one machine on its tenant's `network` (pure, pinned field by field by
+    the tests)."""
     machine_type = spec.machine_type
     port = f"{worker_port}/tcp"
-    host_config: dict[str, Any] = {"PortBindings": {port: [{"HostIp": LOOPBACK, "HostPort": ""}]}}
+    host_config: dict[str, Any] = {"NetworkMode": network}
     if machine_type.cpus is not None:
         host_config["NanoCpus"] = math.ceil(machine_type.cpus * 1_000_000_000)
     if machine_type.memory_mb is not None:
         host_config["Memory"] = machine_type.memory_mb * 1024 * 1024
+    host_config |= confinement(machine_type)
     return {
         "Image": machine_type.image,
+        "User": machine_type.user,
         "Env": [f"{name}={value}" for name, value in spec.env().items()],
-        "Labels": {LABEL_POOL: pool, LABEL_MACHINE_TYPE: machine_type.name, LABEL_MACHINE_ID: spec.machine_id},
+        "Labels": {
+            LABEL_POOL: pool,
+            LABEL_MACHINE_TYPE: machine_type.name,
+            LABEL_MACHINE_ID: spec.machine_id,
+            LABEL_TENANT_NETWORK: network_key(pool, spec.tenant_id),
+        },
         "ExposedPorts": {port: {}},
         "HostConfig": host_config,
     }
+
+
+def confinement(machine_type: MachineType) -> dict[str, Any]:
+    """The HostConfig fields that confine a machine (the strict defaults, as the type relaxes them)."""
+    confined: dict[str, Any] = {
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges:true"],
+        "ReadonlyRootfs": not machine_type.writable_root,
+        "Tmpfs": scratch_mount(machine_type.scratch_mb),
+        "PidsLimit": machine_type.pids_limit,
+    }
+    if machine_type.capabilities_add:
+        confined["CapAdd"] = list(machine_type.capabilities_add)
+    if machine_type.runtime is not None:
+        confined["Runtime"] = machine_type.runtime
+    return confined
 
 
 def container_name(spec: MachineSpec, *, pool: str) -> str:
@@ -135,6 +172,9 @@ class DockerBackend:
         )
         self._version: ApiVersion | str | None = None  # once negotiated: the version, or the refusal's line
         self._negotiating = asyncio.Lock()
+        self._networks = TenantNetworks(
+            self._call, lambda response, subject, what: _refused(response, subject, what, ()), pool=pool
+        )
 
     def __repr__(self) -> str:
         return f"DockerBackend(socket_path={self.socket_path!r}, pool={self._pool!r})"
@@ -186,52 +226,81 @@ class DockerBackend:
     async def start(self, spec: MachineSpec) -> MachineHandle:
         subject = machine_subject(spec.machine_id, spec.machine_type.name)
         secrets = (spec.worker_token,)
-        body = create_body(spec, pool=self._pool, worker_port=self._worker_port)
         name = container_name(spec, pool=self._pool)
-        created = await self._call(
-            "POST", "/containers/create", subject, "create", secrets, params={"name": name}, json=body
-        )
+        key = self._networks.key(spec.tenant_id)
+        async with self._networks.held(key):  # no release of this network between its ensure and the create
+            network = await self._networks.ensure(spec.tenant_id, subject)
+            body = create_body(spec, pool=self._pool, worker_port=self._worker_port, network=network)
+            created = await self._call(
+                "POST", "/containers/create", subject, "create", secrets, params={"name": name}, json=body
+            )
         if created.status_code != 201:
+            await self._networks.release(key)
             raise _refused(created, subject, "create", secrets)
         container_id = json_object(created).get("Id")
         if not isinstance(container_id, str) or not container_id:
             # the 201 says the daemon made it: removed by the name the pool gave it, so nothing is left behind
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._remove(name))
+                await asyncio.shield(self._discard(name, key))
             raise BackendError(f"docker: {subject}: create answered without a container id")
         try:
             started = await self._call("POST", f"/containers/{container_id}/start", subject, "start", secrets)
             if started.status_code not in (204, 304):
                 raise _refused(started, subject, "start", secrets)
-            port = await self._published_port(container_id, subject, secrets)
+            address = await self._address(container_id, network, subject, secrets)
         except BaseException:
             # a container that will not start is removed, not left behind (shielded: a cancelled boot too)
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._remove(container_id))
+                await asyncio.shield(self._discard(container_id, key))
             raise
-        return MachineHandle(provider_id=container_id, endpoint=f"http://{LOOPBACK}:{port}", region=None)
+        return MachineHandle(provider_id=container_id, endpoint=f"http://{address}:{self._worker_port}", region=None)
 
-    async def _published_port(self, container_id: str, subject: str, secrets: tuple[str, ...]) -> int:
+    async def _discard(self, container: str, key: str) -> None:
+        await self._remove(container)
+        await self._networks.release(key)
+
+    async def _address(self, container_id: str, network: str, subject: str, secrets: tuple[str, ...]) -> str:
         inspected = await self._call("GET", f"/containers/{container_id}/json", subject, "inspect", secrets)
         if inspected.status_code != 200:
             raise _refused(inspected, subject, "inspect", secrets)
         settings = json_object(inspected).get("NetworkSettings")
-        ports = settings.get("Ports") if isinstance(settings, dict) else None
-        bindings = ports.get(f"{self._worker_port}/tcp") if isinstance(ports, dict) else None
-        for binding in bindings if isinstance(bindings, list) else []:
-            host_port = binding.get("HostPort") if isinstance(binding, dict) else None
-            if isinstance(host_port, str) and host_port.isascii() and host_port.isdigit() and len(host_port) <= 5:
-                return int(host_port)
-        raise BackendError(f"docker: {subject}: the daemon published no host port for {self._worker_port}/tcp")
+        networks = settings.get("Networks") if isinstance(settings, dict) else None
+        attached = networks.get(network) if isinstance(networks, dict) else None
+        address = attached.get("IPAddress") if isinstance(attached, dict) else None
+        if not isinstance(address, str) or not _is_ipv4(address):
+            raise BackendError(f"docker: {subject}: the daemon gave the container no address on {network}")
+        return address
 
     async def stop(self, provider_id: str) -> None:
         subject = f"container {provider_id}"
+        key = await self._network_key_of(provider_id, subject)
         stopped = await self._call(
             "POST", f"/containers/{provider_id}/stop", subject, "stop", (), params={"t": str(STOP_TIMEOUT_SECONDS)}
         )
         if stopped.status_code not in (204, 304, 404):
             raise _refused(stopped, subject, "stop", ())
         await self._remove(provider_id)
+        if key is not None:
+            await self._networks.release(key)
+
+    async def _network_key_of(self, provider_id: str, subject: str) -> str | None:
+        """The tenant network label of the container (None: it is gone, or predates the tenant networks)."""
+        inspected = await self._call("GET", f"/containers/{provider_id}/json", subject, "inspect", ())
+        config = json_object(inspected).get("Config") if inspected.status_code == 200 else None
+        labels = config.get("Labels") if isinstance(config, dict) else None
+        key = labels.get(LABEL_TENANT_NETWORK) if isinstance(labels, dict) else None
+        return key if isinstance(key, str) and key else None
+
+    async def runtimes(self) -> tuple[str, ...]:
+        """The runtimes the daemon lists in `GET /info`; BackendError when it could not be read."""
+        subject = f"daemon at {self.socket_path}"
+        answered = await self._call("GET", "/info", subject, "info", ())
+        if answered.status_code != 200:
+            raise _refused(answered, subject, "info", ())
+        listed = json_object(answered).get("Runtimes")
+        if not isinstance(listed, dict):
+            raise BackendError(f"docker: {subject}: GET /info listed no Runtimes")
+        return tuple(sorted(str(name) for name in listed))
 
     async def list_machines(self) -> tuple[ListedMachine, ...] | None:
         """Every container, stopped ones too (they still hold their disk), labelled with this pool (the orphan
@@ -346,6 +415,11 @@ def demultiplexed(body: bytes) -> bytes:
     return bytes(payloads)
 
 
+def _is_ipv4(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) == 4 and all(part.isascii() and part.isdigit() and int(part) < 256 for part in parts)
+
+
 def _removal_in_progress(response: httpx.Response) -> bool:
     try:
         message = response.json().get("message", "")
@@ -368,4 +442,8 @@ def _lists(backend: DockerBackend) -> ListsMachines:
 
 
 def _reports_end(backend: DockerBackend) -> ReportsEnd:
+    return backend
+
+
+def _lists_runtimes(backend: DockerBackend) -> ListsRuntimes:
     return backend

@@ -20,6 +20,8 @@ from thermostat.policy.pool.backends import (
     BackendChoice,
     backend_use,
     check_backends,
+    check_runtimes,
+    names_runtime,
 )
 from thermostat.policy.pool.machine_type import (
     BackendKind,
@@ -29,7 +31,7 @@ from thermostat.policy.pool.machine_type import (
     catalogue_to_json,
     parse_catalogue,
 )
-from thermostat.providers.pool.backend import Backend, BackendError
+from thermostat.providers.pool.backend import Backend, BackendError, ListsRuntimes
 
 from ..metrics import PoolMetrics
 from ..repository import PoolRepository
@@ -72,6 +74,18 @@ class Backends:
         return check_backends(
             catalogue, configured=configured, missing_settings=self.missing_settings, enabled=self.choice.enabled
         )
+
+    async def check_runtimes(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
+        """The catalogue, or its docker types naming a runtime the daemon does not list (PUT's 400); the daemon is
+        asked only when a type names one."""
+        docker = self.by_kind.get(BackendKind.DOCKER.value)
+        if not names_runtime(catalogue) or not isinstance(docker, ListsRuntimes):
+            return catalogue  # no docker backend here: check_backends refused the type already
+        try:
+            listed: tuple[str, ...] | str = await docker.runtimes()
+        except BackendError as error:
+            listed = str(error)
+        return check_runtimes(catalogue, listed)
 
     def refusal(self, machine_type: MachineType) -> str | None:
         """Why this process cannot start machines of the type (its backend is not configured), or None."""

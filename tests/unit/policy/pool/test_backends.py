@@ -14,9 +14,11 @@ from thermostat.policy.pool.backends import (
     backend_use,
     check_backends,
     check_enabled,
+    check_runtimes,
+    names_runtime,
     runpod_vcpu_count,
 )
-from thermostat.policy.pool.machine_type import BackendKind, CatalogueRejected, MachineType
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue, CatalogueRejected, MachineType
 
 ALL = {BackendKind.DOCKER, BackendKind.RUNPOD, BackendKind.FLY}
 
@@ -217,3 +219,52 @@ def test_the_log_line_says_what_is_configured_and_what_the_catalogue_uses(
     types: tuple[MachineType, ...], configured: set[BackendKind], line: str
 ) -> None:
     assert backend_use(catalogue(*types), configured=configured) == line
+
+
+@pytest.mark.parametrize("backend", [BackendKind.RUNPOD, BackendKind.FLY, BackendKind.LOCAL])
+def test_a_confinement_field_on_a_backend_that_does_not_apply_it_is_refused_naming_it(backend: BackendKind) -> None:
+    """Only docker reads writable_root … runtime: set on another backend it would claim a confinement not there."""
+    relaxed = MachineType(
+        name="t", image="img", backend=backend, job_timeout_seconds=60, user="worker", runtime="runsc"
+    )
+    result = check_backends(Catalogue(types=(relaxed,)), configured=list(BackendKind))
+    assert isinstance(result, CatalogueRejected)
+    assert [error.field for error in result.errors] == ["user", "runtime"]
+    assert "docker backend only" in result.errors[0].message
+
+
+def test_the_strict_defaults_are_accepted_on_every_backend() -> None:
+    """A type that relaxes nothing is served by any backend."""
+    types = tuple(MachineType(name=k.value, image="img", backend=k, job_timeout_seconds=60) for k in BackendKind)
+    assert isinstance(check_backends(Catalogue(types=types), configured=list(BackendKind)), Catalogue)
+
+
+def on_runtime(runtime: str | None, backend: BackendKind = BackendKind.DOCKER) -> MachineType:
+    return MachineType(name=f"t-{runtime}", image="img", backend=backend, runtime=runtime)
+
+
+def test_a_runtime_the_daemon_lists_is_accepted_and_one_it_does_not_is_refused_naming_its_runtimes() -> None:
+    """Each docker type's runtime is checked against GET /info's Runtimes; the refusal lists what the daemon has."""
+    types = Catalogue(types=(on_runtime("runsc"), on_runtime("kata-runtime"), on_runtime(None)))
+    result = check_runtimes(types, ("runc", "runsc"))
+    assert isinstance(result, CatalogueRejected)
+    assert [str(error) for error in result.errors] == [
+        "machine_types[1] ('t-kata-runtime').runtime: the Docker daemon has no runtime 'kata-runtime'; it has: "
+        "runc, runsc"
+    ]
+    assert check_runtimes(Catalogue(types=(on_runtime("runsc"),)), ("runc", "runsc")) == Catalogue(
+        types=(on_runtime("runsc"),)
+    )
+
+
+def test_a_runtime_is_refused_when_the_daemons_runtimes_could_not_be_read() -> None:
+    """A runtime is never taken on trust: every boot of the type would fail."""
+    result = check_runtimes(Catalogue(types=(on_runtime("runsc"),)), "docker: daemon at /s did not answer")
+    assert isinstance(result, CatalogueRejected)
+    assert result.errors[0].field == "runtime"
+    assert "could not be read (docker: daemon at /s did not answer)" in result.errors[0].message
+
+
+def test_the_daemon_is_asked_only_for_a_catalogue_naming_a_docker_runtime() -> None:
+    assert names_runtime(Catalogue(types=(on_runtime("runsc"),)))
+    assert not names_runtime(Catalogue(types=(on_runtime(None),)))

@@ -53,9 +53,40 @@ def test_only_name_and_image_are_required_and_defaults_are_documented() -> None:
                 min_tenure_seconds=None,
                 env={},
                 provider_options={},
+                writable_root=False,
+                scratch_mb=64,
+                pids_limit=256,
+                user="65534:65534",
+                capabilities_add=(),
+                runtime=None,
             ),
         )
     )
+
+
+def test_the_confinement_fields_are_read_and_listed_in_the_get_shape() -> None:
+    """A type relaxing its confinement names each field; GET lists them all, the strict defaults included."""
+    result = parse_catalogue([
+        entry(writable_root=True, scratch_mb=256, pids_limit=2048, user="worker:worker",
+              capabilities_add=["CHOWN", "SETUID", "CHOWN"], runtime="runsc"),
+        entry(name="strict"),
+    ])  # fmt: skip
+    assert isinstance(result, Catalogue)
+    relaxed, strict = result.types
+    assert (relaxed.writable_root, relaxed.scratch_mb, relaxed.pids_limit, relaxed.user) == (
+        True, 256, 2048, "worker:worker"
+    )  # fmt: skip
+    assert (relaxed.capabilities_add, relaxed.runtime) == (("CHOWN", "SETUID"), "runsc")
+    assert relaxed.relaxed == ("writable_root", "scratch_mb", "pids_limit", "user", "capabilities_add", "runtime")
+    assert strict.relaxed == ()
+    shown = catalogue_to_json(result, admin=False)[1]
+    assert {key: shown[key] for key in strict.__slots__ if key in shown and key in STRICT} == STRICT
+
+
+STRICT = {
+    "writable_root": False, "scratch_mb": 64, "pids_limit": 256, "user": "65534:65534", "capabilities_add": [],
+    "runtime": None,
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -198,6 +229,29 @@ def test_get_shape_round_trips_through_put() -> None:
         ),
         pytest.param({"image": "  "}, "image", "must be a non-empty string", id="blank-image"),
         pytest.param({"name": "has space"}, "name", "must be 1-63 letters", id="bad-name"),
+        pytest.param({"writable_root": "yes"}, "writable_root", "must be true or false", id="writable-root-string"),
+        pytest.param({"writable_root": 1}, "writable_root", "must be true or false", id="writable-root-number"),
+        pytest.param({"scratch_mb": 0}, "scratch_mb", "must be at least 1", id="zero-scratch"),
+        pytest.param({"scratch_mb": 2**21}, "scratch_mb", "must be at most 1048576", id="scratch-over-a-terabyte"),
+        pytest.param({"pids_limit": 0}, "pids_limit", "must be at least 1", id="zero-pids-limit"),
+        pytest.param({"pids_limit": -1}, "pids_limit", "must be at least 1", id="unlimited-pids-is-refused"),
+        pytest.param({"pids_limit": "64"}, "pids_limit", "must be an integer", id="pids-limit-string"),
+        pytest.param({"user": "root"}, "user", "must not be root", id="root-by-name"),
+        pytest.param({"user": "0"}, "user", "must not be root", id="root-by-number"),
+        pytest.param({"user": "000:1000"}, "user", "must not be root", id="root-by-padded-number"),
+        pytest.param({"user": "worker:0"}, "user", "must not be root", id="root-group"),
+        pytest.param({"user": "a b"}, "user", "must be user or user:group", id="user-with-space"),
+        pytest.param({"user": 1000}, "user", "must be a non-empty string", id="user-number"),
+        pytest.param(
+            {"capabilities_add": ["SYS_ADMIN"]}, "capabilities_add", "Docker's default set", id="sys-admin-refused"
+        ),
+        pytest.param(
+            {"capabilities_add": ["CAP_CHOWN"]}, "capabilities_add", "Docker's default set", id="cap-prefix-refused"
+        ),
+        pytest.param({"capabilities_add": "CHOWN"}, "capabilities_add", "must be a list", id="capabilities-string"),
+        pytest.param({"capabilities_add": [1]}, "capabilities_add", "must be a list", id="capability-number"),
+        pytest.param({"runtime": "run sc"}, "runtime", "must be 1-63 letters", id="runtime-with-space"),
+        pytest.param({"runtime": ""}, "runtime", "must be a non-empty string", id="empty-runtime"),
     ],
 )
 def test_invalid_field_is_rejected_naming_entry_and_field(fields: dict[str, Any], field: str, message: str) -> None:
