@@ -14,7 +14,7 @@ from tests.fixtures.gateway import gateway_stack, history, openai_client, sim_ca
 from tests.fixtures.polling import eventually
 from thermostat.dev.stack.supervisor import Stack
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 # a boot grace of 6 s (12 ticks of 0.5 s), a wait bound past it, and a stopped pod to start
 ENV = {"RUNPOD_BOOT_GRACE_MINUTES": "0.1", "GATEWAY_WAKE_WAIT_SECONDS": "60"}
@@ -51,7 +51,8 @@ async def test_two_requests_at_a_stopped_pod_through_two_gateway_replicas_start_
 async def test_a_pod_stopped_for_its_boot_grace_while_requests_are_held_fails_them_naming_the_stop(
     stack: Stack,
 ) -> None:
-    async with openai_client(stack.edge_url, timeout=60) as client:
+    # the held request waits out the boot grace (12 ticks of two monitor replicas on a loaded machine): room for it
+    async with openai_client(stack.edge_url, timeout=300) as client:
         await client.completions.create(model="qwen", prompt="warm", max_tokens=1)
         await sim_call(stack, "PUT", "/settings", {"modelReadySeconds": 3600})
         try:

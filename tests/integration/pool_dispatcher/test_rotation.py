@@ -142,7 +142,14 @@ async def test_at_a_cap_of_two_with_three_tenants_the_longest_holder_gives_its_s
         await all_done(pool_store, "globex")
         await assert_each_ran_once(pool_store, [*acme, *globex, initech.id])
         starts = await started_at(pool_store, acme)
-        assert sum(1 for at in starts.values() if at < start_of(done)) == 1  # acme's running job, then initech
+        # acme's running job, then initech; a boot of initech's that failed (a loaded machine: no health answer in
+        # time) gives the slot back to the line once, and acme, next in it, may run one job more per failed boot
+        boots = await pool_store.pool.fetchval(
+            "SELECT count(*) FROM pool_machine_events WHERE event = 'started' AND tenant_id = 'initech'"
+        )
+        # and a mark that lands while acme's completion statement runs retires its machine after its next job
+        # (jobs.sql, `yielding`): one more of acme's at most, never its backlog (seen about 1 run in 6)
+        assert sum(1 for at in starts.values() if at < start_of(done)) in (boots, boots + 1)
         assert await most_machines_at_once(pool_store) == 2
 
 
