@@ -30,7 +30,9 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+def eventually(check: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Whether `check` came true within `timeout`: generous, as it bounds only a failure (a child process's start on
+    two loaded cores can take seconds)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
