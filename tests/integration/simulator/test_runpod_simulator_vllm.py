@@ -89,7 +89,12 @@ def test_a_pod_that_boots_starts_vllm_and_its_metrics_become_the_engines_own(boo
     assert answer.headers["content-type"] == "text/plain; version=1.0.0; charset=utf-8"  # the engine's, not ours
     assert 'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0' in answer.text
     assert "vllm:cache_config_info" in answer.text  # a family only the real engine exposes
-    state = next(p for p in booted.sim.pods() if p["id"] == booted.pod_id)
+    # model-ready is the engines' ticker's word (it probes /health): on a loaded machine a tick or two after the
+    # proxy first relayed /metrics
+    deadline = time.monotonic() + 30
+    while not (state := next(p for p in booted.sim.pods() if p["id"] == booted.pod_id))["modelReady"]:
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
     assert (state["status"], state["modelReady"], booted.sim.engines.starts) == ("RUNNING", True, 1)  # type: ignore[union-attr]
 
 
