@@ -86,8 +86,11 @@ async def test_the_next_request_is_forwarded_at_once(loop: Loop) -> None:
 async def test_a_stream_arrives_chunk_by_chunk(loop: Loop) -> None:
     """Through the edge and the gateway, the engine's stream keeps the pace of the same stream asked of the engine
     directly (through the pod's proxy), chunk for chunk: none held back, none lost. The engine's own pace is the
-    yardstick, not a clock figure: on a loaded machine its API server can send a short answer in one burst."""
-    body = {"prompt": "once upon a time", "max_tokens": 300, "temperature": 0, "stream": True, "ignore_eos": True}
+    yardstick, not a clock figure: on a loaded machine its API server can send a short answer in one burst, and a
+    process on the way that sleeps a scheduler's slice reads a short answer in one read (seen: 300 tokens streamed in
+    0.18 s arrived in one burst through the gateway on a machine loaded 2.5 times over); 2,000 tokens stream for
+    longer than any such pause."""
+    body = {"prompt": "once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True, "ignore_eos": True}
     async with httpx.AsyncClient(base_url=loop.stack.edge_url, timeout=60) as edge:
         proxy = (await edge.get("/api/pods/qwen")).json()["proxyUrl"]
     tries: list[dict[str, float]] = []
@@ -99,7 +102,7 @@ async def test_a_stream_arrives_chunk_by_chunk(loop: Loop) -> None:
             {"Authorization": f"Bearer {INFERENCE_TOKEN}"},
         )
         # a loaded engine sends several tokens in one event now and then: the counts differ by that, never by much
-        assert len(direct) >= 250 and len(via) >= 0.9 * len(direct), (len(via), len(direct))
+        assert len(direct) >= 1800 and len(via) >= 0.9 * len(direct), (len(via), len(direct))
         tries.append({"via": via[-1] - via[0], "direct": direct[-1] - direct[0]})
         if tries[-1]["via"] >= 0.5 * tries[-1]["direct"] > 0:
             return

@@ -205,7 +205,8 @@ class Gateway:
                 since = time.monotonic() - woken_at
                 if rewake_due(snapshot, wake_answered=wake.done(), seen_up=seen_up, since_wake_seconds=since):
                     wake, woken_at = asyncio.create_task(self.views.wake(pod.name)), time.monotonic()
-                stopped = await self.views.stop_reason(pod.name) if state is ModelState.DOWN and seen_up else None
+                down_after_up = state is ModelState.DOWN and seen_up and wake.done()
+                stopped = await self.views.stop_reason(pod.name) if down_after_up else None
                 now = time.monotonic()
                 step = hold_step(
                     snapshot,

@@ -20,7 +20,7 @@ import grpc
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.pods.v1 import pods_pb2, pods_pb2_grpc
 from thermostat.policy.common.pod_options import PodOptions
-from thermostat.policy.gateway.hold import PodSnapshot
+from thermostat.policy.gateway.hold import HistoryMark, PodSnapshot, stop_since_wake
 
 log = logging.getLogger("thermostat.gateway")
 
@@ -126,7 +126,8 @@ class PodViews:
         return WakeAnswer(code="OK", message=answer.message, outcome=answer.outcome)
 
     async def stop_reason(self, name: str) -> str | None:
-        """The newest stop of the pod as `trigger: detail`, from its history; None when it cannot be read."""
+        """The words for a stop on the pod's record after its newest wake (stop_since_wake); None when there is none
+        or the history cannot be read."""
         try:
             page = await self.public.GetPodHistory(
                 pods_pb2.GetPodHistoryRequest(name=name, page_size=20),
@@ -135,11 +136,15 @@ class PodViews:
             )
         except grpc.aio.AioRpcError:
             return None
-        for entry in page.entries:
-            if entry.WhichOneof("entry") == "action" and entry.action.action == "Stop":
-                detail = f" ({entry.action.detail})" if entry.action.detail else ""
-                return f"stopped by the {entry.action.trigger} rule{detail}"
-        return None
+        marks = [
+            HistoryMark(wake=True)
+            if entry.WhichOneof("entry") == "wake"
+            else HistoryMark(
+                stop=entry.action.action == "Stop", trigger=entry.action.trigger, detail=entry.action.detail
+            )
+            for entry in page.entries
+        ]
+        return stop_since_wake(marks)
 
     async def start(self) -> None:
         self._tasks = [

@@ -13,8 +13,13 @@ and a held request, at each change of the view and each comment interval, steps 
     rule                                                         step
     the pod is ready                                             forward
     waited GATEWAY_WAKE_WAIT_SECONDS (default: the boot grace)   504 model_not_ready, saying what the pod was doing
-    the pod went down after it was seen booting (a stop)         503 pod_stopped, naming the stop's trigger
+    the pod went down after it was seen booting, and the pod's   503 pod_stopped, naming the stop's trigger
+      history has a stop newer than its newest wake
     otherwise                                                    keep holding (a stream gets an SSE comment line)
+
+A down view alone is no stop: the controller's watch builds a view once per interval, so a request can arrive on a
+view of the pod's previous boot (the idle stop not in it yet) and the down view after it is that older stop, while
+this request's wake is already bringing the pod up (CI, stop 39). Only a stop on record after the wake ends the hold.
 
 The wake's own refusal ends the hold at once: a budget with its numbers is 429 insufficient_quota, any other
 failure 503 wake_failed with the wake's reason (every GPU excluded and why), as the start route's 409 says it.
@@ -24,6 +29,7 @@ failure 503 wake_failed with the wake's reason (every GPU excluded and why), as 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -122,7 +128,8 @@ def hold_step(
     pod: PodSnapshot, *, waited_seconds: float, wait_bound_seconds: float, seen_up: bool, stopped_by: str | None
 ) -> HoldStep:
     """The held request's next step (see the module table). `seen_up`: the pod was seen booting or the wake
-    answered since the request arrived; `stopped_by`: the trigger and detail of the pod's newest stop, when known."""
+    answered since the request arrived; `stopped_by`: the words for a stop on record after the pod's newest wake
+    (stop_since_wake), None when there is none or the history cannot be read."""
     state = model_state(pod)
     if state is ModelState.READY:
         return HoldStep(hold=Hold.FORWARD)
@@ -131,11 +138,34 @@ def hold_step(
             f"{pod.name} was not ready after {wait_bound_seconds:g} s (GATEWAY_WAKE_WAIT_SECONDS): it was {doing(pod)}"
         )
         return HoldStep(hold=Hold.REFUSE, refusal=GatewayError(refusal=Refusal.WAIT_BOUND, message=message))
-    if state is ModelState.DOWN and seen_up:
-        why = f" ({stopped_by})" if stopped_by else ""
-        message = f"{pod.name} was stopped while the request waited for it to wake{why}; nothing is serving it"
+    if state is ModelState.DOWN and seen_up and stopped_by:
+        message = (
+            f"{pod.name} was stopped while the request waited for it to wake ({stopped_by}); nothing is serving it"
+        )
         return HoldStep(hold=Hold.REFUSE, refusal=GatewayError(refusal=Refusal.STOPPED_WHILE_HELD, message=message))
     return HoldStep(hold=Hold.KEEP, comment=waiting_comment(pod))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryMark:
+    """HistoryMark is one entry of the pod's history as the hold reads it: a wake, a Stop action, or another action."""
+
+    wake: bool = False
+    stop: bool = False
+    trigger: str = ""
+    detail: str = ""
+
+
+def stop_since_wake(entries: Sequence[HistoryMark]) -> str | None:
+    """The words for the pod's newest stop ("stopped by the idle rule (…)") when it is newer than the pod's newest wake
+    (`entries` newest first, as the history pages them); None when a wake came after every stop: that stop is older
+    than the boot the request waits for."""
+    for entry in entries:
+        if entry.wake:
+            return None
+        if entry.stop:
+            return f"stopped by the {entry.trigger} rule" + (f" ({entry.detail})" if entry.detail else "")
+    return None
 
 
 REWAKE_SECONDS = 5.0

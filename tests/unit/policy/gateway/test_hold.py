@@ -6,6 +6,7 @@ import pytest
 
 from thermostat.policy.gateway.hold import (
     Arrival,
+    HistoryMark,
     Hold,
     ModelState,
     PodSnapshot,
@@ -15,6 +16,7 @@ from thermostat.policy.gateway.hold import (
     model_state,
     retry_after,
     rewake_due,
+    stop_since_wake,
     wait_bound_seconds,
     waiting_comment,
     wake_refusal,
@@ -110,6 +112,13 @@ def test_a_pod_stopped_while_requests_are_held_fails_them_naming_the_stop() -> N
     assert "boot-grace" in step.refusal.message
 
 
+def test_a_pod_down_after_it_was_seen_up_with_no_stop_since_the_wake_is_waited_for() -> None:
+    """The down view is the pod's previous stop arriving late (the view before it was that boot, gone stale): the
+    wake is bringing the pod up, so the request keeps waiting."""
+    step = hold_step(DOWN, waited_seconds=3, wait_bound_seconds=600, seen_up=True, stopped_by=None)
+    assert step.hold is Hold.KEEP
+
+
 def test_a_pod_not_yet_seen_up_is_waited_for_not_judged_stopped() -> None:
     """Right after the wake answered, the watched view may still show the old exited pod: that is no stop."""
     step = hold_step(DOWN, waited_seconds=1, wait_bound_seconds=600, seen_up=False, stopped_by=None)
@@ -186,3 +195,24 @@ def test_wait_bound_seconds(configured: float | None, grace: float, bound: float
 )
 def test_rewake_due(pod: PodSnapshot, answered: bool, seen_up: bool, since: float, due: bool) -> None:
     assert rewake_due(pod, wake_answered=answered, seen_up=seen_up, since_wake_seconds=since) is due
+
+
+WAKE = HistoryMark(wake=True)
+START = HistoryMark(trigger="request")
+IDLE_STOP = HistoryMark(stop=True, trigger="idle")
+GRACE_STOP = HistoryMark(stop=True, trigger="boot-grace", detail="not ready after 20 min")
+
+
+@pytest.mark.parametrize(
+    ("entries", "words"),
+    [
+        pytest.param([GRACE_STOP, START, WAKE, IDLE_STOP], "stopped by the boot-grace rule (not ready after 20 min)",
+                     id="a stop after the wake is named with its detail"),
+        pytest.param([START, WAKE, IDLE_STOP], None, id="the wake came after the stop: that stop is the old one"),
+        pytest.param([IDLE_STOP], "stopped by the idle rule", id="a stop and no wake on the page"),
+        pytest.param([START, IDLE_STOP, WAKE], "stopped by the idle rule", id="other actions are passed over"),
+        pytest.param([], None, id="an empty history names no stop"),
+    ],
+)  # fmt: skip
+def test_stop_since_wake(entries: list[HistoryMark], words: str | None) -> None:
+    assert stop_since_wake(entries) == words
