@@ -311,3 +311,43 @@ async def test_list_machines_names_only_live_machines_with_the_pool_prefix(
     listed = await backend.list_machines()
     assert listed is not None
     assert [machine.provider_id for machine in listed] == [ours.provider_id]
+
+
+# --- what a Fly machine exposes, and what stands between it and others (docs/containers.md) ----------------------
+
+
+async def test_a_fly_machine_has_no_public_service_only_its_private_network_address(
+    fly: FlySimulator, backend: FlyBackend
+) -> None:
+    """No `services` in the config: Fly gives the machine no public address or port; the pool reaches it on the
+    organisation's private network (6PN), at `{id}.vm.{app}.internal`."""
+    handle = await backend.start(spec(fly_type()))
+    config = created(fly).json_body["config"]  # type: ignore[index]
+    assert "services" not in config
+    assert handle.provider_id in handle.endpoint  # the simulator's stand-in for the .internal name (see below)
+
+
+async def test_whoever_reaches_a_fly_machine_needs_that_machines_own_token(
+    fly: FlySimulator, backend: FlyBackend, client: WorkerClient
+) -> None:
+    """Every machine of the organisation reaches every other on 6PN: the per-machine token is what stands between
+    them."""
+    mine, theirs = spec(fly_type(), token="tenant-a-machine-token"), spec(fly_type(), token="tenant-b-machine-token")
+    a, b = await backend.start(mine), await backend.start(theirs)
+    await healthy(backend, a)
+    await healthy(backend, b)
+    with_b_token = await client.execute(a.endpoint, theirs.worker_token, b"cell", deadline_seconds=10)
+    with_own = await client.execute(a.endpoint, mine.worker_token, b"cell", deadline_seconds=10)
+    assert (with_b_token.kind, with_b_token.status) == (ReplyKind.ANSWERED, 401)
+    assert (with_own.kind, with_own.status) == (ReplyKind.ANSWERED, 200)
+    await backend.stop(a.provider_id)
+    await backend.stop(b.provider_id)
+
+
+async def test_the_fly_api_token_reads_every_machines_token(fly: FlySimulator, backend: FlyBackend) -> None:
+    """A machine's `config.env` is part of Fly's Machine object: the API token reads the worker token."""
+    machine = spec(fly_type(), token="held-as-closely-as-the-api-token")
+    handle = await backend.start(machine)
+    async with httpx.AsyncClient(base_url=fly.base_url, headers={"Authorization": f"Bearer {FLY_TOKEN}"}) as api:
+        read = (await api.get(f"/apps/{APP}/machines/{handle.provider_id}")).json()
+    assert read["config"]["env"]["STRATA_WORKER_TOKEN"] == machine.worker_token

@@ -328,3 +328,48 @@ async def test_list_machines_names_only_live_pods_with_the_pool_prefix(
     assert listed is not None
     assert [machine.provider_id for machine in listed] == [ours.provider_id]
     assert listed[0].name.startswith("tp-cpu-small-")
+
+
+# --- what a RunPod machine exposes, and what stands between it and others (docs/containers.md) -------------------
+
+
+async def test_a_runpod_machine_publishes_only_the_worker_port_through_the_https_proxy(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """No `/tcp` port (no public address, no direct SSH): RunPod reaches the worker only through its HTTPS proxy, so the
+    worker token never travels in plain text."""
+    handle = await backend.start(spec(runpod_type()))
+    assert created(runpod).json_body["ports"] == ["8080/http"]  # type: ignore[index]
+    pod = runpod.pod(handle.provider_id)
+    assert pod["ssh"]["direct"] is None  # type: ignore[index]
+    assert handle.endpoint.startswith(runpod.proxy_url_template.split("{podId}")[0])
+
+
+async def test_whoever_reaches_a_runpod_machine_through_the_proxy_needs_that_machines_own_token(
+    runpod: RunPodSimulator, backend: RunPodBackend, client: WorkerClient
+) -> None:
+    """The proxy URL is on the internet: the per-machine token is what stands between a machine and any other caller,
+    another machine of the pool (another tenant's) included."""
+    echo = runpod_type(env={"STRATA_WORKER_HANDLER": "echo"})
+    mine, theirs = spec(echo, token="tenant-a-machine-token"), spec(echo, token="tenant-b-machine-token")
+    a, b = await backend.start(mine), await backend.start(theirs)
+    await healthy(backend, a)
+    await healthy(backend, b)
+    with_b_token = await client.execute(a.endpoint, theirs.worker_token, b"cell", deadline_seconds=10)
+    with_own = await client.execute(a.endpoint, mine.worker_token, b"cell", deadline_seconds=10)
+    assert (with_b_token.kind, with_b_token.status) == (ReplyKind.ANSWERED, 401)
+    assert (with_own.kind, with_own.status, with_own.body) == (ReplyKind.ANSWERED, 200, b"cell")
+    await backend.stop(a.provider_id)
+    await backend.stop(b.provider_id)
+
+
+async def test_the_runpod_account_key_reads_every_machines_token(
+    runpod: RunPodSimulator, backend: RunPodBackend
+) -> None:
+    """A pod's `env` is part of RunPod's Pod object: whoever holds the account's API key reads the worker token, so
+    that key must be as closely held as the tokens it can read."""
+    machine = spec(runpod_type(), token="held-as-closely-as-the-key")
+    handle = await backend.start(machine)
+    async with httpx.AsyncClient(base_url=runpod.base_url, headers={"Authorization": f"Bearer {API_KEY}"}) as api:
+        pod = (await api.get(f"/pods/{handle.provider_id}")).json()
+    assert pod["env"]["STRATA_WORKER_TOKEN"] == machine.worker_token
