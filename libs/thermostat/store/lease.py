@@ -120,7 +120,9 @@ class LeaseStore:
         grows even when `holder` already holds it (a new incarnation fencing off an old one)."""
         _check_args(name, holder, ttl)
         asked_at = self.clock.monotonic()
-        row = await self._fetchrow(_SQL["acquire_new_term" if new_term else "acquire"], name, holder, float(ttl))
+        row = await self._fetchrow(
+            *_SQL.bind("acquire_new_term" if new_term else "acquire", name=name, holder=holder, ttl=float(ttl))
+        )
         if row is None:
             return None
         if row["taken_over"] and self._on_takeover is not None:
@@ -132,19 +134,21 @@ class LeaseStore:
         ttl = lease.ttl if ttl is None else ttl
         _check_args(lease.name, lease.holder, ttl)
         asked_at = self.clock.monotonic()
-        row = await self._fetchrow(_SQL["renew"], lease.name, lease.holder, lease.term, float(ttl))
+        row = await self._fetchrow(
+            *_SQL.bind("renew", name=lease.name, holder=lease.holder, term=lease.term, ttl=float(ttl))
+        )
         if row is None:
             return None
         return self._lease(lease.name, lease.holder, ttl, row, asked_at)
 
     async def release(self, lease: Lease) -> bool:
         """Give `lease` up; False when it was no longer ours in this term (nothing is changed then)."""
-        row = await self._fetchrow(_SQL["release"], lease.name, lease.holder, lease.term)
+        row = await self._fetchrow(*_SQL.bind("release", name=lease.name, holder=lease.holder, term=lease.term))
         return row is not None
 
     async def holder(self, name: str) -> LeaseHolder | None:
         """The current unexpired holder of `name`, or None when the lease is free."""
-        row = await self._fetchrow(_SQL["holder"], name)
+        row = await self._fetchrow(*_SQL.bind("holder", name=name))
         if row is None:
             return None
         return LeaseHolder(

@@ -42,31 +42,42 @@ class MonitorRepository:
         """The pod's saved state; a fresh one for a pod never ticked."""
         # borrowed: an interrupted read (a caller's bound) drops its connection rather than wait on a dead link
         async with borrow(self._pool) as connection:
-            row = await connection.fetchrow(_Q["load_state"], pod_name)
+            row = await connection.fetchrow(*_Q.bind("load_state", pod_name=pod_name))
         return SavedState(state=MonitorState()) if row is None else _saved_state(row)
 
     async def save(self, pod_name: str, saved: SavedState) -> None:
         """Replace the pod's saved state."""
         await self._pool.execute(
-            _Q["save_state"],
-            pod_name,
-            json.dumps(saved.state.to_dict()),
-            saved.last_signal,
-            saved.last_signal_pod_id,
-            saved.last_tick_at,
-            saved.ticked_by,
+            *_Q.bind(
+                "save_state",
+                pod_name=pod_name,
+                state=json.dumps(saved.state.to_dict()),
+                last_signal=saved.last_signal,
+                last_signal_pod_id=saved.last_signal_pod_id,
+                last_tick_at=saved.last_tick_at,
+                ticked_by=saved.ticked_by,
+            )
         )
 
     async def save_requests(
         self, pod_name: str, reporter: str, *, in_flight: int, events: int, live_seconds: float
     ) -> None:
         """Record one gateway replica's counts for the pod (policy/idle/request_activity)."""
-        await self._pool.execute(_Q["save_requests"], pod_name, reporter, in_flight, events, live_seconds)
+        await self._pool.execute(
+            *_Q.bind(
+                "save_requests",
+                pod_name=pod_name,
+                reporter=reporter,
+                in_flight=in_flight,
+                events=events,
+                live_seconds=live_seconds,
+            )
+        )
 
     async def load_requests(self, pod_name: str) -> RequestCounts:
         """Every gateway replica's counts for the pod; zeros when none ever reported."""
         async with borrow(self._pool) as connection:
-            row = await connection.fetchrow(_Q["load_requests"], pod_name)
+            row = await connection.fetchrow(*_Q.bind("load_requests", pod_name=pod_name))
         assert row is not None  # an aggregate always answers one row
         return RequestCounts(in_flight=row["in_flight"], events=row["events"])
 

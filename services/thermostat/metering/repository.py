@@ -90,19 +90,21 @@ class MeteringRepository:
 
     async def position(self, source: str) -> int:
         async with borrow(self._pool) as c:
-            value: int = await c.fetchval(Q["feed_position"], source)
+            value: int = await c.fetchval(*Q.bind("feed_position", source=source))
             return value
 
-    async def _land(self, source: str, statement: str, columns: list[list[Any]], *, through: int, head: int) -> int:
+    async def _land(
+        self, source: str, statement: str, columns: dict[str, list[Any]], *, through: int, head: int
+    ) -> int:
         """Land one page (`columns`: one array per column of `statement`, empty for an empty page) and advance
         the feed to `through` in one transaction, so a crash lands neither; how many entries were new."""
         async with borrow(self._pool) as c, c.transaction():
-            await c.execute(Q["ensure_feed"], source)
-            await c.execute(Q["lock_feed"], source)
+            await c.execute(*Q.bind("ensure_feed", source=source))
+            await c.execute(*Q.bind("lock_feed", source=source))
             status = "INSERT 0 0"
-            if columns and columns[0]:
-                status = await c.execute(Q[statement], source, *columns)
-            await c.execute(Q["advance_feed"], source, through, head)
+            if any(columns.values()):
+                status = await c.execute(*Q.bind(statement, source=source, **columns))
+            await c.execute(*Q.bind("advance_feed", source=source, through=through, head=head))
             return int(status.rsplit(" ", 1)[-1])
 
     async def land_pod_actions(
@@ -110,11 +112,13 @@ class MeteringRepository:
     ) -> int:
         """Land a page of billable actions and advance the feed to `through`; how many entries were new."""
         a = actions
-        columns: list[list[Any]] = [
-            [x.source_id for x in a], [x.position for x in a], [x.pod_name for x in a], [x.action for x in a],
-            [x.pod_id for x in a], [x.gpu_id for x in a], [x.price_per_hour for x in a],
-            [x.http_status for x in a], [x.ok for x in a], [x.trigger for x in a], [x.at for x in a],
-        ]  # fmt: skip
+        columns: dict[str, list[Any]] = {
+            "source_ids": [x.source_id for x in a], "positions": [x.position for x in a],
+            "pod_names": [x.pod_name for x in a], "actions": [x.action for x in a], "pod_ids": [x.pod_id for x in a],
+            "gpu_ids": [x.gpu_id for x in a], "prices_per_hour": [x.price_per_hour for x in a],
+            "http_statuses": [x.http_status for x in a], "oks": [x.ok for x in a],
+            "triggers": [x.trigger for x in a], "ats": [x.at for x in a],
+        }  # fmt: skip
         return await self._land(source, "land_pod_action", columns, through=through, head=head)
 
     async def land_pool_usage(
@@ -122,11 +126,13 @@ class MeteringRepository:
     ) -> int:
         """Land a page of pool usage and advance the feed to `through`; how many were new."""
         e = events
-        columns: list[list[Any]] = [
-            [x.source_id for x in e], [x.position for x in e], [x.tenant_id for x in e],
-            [x.machine_type for x in e], [x.worker_id for x in e], [x.terminal_state for x in e],
-            [x.duration_seconds for x in e], [x.started_at for x in e], [x.ended_at for x in e],
-        ]  # fmt: skip
+        columns: dict[str, list[Any]] = {
+            "source_ids": [x.source_id for x in e], "positions": [x.position for x in e],
+            "tenant_ids": [x.tenant_id for x in e], "machine_types": [x.machine_type for x in e],
+            "worker_ids": [x.worker_id for x in e], "terminal_states": [x.terminal_state for x in e],
+            "durations_seconds": [x.duration_seconds for x in e], "started_ats": [x.started_at for x in e],
+            "ended_ats": [x.ended_at for x in e],
+        }  # fmt: skip
         return await self._land(source, "land_pool_usage", columns, through=through, head=head)
 
     async def land_pool_machines(
@@ -134,10 +140,11 @@ class MeteringRepository:
     ) -> int:
         """Land a page of machine events and advance the feed to `through`; how many were new."""
         e = events
-        columns: list[list[Any]] = [
-            [x.position for x in e], [x.machine_id for x in e], [x.tenant_id for x in e],
-            [x.machine_type for x in e], [x.event for x in e], [x.at for x in e], [x.price_per_hour for x in e],
-        ]  # fmt: skip
+        columns: dict[str, list[Any]] = {
+            "positions": [x.position for x in e], "machine_ids": [x.machine_id for x in e],
+            "tenant_ids": [x.tenant_id for x in e], "machine_types": [x.machine_type for x in e],
+            "events": [x.event for x in e], "ats": [x.at for x in e], "prices_per_hour": [x.price_per_hour for x in e],
+        }  # fmt: skip
         return await self._land(source, "land_pool_machine", columns, through=through, head=head)
 
     async def pool_time(
@@ -145,8 +152,8 @@ class MeteringRepository:
     ) -> tuple[list[MachineLife], list[JobTime]]:
         """Machine lives overlapping the range and jobs ended in it, of one tenant or all."""
         async with borrow(self._pool) as c:
-            lives = await c.fetch(Q["pool_lives"], tenant_id, since, until)
-            jobs = await c.fetch(Q["pool_jobs"], tenant_id, since, until)
+            lives = await c.fetch(*Q.bind("pool_lives", tenant=tenant_id, since=since, until=until))
+            jobs = await c.fetch(*Q.bind("pool_jobs", tenant=tenant_id, since=since, until=until))
         return (
             [
                 MachineLife(
@@ -173,12 +180,12 @@ class MeteringRepository:
 
     async def feed_failed(self, source: str, error: str) -> None:
         async with borrow(self._pool) as c:
-            await c.execute(Q["ensure_feed"], source)
-            await c.execute(Q["feed_error"], source, error)
+            await c.execute(*Q.bind("ensure_feed", source=source))
+            await c.execute(*Q.bind("feed_error", source=source, error=error))
 
     async def feeds(self) -> list[FeedState]:
         async with borrow(self._pool) as c:
-            rows = await c.fetch(Q["feeds"])
+            rows = await c.fetch(*Q.bind("feeds"))
         return [
             FeedState(
                 source=r["source"],
@@ -193,43 +200,49 @@ class MeteringRepository:
 
     async def pod_events(self, pod_name: str) -> list[BillableEvent]:
         async with borrow(self._pool) as c:
-            rows = await c.fetch(Q["pod_events"], pod_name)
+            rows = await c.fetch(*Q.bind("pod_events", pod_name=pod_name))
         return [_event(r) for r in rows]
 
     async def tenant_budgets(self, limit: int) -> dict[str, PodBudget]:
         """The tenants with a ceiling (at most `limit`), each with its budget."""
         async with borrow(self._pool) as c:
-            rows = await c.fetch(Q["tenant_budgets"], limit)
+            rows = await c.fetch(*Q.bind("tenant_budgets", limit=limit))
         return {r["tenant_id"]: PodBudget(daily_usd=r["daily_usd"], monthly_usd=r["monthly_usd"]) for r in rows}
 
     async def pod_budget(self, pod_name: str) -> PodBudget:
         async with borrow(self._pool) as c:
-            row = await c.fetchrow(Q["pod_budget"], pod_name)
+            row = await c.fetchrow(*Q.bind("pod_budget", pod_name=pod_name))
         return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
 
     async def pod_check(self, pod_name: str, after: int) -> tuple[PodBudget, list[BillableEvent]]:
         """The pod's budget and its billable actions landed after position `after`, in one statement."""
         async with borrow(self._pool) as c:
-            rows = await c.fetch(Q["pod_check"], pod_name, after)
+            rows = await c.fetch(*Q.bind("pod_check", pod_name=pod_name, after=after))
         budget = PodBudget(daily_usd=rows[0]["daily_usd"], monthly_usd=rows[0]["monthly_usd"])
         return budget, [_event(r) for r in rows if r["position"] is not None]
 
     async def set_pod_budget(self, pod_name: str, budget: PodBudget) -> None:
         async with borrow(self._pool) as c:
-            await c.execute(Q["set_pod_budget"], pod_name, budget.daily_usd, budget.monthly_usd)
+            await c.execute(
+                *Q.bind("set_pod_budget", pod_name=pod_name, daily_usd=budget.daily_usd, monthly_usd=budget.monthly_usd)
+            )
 
     async def tenant_budget(self, tenant_id: str) -> PodBudget:
         async with borrow(self._pool) as c:
-            row = await c.fetchrow(Q["tenant_budget"], tenant_id)
+            row = await c.fetchrow(*Q.bind("tenant_budget", tenant=tenant_id))
         return PodBudget(daily_usd=row["daily_usd"], monthly_usd=row["monthly_usd"]) if row else PodBudget()
 
     async def set_tenant_budget(self, tenant_id: str, budget: PodBudget) -> None:
         async with borrow(self._pool) as c:
-            await c.execute(Q["set_tenant_budget"], tenant_id, budget.daily_usd, budget.monthly_usd)
+            await c.execute(
+                *Q.bind(
+                    "set_tenant_budget", tenant=tenant_id, daily_usd=budget.daily_usd, monthly_usd=budget.monthly_usd
+                )
+            )
 
     async def db_now(self) -> datetime:
         async with borrow(self._pool) as c:
-            now: datetime = await c.fetchval(Q["db_now"])
+            now: datetime = await c.fetchval(*Q.bind("db_now"))
             return now
 
 

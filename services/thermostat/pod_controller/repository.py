@@ -197,25 +197,13 @@ class PodRepository:
     @staticmethod
     async def _insert_action(conn: PoolConnectionProxy, entry: ActionEntry) -> None:
         async with conn.transaction():
-            await conn.execute(Q["feed_lock"])
-            await conn.execute(
-                Q["insert_action"],
-                uuid.uuid4(),
-                entry.pod_name,
-                entry.action,
-                entry.pod_id,
-                entry.gpu_id,
-                entry.price_per_hour,
-                entry.http_status,
-                entry.ok,
-                entry.trigger,
-                entry.detail,
-                entry.stop_id,
-            )
+            await conn.execute(*Q.bind("feed_lock"))
+            # the entry's fields are the statement's parameters, by name
+            await conn.execute(*Q.bind("insert_action", id=uuid.uuid4(), **asdict(entry)))
 
     async def billing_pod_ids(self, pod_name: str) -> list[str]:
         """The pods of the name the record bills (policy/wake/pod_gone.py)."""
-        rows = await self._read(lambda c: c.fetch(Q["billing_pod_ids"], pod_name))
+        rows = await self._read(lambda c: c.fetch(*Q.bind("billing_pod_ids", pod_name=pod_name)))
         return [str(r["pod_id"]) for r in rows]
 
     async def record_gone(self, pod_name: str, pod_id: str, detail: str) -> bool:
@@ -223,8 +211,9 @@ class PodRepository:
 
         async def write(conn: PoolConnectionProxy) -> bool:
             async with conn.transaction():
-                await conn.execute(Q["feed_lock"])
-                return await conn.fetchval(Q["insert_gone"], uuid.uuid4(), pod_name, pod_id, detail) is not None
+                await conn.execute(*Q.bind("feed_lock"))
+                gone = Q.bind("insert_gone", id=uuid.uuid4(), pod_name=pod_name, pod_id=pod_id, detail=detail)
+                return await conn.fetchval(*gone) is not None
 
         return await asyncio.shield(self._run(write, self.timeout))
 
@@ -233,8 +222,8 @@ class PodRepository:
 
         async def read(conn: PoolConnectionProxy) -> tuple[list[tuple[int, ActionRow]], int]:
             # head first: every row read below it is at or before it, so the head never trails the page
-            head: int = await conn.fetchval(Q["billable_head"])
-            rows = await conn.fetch(Q["billable_actions_after"], after_position, limit)
+            head: int = await conn.fetchval(*Q.bind("billable_head"))
+            rows = await conn.fetch(*Q.bind("billable_actions_after", after=after_position, limit=limit))
             return [(r["position"], _action_row(dict(r))) for r in rows], max(head, rows[-1]["position"] if rows else 0)
 
         return await self._run(read, self.timeout)
@@ -246,8 +235,8 @@ class PodRepository:
 
         async def write(conn: PoolConnectionProxy) -> None:
             async with conn.transaction():
-                await conn.execute(Q["pod_order_lock"], pod_name)
-                await conn.execute(Q["begin_stop"], stop_id, pod_name, trigger)
+                await conn.execute(*Q.bind("pod_order_lock", pod_name=pod_name))
+                await conn.execute(*Q.bind("begin_stop", stop_id=stop_id, pod_name=pod_name, trigger=trigger))
 
         try:
             await asyncio.shield(self._run(write, self.timeout))
@@ -262,7 +251,10 @@ class PodRepository:
         """Write that a stop's answers are all in: a wake waiting on it goes on."""
         try:
             await asyncio.shield(
-                self._run(lambda c: c.execute(Q["settle_stop"], stop_id, accepted_pod_ids), self.timeout)
+                self._run(
+                    lambda c: c.execute(*Q.bind("settle_stop", stop_id=stop_id, accepted_pod_ids=accepted_pod_ids)),
+                    self.timeout,
+                )
             )
         except Exception as error:
             # a wake waiting on it waits out the settle bound instead
@@ -275,9 +267,10 @@ class PodRepository:
 
     async def stops_around(self, pod_name: str, requested_at: datetime, settle_seconds: float) -> StopsAround | None:
         """The stops a wake requested at `requested_at` answers to; None when there are none."""
-        rows = await self._run(
-            lambda c: c.fetch(Q["stops_around_wake"], pod_name, requested_at, settle_seconds), self.timeout
+        around = Q.bind(
+            "stops_around_wake", pod_name=pod_name, requested_at=requested_at, settle_seconds=settle_seconds
         )
+        rows = await self._run(lambda c: c.fetch(*around), self.timeout)
         if not rows:
             return None
         return StopsAround(
@@ -298,24 +291,26 @@ class PodRepository:
     async def db_now(self) -> datetime:
         """The database's clock: what wakes and stops are ordered by. Bounded as a read: a wake asked while
         the store does not answer is refused before anything is written."""
-        now: datetime = await self._read(lambda c: c.fetchval(Q["db_now"]))
+        now: datetime = await self._read(lambda c: c.fetchval(*Q.bind("db_now")))
         return now
 
     async def last_accepted_action(self, pod_name: str, pod_id: str) -> str | None:
         """The last billable call RunPod accepted naming `pod_id` (None: none on record)."""
         action: str | None = await self._run(
-            lambda c: c.fetchval(Q["last_accepted_action"], pod_name, pod_id), self.timeout
+            lambda c: c.fetchval(*Q.bind("last_accepted_action", pod_name=pod_name, pod_id=pod_id)), self.timeout
         )
         return action
 
     async def last_rate(self, pod_name: str, pod_id: str) -> float | None:
         """The newest rate (USD/h) on record for `pod_id`, the one metering prices its next start at."""
-        rate: float | None = await self._run(lambda c: c.fetchval(Q["last_rate"], pod_name, pod_id), self.timeout)
+        rate: float | None = await self._run(
+            lambda c: c.fetchval(*Q.bind("last_rate", pod_name=pod_name, pod_id=pod_id)), self.timeout
+        )
         return rate
 
     async def abandon_wakes(self, pod_name: str) -> list[uuid.UUID]:
         """Close the pod's wakes left open by a replica that stopped; their attempt ids."""
-        rows = await self._run(lambda c: c.fetch(Q["abandon_wakes"], pod_name), self.timeout)
+        rows = await self._run(lambda c: c.fetch(*Q.bind("abandon_wakes", pod_name=pod_name)), self.timeout)
         return [r["attempt_id"] for r in rows]
 
     async def insert_wake(self, attempt: uuid.UUID, pod_name: str, holder: str, trigger: str = "wake") -> datetime:
@@ -324,52 +319,42 @@ class PodRepository:
 
         async def write(conn: PoolConnectionProxy) -> datetime:
             async with conn.transaction():
-                await conn.execute(Q["pod_order_lock"], pod_name)
-                requested_at: datetime = await conn.fetchval(Q["insert_wake"], attempt, pod_name, holder, trigger)
+                await conn.execute(*Q.bind("pod_order_lock", pod_name=pod_name))
+                requested_at: datetime = await conn.fetchval(
+                    *Q.bind("insert_wake", attempt_id=attempt, pod_name=pod_name, holder=holder, trigger=trigger)
+                )
                 return requested_at
 
         return await self._run(write, self.timeout)
 
     async def complete_wake(self, attempt: uuid.UUID, completion: WakeCompletion, result: WakeResult | None) -> bool:
         """Close the wake's row with its outcome and its callers' result; False when no open row was there."""
-        c = completion
-        status = await self._run(
-            lambda conn: conn.execute(
-                Q["complete_wake"],
-                attempt,
-                c.outcome,
-                c.wake_outcome,
-                c.reason,
-                c.pod_id,
-                c.gpu_id,
-                c.price_per_hour,
-                c.candidates_considered,
-                c.last_provider_status,
-                WAKE_RESULTS.encode(result) if result is not None else None,
-            ),
-            self.timeout,
-        )
+        encoded = WAKE_RESULTS.encode(result) if result is not None else None
+        complete = Q.bind("complete_wake", attempt_id=attempt, result=encoded, **asdict(completion))
+        status = await self._run(lambda conn: conn.execute(*complete), self.timeout)
         return bool(status != "UPDATE 0")
 
     async def completed_since(self, pod_name: str, arrival: datetime) -> WakeResult | None:
         """The result of a wake of the pod that completed at or after `arrival`."""
-        row = await self._run(lambda c: c.fetchrow(Q["wake_completed_since"], pod_name, arrival), self.timeout)
+        row = await self._run(
+            lambda c: c.fetchrow(*Q.bind("wake_completed_since", pod_name=pod_name, arrival=arrival)), self.timeout
+        )
         return WAKE_RESULTS.decode(row["result"]) if row is not None and row["result"] is not None else None
 
     async def in_flight(self, pod_name: str) -> InFlight | None:
         """The pod's wake some replica runs now (its row is open)."""
-        row = await self._run(lambda c: c.fetchrow(Q["in_flight_wake"], pod_name), self.timeout)
+        row = await self._run(lambda c: c.fetchrow(*Q.bind("in_flight_wake", pod_name=pod_name)), self.timeout)
         return InFlight(flight_id=row["attempt_id"], holder=row["holder"]) if row is not None else None
 
     async def stored(self, attempt: uuid.UUID) -> Stored[WakeResult]:
         """A wake's row as a joiner polls it: completed yet, and the result its callers got."""
-        row = await self._run(lambda c: c.fetchrow(Q["wake_result"], attempt), self.timeout)
+        row = await self._run(lambda c: c.fetchrow(*Q.bind("wake_result", attempt_id=attempt)), self.timeout)
         if row is None or row["completed_at"] is None:
             return Stored(completed=False)
         return Stored(completed=True, result=WAKE_RESULTS.decode(row["result"]) if row["result"] else None)
 
     async def newest_wake(self, pod_name: str) -> WakeRow | None:
-        row = await self._read(lambda c: c.fetchrow(Q["newest_wake"], pod_name))
+        row = await self._read(lambda c: c.fetchrow(*Q.bind("newest_wake", pod_name=pod_name)))
         return _wake_row(dict(row)) if row is not None else None
 
     # ---- readiness and boots
@@ -386,19 +371,32 @@ class PodRepository:
                 # commit between the check and the write, and one that committed before is read below. (Without
                 # it a stop committing meanwhile, and its readiness clear running before this write commits,
                 # would leave the stale readiness in place.)
-                await conn.execute(Q["feed_lock"])
-                on_record = await conn.fetchval(Q["incarnation"], pod_name, pod_id)
+                await conn.execute(*Q.bind("feed_lock"))
+                on_record = await conn.fetchval(*Q.bind("incarnation", pod_name=pod_name, pod_id=pod_id))
                 if not readiness_report_stands(incarnation, on_record):
                     return ReadinessWrite(outcome=ReadinessOutcome.REFUSED, on_record=on_record)
-                changed = await conn.fetchval(Q["set_readiness"], pod_name, pod_id, ready_since)
+                changed = await conn.fetchval(
+                    *Q.bind("set_readiness", pod_name=pod_name, pod_id=pod_id, ready_since=ready_since)
+                )
                 if changed:
-                    wake = await conn.fetchrow(Q["latest_wake_before"], pod_name, ready_since, pod_id)
+                    wake = await conn.fetchrow(
+                        *Q.bind("latest_wake_before", pod_name=pod_name, ready_since=ready_since, pod_id=pod_id)
+                    )
                     if wake is not None:
                         duration = (ready_since - wake["requested_at"]).total_seconds()
                         if duration >= 0:
-                            gpu_id = wake["gpu_id"] or await conn.fetchval(Q["created_gpu"], pod_name, pod_id) or ""
+                            created = Q.bind("created_gpu", pod_name=pod_name, pod_id=pod_id)
+                            gpu_id = wake["gpu_id"] or await conn.fetchval(*created) or ""
                             await conn.execute(
-                                Q["insert_boot"], pod_name, pod_id, gpu_id, wake["attempt_id"], ready_since, duration
+                                *Q.bind(
+                                    "insert_boot",
+                                    pod_name=pod_name,
+                                    pod_id=pod_id,
+                                    gpu_id=gpu_id,
+                                    attempt_id=wake["attempt_id"],
+                                    ready_at=ready_since,
+                                    duration_seconds=duration,
+                                )
                             )
                 return ReadinessWrite(
                     outcome=ReadinessOutcome.WRITTEN if changed else ReadinessOutcome.UNCHANGED, on_record=on_record
@@ -407,22 +405,24 @@ class PodRepository:
         return await self._run(write, self.timeout)
 
     async def clear_readiness(self, pod_name: str, pod_id: str | None = None) -> None:
-        await self._run(lambda c: c.execute(Q["clear_readiness"], pod_name, pod_id), self.timeout)
+        await self._run(lambda c: c.execute(*Q.bind("clear_readiness", pod_name=pod_name, pod_id=pod_id)), self.timeout)
 
     async def readiness(self, pod_name: str, pod_id: str) -> datetime | None:
         """When the monitor first saw this pod's vLLM answer since it came up; None while not ready."""
-        ready: datetime | None = await self._read(lambda c: c.fetchval(Q["readiness"], pod_name, pod_id))
+        ready: datetime | None = await self._read(
+            lambda c: c.fetchval(*Q.bind("readiness", pod_name=pod_name, pod_id=pod_id))
+        )
         return ready
 
     async def incarnations(self, pod_name: str, pod_ids: Sequence[str]) -> dict[str, int]:
         """Per pod id, the position of its newest accepted start, create, stop or terminate; 0 for none."""
-        rows = await self._read(lambda c: c.fetch(Q["incarnations"], pod_name, list(pod_ids)))
+        rows = await self._read(lambda c: c.fetch(*Q.bind("incarnations", pod_name=pod_name, pod_ids=list(pod_ids))))
         found = {str(r["pod_id"]): int(r["incarnation"]) for r in rows}
         return {pod_id: found.get(pod_id, 0) for pod_id in pod_ids}
 
     async def recent_boots(self, pod_name: str, limit: int = 50) -> list[BootRecord]:
         """The pod's measured wake → ready durations, oldest first (the ETA policy picks what predicts)."""
-        rows = await self._read(lambda c: c.fetch(Q["recent_boots"], pod_name, limit))
+        rows = await self._read(lambda c: c.fetch(*Q.bind("recent_boots", pod_name=pod_name, limit=limit)))
         return [
             BootRecord(gpu_id=r["gpu_id"] or None, wake_to_ready_seconds=float(r["duration_seconds"]))
             for r in reversed(rows)
@@ -430,7 +430,7 @@ class PodRepository:
 
     async def known_pod_names(self) -> frozenset[str]:
         """Every pod name the store holds an action of (a pod configured once; the orphan sweep's names)."""
-        rows = await self._run(lambda c: c.fetch(Q["known_pod_names"]), self.timeout)
+        rows = await self._run(lambda c: c.fetch(*Q.bind("known_pod_names")), self.timeout)
         return frozenset(r["pod_name"] for r in rows)
 
     # ---- history
@@ -439,7 +439,8 @@ class PodRepository:
         self, pod_name: str, *, before: tuple[datetime, str] | None, limit: int
     ) -> list[HistoryEntry]:
         at, id_ = before if before else (None, None)
-        rows = await self._read(lambda c: c.fetch(Q["history_page"], pod_name, at, id_, limit))
+        page = Q.bind("history_page", pod_name=pod_name, before_at=at, before_id=id_, limit=limit)
+        rows = await self._read(lambda c: c.fetch(*page))
         return [
             HistoryEntry(
                 at=r["at"],

@@ -34,9 +34,9 @@ class PoolMeteringRepository:
     async def _page(self, rows_query: str, head_query: str, after: int, size: int) -> EventPage:
         async with borrow(self.pool) as c:
             # the clock first: a row recorded after it is younger than it looks, never older
-            head = await c.fetchrow(Q[head_query])
+            head = await c.fetchrow(*Q.bind(head_query))
             assert head is not None  # a SELECT without FROM returns its one row
-            rows = await c.fetch(Q[rows_query], after, size)
+            rows = await c.fetch(*Q.bind(rows_query, after=after, limit=size))
         return EventPage(rows=tuple(dict(r) for r in rows), head=head["head"], now=head["now"])
 
     async def usage_page(self, after: int, size: int) -> EventPage:
@@ -48,7 +48,7 @@ class PoolMeteringRepository:
     async def acknowledge(self, feed: str, position: int) -> None:
         """Metering's ledger has landed `feed` ('usage' or 'machines') through `position` (never moves back)."""
         async with borrow(self.pool) as c:
-            await c.execute(Q["acknowledge_feed"], feed, position)
+            await c.execute(*Q.bind("acknowledge_feed", feed=feed, position=position))
 
     async def record_refused_submit(
         self,
@@ -64,6 +64,15 @@ class PoolMeteringRepository:
         job_id = new_job_id()
         async with borrow(self.pool) as c:
             await c.execute(
-                Q["record_refusal"], job_id, tenant_id, machine_type, priority, session_id, timeout_seconds, error
+                *Q.bind(
+                    "record_refusal",
+                    job_id=job_id,
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                    priority=priority,
+                    session_id=session_id,
+                    timeout_seconds=timeout_seconds,
+                    error=error,
+                )
             )
         return str(job_id)

@@ -17,7 +17,7 @@ import uuid
 import asyncpg
 import pytest
 
-from tests.integration.pool_dispatcher.pool_sql import pool_blocks, statement
+from tests.integration.pool_dispatcher.pool_sql import owned, pool_blocks, statement, submit_args
 from thermostat.policy.pool.queue_order import QueuedJob, in_queue_order, queue_key
 
 BLOCKS = pool_blocks()
@@ -87,10 +87,10 @@ async def test_take_next_drains_the_queue_in_queue_order(db_pool: asyncpg.Pool, 
         await machine(conn, "warm")
         taken = []
         for _ in jobs:
-            row = await conn.fetchrow(BLOCKS["take_next"], MACHINE, *ME, "img")
+            row = await conn.fetchrow(*BLOCKS.bind("take_next", machine_id=MACHINE, image="img", **owned(ME)))
             taken.append(names[row["id"]])
             await conn.execute("UPDATE pool_machines SET state = 'warm', job_id = NULL")
-        assert await conn.fetchrow(BLOCKS["take_next"], MACHINE, *ME, "img") is None
+        assert await conn.fetchrow(*BLOCKS.bind("take_next", machine_id=MACHINE, image="img", **owned(ME))) is None
     assert taken == expected(queued)
 
 
@@ -110,8 +110,23 @@ async def test_a_completion_hands_its_machine_the_next_job_in_queue_order(db_poo
         await machine(conn, "busy", running)
         handed = []
         for _ in jobs:
-            args = (running, MACHINE, "completed", b"r", None, 1.0, *ME, False, True, "t", "cpu", True, 1000, "own")
-            row = await conn.fetchrow(BLOCKS["complete"], *args)
+            args = {
+                "job_id": running,
+                "machine_id": MACHINE,
+                "state": "completed",
+                "result": b"r",
+                "error": None,
+                "duration_seconds": 1.0,
+                "retire": False,
+                "take_next": True,
+                "tenant_id": "t",
+                "machine_type": "cpu",
+                "send_next": True,
+                "notified_result_bytes": 1000,
+                "channel": "own",
+                **owned(ME),
+            }
+            row = await conn.fetchrow(*BLOCKS.bind("complete", **args))
             running = row["id"]
             handed.append(names[running])
     assert handed == expected(queued)
@@ -124,8 +139,18 @@ async def test_each_placed_machine_is_handed_the_first_job_in_line(db_pool: asyn
         queued = await queue(conn, jobs)
         assigned = []
         for n in jobs:
-            args = (uuid.uuid5(MACHINE, str(n)), "t", "cpu", "img", "local", "tok", *ME, True, 60.0)
-            row = await conn.fetchrow(BLOCKS["insert_machine"], *args)
+            args = {
+                "machine_id": uuid.uuid5(MACHINE, str(n)),
+                "tenant_id": "t",
+                "machine_type": "cpu",
+                "image": "img",
+                "backend": "local",
+                "token": "tok",
+                "assign_job": True,
+                "cool_down_seconds": 60.0,
+                **owned(ME),
+            }
+            row = await conn.fetchrow(*BLOCKS.bind("insert_machine", **args))
             assigned.append(names[row["job_id"]])
     assert assigned == expected(queued)
 
@@ -135,7 +160,7 @@ async def test_demand_names_the_first_job_in_line_of_each_tenant(db_pool: asyncp
     async with db_pool.acquire() as conn:
         mine = await queue(conn, jobs)
         theirs = await queue(conn, [(name, priority, 200 - sequence) for name, priority, sequence in jobs], tenant="u")
-        rows = {r["tenant_id"]: r for r in await conn.fetch(BLOCKS["demand"])}
+        rows = {r["tenant_id"]: r for r in await conn.fetch(*BLOCKS.bind("demand"))}
     for tenant, queued in (("t", mine), ("u", theirs)):
         head = in_queue_order(queued)[0]
         assert rows[tenant]["id"] == _uuid(f"{tenant}/{head.id}")
@@ -156,7 +181,7 @@ async def test_a_submit_is_claimed_only_when_no_queued_job_is_ahead_of_it(
         queued = await queue(conn, jobs)
         await machine(conn, "warm")
         new = QueuedJob(id="new", priority=priority, sequence=max(j.sequence for j in queued) + 1)
-        args = (uuid.UUID(int=9), "t", "cpu", "img", priority, None, 30.0, b"p", *ME, None, None, True, None, 10)
-        row = await conn.fetchrow(BLOCKS["submit"], *args)
+        args = submit_args(job_id=uuid.UUID(int=9), tenant_id="t", priority=priority, session_id=None, owner=ME)
+        row = await conn.fetchrow(*BLOCKS.bind("submit", **args))
     ahead = any(queue_key(job) < queue_key(new) for job in queued)
     assert (row["state"] == "queued") is ahead

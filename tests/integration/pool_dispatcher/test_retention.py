@@ -417,13 +417,14 @@ def plan_nodes(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
     return nodes
 
 
-PLANNED = {
-    "finished_jobs": ((500,), "pool_jobs_finished"),
-    "oldest_usage": ((500,), "pool_usage_pkey"),
-    "oldest_machine_stops": ((500,), "pool_machine_events_pkey"),
-    "prune_jobs": (([uuid.UUID(int=9)], LEASE, "a", 1), "pool_jobs_pkey"),
-    "prune_usage": (([1, 2], LEASE, "a", 1), "pool_usage_pkey"),
-    "prune_machine_events": (([uuid.UUID(int=9)], LEASE, "a", 1), "pool_machine_events_machine_id_event_key"),
+FENCE = {"lease_name": LEASE, "lease_holder": "a", "lease_term": 1}
+PLANNED: dict[str, tuple[dict[str, object], str]] = {
+    "finished_jobs": ({"limit": 500}, "pool_jobs_finished"),
+    "oldest_usage": ({"limit": 500}, "pool_usage_pkey"),
+    "oldest_machine_stops": ({"limit": 500}, "pool_machine_events_pkey"),
+    "prune_jobs": ({"keys": [uuid.UUID(int=9)], **FENCE}, "pool_jobs_pkey"),
+    "prune_usage": ({"keys": [1, 2], **FENCE}, "pool_usage_pkey"),
+    "prune_machine_events": ({"keys": [uuid.UUID(int=9)], **FENCE}, "pool_machine_events_machine_id_event_key"),
 }
 
 
@@ -449,7 +450,8 @@ async def test_each_prune_statement_reads_an_index_never_the_whole_table(store: 
             " now() FROM generate_series(1, 5000)"
         )
         await conn.execute("ANALYZE pool_jobs, pool_usage, pool_machine_events")
-        plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {RETENTION_SQL[block]}", *args)
+        sql, *values = RETENTION_SQL.bind(block, **args)
+        plan = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql}", *values)
     nodes = plan_nodes(json.loads(plan)[0]["Plan"] if isinstance(plan, str) else plan[0]["Plan"])
     assert any(kind.startswith("Index") and name == index for kind, name in nodes), nodes
     assert not [name for kind, name in nodes if kind == "Seq Scan" and name != "leases"], nodes

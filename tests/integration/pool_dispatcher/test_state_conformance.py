@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import asyncpg
 import pytest
 
-from tests.integration.pool_dispatcher.pool_sql import pool_blocks, statement
+from tests.integration.pool_dispatcher.pool_sql import owned, pool_blocks, statement, submit_args
 from thermostat.policy.pool.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobEvent, JobState
 from thermostat.policy.pool.machines import MACHINE_TRANSITIONS, MachineEvent, MachineState
 
@@ -168,10 +168,10 @@ async def seed(conn: asyncpg.Connection, world: World) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One call of a block: the world it meets, its arguments, and the events the call may carry out."""
+    """One call of a block: the world it meets, its parameters by name, and the events the call may carry out."""
 
     world: World
-    args: tuple[object, ...]
+    args: dict[str, object]
     jobs: frozenset[JobEvent] = frozenset()
     machines: frozenset[MachineEvent] = frozenset()
     label: str = ""
@@ -199,7 +199,7 @@ async def call(conn: asyncpg.Connection, block: str, run: Run) -> list[Change]:
     try:
         await seed(conn, run.world)
         await conn.execute("DELETE FROM conformance_log")
-        await conn.fetch(BLOCKS[block], *run.args)
+        await conn.fetch(*BLOCKS.bind(block, **run.args))
         rows = await conn.fetch("SELECT kind, before, after FROM conformance_log ORDER BY seq")
     finally:
         await transaction.rollback()
@@ -248,21 +248,42 @@ _OUTCOMES = {"completed": JE.REPORTED_COMPLETED, "failed": JE.REPORTED_FAILED, "
 
 def _submit() -> Iterator[Run]:
     for world, send in itertools.product(consistent_worlds(), (False, True)):
-        args = (NEW, "t", "cpu", "img", 0, None, 30.0, b"p", *ME, None, None, send, None, 10)
+        args = submit_args(job_id=NEW, send_now=send, owner=ME)
         claimed = JE.SUBMIT_AND_SEND if send else JE.SUBMIT_TO_WARM
         yield Run(world, args, frozenset({JE.SUBMIT, claimed}), frozenset({ME_.CLAIM}), f" (send now: {send})")
 
 
 def _submit_queued() -> Iterator[Run]:
     for world in consistent_worlds():
-        ids, none = [NEW, NEW_2], [None, None]
-        args = ("t", "cpu", ids, [0, 5], none, [30.0, 30.0], [b"a", b"b"], none, none, none, 10)
+        none = [None, None]
+        args = {
+            "tenant_id": "t",
+            "machine_type": "cpu",
+            "job_ids": [NEW, NEW_2],
+            "priorities": [0, 5],
+            "session_ids": none,
+            "timeouts": [30.0, 30.0],
+            "payloads": [b"a", b"b"],
+            "traceparents": none,
+            "tracestates": none,
+            "done_channels": none,
+            "count_queued": 10,
+        }
         yield Run(world, args, frozenset({JE.SUBMIT}))
 
 
 def _record_refusal() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (NEW, "t", "cpu", 0, None, 30.0, "over budget"), frozenset({JE.REFUSE}))
+        args = {
+            "job_id": NEW,
+            "tenant_id": "t",
+            "machine_type": "cpu",
+            "priority": 0,
+            "session_id": None,
+            "timeout_seconds": 30.0,
+            "error": "over budget",
+        }
+        yield Run(world, args, frozenset({JE.REFUSE}))
 
 
 def _complete() -> Iterator[Run]:
@@ -278,7 +299,22 @@ def _complete() -> Iterator[Run]:
     ):
         world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, yielding=yielding)
         result, error = (b"r", None) if state == "completed" else (None, "it broke")
-        args = (JOB, MACHINE, state, result, error, 1.0, *ME, retire, take, "t", "cpu", send, 1000, "own")
+        args = {
+            "job_id": JOB,
+            "machine_id": MACHINE,
+            "state": state,
+            "result": result,
+            "error": error,
+            "duration_seconds": 1.0,
+            "retire": retire,
+            "take_next": take,
+            "tenant_id": "t",
+            "machine_type": "cpu",
+            "send_next": send,
+            "notified_result_bytes": 1000,
+            "channel": "own",
+            **owned(ME),
+        }
         jobs = {event} | ({JE.CLAIM_AND_SEND if send else JE.CLAIM} if take and not yielding else set())
         machines = {ME_.RETIRE} if retire or yielding else {ME_.FREE}
         label = f" ({state}, retire {retire}, take next {take}, send {send}, yielding {yielding})"
@@ -287,45 +323,66 @@ def _complete() -> Iterator[Run]:
 
 def _take_next() -> Iterator[Run]:
     for world, image in itertools.product(consistent_worlds(), ("img", "new-img")):
-        yield Run(world, (MACHINE, *ME, image), frozenset({JE.CLAIM}), frozenset({ME_.CLAIM}), f" (image {image})")
+        args = {"machine_id": MACHINE, "image": image, **owned(ME)}
+        yield Run(world, args, frozenset({JE.CLAIM}), frozenset({ME_.CLAIM}), f" (image {image})")
 
 
 def _mark_sent() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (JOB, MACHINE, *ME), frozenset({JE.MARK_SENT}), frozenset({ME_.FREE}))
+        args = {"job_id": JOB, "machine_id": MACHINE, **owned(ME)}
+        yield Run(world, args, frozenset({JE.MARK_SENT}), frozenset({ME_.FREE}))
 
 
 def _requeue_unsent() -> Iterator[Run]:
     for world, marked in itertools.product(consistent_worlds(), (False, True)):
-        args = (JOB, MACHINE, *ME, marked)
+        args = {"job_id": JOB, "machine_id": MACHINE, "marked": marked, **owned(ME)}
         yield Run(world, args, frozenset({JE.REQUEUE}), frozenset({ME_.FREE}), f" (marked {marked})")
 
 
 def _hand_back() -> Iterator[Run]:
     for world in consistent_worlds():
-        args = (JOB, MACHINE, *ME, "Connection refused", "worker unreachable")
+        args = {
+            "job_id": JOB,
+            "machine_id": MACHINE,
+            "reason": "Connection refused",
+            "last_error": "worker unreachable",
+            **owned(ME),
+        }
         yield Run(world, args, frozenset({JE.HAND_BACK}), frozenset({ME_.RETIRE}))
 
 
 def _abandon_running() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (JOB, MACHINE, *ME, "no task drives it"), frozenset({JE.ABANDON}), frozenset({ME_.RETIRE}))
+        args = {"job_id": JOB, "machine_id": MACHINE, "reason": "no task drives it", **owned(ME)}
+        yield Run(world, args, frozenset({JE.ABANDON}), frozenset({ME_.RETIRE}))
 
 
 def _insert_machine() -> Iterator[Run]:
     for world, assign in itertools.product(consistent_worlds(), (False, True)):
-        args = (NEW_MACHINE, "t", "cpu", "img", "local", "tok", *ME, assign, 60.0)
+        args = {
+            "machine_id": NEW_MACHINE,
+            "tenant_id": "t",
+            "machine_type": "cpu",
+            "image": "img",
+            "backend": "local",
+            "token": "tok",
+            "assign_job": assign,
+            "cool_down_seconds": 60.0,
+            **owned(ME),
+        }
         yield Run(world, args, frozenset({JE.CLAIM}), frozenset({ME_.PLACE}), f" (assign {assign})")
 
 
 def _record_started() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (MACHINE, "provider-1", "http://m", "region", *ME))
+        args = {"machine_id": MACHINE, "provider_id": "provider-1", "endpoint": "http://m", "region": "region"}
+        yield Run(world, {**args, **owned(ME)})
 
 
 def _machine_ready() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (MACHINE, *ME), machines=frozenset({ME_.BOOTED, ME_.BOOTED_WITH_JOB}))
+        args = {"machine_id": MACHINE, **owned(ME)}
+        yield Run(world, args, machines=frozenset({ME_.BOOTED, ME_.BOOTED_WITH_JOB}))
 
 
 def _boot_failed() -> Iterator[Run]:
@@ -335,14 +392,16 @@ def _boot_failed() -> Iterator[Run]:
         removed = catalogue is not None and "cpu" not in catalogue
         world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, catalogue)
         jobs = frozenset({JE.TYPE_REMOVED if removed else JE.REQUEUE})
-        yield Run(world, (MACHINE, *ME, "boot failed"), jobs, frozenset({ME_.BOOT_FAILED}), f" (catalogue {catalogue})")
+        args = {"machine_id": MACHINE, "reason": "boot failed", **owned(ME)}
+        yield Run(world, args, jobs, frozenset({ME_.BOOT_FAILED}), f" (catalogue {catalogue})")
 
 
 def _retire() -> Iterator[Run]:
     for world, states in itertools.product(
         consistent_worlds(), (["warm"], ["warm", "stopping"], ["starting", "warm", "busy", "stopping"])
     ):
-        yield Run(world, (MACHINE, *ME, "retired", states), machines=frozenset({ME_.RETIRE}), label=f" ({states})")
+        args = {"machine_id": MACHINE, "reason": "retired", "states": states, **owned(ME)}
+        yield Run(world, args, machines=frozenset({ME_.RETIRE}), label=f" ({states})")
 
 
 def _yield_machine() -> Iterator[Run]:
@@ -350,46 +409,52 @@ def _yield_machine() -> Iterator[Run]:
     for world, (to_tenant, mark_busy) in itertools.product(
         itertools.chain(consistent_worlds(), consistent_worlds(owner=LAPSED)), ((None, False), ("waiting", True))
     ):
-        args = (MACHINE, *ME, to_tenant, mark_busy, "fair share")
+        args = {
+            "machine_id": MACHINE,
+            "to_tenant": to_tenant,
+            "mark_busy": mark_busy,
+            "reason": "fair share",
+            **owned(ME),
+        }
         yield Run(world, args, machines=frozenset({ME_.RETIRE}), label=f" (to {to_tenant}, mark busy {mark_busy})")
 
 
 def _unyield() -> Iterator[Run]:
     for world, machine_ids in itertools.product(consistent_worlds(), ([MACHINE], None)):
         world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, yielding=True)
-        yield Run(world, (machine_ids,), label=f" ({machine_ids})")
+        yield Run(world, {"machine_ids": machine_ids}, label=f" ({machine_ids})")
 
 
 def _forget_machine() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (MACHINE, *ME), machines=frozenset({ME_.STOPPED}))
+        yield Run(world, {"machine_id": MACHINE, **owned(ME)}, machines=frozenset({ME_.STOPPED}))
 
 
 def _record_misses() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (MACHINE, 2, *ME))
+        yield Run(world, {"machine_id": MACHINE, "health_misses": 2, **owned(ME)})
 
 
 def _cancel() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (JOB, "t", "build-1"), frozenset({JE.CANCEL}))
+        yield Run(world, {"job_id": JOB, "tenant_id": "t", "build_id": "build-1"}, frozenset({JE.CANCEL}))
 
 
 def _watch_job() -> Iterator[Run]:
     for world in consistent_worlds():
-        yield Run(world, (JOB, "t"))
+        yield Run(world, {"job_id": JOB, "tenant_id": "t"})
 
 
 def _replace_catalogue() -> Iterator[Run]:
     for world, names in itertools.product(consistent_worlds(), (["cpu"], ["gpu"])):
         types = "[" + ",".join(f'{{"name": "{n}"}}' for n in names) + "]"
-        yield Run(world, (types, names), frozenset({JE.TYPE_REMOVED}), label=f" (keeps {names})")
+        yield Run(world, {"types": types, "names": names}, frozenset({JE.TYPE_REMOVED}), label=f" (keeps {names})")
 
 
 def _reclaim() -> Iterator[Run]:
     for world, lease in itertools.product(consistent_worlds(owner=LAPSED), (False, True)):
         world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, lease=lease)
-        args = (*LAPSED, *ME)
+        args = {"lapsed_owner": LAPSED[0], "lapsed_term": LAPSED[1], **owned(ME)}
         yield Run(world, args, frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), f" (lease held {lease})")
 
 
@@ -397,20 +462,21 @@ def _recover_own() -> Iterator[Run]:
     for owner, any_term in itertools.product((ME, OLD_TERM), (False, True)):
         for world in consistent_worlds(owner=owner):
             label = f" (rows of term {owner[1]}, any term {any_term})"
-            yield Run(world, (*ME, any_term), frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), label)
+            args = {"any_term": any_term, **owned(ME)}
+            yield Run(world, args, frozenset({JE.OWNER_LOST}), frozenset({ME_.RETIRE}), label)
 
 
 def _prune_jobs() -> Iterator[Run]:
     # the fence is the retention lease's; the world's instance lease row stands in for it (name, holder, term)
     for world, lease in itertools.product(consistent_worlds(), (False, True)):
         world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, lease=lease)
-        args = ([JOB, NEXT], f"pool-instance:{ME[0]}", *ME)
+        args = {"keys": [JOB, NEXT], "lease_name": f"pool-instance:{ME[0]}", "lease_holder": ME[0], "lease_term": ME[1]}
         yield Run(world, args, label=f" (fence held {lease})", prunes=True)
 
 
 def _release_own() -> Iterator[Run]:
     for world in consistent_worlds():
-        args = (*ME, "the dispatcher shut down and its grace ran out")
+        args = {"running_error": "the dispatcher shut down and its grace ran out", **owned(ME)}
         yield Run(world, args, frozenset({JE.REQUEUE, JE.OWNER_LOST}), frozenset({ME_.FREE, ME_.RETIRE}))
 
 
@@ -419,7 +485,8 @@ def _adopt_released() -> Iterator[Run]:
     for released, healthy in itertools.product((False, True), (False, True)):
         for world in consistent_worlds(owner=LAPSED):
             world = World(world.job, world.machine, world.holds, world.queued_next, world.owner, released=released)
-            yield Run(world, (MACHINE, "me", healthy, 3), machines=frozenset({ME_.RETIRE}), label=f" ({healthy})")
+            args = {"machine_id": MACHINE, "healthy": healthy, "owner": "me", "owner_term": 3}
+            yield Run(world, args, machines=frozenset({ME_.RETIRE}), label=f" ({healthy})")
 
 
 SCENARIOS: dict[str, Callable[[], Iterator[Run]]] = {

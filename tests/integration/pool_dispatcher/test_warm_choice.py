@@ -17,9 +17,9 @@ import uuid
 import asyncpg
 import pytest
 
-from tests.integration.pool_dispatcher.pool_sql import pool_blocks
+from tests.integration.pool_dispatcher.pool_sql import pool_blocks, submit_args
 
-SUBMIT = pool_blocks()["submit"]
+BLOCKS = pool_blocks()
 ME = ("me", 3)
 CURRENT_IMAGE = "worker:v1"
 
@@ -108,7 +108,7 @@ async def test_warm_machine_choice(
                 *ME,
                 m["active"],
             )
-        args = (uuid.uuid4(), "acme", "cpu", CURRENT_IMAGE, 0, session, 30.0, b"p", *ME, None, None, True, None, 10)
-        row = await conn.fetchrow(SUBMIT, *args)
+        args = submit_args(job_id=uuid.uuid4(), tenant_id="acme", image=CURRENT_IMAGE, session_id=session, owner=ME)
+        row = await conn.fetchrow(*BLOCKS.bind("submit", **args))
     names = {_id(str(m["name"])): m["name"] for m in machines}
     assert (None if row["worker_id"] is None else names[row["worker_id"]]) == chosen

@@ -25,16 +25,16 @@ class CatalogueRepository:
 
     async def read_catalogue(self) -> tuple[int, Any] | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["read_catalogue"])
+            row = await c.fetchrow(*Q.bind("read_catalogue"))
         return None if row is None else (row["version"], json.loads(row["types"]))
 
     async def catalogue_version(self) -> int:
         async with borrow(self.pool) as c:
-            version = await c.fetchval(Q["catalogue_version"])
+            version = await c.fetchval(*Q.bind("catalogue_version"))
         return int(version or 0)
 
     async def replace_catalogue(self, types_json: str, names: Sequence[str]) -> tuple[int, int]:
         """Store the catalogue; (its version, queued jobs failed for removed types)."""
         async with borrow(self.pool) as c:
-            row = one(await c.fetchrow(Q["replace_catalogue"], types_json, list(names)))
+            row = one(await c.fetchrow(*Q.bind("replace_catalogue", types=types_json, names=list(names))))
         return row["version"], row["failed"]

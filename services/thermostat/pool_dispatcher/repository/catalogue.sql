@@ -9,17 +9,17 @@ SELECT version FROM pool_catalogue WHERE id = 1;
 -- name: replace_catalogue
 -- Store the whole catalogue (version + 1), fail the queued jobs of removed types with the reason, and tell
 -- every process. A job already handed to a machine (dispatched, a booting one included) is that machine's
--- to finish: the seed's "its machines finish what they are running, then retire once idle". $1 types (json
--- text), $2 the names it keeps.
+-- to finish: the seed's "its machines finish what they are running, then retire once idle". :types is json
+-- text, :names the type names it keeps.
 WITH stored AS (
-    INSERT INTO pool_catalogue (id, version, types, updated_at) VALUES (1, 1, $1::jsonb, now())
+    INSERT INTO pool_catalogue (id, version, types, updated_at) VALUES (1, 1, :types::jsonb, now())
     ON CONFLICT (id) DO UPDATE SET version = pool_catalogue.version + 1, types = EXCLUDED.types, updated_at = now()
     RETURNING version
 ), failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
         error = 'machine type ' || machine_type || ' was removed from the catalogue'
-    WHERE state = 'queued' AND NOT (machine_type = ANY($2::text[]))
+    WHERE state = 'queued' AND NOT (machine_type = ANY(:names::text[]))
     RETURNING id
 )
 SELECT (SELECT version FROM stored) AS version,

@@ -69,22 +69,23 @@ class JobRepository:
         async with borrow(self.pool) as c:
             row = one(
                 await c.fetchrow(
-                    Q["submit"],
-                    uuid.UUID(job_id),
-                    tenant_id,
-                    machine_type,
-                    image,
-                    priority,
-                    session_id,
-                    timeout_seconds,
-                    payload,
-                    owner.instance,
-                    owner.term,
-                    trace.get("traceparent"),
-                    trace.get("tracestate"),
-                    send_now,
-                    done_channel,
-                    count_queued,
+                    *Q.bind(
+                        "submit",
+                        job_id=uuid.UUID(job_id),
+                        tenant_id=tenant_id,
+                        machine_type=machine_type,
+                        image=image,
+                        priority=priority,
+                        session_id=session_id,
+                        timeout_seconds=timeout_seconds,
+                        payload=payload,
+                        traceparent=trace.get("traceparent"),
+                        tracestate=trace.get("tracestate"),
+                        send_now=send_now,
+                        done_channel=done_channel,
+                        count_queued=count_queued,
+                        **owner.params(),
+                    )
                 )
             )
         job = JobView.from_row(row)
@@ -128,18 +129,20 @@ class JobRepository:
                 if not jobs:
                     return None
             rows = await c.fetch(
-                Q["submit_queued"],
-                tenant_id,
-                machine_type,
-                [uuid.UUID(job.job_id) for job in jobs],
-                [job.priority for job in jobs],
-                [job.session_id for job in jobs],
-                [job.timeout_seconds for job in jobs],
-                [job.payload for job in jobs],
-                [job.trace.get("traceparent") for job in jobs],
-                [job.trace.get("tracestate") for job in jobs],
-                [job.done_channel for job in jobs],
-                count_queued,
+                *Q.bind(
+                    "submit_queued",
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                    job_ids=[uuid.UUID(job.job_id) for job in jobs],
+                    priorities=[job.priority for job in jobs],
+                    session_ids=[job.session_id for job in jobs],
+                    timeouts=[job.timeout_seconds for job in jobs],
+                    payloads=[job.payload for job in jobs],
+                    traceparents=[job.trace.get("traceparent") for job in jobs],
+                    tracestates=[job.trace.get("tracestate") for job in jobs],
+                    done_channels=[job.done_channel for job in jobs],
+                    count_queued=count_queued,
+                )
             )
         by_id = {str(row["id"]): row for row in rows}
         if len(by_id) != len(jobs):
@@ -176,22 +179,23 @@ class JobRepository:
         async with borrow(self.pool) as c:
             row = one(
                 await c.fetchrow(
-                    Q["complete"],
-                    uuid.UUID(job_id),
-                    uuid.UUID(machine_id),
-                    state,
-                    result,
-                    error,
-                    duration_seconds,
-                    owner.instance,
-                    owner.term,
-                    retire,
-                    take_next,
-                    tenant_id,
-                    machine_type,
-                    send_next,
-                    notified_result_bytes,
-                    channel,
+                    *Q.bind(
+                        "complete",
+                        job_id=uuid.UUID(job_id),
+                        machine_id=uuid.UUID(machine_id),
+                        state=state,
+                        result=result,
+                        error=error,
+                        duration_seconds=duration_seconds,
+                        retire=retire,
+                        take_next=take_next,
+                        tenant_id=tenant_id,
+                        machine_type=machine_type,
+                        send_next=send_next,
+                        notified_result_bytes=notified_result_bytes,
+                        channel=channel,
+                        **owner.params(),
+                    )
                 )
             )
         return Completion.from_row(
@@ -200,7 +204,9 @@ class JobRepository:
 
     async def take_next(self, machine_id: str, image: str, owner: Owner) -> Assignment | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["take_next"], uuid.UUID(machine_id), owner.instance, owner.term, image)
+            row = await c.fetchrow(
+                *Q.bind("take_next", machine_id=uuid.UUID(machine_id), image=image, **owner.params())
+            )
         return (
             None if row is None else Assignment.from_row(row, machine_id, endpoint=row["endpoint"], token=row["token"])
         )
@@ -209,9 +215,8 @@ class JobRepository:
         """(sent, freed): running, right before the send; else a cancel or a reclaim won, and `freed` says
         whether the machine is still this process's and idle again."""
         async with borrow(self.pool) as c:
-            row = one(
-                await c.fetchrow(Q["mark_sent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term)
-            )
+            sent = Q.bind("mark_sent", job_id=uuid.UUID(job_id), machine_id=uuid.UUID(machine_id), **owner.params())
+            row = one(await c.fetchrow(*sent))
         return bool(row["sent"]), bool(row["freed"])
 
     async def requeue_unsent(self, job_id: str, machine_id: str, owner: Owner, *, marked: bool = False) -> bool:
@@ -219,17 +224,20 @@ class JobRepository:
         longer ours to requeue (its machine is then freed only if the job is no longer live on it: see the SQL).
         `marked`: the caller's own mark_sent made it running and nothing was sent, so running is requeued too."""
         async with borrow(self.pool) as c:
-            row = one(
-                await c.fetchrow(
-                    Q["requeue_unsent"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, marked
-                )
+            requeue = Q.bind(
+                "requeue_unsent",
+                job_id=uuid.UUID(job_id),
+                machine_id=uuid.UUID(machine_id),
+                marked=marked,
+                **owner.params(),
             )
+            row = one(await c.fetchrow(*requeue))
         return bool(row["requeued"])
 
     async def refused_by(self, job_id: str) -> tuple[Refusal, ...]:
         """The machines that refused the job before now and handed it back (thermostat.policy.pool.hand_back)."""
         async with borrow(self.pool) as c:
-            raw = await c.fetchval(Q["refused_by"], uuid.UUID(job_id))
+            raw = await c.fetchval(*Q.bind("refused_by", job_id=uuid.UUID(job_id)))
         return tuple(Refusal(machine_id=r["machine"], reason=r["reason"]) for r in json.loads(raw or "[]"))
 
     async def hand_back(self, job_id: str, machine_id: str, owner: Owner, refusal: Refusal) -> HandedBack:
@@ -237,13 +245,14 @@ class JobRepository:
         async with borrow(self.pool) as c:
             row = one(
                 await c.fetchrow(
-                    Q["hand_back"],
-                    uuid.UUID(job_id),
-                    uuid.UUID(machine_id),
-                    owner.instance,
-                    owner.term,
-                    refusal.reason,
-                    f"could not be reached with job {job_id}: {refusal.reason}",
+                    *Q.bind(
+                        "hand_back",
+                        job_id=uuid.UUID(job_id),
+                        machine_id=uuid.UUID(machine_id),
+                        reason=refusal.reason,
+                        last_error=f"could not be reached with job {job_id}: {refusal.reason}",
+                        **owner.params(),
+                    )
                 )
             )
         return HandedBack(handed_back=bool(row["handed_back"]), provider_id=row["provider_id"])
@@ -253,40 +262,43 @@ class JobRepository:
     ) -> tuple[bool, bool, str | None]:
         """Fail a running job no task drives and retire its machine (see the SQL); (failed, retired, provider id)."""
         async with borrow(self.pool) as c:
-            row = one(
-                await c.fetchrow(
-                    Q["abandon_running"], uuid.UUID(job_id), uuid.UUID(machine_id), owner.instance, owner.term, reason
-                )
+            abandon = Q.bind(
+                "abandon_running",
+                job_id=uuid.UUID(job_id),
+                machine_id=uuid.UUID(machine_id),
+                reason=reason,
+                **owner.params(),
             )
+            row = one(await c.fetchrow(*abandon))
         return bool(row["failed"]), bool(row["retired"]), row["provider_id"]
 
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelResult | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["cancel"], uuid.UUID(job_id), tenant_id, build_id)
+            row = await c.fetchrow(*Q.bind("cancel", job_id=uuid.UUID(job_id), tenant_id=tenant_id, build_id=build_id))
         return None if row is None else CancelResult.from_row(row)
 
     async def watch_job(self, job_id: str, tenant_id: str) -> tuple[JobView | None, bool]:
         """Mark the job watched (its completion notifies every process from now on) and read it: the job (None
         when it is not the tenant's) and whether this call marked it (the first mark locks the row a moment)."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["watch_job"], uuid.UUID(job_id), tenant_id)
+            row = await c.fetchrow(*Q.bind("watch_job", job_id=uuid.UUID(job_id), tenant_id=tenant_id))
         return (None, False) if row is None else (JobView.from_row(row), bool(row["marked"]))
 
     async def in_flight(self, owner: Owner) -> int:
         """How many jobs this process has dispatched or running (a shutdown's drain waits for none)."""
         async with borrow(self.pool) as c:
-            count: int = await c.fetchval(Q["in_flight"], owner.instance, owner.term)
+            count: int = await c.fetchval(*Q.bind("in_flight", **owner.params()))
         return count
 
     async def get_job(self, job_id: str, tenant_id: str) -> JobView | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["get_job"], uuid.UUID(job_id), tenant_id)
+            row = await c.fetchrow(*Q.bind("get_job", job_id=uuid.UUID(job_id), tenant_id=tenant_id))
         return None if row is None else JobView.from_row(row)
 
     async def get_job_result(self, job_id: str, tenant_id: str) -> Finished | None:
         """The job and its result (when it has one) in one read; None when it is not the tenant's."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["get_job_result"], uuid.UUID(job_id), tenant_id)
+            row = await c.fetchrow(*Q.bind("get_job_result", job_id=uuid.UUID(job_id), tenant_id=tenant_id))
         if row is None:
             return None
         return Finished(job=JobView.from_row(row), result=None if row["result"] is None else bytes(row["result"]))
@@ -294,28 +306,28 @@ class JobRepository:
     async def get_jobs(self, job_ids: Sequence[str]) -> dict[str, JobView]:
         """The jobs of `job_ids` still in the store, by id, whatever their tenant (the caller checks it)."""
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["get_jobs"], [uuid.UUID(j) for j in job_ids])
+            rows = await c.fetch(*Q.bind("get_jobs", job_ids=[uuid.UUID(j) for j in job_ids]))
         return {str(r["id"]): JobView.from_row(r) for r in rows}
 
     async def get_result(self, job_id: str, tenant_id: str) -> StoredResult | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["get_result"], uuid.UUID(job_id), tenant_id)
+            row = await c.fetchrow(*Q.bind("get_result", job_id=uuid.UUID(job_id), tenant_id=tenant_id))
         if row is None:
             return None
         return StoredResult.from_row(row)
 
     async def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["jobs_by_id"], [uuid.UUID(j) for j in job_ids])
+            rows = await c.fetch(*Q.bind("jobs_by_id", job_ids=[uuid.UUID(j) for j in job_ids]))
         return {str(r["id"]): r["state"] for r in rows}
 
     async def list_usage(self, tenant_id: str | None, after_position: int, limit: int) -> list[UsageView]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["list_usage"], tenant_id, after_position, limit)
+            rows = await c.fetch(*Q.bind("list_usage", tenant_id=tenant_id, after=after_position, limit=limit))
         return [UsageView.from_row(r) for r in rows]
 
     async def live_job_counts(self) -> dict[str, int]:
         """Jobs queued, dispatched and running (states absent have none)."""
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["live_job_counts"])
+            rows = await c.fetch(*Q.bind("live_job_counts"))
         return {r["state"]: r["jobs"] for r in rows}

@@ -1,7 +1,7 @@
 -- The pool's jobs: submit and its warm claim, the batch submit, completion and the hand-off of a machine's next
--- job, the conditional send, requeue, hand-back, cancel and the reads. Owned by repository/jobs.py. $me / $term
--- (the owner columns' parameters) are the process's instance id and the term of its instance lease; every write
--- to an owned row matches both.
+-- job, the conditional send, requeue, hand-back, cancel and the reads. Owned by repository/jobs.py. :owner /
+-- :owner_term are the process's instance id and the term of its instance lease; every write to an owned row matches
+-- both.
 
 -- name: submit
 -- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
@@ -9,90 +9,97 @@
 -- machine takes a job, tests/integration/pool_dispatcher/test_warm_choice.py; `IS TRUE`: a machine with no
 -- session compares NULL, which DESC would sort before the affine one) unless a queued job of that tenant and
 -- type with at least this priority is ahead of it. Claimed, the job is this process's on that machine and
--- goes out right after the answer. $13 (send now: the lease was trusted for the call before the statement):
--- this statement is the job's conditional send, `running` from here with no mark_sent. About as safe (the
--- window between statement and send is one answer long, as between mark_sent and its send or a hand-off):
--- the id is new with this statement, so no cancel can name the job before it answers, and a lapsing
--- lease is caught by the trust check before the statement, as for a completion's hand-off. Without $13 it is
--- `dispatched`, and mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle`
--- (the tenant's machines of the type: starting, warm or busy / warm) say whether placement could act on it
--- (thermostat.policy.pool.placement). $14: the channel of this process's sync wait for the job (NULL: no sync
--- wait), which a completion in another process notifies. $7 is cast to its base type: left to take the column's
--- domain (migration 0016), it would be received through the domain's own check on every call, besides the check
--- the write makes. `queued`: the tenant's queued jobs of the type ahead of a job that queued, counted up to $15
--- (thermostat.policy.pool.submit_batch: whether the next submit may wait for a batch).
+-- goes out right after the answer. :send_now (the lease was trusted for the call before the statement): this
+-- statement is the job's conditional send, `running` from here with no mark_sent. About as safe (the window
+-- between statement and send is one answer long, as between mark_sent and its send or a hand-off): the id is new
+-- with this statement, so no cancel can name the job before it answers, and a lapsing lease is caught by the trust
+-- check before the statement, as for a completion's hand-off. Without :send_now it is `dispatched`, and
+-- mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle` (the tenant's machines of
+-- the type: starting, warm or busy / warm) say whether placement could act on it
+-- (thermostat.policy.pool.placement). :done_channel: the channel of this process's sync wait for the job (NULL: no
+-- sync wait), which a completion in another process notifies. :timeout_seconds is cast to its base type: left to
+-- take the column's domain (migration 0016), it would be received through the domain's own check on every call,
+-- besides the check the write makes. `queued`: the tenant's queued jobs of the type ahead of a job that queued,
+-- counted up to :count_queued (thermostat.policy.pool.submit_batch: whether the next submit may wait for a batch).
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
-    WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3 AND priority >= $5
+    WHERE state = 'queued' AND tenant_id = :tenant_id AND machine_type = :machine_type AND priority >= :priority
     LIMIT 1
 ), machine AS (
     SELECT id FROM pool_machines
-    WHERE state = 'warm' AND tenant_id = $2 AND machine_type = $3 AND image = $4 AND yield_to IS NULL
+    WHERE state = 'warm' AND tenant_id = :tenant_id AND machine_type = :machine_type AND image = :image
+      AND yield_to IS NULL
       AND released_at IS NULL  -- released by a deploy: adopted (probed) first
       AND NOT EXISTS (SELECT 1 FROM ahead)
-    ORDER BY ($6::text IS NOT NULL AND session_id = $6) IS TRUE DESC, last_active_at DESC NULLS LAST, id
+    ORDER BY (:session_id::text IS NOT NULL AND session_id = :session_id) IS TRUE DESC, last_active_at DESC NULLS LAST,
+             id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), taken AS (
     UPDATE pool_machines m
-    SET state = 'busy', job_id = $1, session_id = COALESCE($6, m.session_id), last_active_at = now(),
-        owner = $9, owner_term = $10
+    SET state = 'busy', job_id = :job_id, session_id = COALESCE(:session_id, m.session_id), last_active_at = now(),
+        owner = :owner, owner_term = :owner_term
     FROM machine WHERE m.id = machine.id
     RETURNING m.id, m.endpoint, m.token
 )
 INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
                             started_at, worker_id, owner, owner_term, traceparent, tracestate, done_channel)
-SELECT $1, $2, $3, CASE WHEN taken.id IS NULL THEN 'queued' WHEN $13 THEN 'running' ELSE 'dispatched' END,
-       $5, $6, $7::double precision, $8, CASE WHEN taken.id IS NOT NULL AND $13 THEN now() END, taken.id,
-       CASE WHEN taken.id IS NULL THEN NULL ELSE $9 END, CASE WHEN taken.id IS NULL THEN NULL ELSE $10::bigint END,
-       $11, $12, $14
+SELECT :job_id, :tenant_id, :machine_type,
+       CASE WHEN taken.id IS NULL THEN 'queued' WHEN :send_now THEN 'running' ELSE 'dispatched' END,
+       :priority, :session_id, :timeout_seconds::double precision, :payload,
+       CASE WHEN taken.id IS NOT NULL AND :send_now THEN now() END, taken.id,
+       CASE WHEN taken.id IS NULL THEN NULL ELSE :owner END,
+       CASE WHEN taken.id IS NULL THEN NULL ELSE :owner_term::bigint END,
+       :traceparent, :tracestate, :done_channel
 FROM (SELECT 1) AS one LEFT JOIN taken ON true
 RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
           j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result,
           (SELECT endpoint FROM taken) AS endpoint, (SELECT token FROM taken) AS token,
           CASE WHEN j.worker_id IS NULL THEN (  -- counted only for a job that queued
               SELECT count(*) FROM pool_machines
-              WHERE tenant_id = $2 AND machine_type = $3 AND state IN ('starting', 'warm', 'busy')) END AS live,
+              WHERE tenant_id = :tenant_id AND machine_type = :machine_type
+                AND state IN ('starting', 'warm', 'busy')) END AS live,
           CASE WHEN j.worker_id IS NULL THEN (
               SELECT count(*) FROM pool_machines
-              WHERE tenant_id = $2 AND machine_type = $3 AND state = 'warm') END AS idle,
+              WHERE tenant_id = :tenant_id AND machine_type = :machine_type AND state = 'warm') END AS idle,
           CASE WHEN j.worker_id IS NULL THEN (
               SELECT count(*) FROM (
-                  SELECT 1 FROM pool_jobs WHERE state = 'queued' AND tenant_id = $2 AND machine_type = $3
-                  LIMIT $15) AS ahead_of_it) END AS queued;
+                  SELECT 1 FROM pool_jobs
+                  WHERE state = 'queued' AND tenant_id = :tenant_id AND machine_type = :machine_type
+                  LIMIT :count_queued) AS ahead_of_it) END AS queued;
 
 -- name: submit_queued
 -- Group commit (thermostat.policy.pool.submit_batch): queue several jobs of one tenant and type at once, one
--- row per element of the arrays ($3 ids, $4 priorities, $5 sessions, $6 timeouts, $7 payloads, $8 / $9
--- trace headers, $10 done channels), taking queue places in array order (the order the submits arrived in
+-- row per element of the arrays, taking queue places in array order (the order the submits arrived in
 -- this process). No claim: a batch is written only for a key whose last submit here queued with placement
--- unable to act; `live` / `idle` / `queued` (up to $11) are counted as the submit's are, so the service pokes
--- placement when a machine went idle meanwhile (a completion that committed before this statement, which it
+-- unable to act; `live` / `idle` / `queued` (up to :count_queued) are counted as the submit's are, so the service
+-- pokes placement when a machine went idle meanwhile (a completion that committed before this statement, which it
 -- sees as warm).
 WITH batch AS (
     SELECT b.id, b.priority, b.session_id, b.timeout_seconds, b.payload, b.traceparent, b.tracestate,
            b.done_channel, b.arrival
-    FROM unnest($3::uuid[], $4::bigint[], $5::text[], $6::double precision[], $7::bytea[], $8::text[],
-                $9::text[], $10::text[])
+    FROM unnest(:job_ids::uuid[], :priorities::bigint[], :session_ids::text[], :timeouts::double precision[],
+                :payloads::bytea[], :traceparents::text[], :tracestates::text[], :done_channels::text[])
          WITH ORDINALITY AS b(id, priority, session_id, timeout_seconds, payload, traceparent, tracestate,
                               done_channel, arrival)
 ), inserted AS (
     INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, session_id, timeout_seconds, payload,
                                 traceparent, tracestate, done_channel)
-    SELECT id, $1, $2, 'queued', priority, session_id, timeout_seconds, payload, traceparent, tracestate,
-           done_channel
+    SELECT id, :tenant_id, :machine_type, 'queued', priority, session_id, timeout_seconds, payload, traceparent,
+           tracestate, done_channel
     FROM batch ORDER BY arrival
     RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority, j.session_id, j.worker_id,
               j.timeout_seconds, j.error, j.started_at, j.completed_at, false AS has_result
 )
 SELECT inserted.*,
        (SELECT count(*) FROM pool_machines
-        WHERE tenant_id = $1 AND machine_type = $2 AND state IN ('starting', 'warm', 'busy')) AS live,
+        WHERE tenant_id = :tenant_id AND machine_type = :machine_type AND state IN ('starting', 'warm', 'busy'))
+           AS live,
        (SELECT count(*) FROM pool_machines
-        WHERE tenant_id = $1 AND machine_type = $2 AND state = 'warm') AS idle,
+        WHERE tenant_id = :tenant_id AND machine_type = :machine_type AND state = 'warm') AS idle,
        (SELECT count(*) FROM (
-            SELECT 1 FROM pool_jobs WHERE state = 'queued' AND tenant_id = $1 AND machine_type = $2
-            LIMIT $11) AS ahead_of_it) AS queued
+            SELECT 1 FROM pool_jobs WHERE state = 'queued' AND tenant_id = :tenant_id AND machine_type = :machine_type
+            LIMIT :count_queued) AS ahead_of_it) AS queued
 FROM inserted;
 
 -- name: complete
@@ -100,57 +107,59 @@ FROM inserted;
 -- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
 -- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept and
 -- its image is current. A machine marked to give its slot to a tenant waiting at the fleet cap (`yield_to`,
--- thermostat.policy.pool.fair_share) is retired instead of taking the next job (`yielded_to` names that tenant). $13: the next job is sent at once, so this statement is its conditional send (running,
--- as mark_sent would make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
+-- thermostat.policy.pool.fair_share) is retired instead of taking the next job (`yielded_to` names that tenant).
+-- :send_next: the next job is sent at once, so this statement is its conditional send (running, as mark_sent would
+-- make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
 -- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
 -- Notified only where someone may wait in another process (this process wakes its own waiters): the channel of
 -- the sync wait another process's submit recorded, with the job's id, and for a completed job whose result is
--- at most $14 bytes the result too ("<id> completed <base64>"), so that wait answers without reading the job
--- back; and every process's `pool_jobs_done` with the id when a WaitJob watches the job.
--- $1 job, $2 machine, $3 state, $4 result, $5 error, $6 duration (monotonic), $7 me, $8 term, $9 retire,
--- $10 take next, $11 tenant, $12 type, $13 send next, $14 largest result a notification carries, $15 this
--- process's own channel. $6 is cast to its base type, as the submit's $7 is.
+-- at most :notified_result_bytes bytes the result too ("<id> completed <base64>"), so that wait answers without
+-- reading the job back; and every process's `pool_jobs_done` with the id when a WaitJob watches the job. :channel is
+-- this process's own. :duration_seconds (monotonic) is cast to its base type, as the submit's :timeout_seconds is.
 WITH job AS (
     UPDATE pool_jobs
-    SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE $3 END,
-        result = CASE WHEN state = 'cancelled' THEN NULL ELSE $4::bytea END,
-        error = CASE WHEN state = 'cancelled' THEN error ELSE $5 END,
+    SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE :state END,
+        result = CASE WHEN state = 'cancelled' THEN NULL ELSE :result::bytea END,
+        error = CASE WHEN state = 'cancelled' THEN error ELSE :error END,
         completed_at = COALESCE(completed_at, now()),
         payload = NULL, owner = NULL, owner_term = NULL
-    WHERE id = $1 AND worker_id = $2 AND owner = $7 AND owner_term = $8 AND state IN ('running', 'cancelled')
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
+      AND state IN ('running', 'cancelled')
     RETURNING id, tenant_id, machine_type, worker_id, state, started_at, completed_at, submitted_at, priority,
               session_id, timeout_seconds, error, result IS NOT NULL AS has_result, done_channel, watched,
               COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
-    SELECT id, tenant_id, machine_type, worker_id, state, $6::double precision, started_at, completed_at FROM job
+    SELECT id, tenant_id, machine_type, worker_id, state, :duration_seconds::double precision, started_at,
+           completed_at
+    FROM job
     ON CONFLICT (job_id) DO NOTHING
     RETURNING position
 ), yielding AS (  -- the statement's snapshot: a mark landing meanwhile retires the machine after its next job
-    SELECT yield_to FROM pool_machines WHERE id = $2 AND yield_to IS NOT NULL
+    SELECT yield_to FROM pool_machines WHERE id = :machine_id AND yield_to IS NOT NULL
 ), next AS (
     SELECT id FROM pool_jobs
-    WHERE state = 'queued' AND tenant_id = $11 AND machine_type = $12 AND $10 AND NOT $9
+    WHERE state = 'queued' AND tenant_id = :tenant_id AND machine_type = :machine_type AND :take_next AND NOT :retire
       AND EXISTS (SELECT 1 FROM job) AND NOT EXISTS (SELECT 1 FROM yielding)
     ORDER BY priority DESC, queue_seq
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), handed AS (
     UPDATE pool_jobs j
-    SET state = CASE WHEN $13 THEN 'running' ELSE 'dispatched' END,
-        started_at = CASE WHEN $13 THEN now() END,
-        worker_id = $2, owner = $7, owner_term = $8
+    SET state = CASE WHEN :send_next THEN 'running' ELSE 'dispatched' END,
+        started_at = CASE WHEN :send_next THEN now() END,
+        worker_id = :machine_id, owner = :owner, owner_term = :owner_term
     FROM next WHERE j.id = next.id
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at, j.state
 ), machine AS (
     UPDATE pool_machines m
-    SET state = CASE WHEN $9 OR EXISTS (SELECT 1 FROM yielding) THEN 'stopping'
+    SET state = CASE WHEN :retire OR EXISTS (SELECT 1 FROM yielding) THEN 'stopping'
                      WHEN EXISTS (SELECT 1 FROM handed) THEN 'busy' ELSE 'warm' END,
         job_id = (SELECT id FROM handed),
         session_id = COALESCE((SELECT session_id FROM handed), m.session_id),
         last_active_at = now()
-    WHERE m.id = $2 AND m.owner = $7 AND m.owner_term = $8 AND EXISTS (SELECT 1 FROM job)
+    WHERE m.id = :machine_id AND m.owner = :owner AND m.owner_term = :owner_term AND EXISTS (SELECT 1 FROM job)
     RETURNING m.state, m.provider_id
 )
 SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priority AS job_priority,
@@ -164,18 +173,18 @@ SELECT job.state AS job_state, job.submitted_at AS job_submitted_at, job.priorit
        handed.id, handed.payload, handed.timeout_seconds, handed.traceparent, handed.tracestate,
        handed.submitted_at, handed.state = 'running' AS sent,
        (SELECT pg_notify(done_channel, id::text || CASE
-            WHEN state = 'completed' AND COALESCE(octet_length($4::bytea), 0) <= $14
-            THEN ' completed ' || COALESCE(encode($4::bytea, 'base64'), '') ELSE '' END)
-        FROM job WHERE done_channel <> $15::text) AS notified,
+            WHEN state = 'completed' AND COALESCE(octet_length(:result::bytea), 0) <= :notified_result_bytes
+            THEN ' completed ' || COALESCE(encode(:result::bytea, 'base64'), '') ELSE '' END)
+        FROM job WHERE done_channel <> :channel::text) AS notified,
        (SELECT pg_notify('pool_jobs_done', id::text) FROM job WHERE watched) AS watchers_notified
 FROM (SELECT 1) AS one LEFT JOIN handed ON true LEFT JOIN job ON true;
 
 -- name: take_next
--- Hand the next queued job of its tenant and type to an idle warm machine on the current image ($4); the
+-- Hand the next queued job of its tenant and type to an idle warm machine on the current image (:image); the
 -- machine becomes this process's, as a submit's claim makes it.
 WITH machine AS (
     SELECT id, tenant_id, machine_type FROM pool_machines
-    WHERE id = $1 AND state = 'warm' AND image = $4 AND yield_to IS NULL
+    WHERE id = :machine_id AND state = 'warm' AND image = :image AND yield_to IS NULL
       AND released_at IS NULL  -- released by a deploy: adopted (probed) first
     FOR UPDATE SKIP LOCKED
 ), next AS (
@@ -186,14 +195,14 @@ WITH machine AS (
     FOR UPDATE OF j SKIP LOCKED
 ), handed AS (
     UPDATE pool_jobs j
-    SET state = 'dispatched', worker_id = $1, owner = $2, owner_term = $3
+    SET state = 'dispatched', worker_id = :machine_id, owner = :owner, owner_term = :owner_term
     FROM next WHERE j.id = next.id
     RETURNING j.id, j.payload, j.timeout_seconds, j.traceparent, j.tracestate, j.session_id, j.submitted_at
 ), busy AS (
     UPDATE pool_machines m
     SET state = 'busy', job_id = handed.id, session_id = COALESCE(handed.session_id, m.session_id),
-        last_active_at = now(), owner = $2, owner_term = $3
-    FROM handed WHERE m.id = $1
+        last_active_at = now(), owner = :owner, owner_term = :owner_term
+    FROM handed WHERE m.id = :machine_id
     RETURNING m.endpoint, m.token
 )
 SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
@@ -205,14 +214,14 @@ SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
 -- again in the same statement. Idempotent per owner: a job already running on this machine under this owner
 -- and term was marked by this caller's earlier attempt whose answer was lost (only the step driving the
 -- machine marks it, and it sends only after the answer), so it answers sent again, keeping its start.
--- $1 job, $2 machine, $3 me, $4 term.
 WITH sent AS (
     UPDATE pool_jobs SET state = 'running', started_at = CASE WHEN state = 'running' THEN started_at ELSE now() END
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state IN ('dispatched', 'running')
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
+      AND state IN ('dispatched', 'running')
     RETURNING id
 ), freed AS (
     UPDATE pool_machines SET state = 'warm', job_id = NULL, last_active_at = now()
-    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+    WHERE id = :machine_id AND job_id = :job_id AND owner = :owner AND owner_term = :owner_term AND state = 'busy'
       AND NOT EXISTS (SELECT 1 FROM sent)
     RETURNING id
 )
@@ -220,23 +229,24 @@ SELECT EXISTS (SELECT 1 FROM sent) AS sent, EXISTS (SELECT 1 FROM freed) AS free
 
 -- name: requeue_unsent
 -- This process may not send (its instance lease is not trusted for the call): the dispatched job goes back
--- to the queue in its old place, and the machine is idle. $5: the caller's own mark_sent landed (running)
--- but nothing was sent, so a running job is requeued too. $1 job, $2 machine, $3 me, $4 term.
+-- to the queue in its old place, and the machine is idle. :marked: the caller's own mark_sent landed (running)
+-- but nothing was sent, so a running job is requeued too.
 -- The machine is freed only with its job: when the job was requeued, or is no longer live on it under this
 -- owner and term (a cancel won, as in mark_sent). A job still live on it that this call may not requeue
 -- (running, unmarked: a reconcile that no longer knows the claim went unanswered) keeps its machine busy, so
 -- no other job is handed a machine that one is said to run on.
 WITH job AS (
     UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4
-      AND (state = 'dispatched' OR ($5 AND state = 'running'))
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
+      AND (state = 'dispatched' OR (:marked AND state = 'running'))
     RETURNING id
 ), live AS (
     SELECT id FROM pool_jobs
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state IN ('dispatched', 'running')
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
+      AND state IN ('dispatched', 'running')
 ), freed AS (
     UPDATE pool_machines SET state = 'warm', job_id = NULL
-    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+    WHERE id = :machine_id AND job_id = :job_id AND owner = :owner AND owner_term = :owner_term AND state = 'busy'
       AND (EXISTS (SELECT 1 FROM job) OR NOT EXISTS (SELECT 1 FROM live))
     RETURNING id
 )
@@ -244,7 +254,7 @@ SELECT EXISTS (SELECT 1 FROM job) AS requeued, EXISTS (SELECT 1 FROM freed) AS f
 
 -- name: refused_by
 -- The machines that refused a job before now and handed it back, with why (thermostat.policy.pool.hand_back).
-SELECT handed_back_from::text FROM pool_jobs WHERE id = $1;
+SELECT handed_back_from::text FROM pool_jobs WHERE id = :job_id;
 
 -- name: hand_back
 -- The running job's machine could not be reached before any byte was sent (thermostat.policy.pool.hand_back):
@@ -253,43 +263,44 @@ SELECT handed_back_from::text FROM pool_jobs WHERE id = $1;
 -- with no usage event (it ran for no time). A cancel that landed first (cancelled, still owned: it was running)
 -- or a reclaim wins: nothing changes here and the caller records the end as a completion would. Written again
 -- after a lost answer, it answers handed back once more: the job names this machine among its refusals and is
--- no longer on it. $1 job, $2 machine, $3 me, $4 term, $5 reason, $6 the machine's last error.
+-- no longer on it. :reason is the refusal's, :last_error the machine's.
 WITH job AS (
     UPDATE pool_jobs
     SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL,
         handed_back_from = COALESCE(handed_back_from, '[]'::jsonb)
-                           || jsonb_build_array(jsonb_build_object('machine', worker_id::text, 'reason', $5::text))
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'running'
+                           || jsonb_build_array(jsonb_build_object('machine', worker_id::text, 'reason', :reason::text))
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term AND state = 'running'
     RETURNING id
 ), earlier AS (
     SELECT 1 FROM pool_jobs
-    WHERE id = $1 AND worker_id IS DISTINCT FROM $2
-      AND handed_back_from @> jsonb_build_array(jsonb_build_object('machine', $2::uuid::text))
+    WHERE id = :job_id AND worker_id IS DISTINCT FROM :machine_id
+      AND handed_back_from @> jsonb_build_array(jsonb_build_object('machine', :machine_id::uuid::text))
 ), retired AS (
-    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = $6
-    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = :last_error
+    WHERE id = :machine_id AND job_id = :job_id AND owner = :owner AND owner_term = :owner_term AND state = 'busy'
       AND EXISTS (SELECT 1 FROM job)
     RETURNING provider_id
 )
 SELECT EXISTS (SELECT 1 FROM job) OR EXISTS (SELECT 1 FROM earlier) AS handed_back,
        COALESCE((SELECT provider_id FROM retired), (
            SELECT provider_id FROM pool_machines
-           WHERE id = $2 AND owner = $3 AND owner_term = $4 AND state = 'stopping' AND EXISTS (SELECT 1 FROM earlier)
+           WHERE id = :machine_id AND owner = :owner AND owner_term = :owner_term AND state = 'stopping'
+             AND EXISTS (SELECT 1 FROM earlier)
        )) AS provider_id;
 
 -- name: abandon_running
 -- A running job on a busy machine of this process that no task here drives (its sender ended on an unexpected
 -- error, or a reconcile no longer knows its claim went unanswered, so requeue_unsent kept it): nobody will report
 -- it, so it fails with the reason (no usage: it never reported, as a reclaimed job's) and its machine, whose state
--- is unknown, is retired. $1 job, $2 machine, $3 me, $4 term, $5 reason.
+-- is unknown, is retired.
 WITH failed AS (
     UPDATE pool_jobs
-    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = $5
-    WHERE id = $1 AND worker_id = $2 AND owner = $3 AND owner_term = $4 AND state = 'running'
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = :reason
+    WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term AND state = 'running'
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), retired AS (
-    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = $5
-    WHERE id = $2 AND job_id = $1 AND owner = $3 AND owner_term = $4 AND state = 'busy'
+    UPDATE pool_machines SET state = 'stopping', job_id = NULL, last_error = :reason
+    WHERE id = :machine_id AND job_id = :job_id AND owner = :owner AND owner_term = :owner_term AND state = 'busy'
       AND EXISTS (SELECT 1 FROM failed)
     RETURNING provider_id
 )
@@ -301,10 +312,10 @@ SELECT EXISTS (SELECT 1 FROM failed) AS failed, EXISTS (SELECT 1 FROM retired) A
 -- reaches a machine); a running one keeps it, so the process running it records its usage when the
 -- machine answers. Returns the state it was in.
 WITH old AS (
-    SELECT id, state FROM pool_jobs WHERE id = $1 AND tenant_id = $2 FOR UPDATE
+    SELECT id, state FROM pool_jobs WHERE id = :job_id AND tenant_id = :tenant_id FOR UPDATE
 )
 UPDATE pool_jobs j
-SET state = 'cancelled', completed_at = now(), build_id = $3, result = NULL, error = NULL,
+SET state = 'cancelled', completed_at = now(), build_id = :build_id, result = NULL, error = NULL,
     payload = CASE WHEN old.state = 'running' THEN j.payload ELSE NULL END,
     owner = CASE WHEN old.state = 'running' THEN j.owner END,
     owner_term = CASE WHEN old.state = 'running' THEN j.owner_term END
@@ -319,7 +330,7 @@ RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::tex
 -- watched (every later read of a WaitJob stream) is read without one.
 WITH marked AS (
     UPDATE pool_jobs SET watched = true
-    WHERE id = $1 AND tenant_id = $2 AND NOT watched
+    WHERE id = :job_id AND tenant_id = :tenant_id AND NOT watched
     RETURNING id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
               error, started_at, completed_at, result IS NOT NULL AS has_result,
               COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, true AS marked
@@ -329,20 +340,20 @@ UNION ALL
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
        error, started_at, completed_at, result IS NOT NULL AS has_result,
        COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, false AS marked
-FROM pool_jobs WHERE id = $1 AND tenant_id = $2 AND NOT EXISTS (SELECT 1 FROM marked);
+FROM pool_jobs WHERE id = :job_id AND tenant_id = :tenant_id AND NOT EXISTS (SELECT 1 FROM marked);
 
 -- name: get_job
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
        error, started_at, completed_at, result IS NOT NULL AS has_result,
        COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
-FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+FROM pool_jobs WHERE id = :job_id AND tenant_id = :tenant_id;
 
 -- name: get_job_result
 -- The job as callers see it and, once it has one, its result: what a sync wait answers, in one read.
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
        error, started_at, completed_at, result IS NOT NULL AS has_result,
        COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back, result
-FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+FROM pool_jobs WHERE id = :job_id AND tenant_id = :tenant_id;
 
 -- name: get_jobs
 -- Many jobs as callers see them (no result), by id: the sync waits' once-a-second re-reads, gathered into one read
@@ -350,20 +361,20 @@ FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
 SELECT id, tenant_id, machine_type, state, submitted_at, priority, session_id, worker_id, timeout_seconds,
        error, started_at, completed_at, result IS NOT NULL AS has_result,
        COALESCE(jsonb_array_length(handed_back_from), 0) AS handed_back
-FROM pool_jobs WHERE id = ANY($1::uuid[]);
+FROM pool_jobs WHERE id = ANY(:job_ids::uuid[]);
 
 -- name: get_result
-SELECT state, error, result FROM pool_jobs WHERE id = $1 AND tenant_id = $2;
+SELECT state, error, result FROM pool_jobs WHERE id = :job_id AND tenant_id = :tenant_id;
 
 -- name: jobs_by_id
-SELECT id, state FROM pool_jobs WHERE id = ANY($1::uuid[]);
+SELECT id, state FROM pool_jobs WHERE id = ANY(:job_ids::uuid[]);
 
 -- name: list_usage
 SELECT position, job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds, started_at,
        ended_at
-FROM pool_usage WHERE position > $2 AND ($1::text IS NULL OR tenant_id = $1)
+FROM pool_usage WHERE position > :after AND (:tenant_id::text IS NULL OR tenant_id = :tenant_id)
 ORDER BY position
-LIMIT $3;
+LIMIT :limit;
 
 -- name: live_job_counts
 -- /metrics: jobs not yet ended, by state; each branch reads a partial index (pool_jobs_queue, pool_jobs_owned),
@@ -374,5 +385,5 @@ SELECT state, count(*) AS jobs FROM pool_jobs WHERE state IN ('dispatched', 'run
 
 -- name: in_flight
 -- This process's jobs in flight (dispatched or running under its owner and term): a shutdown's drain waits for
--- none before it releases the machines. $1 me, $2 term.
-SELECT count(*) FROM pool_jobs WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running');
+-- none before it releases the machines.
+SELECT count(*) FROM pool_jobs WHERE owner = :owner AND owner_term = :owner_term AND state IN ('dispatched', 'running');

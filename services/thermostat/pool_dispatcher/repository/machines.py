@@ -46,22 +46,22 @@ class MachineRepository:
 
     async def machine_address(self, machine_id: str) -> tuple[str | None, str] | None:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["machine_address"], uuid.UUID(machine_id))
+            row = await c.fetchrow(*Q.bind("machine_address", machine_id=uuid.UUID(machine_id)))
         return None if row is None else (row["endpoint"], row["token"])
 
     async def lock_placement(self, c: Conn) -> None:
-        await c.execute(Q[PLACEMENT_LOCK])
+        await c.execute(*Q.bind(PLACEMENT_LOCK))
 
     async def demand(self, c: Conn) -> list[Demand]:
-        rows = await c.fetch(Q["demand"])
+        rows = await c.fetch(*Q.bind("demand"))
         return [Demand.from_row(r) for r in rows]
 
     async def fleet(self, c: Conn | None = None) -> list[FleetMachine]:
         if c is None:
             async with borrow(self.pool) as own:
-                rows = await own.fetch(Q["fleet"])
+                rows = await own.fetch(*Q.bind("fleet"))
         else:
-            rows = await c.fetch(Q["fleet"])
+            rows = await c.fetch(*Q.bind("fleet"))
         return [FleetMachine.from_row(r) for r in rows]
 
     async def insert_machine(
@@ -81,17 +81,18 @@ class MachineRepository:
         """Insert a starting machine; returns the id of the queued job assigned to it, if any, and its trace."""
         row = one(
             await c.fetchrow(
-                Q["insert_machine"],
-                uuid.UUID(machine_id),
-                tenant_id,
-                machine_type,
-                image,
-                backend,
-                token,
-                owner.instance,
-                owner.term,
-                assign_job,
-                cool_down_seconds,
+                *Q.bind(
+                    "insert_machine",
+                    machine_id=uuid.UUID(machine_id),
+                    tenant_id=tenant_id,
+                    machine_type=machine_type,
+                    image=image,
+                    backend=backend,
+                    token=token,
+                    assign_job=assign_job,
+                    cool_down_seconds=cool_down_seconds,
+                    **owner.params(),
+                )
             )
         )
         return text(row["job_id"]), trace_of(row)
@@ -100,14 +101,20 @@ class MachineRepository:
         self, machine_id: str, *, provider_id: str, endpoint: str, region: str | None, owner: Owner
     ) -> bool:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(
-                Q["record_started"], uuid.UUID(machine_id), provider_id, endpoint, region, owner.instance, owner.term
+            started = Q.bind(
+                "record_started",
+                machine_id=uuid.UUID(machine_id),
+                provider_id=provider_id,
+                endpoint=endpoint,
+                region=region,
+                **owner.params(),
             )
+            row = await c.fetchrow(*started)
         return row is not None
 
     async def machine_ready(self, machine_id: str, owner: Owner) -> tuple[str | None, Assignment | None]:
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["machine_ready"], uuid.UUID(machine_id), owner.instance, owner.term)
+            row = await c.fetchrow(*Q.bind("machine_ready", machine_id=uuid.UUID(machine_id), **owner.params()))
         if row is None:
             return None, None
         return row["machine_state"], (None if row["id"] is None else Assignment.from_row(row, machine_id))
@@ -116,13 +123,14 @@ class MachineRepository:
         """Forget the machine; its dispatched job's new state by id (queued carrying `reason`, or failed: its
         type is gone)."""
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["boot_failed"], uuid.UUID(machine_id), owner.instance, owner.term, reason)
+            failed = Q.bind("boot_failed", machine_id=uuid.UUID(machine_id), reason=reason, **owner.params())
+            rows = await c.fetch(*failed)
         return {str(r["id"]): r["state"] for r in rows}
 
     async def machine_hold(self, machine_id: str, owner: Owner) -> MachineHold | None:
         """The machine and its live job under this owner (None: the machine is no longer ours)."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["machine_hold"], uuid.UUID(machine_id), owner.instance, owner.term)
+            row = await c.fetchrow(*Q.bind("machine_hold", machine_id=uuid.UUID(machine_id), **owner.params()))
         if row is None:
             return None
         return MachineHold.from_row(row, machine_id)
@@ -130,7 +138,7 @@ class MachineRepository:
     async def known_machines(self) -> tuple[list[str], list[str]]:
         """(machine ids, provider ids) of every machine row, whichever process owns it."""
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["known_machines"])
+            rows = await c.fetch(*Q.bind("known_machines"))
         return [row["id"] for row in rows], [row["provider_id"] for row in rows if row["provider_id"] is not None]
 
     async def record_orphan_stop(
@@ -138,12 +146,20 @@ class MachineRepository:
     ) -> None:
         async with borrow(self.pool) as c:
             await c.execute(
-                Q["record_orphan_stop"], backend, provider_id, name, uuid.UUID(machine_id), stopped_by, machine_type
+                *Q.bind(
+                    "record_orphan_stop",
+                    backend=backend,
+                    provider_id=provider_id,
+                    name=name,
+                    machine_id=uuid.UUID(machine_id),
+                    stopped_by=stopped_by,
+                    machine_type=machine_type,
+                )
             )
 
     async def machine_backend(self, machine_id: str) -> str | None:
         async with borrow(self.pool) as c:
-            backend: str | None = await c.fetchval(Q["machine_backend"], uuid.UUID(machine_id))
+            backend: str | None = await c.fetchval(*Q.bind("machine_backend", machine_id=uuid.UUID(machine_id)))
         return backend
 
     async def retire(
@@ -151,7 +167,10 @@ class MachineRepository:
     ) -> tuple[bool, str | None]:
         """Set the machine stopping if it is in one of `states`; (retired, provider id)."""
         async with borrow(self.pool) as c:
-            row = await c.fetchrow(Q["retire"], uuid.UUID(machine_id), owner.instance, owner.term, reason, list(states))
+            retire = Q.bind(
+                "retire", machine_id=uuid.UUID(machine_id), reason=reason, states=list(states), **owner.params()
+            )
+            row = await c.fetchrow(*retire)
         return (False, None) if row is None else (True, row["provider_id"])
 
     async def yield_machine(
@@ -161,59 +180,65 @@ class MachineRepository:
         to `to_tenant` after its job, in the caller's placement transaction; (its state after, provider id), or
         (None, None) when it was neither."""
         row = await c.fetchrow(
-            Q["yield_machine"], uuid.UUID(machine_id), owner.instance, owner.term, to_tenant, mark_busy, reason
+            *Q.bind(
+                "yield_machine",
+                machine_id=uuid.UUID(machine_id),
+                to_tenant=to_tenant,
+                mark_busy=mark_busy,
+                reason=reason,
+                **owner.params(),
+            )
         )
         return (None, None) if row is None else (row["state"], row["provider_id"])
 
     async def record_turn(self, c: Conn, tenant_id: str) -> None:
         """The tenant was rotated out at the fleet cap: its wait for a slot begins now (pool_fair_turns)."""
-        await c.execute(Q["record_turn"], tenant_id)
+        await c.execute(*Q.bind("record_turn", tenant_id=tenant_id))
 
     async def unyield(self, c: Conn, machine_ids: Sequence[str] | None) -> list[str]:
         """Clear the marks of these machines (None: of every machine); the ids cleared."""
         ids = None if machine_ids is None else [uuid.UUID(m) for m in machine_ids]
-        rows = await c.fetch(Q["unyield"], ids)
+        rows = await c.fetch(*Q.bind("unyield", machine_ids=ids))
         return [str(r["id"]) for r in rows]
 
     async def stopping(self, owner: Owner) -> list[tuple[str, str | None]]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["stopping"], owner.instance, owner.term)
+            rows = await c.fetch(*Q.bind("stopping", **owner.params()))
         return [(str(r["id"]), r["provider_id"]) for r in rows]
 
     async def forget_machine(self, machine_id: str, owner: Owner) -> None:
         async with borrow(self.pool) as c:
-            await c.execute(Q["forget_machine"], uuid.UUID(machine_id), owner.instance, owner.term)
+            await c.execute(*Q.bind("forget_machine", machine_id=uuid.UUID(machine_id), **owner.params()))
 
     async def record_misses(self, misses: dict[str, int], owner: Owner) -> None:
         if not misses:
             return
         async with borrow(self.pool) as c:
-            await c.executemany(
-                Q["record_misses"], [(uuid.UUID(m), n, owner.instance, owner.term) for m, n in misses.items()]
-            )
+            rows = [{"machine_id": uuid.UUID(m), "health_misses": n, **owner.params()} for m, n in misses.items()]
+            await c.executemany(*Q.bind_many("record_misses", rows))
 
     async def own_machines(self, owner: Owner) -> list[OwnMachine]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["own_machines"], owner.instance, owner.term)
+            rows = await c.fetch(*Q.bind("own_machines", **owner.params()))
         return [OwnMachine.from_row(r) for r in rows]
 
     async def starting_machines(self, owner: Owner) -> list[StartingMachine]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["starting_machines"], owner.instance, owner.term)
+            rows = await c.fetch(*Q.bind("starting_machines", **owner.params()))
         return [StartingMachine.from_row(r) for r in rows]
 
     async def list_workers(self, tenant_id: str | None) -> list[WorkerView]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["list_workers"], tenant_id)
+            rows = await c.fetch(*Q.bind("list_workers", tenant_id=tenant_id))
         return [WorkerView.from_row(r) for r in rows]
 
     async def machine_counts(self) -> dict[str, int]:
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["machine_counts"])
+            rows = await c.fetch(*Q.bind("machine_counts"))
         return {r["state"]: r["machines"] for r in rows}
 
     async def machine_counts_by_backend(self) -> dict[tuple[str, str], int]:
         """Machines by (state, backend)."""
         async with borrow(self.pool) as c:
-            rows = await c.fetch(Q["machine_counts_by_backend"])
+            rows = await c.fetch(*Q.bind("machine_counts_by_backend"))
         return {(r["state"], r["backend"]): r["machines"] for r in rows}

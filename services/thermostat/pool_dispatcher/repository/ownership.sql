@@ -10,7 +10,7 @@ SELECT DISTINCT owner, owner_term FROM (
     UNION
     SELECT owner, owner_term FROM pool_machines WHERE released_at IS NULL
 ) AS owned
-WHERE owner <> $1 AND NOT EXISTS (
+WHERE owner <> :owner AND NOT EXISTS (
     SELECT 1 FROM leases l
     WHERE l.name = 'pool-instance:' || owned.owner AND l.holder = owned.owner AND l.term = owned.owner_term
       AND l.expires_at > now()
@@ -23,39 +23,43 @@ WHERE owner <> $1 AND NOT EXISTS (
 WITH lapsed AS (
     SELECT 1 WHERE NOT EXISTS (
         SELECT 1 FROM leases l
-        WHERE l.name = 'pool-instance:' || $1 AND l.holder = $1 AND l.term = $2 AND l.expires_at > now())
+        WHERE l.name = 'pool-instance:' || :lapsed_owner AND l.holder = :lapsed_owner AND l.term = :lapsed_term
+          AND l.expires_at > now())
 ), failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
-        error = 'dispatcher instance ' || $1 || ' stopped answering (its lease lapsed) while the job was in flight'
-    WHERE owner = $1 AND owner_term = $2 AND state IN ('dispatched', 'running') AND EXISTS (SELECT 1 FROM lapsed)
+        error = 'dispatcher instance ' || :lapsed_owner
+                || ' stopped answering (its lease lapsed) while the job was in flight'
+    WHERE owner = :lapsed_owner AND owner_term = :lapsed_term AND state IN ('dispatched', 'running')
+      AND EXISTS (SELECT 1 FROM lapsed)
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
-    SET state = 'stopping', owner = $3, owner_term = $4, job_id = NULL,
-        last_error = 'reclaimed from dispatcher instance ' || $1
-    WHERE owner = $1 AND owner_term = $2 AND released_at IS NULL AND EXISTS (SELECT 1 FROM lapsed)
+    SET state = 'stopping', owner = :owner, owner_term = :owner_term, job_id = NULL,
+        last_error = 'reclaimed from dispatcher instance ' || :lapsed_owner
+    WHERE owner = :lapsed_owner AND owner_term = :lapsed_term AND released_at IS NULL
+      AND EXISTS (SELECT 1 FROM lapsed)
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
 
 -- name: recover_own
 -- On start under an instance id that owned rows: fail its in-flight jobs (they were lost with the old
--- process) and set its machines stopping unless warm (the caller probes the warm ones). $3: rows of any
+-- process) and set its machines stopping unless warm (the caller probes the warm ones). :any_term: rows of any
 -- earlier term of the id (on start); false on shutdown, so an old incarnation that resumes and shuts down
 -- touches only its own term's rows, never the newer incarnation's. Released machines are left to adoption
 -- (adopt_released), the same path under this id as under any other.
 WITH failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
-        error = 'dispatcher instance ' || $1 || ' stopped or restarted while the job was in flight'
-    WHERE owner = $1 AND ($3 OR owner_term = $2) AND state IN ('dispatched', 'running')
+        error = 'dispatcher instance ' || :owner || ' stopped or restarted while the job was in flight'
+    WHERE owner = :owner AND (:any_term OR owner_term = :owner_term) AND state IN ('dispatched', 'running')
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
-    SET owner_term = $2, job_id = NULL,
+    SET owner_term = :owner_term, job_id = NULL,
         state = CASE WHEN state = 'warm' THEN 'warm' ELSE 'stopping' END
-    WHERE owner = $1 AND ($3 OR owner_term = $2) AND released_at IS NULL
+    WHERE owner = :owner AND (:any_term OR owner_term = :owner_term) AND released_at IS NULL
     RETURNING id
 )
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
@@ -64,20 +68,20 @@ SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS
 -- A deploy's shutdown (SIGTERM), after its drain: this process lets go of what it owns without stopping its
 -- fleet. Its jobs never sent (dispatched) go back to the queue in their old place (nothing ran: another process
 -- runs them once), and a busy machine holding one is warm again; its jobs still running past the grace fail with
--- $3 (the worker may still run it and nobody would take its answer: never run twice); the machines of those jobs
--- and its starting machines are set stopping (the caller stops them); its warm machines are released with their
--- idle clock (idle_since), for any live or next process to adopt after a probe. One notification on
--- pool_machines_released tells the live processes to adopt at once. $1 me, $2 term, $3 the running jobs' error.
+-- :running_error (the worker may still run it and nobody would take its answer: never run twice); the machines of
+-- those jobs and its starting machines are set stopping (the caller stops them); its warm machines are released with
+-- their idle clock (idle_since), for any live or next process to adopt after a probe. One notification on
+-- pool_machines_released tells the live processes to adopt at once.
 WITH unsent AS (
-    SELECT id FROM pool_jobs WHERE owner = $1 AND owner_term = $2 AND state = 'dispatched' FOR UPDATE
+    SELECT id FROM pool_jobs WHERE owner = :owner AND owner_term = :owner_term AND state = 'dispatched' FOR UPDATE
 ), requeued AS (
     UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL
     WHERE id IN (SELECT id FROM unsent)
     RETURNING id
 ), failed AS (
     UPDATE pool_jobs
-    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = $3
-    WHERE owner = $1 AND owner_term = $2 AND state = 'running'
+    SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = :running_error
+    WHERE owner = :owner AND owner_term = :owner_term AND state = 'running'
     RETURNING id, pg_notify('pool_jobs_done', id::text) IS NULL AS notified
 ), machines AS (
     UPDATE pool_machines
@@ -87,14 +91,14 @@ WITH unsent AS (
                       END,
         job_id = NULL,
         last_error = CASE WHEN state = 'warm' OR (state = 'busy' AND job_id IN (SELECT id FROM unsent))
-                          THEN last_error ELSE 'dispatcher ' || $1 || ' shut down mid-boot or mid-job' END
-    WHERE owner = $1 AND owner_term = $2 AND state IN ('starting', 'warm', 'busy')
+                          THEN last_error ELSE 'dispatcher ' || :owner || ' shut down mid-boot or mid-job' END
+    WHERE owner = :owner AND owner_term = :owner_term AND state IN ('starting', 'warm', 'busy')
     RETURNING id, state
 )
 SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM failed) AS failed,
        (SELECT count(*) FROM machines WHERE state = 'stopping') AS stopping,
        (SELECT count(*) FROM machines WHERE state = 'warm') AS released,
-       (SELECT pg_notify('pool_machines_released', $1) FROM machines WHERE state = 'warm' LIMIT 1) IS NULL
+       (SELECT pg_notify('pool_machines_released', :owner) FROM machines WHERE state = 'warm' LIMIT 1) IS NULL
            AS notified;
 
 -- name: released_machines
@@ -102,15 +106,15 @@ SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM failed
 SELECT id, tenant_id, machine_type, image, state, session_id, health_misses, cool_down_seconds, job_id,
        provider_id, endpoint, region, backend, yield_to,
        GREATEST(0, extract(epoch FROM now() - idle_since))::double precision AS idle_seconds
-FROM pool_machines WHERE released_at IS NOT NULL ORDER BY released_at, id LIMIT $1;
+FROM pool_machines WHERE released_at IS NOT NULL ORDER BY released_at, id LIMIT :limit;
 
 -- name: adopt_released
--- Take a released machine under this process's owner and term: warm with its idle clock ($3: it answered its
+-- Take a released machine under this process's owner and term: warm with its idle clock (:healthy: it answered its
 -- probe) or stopping (it did not: the caller stops it, never reuses it). Whoever adopts first has it; another
--- adopter's statement finds no released row and answers nothing. $1 machine, $2 me, $3 healthy, $4 term.
+-- adopter's statement finds no released row and answers nothing.
 UPDATE pool_machines
-SET owner = $2, owner_term = $4, released_at = NULL, health_misses = 0,
-    state = CASE WHEN $3 THEN state ELSE 'stopping' END,
-    last_error = CASE WHEN $3 THEN last_error ELSE 'no health answer when adopted after a deploy' END
-WHERE id = $1 AND released_at IS NOT NULL AND state = 'warm'
+SET owner = :owner, owner_term = :owner_term, released_at = NULL, health_misses = 0,
+    state = CASE WHEN :healthy THEN state ELSE 'stopping' END,
+    last_error = CASE WHEN :healthy THEN last_error ELSE 'no health answer when adopted after a deploy' END
+WHERE id = :machine_id AND released_at IS NOT NULL AND state = 'warm'
 RETURNING id, state, provider_id, GREATEST(0, extract(epoch FROM now() - idle_since))::double precision AS idle_seconds;

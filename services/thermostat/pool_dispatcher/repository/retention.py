@@ -74,8 +74,8 @@ class RetentionRepository:
         feed = FEED_OF.get(table)
         async with borrow(self.pool) as c:
             # the acknowledgement first: one that moves on meanwhile only keeps rows a little longer
-            acknowledged = None if feed is None else await c.fetchval(Q["feed_ack"], feed)
-            rows = await c.fetch(Q[query], limit)
+            acknowledged = None if feed is None else await c.fetchval(*Q.bind("feed_ack", feed=feed))
+            rows = await c.fetch(*Q.bind(query, limit=limit))
         return Candidates(
             keys=tuple(r[key] for r in rows),
             rows=tuple(Candidate(ended_at=r[ended], position=None if position is None else r[position]) for r in rows),
@@ -87,5 +87,12 @@ class RetentionRepository:
         if not keys:
             return 0
         async with borrow(self.pool) as c:
-            row = one(await c.fetchrow(Q[_DELETES[table]], list(keys), fence.name, fence.holder, fence.term))
+            prune = Q.bind(
+                _DELETES[table],
+                keys=list(keys),
+                lease_name=fence.name,
+                lease_holder=fence.holder,
+                lease_term=fence.term,
+            )
+            row = one(await c.fetchrow(*prune))
         return int(row["deleted"])

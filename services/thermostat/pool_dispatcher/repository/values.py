@@ -71,6 +71,10 @@ class Owner:
     instance: str
     term: int
 
+    def params(self) -> dict[str, object]:
+        """The `:owner` and `:owner_term` every statement that writes an owned row matches."""
+        return {"owner": self.instance, "owner_term": self.term}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobView:
