@@ -37,8 +37,10 @@ from tests.fixtures.postgres import embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from thermostat.pool_dispatcher.repository import (  # noqa: E402
     JOBS_DONE,
+    CompletionWrite,
     Owner,
     PoolRepository,
+    SubmitWrite,
     job_done_channel,
     parse_job_done,
 )
@@ -96,34 +98,38 @@ async def one_way(dsn: str, jobs: int, done_channel: str | None) -> tuple[float,
         async def job() -> None:
             job_id = str(uuid.uuid4())
             await repo.jobs.submit(
-                job_id=job_id,
-                tenant_id="t",
-                machine_type="small",
-                image="img",
-                priority=0,
-                session_id=None,
-                timeout_seconds=60,
-                payload=b'{"job": 1}',
-                owner=ME,
-                trace={},
-                send_now=True,
-                done_channel=done_channel,
+                SubmitWrite(
+                    job_id=job_id,
+                    tenant_id="t",
+                    machine_type="small",
+                    image="img",
+                    priority=0,
+                    session_id=None,
+                    timeout_seconds=60,
+                    payload=b'{"job": 1}',
+                    owner=ME,
+                    trace={},
+                    send_now=True,
+                    done_channel=done_channel,
+                )
             )
             await repo.jobs.complete(
-                job_id=job_id,
-                machine_id=str(machine),
-                state="completed",
-                result=b'{"job": 1}',
-                error=None,
-                duration_seconds=0.001,
-                owner=ME,
-                retire=False,
-                take_next=True,
-                send_next=True,
-                tenant_id="t",
-                machine_type="small",
-                notified_result_bytes=2048,
-                channel=job_done_channel(ME.instance),
+                CompletionWrite(
+                    job_id=job_id,
+                    machine_id=str(machine),
+                    state="completed",
+                    result=b'{"job": 1}',
+                    error=None,
+                    duration_seconds=0.001,
+                    owner=ME,
+                    retire=False,
+                    take_next=True,
+                    send_next=True,
+                    tenant_id="t",
+                    machine_type="small",
+                    notified_result_bytes=2048,
+                    channel=job_done_channel(ME.instance),
+                )
             )
 
         for _ in range(200):

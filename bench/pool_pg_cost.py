@@ -34,7 +34,13 @@ import psutil  # noqa: E402
 
 from tests.fixtures.postgres import database_dsn, embedded_data_dir  # noqa: E402
 from thermostat.dev.embedded_postgres import EmbeddedPostgres  # noqa: E402
-from thermostat.pool_dispatcher.repository import Owner, PoolRepository, QueuedSubmit  # noqa: E402
+from thermostat.pool_dispatcher.repository import (  # noqa: E402
+    CompletionWrite,
+    Owner,
+    PoolRepository,
+    QueuedSubmit,
+    SubmitWrite,
+)
 from thermostat.store.db import create_pool  # noqa: E402
 from thermostat.store.migrations import discover_migrations, migrate  # noqa: E402
 
@@ -89,18 +95,20 @@ class SteadyState:
         self.submitted += 1
         n = self.submitted
         done = await self.repo.jobs.submit(
-            job_id=str(uuid.uuid4()),
-            tenant_id="bench",
-            machine_type="echo",
-            image="img",
-            priority=0,
-            session_id=None,
-            timeout_seconds=60.0,
-            payload=f'{{"job": {n}}}'.encode(),
-            owner=ME,
-            trace={},
-            send_now=True,
-            done_channel="bench-b" if n % 2 else "bench-a",
+            SubmitWrite(
+                job_id=str(uuid.uuid4()),
+                tenant_id="bench",
+                machine_type="echo",
+                image="img",
+                priority=0,
+                session_id=None,
+                timeout_seconds=60.0,
+                payload=f'{{"job": {n}}}'.encode(),
+                owner=ME,
+                trace={},
+                send_now=True,
+                done_channel="bench-b" if n % 2 else "bench-a",
+            )
         )
         if done.assignment is not None:
             self.running[done.assignment.machine_id] = done.assignment.job_id
@@ -133,20 +141,22 @@ class SteadyState:
         machine = await self.free.get()
         try:
             completion = await self.repo.jobs.complete(
-                job_id=self.running.pop(machine),
-                machine_id=machine,
-                state="completed",
-                result=b'{"job": 0}',
-                error=None,
-                duration_seconds=0.001,
-                owner=ME,
-                retire=False,
-                take_next=True,
-                send_next=True,
-                tenant_id="bench",
-                machine_type="echo",
-                notified_result_bytes=4096,
-                channel="bench-a",
+                CompletionWrite(
+                    job_id=self.running.pop(machine),
+                    machine_id=machine,
+                    state="completed",
+                    result=b'{"job": 0}',
+                    error=None,
+                    duration_seconds=0.001,
+                    owner=ME,
+                    retire=False,
+                    take_next=True,
+                    send_next=True,
+                    tenant_id="bench",
+                    machine_type="echo",
+                    notified_result_bytes=4096,
+                    channel="bench-a",
+                )
             )
             if completion.next_job is not None:
                 self.running[machine] = completion.next_job.job_id

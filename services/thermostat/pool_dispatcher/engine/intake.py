@@ -28,7 +28,7 @@ from thermostat.policy.pool.submit_batch import (
 )
 from thermostat.policy.pool.submit_options import SubmitOptions
 
-from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit
+from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit, SubmitWrite
 from ..repository.ids import new_job_id
 from .catalogue import CatalogueCache
 from .drivers import Drivers
@@ -121,7 +121,7 @@ class Intake:
             # a warm machine's claim is the job's send when the lease is trusted for the call now, as before mark_sent
             send_now = self.ownership.trusted_for_call()
             try:
-                submitted = await self.repo.jobs.submit(
+                write = SubmitWrite(
                     job_id=job_id,
                     tenant_id=tenant_id,
                     machine_type=machine_type.name,
@@ -136,6 +136,7 @@ class Intake:
                     done_channel=self.channel if waiting else None,
                     count_queued=queued_to_count(max_workers=machine_type.max_workers, limits=self.limits),
                 )
+                submitted = await self.repo.jobs.submit(write)
             except BaseException:
                 self.drivers.unanswered(job_id)
                 raise

@@ -35,7 +35,7 @@ from thermostat.policy.pool.machines import MachineState
 from thermostat.providers.pool.worker_client import WorkerClient
 
 from ..metrics import PoolMetrics
-from ..repository import Assignment, Finished, PoolRepository
+from ..repository import Assignment, CompletionWrite, Finished, PoolRepository
 from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished, MachineFreed
@@ -260,20 +260,22 @@ class Runner:
                     f"job {assignment.job_id}: completion",
                     functools.partial(
                         self.repo.jobs.complete,
-                        job_id=assignment.job_id,
-                        machine_id=assignment.machine_id,
-                        state=str(outcome.state),
-                        result=outcome.result,
-                        error=outcome.error,
-                        duration_seconds=duration,
-                        owner=self.ownership.owner,
-                        retire=outcome.retire_machine,
-                        take_next=keep_feeding,
-                        send_next=send_next,
-                        tenant_id=tenant_id,
-                        machine_type=machine_type,
-                        notified_result_bytes=NOTIFIED_RESULT_BYTES,
-                        channel=self.channel,
+                        CompletionWrite(
+                            job_id=assignment.job_id,
+                            machine_id=assignment.machine_id,
+                            state=str(outcome.state),
+                            result=outcome.result,
+                            error=outcome.error,
+                            duration_seconds=duration,
+                            owner=self.ownership.owner,
+                            retire=outcome.retire_machine,
+                            take_next=keep_feeding,
+                            send_next=send_next,
+                            tenant_id=tenant_id,
+                            machine_type=machine_type,
+                            notified_result_bytes=NOTIFIED_RESULT_BYTES,
+                            channel=self.channel,
+                        ),
                     ),
                 )
                 if completion.job is not None:

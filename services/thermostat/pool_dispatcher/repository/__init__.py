@@ -7,7 +7,8 @@ frozen values (values.py, built by `from_row`):
   health misses, the fleet's reads;
 - catalogue.py (catalogue.sql): the versioned catalogue row;
 - ownership.py (ownership.sql): lapsed instances, reclaim, a restart taking its rows back;
-- notify.py: the job-done channels and the LISTEN connection.
+- notify.py: the job-done channels and the LISTEN connection;
+- writes.py: the request values of `submit` and `complete`, whose fields are their statements' parameters.
 
 `PoolRepository` holds one of each over the process's connection pool (`repo.jobs`, `repo.machines`,
 `repo.catalogue`, `repo.ownership`); nothing else touches the pool, except the placement transaction the engine
@@ -49,6 +50,7 @@ from .values import (
     WorkerView,
     usage_event_id,
 )
+from .writes import CompletionWrite, SubmitWrite
 
 __all__ = [
     "CATALOGUE",
@@ -58,6 +60,7 @@ __all__ = [
     "CancelResult",
     "CatalogueRepository",
     "Completion",
+    "CompletionWrite",
     "Conn",
     "Demand",
     "Finished",
@@ -76,6 +79,7 @@ __all__ = [
     "Released",
     "StartingMachine",
     "StoredResult",
+    "SubmitWrite",
     "Submitted",
     "Subscription",
     "UsageView",

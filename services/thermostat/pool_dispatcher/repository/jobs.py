@@ -36,6 +36,7 @@ from .values import (
     UsageView,
     one,
 )
+from .writes import CompletionWrite, SubmitWrite
 
 Q = load_sql(Path(__file__).with_name("jobs.sql"))
 
@@ -46,57 +47,20 @@ class JobRepository:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def submit(
-        self,
-        *,
-        job_id: str,
-        tenant_id: str,
-        machine_type: str,
-        image: str,
-        priority: int,
-        session_id: str | None,
-        timeout_seconds: float,
-        payload: bytes,
-        owner: Owner,
-        trace: dict[str, str],
-        send_now: bool,
-        done_channel: str | None = None,
-        count_queued: int = 0,
-    ) -> Submitted:
+    async def submit(self, write: SubmitWrite) -> Submitted:
         """Insert the job and claim a warm machine for it; with `send_now` a claimed job is running (this
-        statement is its conditional send), else dispatched (sent after mark_sent). `done_channel`: where a
-        completion in another process tells this process's sync wait (None: nothing waits)."""
+        statement is its conditional send), else dispatched (sent after mark_sent)."""
         async with borrow(self.pool) as c:
-            row = one(
-                await c.fetchrow(
-                    *Q.bind(
-                        "submit",
-                        job_id=uuid.UUID(job_id),
-                        tenant_id=tenant_id,
-                        machine_type=machine_type,
-                        image=image,
-                        priority=priority,
-                        session_id=session_id,
-                        timeout_seconds=timeout_seconds,
-                        payload=payload,
-                        traceparent=trace.get("traceparent"),
-                        tracestate=trace.get("tracestate"),
-                        send_now=send_now,
-                        done_channel=done_channel,
-                        count_queued=count_queued,
-                        **owner.params(),
-                    )
-                )
-            )
+            row = one(await c.fetchrow(*Q.bind("submit", **write.params())))
         job = JobView.from_row(row)
         assignment = None
         if job.state in ("dispatched", "running") and job.worker_id is not None:
             assignment = Assignment(
                 job_id=job.id,
                 machine_id=job.worker_id,
-                payload=payload,
-                timeout_seconds=timeout_seconds,
-                trace=dict(trace),
+                payload=write.payload,
+                timeout_seconds=write.timeout_seconds,
+                trace=dict(write.trace),
                 submitted_at=job.submitted_at,
                 endpoint=row["endpoint"],
                 token=row["token"],
@@ -155,51 +119,14 @@ class JobRepository:
             queued_jobs=first["queued"] or 0,
         )
 
-    async def complete(
-        self,
-        *,
-        job_id: str,
-        machine_id: str,
-        state: str,
-        result: bytes | None,
-        error: str | None,
-        duration_seconds: float,
-        owner: Owner,
-        retire: bool,
-        take_next: bool,
-        send_next: bool,
-        tenant_id: str,
-        machine_type: str,
-        notified_result_bytes: int,
-        channel: str,
-    ) -> Completion:
+    async def complete(self, write: CompletionWrite) -> Completion:
         """The terminal state, the usage event and the machine's next job in one statement; with `send_next` the
-        next job is handed over running (this statement is its conditional send), else dispatched. `channel`:
-        this process's own (its sync waits are woken here, not notified)."""
+        next job is handed over running (this statement is its conditional send), else dispatched."""
         async with borrow(self.pool) as c:
-            row = one(
-                await c.fetchrow(
-                    *Q.bind(
-                        "complete",
-                        job_id=uuid.UUID(job_id),
-                        machine_id=uuid.UUID(machine_id),
-                        state=state,
-                        result=result,
-                        error=error,
-                        duration_seconds=duration_seconds,
-                        retire=retire,
-                        take_next=take_next,
-                        tenant_id=tenant_id,
-                        machine_type=machine_type,
-                        send_next=send_next,
-                        notified_result_bytes=notified_result_bytes,
-                        channel=channel,
-                        **owner.params(),
-                    )
-                )
-            )
+            row = one(await c.fetchrow(*Q.bind("complete", **write.params())))
+        w = write
         return Completion.from_row(
-            row, job_id=job_id, machine_id=machine_id, tenant_id=tenant_id, machine_type=machine_type
+            row, job_id=w.job_id, machine_id=w.machine_id, tenant_id=w.tenant_id, machine_type=w.machine_type
         )
 
     async def take_next(self, machine_id: str, image: str, owner: Owner) -> Assignment | None:
