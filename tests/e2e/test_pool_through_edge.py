@@ -806,7 +806,7 @@ async def test_an_unexpected_error_is_a_500_whose_detail_says_only_that_the_pool
     async def fails(*args: object) -> None:
         raise RuntimeError("the store said no: postgres://pool:hunter2@db")
 
-    monkeypatch.setattr(pool.dispatcher.repo, "get_job", fails)
+    monkeypatch.setattr(pool.dispatcher.repo.jobs, "get_job", fails)
     answer = await edge.get(f"/v1/jobs/{uuid.uuid4()}", headers=tenant_headers(fresh_tenant()))
     assert problem(answer, 500) == "internal error (logged by pool-dispatcher)"
     assert "hunter2" not in answer.text and "RuntimeError" not in answer.text

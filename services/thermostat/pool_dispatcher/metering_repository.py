@@ -1,5 +1,5 @@
 """The pool's door to Postgres for what concerns metering (style 13: SQL in metering_queries.sql): the event
-tables its feeds read, and the budget refusals it records. Kept apart from repository.py, the dispatcher's."""
+tables its feeds read, and the budget refusals it records. Kept apart from repository/, the dispatcher's."""
 
 from __future__ import annotations
 

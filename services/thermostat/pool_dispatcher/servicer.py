@@ -155,7 +155,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await abort(context, finished.code, typed_detail(finished.detail), finished.http)
         job = finished.job
         if JobState(job.state) in TERMINAL_STATES and job.completed_at is None:
-            job = await self.d.repo.get_job(job.id, tenant) or job  # another replica's notice names only the state
+            job = await self.d.repo.jobs.get_job(job.id, tenant) or job  # another replica's notice names only the state
         if JobState(job.state) is not JobState.COMPLETED:
             return pool_pb2.RunJobResponse(job=job_message(job))
         result = await self.sync_jobs.result(job, finished.result)
@@ -244,7 +244,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _own_job(self, raw_id: str, context: grpc.aio.ServicerContext) -> JobView:
         tenant = _tenant()
         job_id = await self._job_id(context, raw_id)
-        job = await self.d.repo.get_job(job_id, tenant)
+        job = await self.d.repo.jobs.get_job(job_id, tenant)
         if job is None:  # another tenant's job is not found; the detail reads only the id, so it confirms nothing
             await self._missing(context, job_id)
         return job
@@ -373,12 +373,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def ListWorkers(
         self, request: pool_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListWorkersResponse:
-        return workers_message(await self.d.repo.list_workers(scope(caller(), request.tenant_id)))
+        return workers_message(await self.d.repo.machines.list_workers(scope(caller(), request.tenant_id)))
 
     async def ListWorkersJson(
         self, request: pool_pb2.ListWorkersJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        workers = await self.d.repo.list_workers(scope(caller(), request.tenant_id))
+        workers = await self.d.repo.machines.list_workers(scope(caller(), request.tenant_id))
         return json_body([worker_json(w) for w in workers])
 
     async def ListUsageJson(
@@ -399,16 +399,16 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                 context, grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative", 422
             )
         size = min(request.page_size or DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE)
-        return await self.d.repo.list_usage(tenant, request.after_position, size)
+        return await self.d.repo.jobs.list_usage(tenant, request.after_position, size)
 
     async def GetPoolHealth(
         self, request: pool_pb2.GetPoolHealthRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.PoolHealth:
-        counts = await self.d.repo.machine_counts()
+        counts = await self.d.repo.machines.machine_counts()
         return pool_pb2.PoolHealth(machine_types=list(self.d.catalogue.names), machines=counts)
 
     async def GetPoolHealthJson(
         self, request: pool_pb2.GetPoolHealthJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        counts = await self.d.repo.machine_counts()
+        counts = await self.d.repo.machines.machine_counts()
         return json_body(health_json(self.d.catalogue.names, counts))

@@ -39,12 +39,11 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     pool_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     pool_health_poll_seconds: float = Field(default=0.5, gt=0, le=60)
     pool_instance_id: str | None = Field(default=None, min_length=1, max_length=100)
-    # a deploy's SIGTERM: how long in-flight jobs may still run before the process releases its machines
-    # (docs/pool-deploys.md; Kubernetes' terminationGracePeriodSeconds must cover it)
     # the local backend's machines outlive this process (a deploy's release keeps them; providers/pool/local.py)
     pool_local_machines_outlive_process: bool = False
+    # a deploy's SIGTERM: how long in-flight jobs may still run before the process releases its machines
+    # (docs/pool-deploys.md; Kubernetes' terminationGracePeriodSeconds must cover it)
     pool_shutdown_grace_seconds: float = Field(default=SHUTDOWN_GRACE_DEFAULT, gt=0, le=3600)
-    # how long a missing usage position may still be filled by a transaction in flight (policy/pool/usage_feed.py)
     # set: every submit and hint asks metering for the tenant's budget first, and is refused when it cannot answer
     metering_addr: str | None = None
     metering_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
@@ -54,6 +53,7 @@ class PoolDispatcherSettings(ServiceSettings, PoolBackendSettings):
     # also ends them (recorded in pool_orphan_stops with trigger `orphan`)
     orphan_sweep: OrphanSweep = OrphanSweep.REPORT
     orphan_sweep_seconds: float = Field(default=300.0, gt=0, le=86400)
+    # how long a missing usage position may still be filled by a transaction in flight (policy/pool/usage_feed.py)
     pool_usage_settle_seconds: float = Field(default=10.0, gt=0, le=600)
     # retention (docs/pool-retention.md): a finished job and its result are kept this long, usage events and dead
     # machines' events this long and until metering's ledger took them; pruned in batches of at most

@@ -96,7 +96,7 @@ class SyncJobs:
     async def result(self, job: JobView, result: bytes | None) -> bytes:
         """A completed job's result bytes: as the wait brought them, else read."""
         if result is None:
-            stored = await self.d.repo.get_result(job.id, job.tenant_id)
+            stored = await self.d.repo.jobs.get_result(job.id, job.tenant_id)
             result = stored.result if stored is not None else None
         return result if result is not None else b""
 

@@ -6,15 +6,17 @@ frozen values (values.py, built by `from_row`):
 - machines.py (machines.sql): placement's lock and counts, a machine's insert, boot, ready, retire and stop,
   health misses, the fleet's reads;
 - catalogue.py (catalogue.sql): the versioned catalogue row;
-- ownership.py (ownership.sql): lapsed instances, reclaim, a restart taking its rows back;
+- ownership.py (ownership.sql): lapsed instances, reclaim, a restart taking its rows back, a deploy's release of
+  its warm machines and their adoption;
+- retention.py (retention.sql): the pruner's candidates and fenced deletes (built on its own in __main__.py);
 - notify.py: the job-done channels and the LISTEN connection;
 - writes.py: the request values of `submit` and `complete`, whose fields are their statements' parameters.
 
-`PoolRepository` holds one of each over the process's connection pool (`repo.jobs`, `repo.machines`,
-`repo.catalogue`, `repo.ownership`); nothing else touches the pool, except the placement transaction the engine
-opens on it (engine/placement.py). Every statement that writes an owned row takes the process's `Owner` (instance
-id and lease term) and matches both, so a process that stalled past its lease cannot write over rows another
-process took over.
+`PoolRepository` holds the first four over the process's connection pool (`repo.jobs`, `repo.machines`,
+`repo.catalogue`, `repo.ownership`); besides them only retention, the metering feeds (metering_repository.py) and
+the placement transaction the engine opens on it (engine/placement.py) touch the pool. Every statement that writes
+an owned row takes the process's `Owner` (instance id and lease term) and matches both, so a process that stalled
+past its lease cannot write over rows another process took over.
 """
 
 from __future__ import annotations
@@ -91,8 +93,7 @@ __all__ = [
 
 
 class PoolRepository:
-    """The pool's rows in Postgres, by aggregate. The reads the servicer makes are also here under their old names
-    (the servicer is thinned separately): each is its aggregate's method."""
+    """The pool's rows in Postgres, by aggregate: each read and write is its aggregate's method."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -100,12 +101,6 @@ class PoolRepository:
         self.machines = MachineRepository(pool)
         self.catalogue = CatalogueRepository(pool)
         self.ownership = OwnershipRepository(pool)
-        # the servicer's reads
-        self.get_job = self.jobs.get_job
-        self.get_result = self.jobs.get_result
-        self.list_usage = self.jobs.list_usage
-        self.list_workers = self.machines.list_workers
-        self.machine_counts = self.machines.machine_counts
 
     async def listen(self, handlers: Mapping[str, Callable[[str], None]]) -> Subscription:
         """LISTEN to each channel, calling its handler with the notification's payload."""
