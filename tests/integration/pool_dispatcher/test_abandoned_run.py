@@ -16,6 +16,8 @@ from thermostat.store.db import Store
 async def test_a_running_job_whose_sender_died_fails_without_usage_and_its_machine_is_retired(
     pool_store: Store,
 ) -> None:
+    """Nobody will report a running job whose sender ended on an unexpected error: it fails with the reason, without
+    usage (as a reclaimed job), and its machine, in a state nobody knows, is retired (jobs.sql `abandon_running`)."""
     sender_died = asyncio.Event()
 
     async def dies_before_completing(_job_id: str) -> None:

@@ -158,6 +158,8 @@ async def test_an_unhealthy_released_machine_is_stopped_by_the_adopter_not_reuse
 
 
 async def test_warm_machines_survive_a_restart_under_the_same_instance_id(database_url: str) -> None:
+    """Released at the SIGTERM and adopted by the next process under the same id, by the path any other id takes
+    (ownership.sql `release_own`, `adopt_released`): the warm machines stay warm and run its next job, no boot."""
     async with process(database_url, "alpha") as (alpha, store):
         await alpha.run(b"0", machine_type="sleepy")
         await alpha.run(b"0", machine_type="sleepy", session_id="s2")
@@ -179,6 +181,8 @@ async def test_warm_machines_survive_a_restart_under_the_same_instance_id(databa
 async def test_a_job_still_running_when_the_grace_runs_out_fails_with_a_clear_error_and_is_not_rerun(
     database_url: str,
 ) -> None:
+    """The worker may still run it and nobody would take its answer: the release fails it rather than queue it again
+    (never run twice), while unsent jobs go back to the queue in their old place (ownership.sql `release_own`)."""
     async with process(database_url, "alpha", POOL_SHUTDOWN_GRACE_SECONDS="0.5") as (alpha, store):
         job = await alpha.submit(b"30", machine_type="sleepy")
         await running(alpha, job.id)

@@ -168,7 +168,9 @@ async def test_a_job_a_warm_machine_takes_at_submit_is_running_from_the_answer_a
     pool_store: Store, tmp_path: Path
 ) -> None:
     """The submit's claim is the job's conditional send: the answer already says running (started), there is no
-    dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never sees it."""
+    dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never sees it. As
+    safe as mark_sent's check: the job's id is new with the statement, so no cancel can name it before the answer,
+    and a lapsing lease is caught by the trust check made before the statement (jobs.sql `submit`)."""
     journal = tmp_path / "journal"
     sends: list[str] = []
 
@@ -231,7 +233,8 @@ async def test_a_completion_hands_its_machine_the_next_job_running_and_sends_it_
 ) -> None:
     """The completion is the queued job's conditional send: the job is running from that statement on, with
     no dispatched step for a cancel to land in, and the before_send seam (which precedes mark_sent) never
-    sees it."""
+    sees it. Its claim is fenced by owner and term as mark_sent's is, and the payload goes out right after the
+    answer (jobs.sql `complete`)."""
     journal = tmp_path / "journal"
     held, sends = HeldStep(), []
 

@@ -60,6 +60,8 @@ async def test_a_running_job_the_caller_marked_is_requeued_and_its_machine_is_id
 
 
 async def test_a_running_job_the_call_may_not_requeue_keeps_its_machine_busy(db_pool: asyncpg.Pool) -> None:
+    """Running and unmarked (a reconcile that no longer knows its claim went unanswered): the job stays, and its machine
+    stays busy, so no other job is handed a machine that one is said to run on."""
     job_id, machine_id = await busy_machine_with_job(db_pool, job_state="running")
     assert await PoolRepository(db_pool).jobs.requeue_unsent(job_id, machine_id, ME, marked=False) is False
     assert await states(db_pool, job_id, machine_id) == ("running", "busy", job_id)

@@ -111,6 +111,8 @@ def cut_before_or_after(test: Callable[..., Awaitable[None]]) -> Callable[..., A
 async def test_a_send_whose_mark_is_cut_off_runs_the_job_exactly_once(
     database_url: str, tmp_path: Path, lose_answer: bool
 ) -> None:
+    """mark_sent written again after its answer was lost answers sent again: only the step driving the machine marks
+    it and it sends only after the answer, so a job running there under this owner and term is its own mark."""
     async with pool_through_outage(database_url, tmp_path, lose_answer=lose_answer, hook="before_send") as (
         pool,
         outage,

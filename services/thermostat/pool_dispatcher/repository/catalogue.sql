@@ -7,10 +7,8 @@ SELECT version, types::text AS types FROM pool_catalogue WHERE id = 1;
 SELECT version FROM pool_catalogue WHERE id = 1;
 
 -- name: replace_catalogue
--- Store the whole catalogue (version + 1), fail the queued jobs of removed types with the reason, and tell
--- every process. A job already handed to a machine (dispatched, a booting one included) is that machine's
--- to finish: the seed's "its machines finish what they are running, then retire once idle". :types is json
--- text, :names the type names it keeps.
+-- Store the whole catalogue (version + 1), fail the queued jobs of removed types, and tell every process; a job handed
+-- to a machine is its to finish (the seed: "finish what they are running, then retire once idle"). :types is json.
 WITH stored AS (
     INSERT INTO pool_catalogue (id, version, types, updated_at) VALUES (1, 1, :types::jsonb, now())
     ON CONFLICT (id) DO UPDATE SET version = pool_catalogue.version + 1, types = EXCLUDED.types, updated_at = now()

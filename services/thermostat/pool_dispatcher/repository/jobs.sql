@@ -4,23 +4,9 @@
 -- both.
 
 -- name: submit
--- Insert the job and, in the same statement, hand it to the best warm machine of the tenant, type and
--- current image (session affinity first, then most recently active, then the id: the one rule for which warm
--- machine takes a job, tests/integration/pool_dispatcher/test_warm_choice.py; `IS TRUE`: a machine with no
--- session compares NULL, which DESC would sort before the affine one) unless a queued job of that tenant and
--- type with at least this priority is ahead of it. Claimed, the job is this process's on that machine and
--- goes out right after the answer. :send_now (the lease was trusted for the call before the statement): this
--- statement is the job's conditional send, `running` from here with no mark_sent. About as safe (the window
--- between statement and send is one answer long, as between mark_sent and its send or a hand-off): the id is new
--- with this statement, so no cancel can name the job before it answers, and a lapsing lease is caught by the trust
--- check before the statement, as for a completion's hand-off. Without :send_now it is `dispatched`, and
--- mark_sent's own check decides (it requeues). Not claimed: queued, and `live` / `idle` (the tenant's machines of
--- the type: starting, warm or busy / warm) say whether placement could act on it
--- (thermostat.policy.pool.placement). :done_channel: the channel of this process's sync wait for the job (NULL: no
--- sync wait), which a completion in another process notifies. :timeout_seconds is cast to its base type: left to
--- take the column's domain (migration 0016), it would be received through the domain's own check on every call,
--- besides the check the write makes. `queued`: the tenant's queued jobs of the type ahead of a job that queued,
--- counted up to :count_queued (thermostat.policy.pool.submit_batch: whether the next submit may wait for a batch).
+-- Insert the job and claim for it the best warm machine of its tenant, type and image (test_warm_choice.py) unless a
+-- queued job is ahead of it (test_queue_order_sql.py); with :send_now the claim is its conditional send (test_fences).
+-- Not claimed, it answers what placement weighs: the key's `live` and `idle` machines, `queued` up to :count_queued.
 WITH ahead AS (
     SELECT 1 FROM pool_jobs
     WHERE state = 'queued' AND tenant_id = :tenant_id AND machine_type = :machine_type AND priority >= :priority
@@ -31,6 +17,7 @@ WITH ahead AS (
       AND yield_to IS NULL
       AND released_at IS NULL  -- released by a deploy: adopted (probed) first
       AND NOT EXISTS (SELECT 1 FROM ahead)
+    -- IS TRUE: a machine with no session compares NULL, which DESC would sort before the affine one
     ORDER BY (:session_id::text IS NOT NULL AND session_id = :session_id) IS TRUE DESC, last_active_at DESC NULLS LAST,
              id
     LIMIT 1
@@ -46,6 +33,7 @@ INSERT INTO pool_jobs AS j (id, tenant_id, machine_type, state, priority, sessio
                             started_at, worker_id, owner, owner_term, traceparent, tracestate, done_channel)
 SELECT :job_id, :tenant_id, :machine_type,
        CASE WHEN taken.id IS NULL THEN 'queued' WHEN :send_now THEN 'running' ELSE 'dispatched' END,
+       -- the base type: sent as the column's domain (migration 0016), each call would pay the domain's check twice
        :priority, :session_id, :timeout_seconds::double precision, :payload,
        CASE WHEN taken.id IS NOT NULL AND :send_now THEN now() END, taken.id,
        CASE WHEN taken.id IS NULL THEN NULL ELSE :owner END,
@@ -69,12 +57,8 @@ RETURNING j.id, j.tenant_id, j.machine_type, j.state, j.submitted_at, j.priority
                   LIMIT :count_queued) AS ahead_of_it) END AS queued;
 
 -- name: submit_queued
--- Group commit (thermostat.policy.pool.submit_batch): queue several jobs of one tenant and type at once, one
--- row per element of the arrays, taking queue places in array order (the order the submits arrived in
--- this process). No claim: a batch is written only for a key whose last submit here queued with placement
--- unable to act; `live` / `idle` / `queued` (up to :count_queued) are counted as the submit's are, so the service
--- pokes placement when a machine went idle meanwhile (a completion that committed before this statement, which it
--- sees as warm).
+-- Group commit (thermostat.policy.pool.submit_batch): the arrays' jobs queued in array order, never claimed, with
+-- `live` / `idle` / `queued` counted as a submit's are, so a machine gone idle meanwhile has placement poked.
 WITH batch AS (
     SELECT b.id, b.priority, b.session_id, b.timeout_seconds, b.payload, b.traceparent, b.tracestate,
            b.done_channel, b.arrival
@@ -103,19 +87,9 @@ SELECT inserted.*,
 FROM inserted;
 
 -- name: complete
--- Finish a job this process ran: its terminal state (a cancel that landed first stands, and drops the
--- result), the usage event in the same statement, and the machine back to warm, to stopping when retired,
--- or straight on to the next queued job of its tenant and type (priority desc, then FIFO) when it is kept and
--- its image is current. A machine marked to give its slot to a tenant waiting at the fleet cap (`yield_to`,
--- thermostat.policy.pool.fair_share) is retired instead of taking the next job (`yielded_to` names that tenant).
--- :send_next: the next job is sent at once, so this statement is its conditional send (running, as mark_sent would
--- make it: the claim is fenced by owner and term like mark_sent, and the payload goes out
--- right after the answer); false: dispatched, sent after mark_sent (the lease was not trusted for the call).
--- Notified only where someone may wait in another process (this process wakes its own waiters): the channel of
--- the sync wait another process's submit recorded, with the job's id, and for a completed job whose result is
--- at most :notified_result_bytes bytes the result too ("<id> completed <base64>"), so that wait answers without
--- reading the job back; and every process's `pool_jobs_done` with the id when a WaitJob watches the job. :channel is
--- this process's own. :duration_seconds (monotonic) is cast to its base type, as the submit's :timeout_seconds is.
+-- Finish a job this process ran (a cancel that landed first stands), its usage, and its machine: warm, stopping
+-- (retired, or marked to yield its slot: `yielded_to`), or handed the next queued job, sent at once with :send_next.
+-- Notifies the job's sync wait unless it is this process's (:channel), with a result up to :notified_result_bytes.
 WITH job AS (
     UPDATE pool_jobs
     SET state = CASE WHEN state = 'cancelled' THEN 'cancelled' ELSE :state END,
@@ -131,8 +105,8 @@ WITH job AS (
 ), usage AS (
     INSERT INTO pool_usage (job_id, tenant_id, machine_type, worker_id, terminal_state, duration_seconds,
                             started_at, ended_at)
-    SELECT id, tenant_id, machine_type, worker_id, state, :duration_seconds::double precision, started_at,
-           completed_at
+    SELECT id, tenant_id, machine_type, worker_id, state,
+           :duration_seconds::double precision, started_at, completed_at  -- the base type, as in submit
     FROM job
     ON CONFLICT (job_id) DO NOTHING
     RETURNING position
@@ -208,12 +182,8 @@ WITH machine AS (
 SELECT handed.*, busy.endpoint, busy.token FROM handed, busy;
 
 -- name: mark_sent
--- Right before the payload goes to the machine: the job is running only if it is still dispatched to this
--- machine under this process's owner and term. A cancel (or a reclaim, or a newer incarnation of this
--- instance) that landed since the claim wins: nothing is sent, nothing metered, and the machine is idle
--- again in the same statement. Idempotent per owner: a job already running on this machine under this owner
--- and term was marked by this caller's earlier attempt whose answer was lost (only the step driving the
--- machine marks it, and it sends only after the answer), so it answers sent again, keeping its start.
+-- Right before the send: running only if still dispatched to this machine under this owner and term, else (a cancel,
+-- a reclaim, a newer incarnation won) the machine is idle again; answers sent again to its own retry (a lost answer).
 WITH sent AS (
     UPDATE pool_jobs SET state = 'running', started_at = CASE WHEN state = 'running' THEN started_at ELSE now() END
     WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
@@ -228,13 +198,8 @@ WITH sent AS (
 SELECT EXISTS (SELECT 1 FROM sent) AS sent, EXISTS (SELECT 1 FROM freed) AS freed;
 
 -- name: requeue_unsent
--- This process may not send (its instance lease is not trusted for the call): the dispatched job goes back
--- to the queue in its old place, and the machine is idle. :marked: the caller's own mark_sent landed (running)
--- but nothing was sent, so a running job is requeued too.
--- The machine is freed only with its job: when the job was requeued, or is no longer live on it under this
--- owner and term (a cancel won, as in mark_sent). A job still live on it that this call may not requeue
--- (running, unmarked: a reconcile that no longer knows the claim went unanswered) keeps its machine busy, so
--- no other job is handed a machine that one is said to run on.
+-- The lease is not trusted for the send: the dispatched job (running too when :marked, by the caller's own mark_sent)
+-- queues again in its place; its machine is freed with it, or once the job is no longer live on it.
 WITH job AS (
     UPDATE pool_jobs SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL
     WHERE id = :job_id AND worker_id = :machine_id AND owner = :owner AND owner_term = :owner_term
@@ -257,13 +222,8 @@ SELECT EXISTS (SELECT 1 FROM job) AS requeued, EXISTS (SELECT 1 FROM freed) AS f
 SELECT handed_back_from::text FROM pool_jobs WHERE id = :job_id;
 
 -- name: hand_back
--- The running job's machine could not be reached before any byte was sent (thermostat.policy.pool.hand_back):
--- the machine is retired at once (stopping, as a failed probe streak retires one) and the job goes back to the
--- queue in its old place (its priority and queue_seq are untouched), this refusal appended to handed_back_from,
--- with no usage event (it ran for no time). A cancel that landed first (cancelled, still owned: it was running)
--- or a reclaim wins: nothing changes here and the caller records the end as a completion would. Written again
--- after a lost answer, it answers handed back once more: the job names this machine among its refusals and is
--- no longer on it. :reason is the refusal's, :last_error the machine's.
+-- The running job's machine could not be reached before a byte went out (thermostat.policy.pool.hand_back): the machine
+-- retires, the job queues again in its place with the refusal appended, no usage; a cancel or a reclaim first wins.
 WITH job AS (
     UPDATE pool_jobs
     SET state = 'queued', worker_id = NULL, owner = NULL, owner_term = NULL, started_at = NULL,
@@ -289,10 +249,8 @@ SELECT EXISTS (SELECT 1 FROM job) OR EXISTS (SELECT 1 FROM earlier) AS handed_ba
        )) AS provider_id;
 
 -- name: abandon_running
--- A running job on a busy machine of this process that no task here drives (its sender ended on an unexpected
--- error, or a reconcile no longer knows its claim went unanswered, so requeue_unsent kept it): nobody will report
--- it, so it fails with the reason (no usage: it never reported, as a reclaimed job's) and its machine, whose state
--- is unknown, is retired.
+-- A running job on a busy machine of this process that no task drives: it fails with :reason (no usage, as a reclaimed
+-- job's) and its machine, in a state nobody knows, is retired.
 WITH failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL, error = :reason
@@ -324,10 +282,8 @@ WHERE j.id = old.id AND old.state IN ('queued', 'dispatched', 'running')
 RETURNING old.state AS prior, j.worker_id, pg_notify('pool_jobs_done', j.id::text) IS NULL AS notified;
 
 -- name: watch_job
--- A WaitJob begins: the job is marked watched, so a completion from here on notifies every process, and read
--- as it stands after any completion that landed first (the update waits for a completion in flight). Only the
--- first mark writes: the row lock it takes makes a claim's SKIP LOCKED pass the job over, so a job already
--- watched (every later read of a WaitJob stream) is read without one.
+-- A WaitJob begins: the job is marked watched (a completion from now on notifies every process) and read; only the
+-- first mark writes, as its row lock makes a claim's SKIP LOCKED pass the job over.
 WITH marked AS (
     UPDATE pool_jobs SET watched = true
     WHERE id = :job_id AND tenant_id = :tenant_id AND NOT watched

@@ -92,10 +92,8 @@ SELECT machine.state AS machine_state, job.*
 FROM machine LEFT JOIN job ON true;
 
 -- name: boot_failed
--- A machine that did not start or boot goes; its dispatched job waits in the queue again, carrying why the
--- boot failed (:reason, the provider's message) as its error until it runs, unless its type was removed from the
--- stored catalogue meanwhile (then it fails with the reason, as queued jobs of a removed type do, rather than
--- wait for a machine nothing will place).
+-- A machine that did not start or boot goes; its dispatched job queues again carrying :reason (the provider's
+-- message), or fails if its type left the stored catalogue meanwhile, as queued jobs of a removed type do.
 WITH machine AS (
     DELETE FROM pool_machines WHERE id = :machine_id AND owner = :owner AND owner_term = :owner_term
     RETURNING id
@@ -123,13 +121,9 @@ WHERE id = :machine_id AND owner = :owner AND owner_term = :owner_term AND state
 RETURNING provider_id;
 
 -- name: yield_machine
--- Give a machine's slot up, under placement's lock, by whichever process planned it (thermostat.policy.pool.
--- fair_share; placement's stale-image retirement for room under the tenant cap): a warm machine is retired at once
--- and becomes this process's to stop, as reclaim takes a lapsed process's machines (its former owner's writes to it
--- are fenced off by owner and term, and it has no job to lose); a busy one, if :mark_busy, is only marked to give its
--- slot to tenant :to_tenant (NULL: room under the tenant cap) after its current job (its owner's completion retires
--- it). The state is read again at the row, so a machine that went busy → warm meanwhile is retired and one that went
--- warm → busy is marked (or, without :mark_busy, left alone). :reason becomes its last error.
+-- Give a machine's slot up, under placement's lock, for whichever process planned it (policy/pool/fair_share, or room
+-- under the tenant cap): a warm one is retired and becomes this process's to stop, as reclaim takes one; a busy one is
+-- only marked (:mark_busy) to yield to :to_tenant after its job. The state is read at the row, so a race lands either.
 UPDATE pool_machines
 SET state = CASE WHEN state = 'warm' THEN 'stopping' ELSE state END,
     owner = CASE WHEN state = 'warm' THEN :owner ELSE owner END,

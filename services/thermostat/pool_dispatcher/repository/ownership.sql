@@ -44,11 +44,8 @@ WITH lapsed AS (
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
 
 -- name: recover_own
--- On start under an instance id that owned rows: fail its in-flight jobs (they were lost with the old
--- process) and set its machines stopping unless warm (the caller probes the warm ones). :any_term: rows of any
--- earlier term of the id (on start); false on shutdown, so an old incarnation that resumes and shuts down
--- touches only its own term's rows, never the newer incarnation's. Released machines are left to adoption
--- (adopt_released), the same path under this id as under any other.
+-- On start under an instance id that owned rows: its in-flight jobs fail (lost with the old process), its machines stop
+-- unless warm (probed next); on shutdown (:any_term false) only this term's rows. Released machines wait for adoption.
 WITH failed AS (
     UPDATE pool_jobs
     SET state = 'failed', completed_at = now(), payload = NULL, owner = NULL, owner_term = NULL,
@@ -65,13 +62,8 @@ WITH failed AS (
 SELECT (SELECT count(*) FROM failed) AS jobs, (SELECT count(*) FROM machines) AS machines;
 
 -- name: release_own
--- A deploy's shutdown (SIGTERM), after its drain: this process lets go of what it owns without stopping its
--- fleet. Its jobs never sent (dispatched) go back to the queue in their old place (nothing ran: another process
--- runs them once), and a busy machine holding one is warm again; its jobs still running past the grace fail with
--- :running_error (the worker may still run it and nobody would take its answer: never run twice); the machines of
--- those jobs and its starting machines are set stopping (the caller stops them); its warm machines are released with
--- their idle clock (idle_since), for any live or next process to adopt after a probe. One notification on
--- pool_machines_released tells the live processes to adopt at once.
+-- A deploy's shutdown, after its drain: unsent jobs queue again in place (their machines warm), running ones fail with
+-- :running_error (never run twice), starting and mid-job machines stop, warm ones are released for adoption.
 WITH unsent AS (
     SELECT id FROM pool_jobs WHERE owner = :owner AND owner_term = :owner_term AND state = 'dispatched' FOR UPDATE
 ), requeued AS (
