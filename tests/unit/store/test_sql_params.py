@@ -1,8 +1,13 @@
 """Named SQL parameters: `:name` in a block becomes `$n` once at load, and a call binds by keyword."""
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from thermostat.store.sql import SqlBlocks
+
+ROOT = Path(__file__).resolve().parents[3]
 
 BLOCKS = SqlBlocks.parse(
     "-- name: take\n"
@@ -80,3 +85,30 @@ def test_parameters_that_cannot_be_bound_by_name_are_refused_at_load(text, error
     """A `$n` left in a file, or a name no keyword can carry, fails when the file is parsed."""
     with pytest.raises(ValueError, match=error):
         SqlBlocks.parse(text, source="bad.sql")
+
+
+def _indexed_blocks(path: Path) -> list[str]:
+    """Where a module indexes a name it loaded with load_sql (`Q["x"]`: the text, its values then go by position)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    loaded = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "load_sql"
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in loaded
+    ]
+
+
+def test_runtime_code_binds_every_block_by_keyword():
+    """No module of libs/ or services/ reads a block's text to call it: every call goes through `bind` by name."""
+    modules = [p for top in ("libs", "services") for p in (ROOT / top / "thermostat").rglob("*.py")]
+    assert any("load_sql(" in p.read_text(encoding="utf-8") for p in modules), "the scan reads the wrong folders"
+    assert [hit for p in modules for hit in _indexed_blocks(p)] == []
