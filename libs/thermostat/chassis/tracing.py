@@ -1,27 +1,26 @@
 """Optional OpenTelemetry traces: one trace per request across the edge, every service, the calls between them
 and the provider calls, carried as W3C `traceparent` / `tracestate` in gRPC metadata and HTTP headers.
 
-OpenTelemetry is an optional extra (requirements-tracing.txt). Unless its API is importable and a tracer
-provider is set up when a server, channel or HTTP client is built (`enabled()`), every hook here is absent
-rather than idle: `server_interceptors()` and `client_interceptors()` are empty, `hop_spans()` is None,
-`http_transport()` hands back the transport it was given and the span helpers record nothing, so a request
-pays nothing and the caller's context passes through unchanged (request_context), as
-tests/integration/chassis/test_tracing_absent.py checks in a service process.
-
-The provider: `configure_from_environment` sets up the SDK from the standard OTEL_* variables when the SDK and
-the OTLP exporter are installed; a process may set up its own before its services start (tests install one
-with an in-memory exporter).
-
-What is recorded:
-- a SERVER span per RPC (named `package.Service/Method`, gRPC status as `rpc.grpc.status_code`) under the
-  caller's context from the metadata; health checks and reflection are not traced (Envoy probes every second);
-- a CLIENT span per call on a channel from `request_context.insecure_channel`, whose context the callee
-  receives; a CLIENT span per HTTP request through `http_transport` (httpx: RunPod, Fly, Docker, the vLLM
-  scrape) and `hop_spans` (the pool's own HTTP/1.1 client to its workers), which send `traceparent` on;
-- spans a service opens itself (`span`, `start_span`): the monitor's tick, the pool's queue / boot / execute.
-Outgoing calls and HTTP requests made outside a recorded trace (a ledger's poll, a machine's health probe, a
-request sampled out) open no span: only a request or a service's own root span starts a trace, so background
-chatter does not flood it, and an unrecorded request's traceparent passes through as without OpenTelemetry.
+The tracing extra (requirements-tracing.txt) is OpenTelemetry's API, SDK and exporter and its own
+instrumentation for the gRPC aio server and client and for httpx, which record a SERVER span per RPC under the
+caller's context, a CLIENT span per call on a channel from `request_context.insecure_channel` and per request
+through `http_transport` (RunPod, Fly, Docker), each sending its own context on. What this module adds is
+Thermostat's:
+- the off switch. Unless the extra is importable and a tracer provider is set up when a server, channel or HTTP
+  client is built (`enabled()`), every hook is absent rather than idle (no interceptor, the transport as given,
+  `hop_spans()` None, span helpers that record nothing), so a request pays nothing and the caller's context
+  passes through unchanged (request_context; tests/integration/chassis/test_tracing_absent.py);
+- only a recorded trace opens spans below it: a call or request made outside one (a ledger's poll, a machine's
+  health probe, a request sampled out) opens none, so background chatter does not flood the trace; health
+  checks and reflection are never traced (Envoy probes every second);
+- spans read as the RPC and HTTP conventions say: `package.Service/Method` (the instrumentation keeps the
+  path's slash), a SERVER span's `rpc.grpc.status_code` and status the RPC's end (an exception UNKNOWN, a
+  cancellation CANCELLED, the description the servicer's own words), a cancelled call cancelled on the wire,
+  the stable HTTP attributes (`url.full` without its query string, `http.response.status_code`);
+- the worker hop's span (`hop_spans`, whichever HTTP client makes the hop), the spans a service opens itself
+  (`span`, `start_span`: the monitor's tick, the pool's queue / boot / execute) and the exporter from the
+  standard OTEL_* variables (`configure_from_environment`; a process may set up its own provider before its
+  services start, as the tests do with an in-memory exporter).
 """
 
 from __future__ import annotations
@@ -33,18 +32,23 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import httpx
-from grpc import aio
-
-from thermostat.chassis.method_handlers import rewrapped
 
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate
     from opentelemetry import trace as otel
+    from opentelemetry.instrumentation._semconv import _StabilityMode
+    from opentelemetry.instrumentation.grpc._aio_client import (
+        UnaryStreamAioClientInterceptor,
+        UnaryUnaryAioClientInterceptor,
+    )
+    from opentelemetry.instrumentation.grpc._aio_server import OpenTelemetryAioServerInterceptor
+    from opentelemetry.instrumentation.grpc.version import __version__ as _GRPC_INSTRUMENTATION_VERSION
+    from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
 except ImportError:  # the optional extra is not installed: tracing is off
     otel = None  # type: ignore[assignment]
 
@@ -64,13 +68,14 @@ _SERVER_ERRORS = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 Span = Any
 """An OpenTelemetry span, or None when tracing is off."""
 
 
 def enabled() -> bool:
-    """Whether spans can be recorded: the OpenTelemetry API is importable and a tracer provider was set up (by
+    """Whether spans can be recorded: the extra is importable and a tracer provider was set up (by
     `configure_from_environment`, or by the process before its services start: an SDK of its own, a test's).
     The API alone records nothing, so without a provider the hooks are left out too and a request pays nothing;
     the caller's context then passes through unchanged (request_context)."""
@@ -83,180 +88,24 @@ def _tracer() -> Any:
     return otel.get_tracer(TRACER_NAME)
 
 
-def _in_a_trace() -> bool:
+def _in_a_trace(*_: object) -> bool:
     """Whether a recording span is current. A non-recording one (the API's no-op provider, a trace sampled out)
     opens nothing below it: the caller's context then passes through as without OpenTelemetry."""
     return bool(otel.get_current_span().is_recording())
-
-
-def _carrier(metadata: Any) -> dict[str, str]:
-    return {k.lower(): v for k, v in (metadata or ()) if isinstance(v, str)}
-
-
-def _rpc_attributes(method: str) -> dict[str, str]:
-    service, _, name = method.lstrip("/").partition("/")
-    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
 
 def _fail(span: Span, description: str) -> None:
     span.set_status(otel.Status(otel.StatusCode.ERROR, description))
 
 
-# --------------------------------------------------------------------------------------------- gRPC server
-
-
-def server_interceptors() -> list[aio.ServerInterceptor]:
+def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
     """The interceptors a service's server needs for tracing: none unless `enabled()` when it is built."""
     return [_ServerSpans()] if enabled() else []
-
-
-class _ServerSpans(aio.ServerInterceptor):  # type: ignore[misc]
-    """Opens a SERVER span around each RPC's handler, under the caller's context from the metadata."""
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(details)
-        method: str = details.method
-        if handler is None or method.lstrip("/").startswith(UNTRACED_SERVICES):
-            return handler
-        parent = propagate.extract(_carrier(details.invocation_metadata))
-        return _traced_handler(handler, method, parent)
-
-
-def _traced_handler(handler: grpc.RpcMethodHandler, method: str, parent: Any) -> grpc.RpcMethodHandler:
-    name = method.lstrip("/")
-    attributes = _rpc_attributes(method)
-
-    @contextlib.contextmanager
-    def spanned(context: aio.ServicerContext[Any, Any]) -> Iterator[None]:
-        with _tracer().start_as_current_span(
-            name,
-            context=parent,
-            kind=otel.SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            # the status the servicer set on the context (an abort raises, having set it), else what the
-            # handler's ending means: an exception is UNKNOWN to the caller, a cancellation CANCELLED
-            ended = grpc.StatusCode.OK
-            try:
-                yield
-            except asyncio.CancelledError:
-                ended = grpc.StatusCode.CANCELLED
-                raise
-            except Exception:
-                ended = grpc.StatusCode.UNKNOWN
-                raise
-            finally:
-                code = context.code() or ended
-                if isinstance(code, int):
-                    code = _CODES.get(code, grpc.StatusCode.UNKNOWN)
-                span.set_attribute("rpc.grpc.status_code", code.value[0])
-                if code in _SERVER_ERRORS:
-                    _fail(span, str(context.details() or code.name))
-
-    def unary(behaviour: Any) -> Any:
-        async def traced(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            with spanned(context):
-                return await behaviour(request, context)
-
-        return traced
-
-    def streaming(behaviour: Any) -> Any:
-        if not inspect.isasyncgenfunction(behaviour):
-            return unary(behaviour)  # a handler writing with context.write() returns like a unary one
-
-        async def traced(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
-            with spanned(context):
-                async for response in behaviour(request, context):
-                    yield response
-
-        return traced
-
-    return rewrapped(handler, unary=unary, streaming=streaming)
-
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-# --------------------------------------------------------------------------------------------- gRPC client
 
 
 def client_interceptors() -> list[Any]:
     """The interceptors a channel to another service needs for tracing: none unless `enabled()` when it is made."""
     return [_ClientSpans()] if enabled() else []
-
-
-class _ClientSpans(aio.UnaryUnaryClientInterceptor, aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
-    """Opens a CLIENT span per call made inside a trace and sends its context in the metadata, replacing a
-    passed-through caller's traceparent (the callee's parent is this call, which is under the caller)."""
-
-    def _start(self, details: Any) -> tuple[Span, Any]:
-        method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        span = _tracer().start_span(method.lstrip("/"), kind=otel.SpanKind.CLIENT, attributes=_rpc_attributes(method))
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=otel.set_span_in_context(span))
-        metadata = [(k, v) for k, v in (details.metadata or ()) if k not in carrier]
-        metadata.extend(carrier.items())
-        return span, aio.ClientCallDetails(
-            details.method, details.timeout, tuple(metadata), details.credentials, details.wait_for_ready
-        )
-
-    @staticmethod
-    async def _finish(span: Span, call: Any) -> None:
-        code = await call.code()
-        span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if code is not grpc.StatusCode.OK:
-            _fail(span, str(await call.details() or code.name))
-        span.end()
-
-    async def _open(self, continuation: Any, client_call_details: Any, request: Any) -> tuple[Span, Any]:
-        """The call started under its own span; a call that cannot even start ends the span failed."""
-        span, details = self._start(client_call_details)
-        try:
-            return span, await continuation(details, request)
-        except BaseException as error:
-            _fail(span, type(error).__name__)
-            span.end()
-            raise
-
-    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        if not _in_a_trace():
-            return await continuation(client_call_details, request)
-        span, call = await self._open(continuation, client_call_details, request)
-        try:
-            await self._finish(span, call)  # the call's end: it is over before its caller reads the answer
-        except asyncio.CancelledError:
-            # The caller cancelled while this hook waited: grpc cancels this hook's task, not the call it made.
-            call.cancel()
-            _fail(span, "cancelled")
-            span.end()
-            raise
-        return call
-
-    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        if not _in_a_trace():
-            return await continuation(client_call_details, request)
-        span, call = await self._open(continuation, client_call_details, request)
-        # the stream ends when its reader is done with it; the span with it
-        call.add_done_callback(lambda done: _spawn(self._finish(span, done)))
-        return call
-
-
-_finishing: set[Any] = set()
-
-
-def _spawn(work: Any) -> None:
-    task = asyncio.get_running_loop().create_task(work)
-    _finishing.add(task)  # held until done: the loop keeps only a weak reference to a task
-    task.add_done_callback(_finishing.discard)
-
-
-# --------------------------------------------------------------------------------------------- HTTP clients
 
 
 def http_transport(
@@ -270,46 +119,154 @@ def http_transport(
     return _TracedTransport(transport or httpx.AsyncHTTPTransport(**defaults))
 
 
-def _url(scheme: str, host: str, port: int | None, path: str) -> str:
-    """The request's URL without its query string (a container name or a filter, never needed in a trace)."""
-    return f"{scheme}://{host}{'' if port is None else f':{port}'}{path}"
+# ------------------------------------------------------------------------- gRPC: how a served RPC ended
 
 
-class _TracedTransport(httpx.AsyncBaseTransport):
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
+def _traced_service(details: grpc.HandlerCallDetails) -> bool:
+    return not str(details.method).lstrip("/").startswith(UNTRACED_SERVICES)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if not _in_a_trace():
-            return await self._inner.handle_async_request(request)
-        url = request.url
-        attributes = {
-            "http.request.method": request.method,
-            "server.address": url.host,
-            "url.full": _url(url.scheme, url.host, url.port, url.path),
-        }
-        with _tracer().start_as_current_span(
-            request.method, kind=otel.SpanKind.CLIENT, attributes=attributes, record_exception=False
-        ) as span:
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier)
-            request.headers.update(carrier)
+
+class _Method(NamedTuple):
+    """Call details naming only the method, all the instrumentation's server span reads of them."""
+
+    method: str
+
+
+@contextlib.contextmanager
+def _ending_rpc(context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
+    """Records on the current (SERVER) span how the RPC ended: the status the servicer set on the context (an
+    abort raises, having set it), else what the handler's ending means (an exception is UNKNOWN to the caller, a
+    cancellation CANCELLED). The instrumentation sees only aborts and set codes, and words their descriptions
+    `StatusCode.X:details`; this status, set last, is the servicer's own words."""
+    span = otel.get_current_span()
+    ended = grpc.StatusCode.OK
+    try:
+        yield
+    except asyncio.CancelledError:
+        ended = grpc.StatusCode.CANCELLED
+        raise
+    except Exception:
+        ended = grpc.StatusCode.UNKNOWN
+        raise
+    finally:
+        code = context.code() or ended
+        if isinstance(code, int):
+            code = _CODES.get(code, grpc.StatusCode.UNKNOWN)
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        if code in _SERVER_ERRORS:
+            _fail(span, str(context.details() or code.name))
+
+
+def _ended(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    async def ended(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        with _ending_rpc(context):
+            return await behaviour(request, context)
+
+    return ended
+
+
+def _ended_stream(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    if not inspect.isasyncgenfunction(behaviour):
+        # a handler writing with context.write() returns like a unary one; the instrumentation iterates it
+        unary = _ended(behaviour)
+
+        async def written(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            await unary(request, context)
+            return
+            yield  # an async generator that yields nothing
+
+        return written
+
+    async def ended(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        with _ending_rpc(context):
+            async for response in behaviour(request, context):
+                yield response
+
+    return ended
+
+
+if otel is not None:
+
+    def _grpc_tracer() -> Any:
+        return otel.get_tracer("opentelemetry.instrumentation.grpc", _GRPC_INSTRUMENTATION_VERSION)
+
+    class _ServerSpans(OpenTelemetryAioServerInterceptor):  # type: ignore[misc]
+        """OpenTelemetry's SERVER span per RPC, under the caller's context from the metadata, named
+        `package.Service/Method` and ended with the RPC's status (`_ending_rpc`)."""
+
+        def __init__(self) -> None:
+            super().__init__(_grpc_tracer(), filter_=_traced_service)
+
+        def _start_span(self, details: Any, context: Any, set_status_on_exception: bool = False) -> Any:
+            return super()._start_span(_Method(details.method.lstrip("/")), context, set_status_on_exception)
+
+        def _intercept_aio_server_unary(self, behaviour: Any, details: Any) -> Any:
+            return super()._intercept_aio_server_unary(_ended(behaviour), details)
+
+        def _intercept_aio_server_stream(self, behaviour: Any, details: Any) -> Any:
+            return super()._intercept_aio_server_stream(_ended_stream(behaviour), details)
+
+    class _ClientSpans(UnaryUnaryAioClientInterceptor, UnaryStreamAioClientInterceptor):  # type: ignore[misc]
+        """OpenTelemetry's CLIENT span per unary or server-streaming call made inside a recorded trace (a stream's
+        ends with its reading), its context sent in the metadata in place of a passed-through caller's
+        traceparent (the callee's parent is this call, which is under the caller)."""
+
+        def __init__(self) -> None:
+            super().__init__(_grpc_tracer(), filter_=_in_a_trace)
+
+        def _start_span(self, method: str, **kwargs: Any) -> Any:
+            return super()._start_span(method.lstrip("/"), **kwargs)
+
+        async def _wrap_unary_response(self, continuation: Callable[[], Awaitable[Any]], span: Span) -> Any:
+            made: list[Any] = []
+
+            async def call() -> Any:
+                made.append(await continuation())
+                return made[0]
+
             try:
-                response = await self._inner.handle_async_request(request)
-            except Exception as error:
-                _fail(span, type(error).__name__)
+                return await super()._wrap_unary_response(call, span)
+            except BaseException as error:
+                # The instrumentation ends a unary call's span when its answer is read. The caller cancelled while
+                # this hook waited for it (grpc cancels this hook's task, not the call it made), or it failed.
+                if isinstance(error, asyncio.CancelledError):
+                    for started in made:
+                        started.cancel()
+                    _fail(span, "cancelled")
+                elif not isinstance(error, grpc.RpcError):
+                    _fail(span, type(error).__name__)
+                span.end()
                 raise
-            span.set_attribute("http.response.status_code", response.status_code)
-            if response.status_code >= 500:
-                _fail(span, str(response.status_code))
+
+    class _TracedTransport(AsyncOpenTelemetryTransport):
+        """OpenTelemetry's httpx transport, opening a span only inside a recorded trace and recording the stable
+        HTTP conventions (`url.full`, `http.response.status_code`; the instrumentation's default is still the
+        old names unless OTEL_SEMCONV_STABILITY_OPT_IN says otherwise) with the URL's query string left out (a
+        container name or a filter, never needed in a trace)."""
+
+        def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+            super().__init__(inner, request_hook=_without_query)
+            self._sem_conv_opt_in_mode = _StabilityMode.HTTP
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if not _in_a_trace():
+                return await self._transport.handle_async_request(request)
+            response: httpx.Response = await super().handle_async_request(request)
             return response
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+
+async def _without_query(span: Span, request: Any) -> None:
+    url = request.url  # an httpx.URL: credentials and the query string left out, as in no other attribute
+    span.set_attribute("url.full", f"{url.scheme}://{url.host}{'' if url.port is None else f':{url.port}'}{url.path}")
+
+
+# --------------------------------------------------------------------------------------------- the worker hop
 
 
 def hop_spans() -> HopSpans | None:
-    """CLIENT spans for the pool's own HTTP/1.1 client (providers/pool/http1.py): None unless `enabled()`."""
+    """CLIENT spans for the hop to the pool's workers and the monitor's scrapes, whichever HTTP client makes them
+    (it calls `start` before the request and `answered` or `failed` after): None unless `enabled()`. Thermostat's
+    own rather than an instrumentation's, so the hop keeps one span shape whatever speaks it."""
     return HopSpans() if enabled() else None
 
 
@@ -423,17 +380,19 @@ def configure_from_environment(
     variables itself (headers, timeout, protocol details); OTEL_SERVICE_NAME names the service, defaulting to
     the registry's name. A provider installed before (a test's, another SDK setup) is kept.
     """
-    if otel is None or not export_asked(environ):
+    if not export_asked(environ):
         return None
     try:
+        if otel is None:  # the API or the instrumentation is missing
+            raise ImportError("opentelemetry")
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         log.warning(
-            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK or its OTLP exporter is not installed "
-            "(pip install -r requirements-tracing.txt): no spans are exported"
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the tracing extra (OpenTelemetry's SDK, OTLP exporter and "
+            "instrumentation) is not installed (pip install -r requirements-tracing.txt): no spans are exported"
         )
         return None
     current = otel.get_tracer_provider()
