@@ -10,7 +10,10 @@ service B over a chassis channel, and answers.
   api only   the API installed, no tracer provider set up: no hook either (context passed through)
   recording  the SDK recording every span into a no-op processor: two server and one client span per call
 
-Prints each way's best p50 per call over `--rounds` turns and its ratio to `absent`, all from this one run.
+Prints each way's best p50 per call over `--rounds` turns and its ratio to `absent`, and its least CPU per call
+(the one process's: client, A and B), all from this one run.
+`--against REF` adds a fourth way in the same rounds, `recording` with chassis/tracing.py as it is at the git
+revision REF (e.g. the commit before a change to it), for an A/B of the tracing hooks themselves.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +32,11 @@ import asyncio, json, statistics, sys, time
 MODE = {mode!r}
 if MODE == "absent":
     sys.modules["opentelemetry"] = None
+if {tracing_file!r}:  # chassis/tracing.py as at another revision, in its place
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("thermostat.chassis.tracing", {tracing_file!r})
+    sys.modules["thermostat.chassis.tracing"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 import grpc
 if MODE == "recording":
     from opentelemetry import trace
@@ -59,23 +68,25 @@ async def main():
         for _ in range(200):
             await call(b"warm", metadata=metadata)
         samples = []
+        cpu = time.process_time()
         for _ in range({calls}):
             started = time.perf_counter()
             await call(b"x", metadata=metadata)
             samples.append(time.perf_counter() - started)
+        cpu = (time.process_time() - cpu) / {calls}
     await to_b.close()
     await a.stop(0.1)
     await b.stop(0.1)
-    print(json.dumps({{"p50": statistics.median(samples), "enabled": tracing.enabled(),
+    print(json.dumps({{"p50": statistics.median(samples), "cpu": cpu, "enabled": tracing.enabled(),
                       "interceptors": len(a.interceptors)}}))
 
 asyncio.run(main())
 """
 
 
-def run(mode: str, calls: int) -> dict[str, float]:
+def run(mode: str, calls: int, tracing_file: str = "") -> dict[str, float]:
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(mode=mode, calls=calls)],
+        [sys.executable, "-c", _PROBE.format(mode=mode, calls=calls, tracing_file=tracing_file)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -89,22 +100,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", metavar="REF", help="also record with chassis/tracing.py as at this revision")
     args = parser.parse_args()
     calls = args.calls
-    # the ways take turns, round after round, and each keeps its best p50: load on a shared machine moves
-    # between runs, and a way measured only while it peaked would look dearer than it is
-    ways: dict[str, dict[str, float]] = {}
-    for _ in range(args.rounds):
-        for mode in ("absent", "api only", "recording"):
-            measured = run(mode, calls)
-            if mode not in ways or measured["p50"] < ways[mode]["p50"]:
-                ways[mode] = measured
+    modes = [("absent", "absent", ""), ("api only", "api only", ""), ("recording", "recording", "")]
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.against:
+            then = Path(scratch, "tracing.py")
+            shown = ["git", "show", f"{args.against}:libs/thermostat/chassis/tracing.py"]
+            then.write_text(subprocess.run(shown, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+            modes.append((f"recording at {args.against}", "recording", str(then)))
+        # the ways take turns, round after round, and each keeps its best p50: load on a shared machine moves
+        # between runs, and a way measured only while it peaked would look dearer than it is
+        ways: dict[str, dict[str, float]] = {}
+        for _ in range(args.rounds):
+            for name, mode, tracing_file in modes:
+                measured = run(mode, calls, tracing_file)
+                best = ways.setdefault(name, measured)
+                ways[name] = {**measured, **{k: min(best[k], measured[k]) for k in ("p50", "cpu")}}
     base = ways["absent"]["p50"]
-    print(f"{calls} calls per way, best of {args.rounds} rounds, client → A → B, p50 per call")
+    print(f"{calls} calls per way, best of {args.rounds} rounds, client → A → B, p50 and CPU per call")
+    width = max(map(len, ways))
     for mode, measured in ways.items():
         print(
-            f"  {mode:<10} {measured['p50'] * 1e6:8.0f} µs   x{measured['p50'] / base:.2f}"
-            f"   (server interceptors: {int(measured['interceptors'])})"
+            f"  {mode:<{width}} {measured['p50'] * 1e6:8.0f} µs   x{measured['p50'] / base:.2f}"
+            f"   CPU {measured['cpu'] * 1e6:6.0f} µs   (server interceptors: {int(measured['interceptors'])})"
         )
 
 
