@@ -242,11 +242,14 @@ if otel is not None:
         """OpenTelemetry's httpx transport, opening a span only inside a recorded trace and recording the stable
         HTTP conventions (`url.full`, `http.response.status_code`; the instrumentation's default is still the
         old names unless OTEL_SEMCONV_STABILITY_OPT_IN says otherwise) with the URL's query string left out (a
-        container name or a filter, never needed in a trace)."""
+        container name or a filter, never needed in a trace). A provider request's headers carry its credentials
+        (Authorization, Docker's X-Registry-Auth): none is captured, whatever the instrumentation's
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST says."""
 
         def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
             super().__init__(inner, request_hook=_without_query)
             self._sem_conv_opt_in_mode = _StabilityMode.HTTP
+            self._captured_request_headers: list[str] = []
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             if not _in_a_trace():
