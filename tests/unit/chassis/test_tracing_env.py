@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from thermostat.chassis import tracing
 from thermostat.chassis.tracing import export_asked
 
 ENDPOINT = "http://collector:4318"
@@ -30,3 +33,13 @@ ENDPOINT = "http://collector:4318"
 )
 def test_export_is_asked_for_by_an_otlp_endpoint_unless_turned_off(environ: dict[str, str], asked: bool) -> None:
     assert export_asked(environ) is asked
+
+
+def test_an_endpoint_without_the_tracing_extra_exports_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without OpenTelemetry's API or instrumentation importable, an asked-for export is a warning, not a crash."""
+    monkeypatch.setattr(tracing, "otel", None)
+    with caplog.at_level(logging.WARNING, logger="thermostat.chassis.tracing"):
+        assert tracing.configure_from_environment("pod-controller", {"OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT}) is None
+    assert "pip install -r requirements-tracing.txt" in caplog.text
