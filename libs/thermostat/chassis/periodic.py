@@ -3,8 +3,9 @@
 The orphan sweeps and the budget reaper each run one. The loop waits before every pass, the first included,
 and a pass that raises is logged ("<what> failed; retrying on the next pass", under the owner's logger) and
 the loop carries on: one unreadable listing or store error must not end the sweeping for the life of the
-process. It waits on the chassis `Clock` (chassis/clock.py), injected, so a test steps the passes instead of
-waiting for them.
+process. It waits on the chassis `Clock` (chassis/clock.py), which its owner must pass (no default: a loop built
+without its owner's clock would wait on real time while the owner's test steps a fake one), so a test steps the
+passes instead of waiting for them.
 
 `stop` is bounded, since it runs in a service's stop hooks after SIGTERM: a loop asleep is cancelled at once; a
 pass in flight gets `stop_grace` seconds to end on its own (a clean stop: a sweep's provider stop and its record
@@ -22,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
+from thermostat.chassis.clock import Clock
 
 __all__ = ["DEFAULT_STOP_GRACE_SECONDS", "Periodic"]
 
@@ -40,7 +41,7 @@ class Periodic:
         *,
         log: logging.Logger,
         what: str,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
         stop_grace: float = DEFAULT_STOP_GRACE_SECONDS,
     ) -> None:
         self.name = name

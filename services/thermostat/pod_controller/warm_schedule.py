@@ -53,7 +53,9 @@ class WarmSchedule:
         self._clock = clock
         self._woken_for: dict[str, datetime] = {}
         self._wakes: set[asyncio.Task[WakeResult]] = set()
-        self._loop = Periodic("pod-warm-schedule", every_seconds, self.run_pass, log=log, what="warm-hours schedule")
+        self._loop = Periodic(
+            "pod-warm-schedule", every_seconds, self.run_pass, log=log, what="warm-hours schedule", clock=clock
+        )
 
     @property
     def scheduled(self) -> bool:
