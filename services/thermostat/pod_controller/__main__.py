@@ -116,6 +116,7 @@ async def build(
         client,
         records,
         gate,
+        # the real clock: a wake's polls pace RunPod's own boot, which no test clock steps
         WakeService(client, records, budget=budget, metrics=metrics),
         watch_poll_seconds=settings.watch_poll_seconds,
         clock=clock,

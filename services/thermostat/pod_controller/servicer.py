@@ -11,7 +11,6 @@ import asyncio
 import base64
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
@@ -137,7 +136,7 @@ class PodControl:
         async def attempt(
             _attempt_id: object, fence: Fence, after_abandoned: bool
         ) -> tuple[WakeResult, WakeCompletion]:
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 result = await self.wake_service.wake(pod, fence, adopt=after_abandoned, trigger=trigger)
             except Exception:
@@ -150,7 +149,7 @@ class PodControl:
             else:
                 last = last_wake_of(result)
             log.info("pod %s: wake %s (%s) %s", pod.name, result.outcome, last.outcome, result.message)
-            self.metrics.wake(str(last.outcome), last.wake_outcome, time.monotonic() - started)
+            self.metrics.wake(str(last.outcome), last.wake_outcome, self.clock.monotonic() - started)
             completion = WakeCompletion(
                 outcome=str(last.outcome),
                 wake_outcome=last.wake_outcome,

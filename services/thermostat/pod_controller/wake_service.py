@@ -20,8 +20,8 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.policy.common.pod_model import CreateResult, PodObservation, PodStatus
 from thermostat.policy.common.pod_options import PodOptions
 from thermostat.policy.wake import create_walk as walk
@@ -47,8 +47,6 @@ from .repository import ActionEntry, PodRepository
 from .wake_fence import Fence, Halt, failed, known, no_fence, started_rate, with_walk
 
 log = logging.getLogger("thermostat.pod_controller.wake")
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -90,13 +88,13 @@ class WakeService:
         client: RunPodV2Client,
         records: PodRepository,
         *,
-        sleep: Sleep = asyncio.sleep,
+        clock: Clock = SYSTEM_CLOCK,
         budget: BudgetGuard | None = None,
         metrics: PodMetrics | None = None,
     ) -> None:
         self.client = client
         self.records = records
-        self.sleep = sleep
+        self.clock = clock
         self.budget = budget
         self.metrics = metrics or PodMetrics()
 
@@ -171,7 +169,7 @@ class WakeService:
         observations: list[PodObservation] = []
         for round_ in range(pod.max_polls):
             if round_:
-                await self.sleep(pod.poll_interval_seconds)
+                await self.clock.sleep(pod.poll_interval_seconds)
             observations = await self._observe(pod_ids, started)
             decision = decide_round(observations)
             match decision.verdict:
@@ -294,7 +292,7 @@ class WakeService:
                     )
                 case walk.Wait(candidate=candidate, seconds=seconds):
                     log.info("pod %s: create on %s to be retried in %.1fs", pod.name, candidate.gpu_id, seconds)
-                    await self.sleep(seconds)
+                    await self.clock.sleep(seconds)
                     recheck = walk.recheck_after_wait(
                         await self.client.lookup_pods_by_volume(pod.volume_id), stale_pod_ids=stale_ids
                     )
@@ -314,7 +312,7 @@ class WakeService:
         all (a create that timed out may have placed one), or a create cut off by shutdown."""
         try:
             result = await self.client.create_pod(
-                name=f"{pod.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}",
+                name=f"{pod.name}-{self.clock.now():%Y%m%dT%H%M%SZ}",
                 template_id=pod.template_id,
                 datacenter_id=pod.datacenter_id,
                 gpu_id=candidate.gpu_id,
@@ -378,7 +376,7 @@ class WakeService:
         candidate, pod_id = created.candidate, created.pod_id
         for poll in range(pod.max_polls):
             if poll:
-                await self.sleep(pod.poll_interval_seconds)
+                await self.clock.sleep(pod.poll_interval_seconds)
             observation = await self.client.observe_pod(pod_id)
             decision = decide_new_pod(observation)
             if decision.verdict is NewPodVerdict.SERVING:
