@@ -189,6 +189,7 @@ async def build(
                 watch_of=watch_of,
                 store_read_timeout=settings.store_read_timeout_seconds,
                 warm_hours=warm,
+                clock=clock,
             ),
             server,
         )

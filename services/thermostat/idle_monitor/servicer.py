@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 
 import grpc
 
+from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.chassis.lookup import found_or_abort
 from thermostat.chassis.request_context import outgoing_metadata
 from thermostat.chassis.timestamps import stamp
@@ -48,7 +48,7 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         watch_of: Callable[[str], Watch],
         store_read_timeout: float = 1.5,
         warm_hours: Mapping[str, WarmHours | None] | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.pods = pods
         self.warm_hours = warm_hours or {}
@@ -96,7 +96,7 @@ class IdleMonitorServicer(monitor_pb2_grpc.IdleMonitorServicer):  # type: ignore
         response.stall_threshold, response.stalled_pod_id = o.stall_threshold, stalled_pod or ""
         hours = self.warm_hours.get(pod.name)
         if hours is not None:
-            now = self.clock()
+            now = self.clock.now()
             response.warm_hours = hours.text
             response.in_warm_hours = inside_warm_hours(hours, now, lead=o.idle_window)
             window = hours.upcoming(now) if response.in_warm_hours else None
