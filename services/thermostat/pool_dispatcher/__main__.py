@@ -34,7 +34,7 @@ from thermostat.store.db import Store
 from .access import Tokens, auth_rules, tenant_rules
 from .budget_gate import BudgetGate
 from .budget_reaper import BudgetReaper
-from .dispatcher import Dispatcher, Sleep
+from .dispatcher import Dispatcher
 from .internal import PoolInternalServicer
 from .metering_repository import PoolMeteringRepository
 from .metrics import PoolMetrics
@@ -99,13 +99,10 @@ def assemble(
     settings: PoolDispatcherSettings,
     store: Store,
     *,
-    clock: Clock | None = None,
-    sleep: Sleep | None = None,
+    clock: Clock = SYSTEM_CLOCK,
     run_scaler: bool = True,
-    lease_clock: Clock | None = None,
 ) -> PoolService:
-    """The service's parts over an open store (`build` for the runner; tests inject clocks, sleep and
-    a tracer provider)."""
+    """The service's parts over an open store (`build` for the runner; tests inject the clock)."""
     choice = settings.backend_choice
     catalogue = configured_catalogue(settings.pool_machine_types, choice)
     if settings.strata_pool_token is None:
@@ -136,11 +133,8 @@ def assemble(
         health_poll_seconds=settings.pool_health_poll_seconds,
         max_workers_total=settings.pool_max_workers_total,
         max_payload_bytes=settings.pool_max_payload_bytes,
-        clock=clock or SYSTEM_CLOCK,
-        # a test's clock fakes the monotonic reading; the waits stay real unless it passes a sleep too
-        sleep=sleep or SYSTEM_CLOCK.sleep,
+        clock=clock,
         run_scaler=run_scaler,
-        lease_clock=lease_clock,
         metrics=metrics,
         backend_choice=choice,
     )
@@ -159,9 +153,13 @@ def assemble(
         timeout=settings.metering_timeout_seconds,
     )
 
-    reaper = BudgetReaper(dispatcher, gate, every_seconds=settings.pool_budget_reap_seconds)
+    reaper = BudgetReaper(dispatcher, gate, every_seconds=settings.pool_budget_reap_seconds, clock=clock)
     orphans = OrphanSweeper(
-        dispatcher, mode=settings.orphan_sweep, prefix=settings.pool_name, every_seconds=settings.orphan_sweep_seconds
+        dispatcher,
+        mode=settings.orphan_sweep,
+        prefix=settings.pool_name,
+        every_seconds=settings.orphan_sweep_seconds,
+        clock=clock,
     )
     retention = timedelta(hours=settings.pool_job_retention_hours)
     pruner = RetentionPruner(
@@ -173,7 +171,7 @@ def assemble(
         every_seconds=settings.pool_prune_seconds,
         lease_seconds=settings.pool_lease_seconds,
         batch=BatchSize.at_most(settings.pool_prune_batch_rows),
-        clock=clock or SYSTEM_CLOCK,
+        clock=clock,
         metrics=metrics,
     )
 

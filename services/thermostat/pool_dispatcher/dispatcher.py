@@ -18,9 +18,9 @@ completion writes the terminal state, the usage event and hands the machine its 
 taken at submit costs two statements, submit and complete. Decisions are the pool policies'
 (thermostat.policy.pool). bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 
-Time comes in as the chassis `Clock` (its monotonic reading stamps idle times, deadlines and boots), `sleep` is what
-store retries, health polls and the scaler wait with (the clock's own unless a test fakes only the reading), the
-lease its own clock. Ordering tests hold a run at the repository's aggregates (a wrapped method,
+Time comes in as one chassis `Clock`: its monotonic reading stamps idle times, deadlines and boots, and its sleep is
+what store retries, health polls, the drain and the scaler wait with. The instance lease judges its trust on the
+lease store's clock (the one it was handed). Ordering tests hold a run at the repository's aggregates (a wrapped method,
 tests/integration/pool_dispatcher/seams.py), and at three parts' own seams where no injected call marks the step
 (Runner, Waits, Placement: each documents its own; production passes none).
 """
@@ -33,7 +33,6 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from thermostat.chassis.clock import SYSTEM_CLOCK, Clock
 from thermostat.policy.pool.backends import BackendChoice
@@ -59,7 +58,7 @@ from .engine.runner import Runner
 from .engine.scaler import ABANDONED, Scaler
 from .engine.tasks import Tasks
 from .engine.waits import Waits
-from .engine.writes import Sleep, Writes
+from .engine.writes import Writes
 from .metrics import PoolMetrics
 from .repository import (
     CATALOGUE,
@@ -73,7 +72,7 @@ from .repository import (
     job_done_channel,
 )
 
-__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "ShuttingDown", "Sleep", "lease_name"]
+__all__ = ["ABANDONED", "CancelOutcome", "CatalogueState", "Dispatcher", "ShuttingDown", "lease_name"]
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -99,23 +98,6 @@ class CancelOutcome:
     status_code: int
 
 
-class _Paced:
-    """The clock's readings with another sleep (a test that fakes only the reading keeps real waits)."""
-
-    def __init__(self, clock: Clock, sleep: Sleep) -> None:
-        self._clock = clock
-        self._sleep = sleep
-
-    def monotonic(self) -> float:
-        return self._clock.monotonic()
-
-    def now(self) -> datetime:
-        return self._clock.now()
-
-    async def sleep(self, seconds: float) -> None:
-        await self._sleep(seconds)
-
-
 class Dispatcher:
     """One dispatcher process's pool: its owned rows, its backend's machines, its scaler."""
 
@@ -134,10 +116,8 @@ class Dispatcher:
         max_workers_total: int | None = None,
         max_payload_bytes: int = 32 * 1024 * 1024,
         clock: Clock = SYSTEM_CLOCK,
-        sleep: Sleep | None = None,
         run_scaler: bool = True,
         missing_settings: Mapping[BackendKind, str] | None = None,
-        lease_clock: Clock | None = None,
         metrics: PoolMetrics | None = None,
         batch_limits: BatchLimits | None = None,
         backend_choice: BackendChoice | None = None,
@@ -153,7 +133,6 @@ class Dispatcher:
         self.max_workers_total = max_workers_total
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
-        self.sleep: Sleep = sleep or clock.sleep
         self._run_scaler = run_scaler
         self._closing = False
         self.draining = False  # a shutdown's drain began: no new work here (drain)
@@ -164,21 +143,19 @@ class Dispatcher:
         self.events = Events()
         self.tasks = Tasks()
         self.drivers = Drivers()
-        self.ownership = Ownership(
-            leases, instance_id=self.instance_id, lease_seconds=lease_seconds, lease_clock=lease_clock
-        )
+        self.ownership = Ownership(leases, instance_id=self.instance_id, lease_seconds=lease_seconds)
         self.call_budget = self.ownership.call_budget
         self._backends = Backends(backends, missing_settings, backend_choice)
         self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
         self.missing_settings = self._backends.missing_settings
         self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
         self.metrics.fleet_capped(max_workers_total)
-        self.writes = Writes(self.repo, self.ownership, self.drivers, self.sleep)
+        self.writes = Writes(self.repo, self.ownership, self.drivers, clock.sleep)
         self.waits = Waits(self.repo, self.events, now)
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
             writes=self.writes, events=self.events, metrics=self.metrics, now=now,
-            sleep=self.sleep, health_poll_seconds=health_poll_seconds,
+            sleep=clock.sleep, health_poll_seconds=health_poll_seconds,
         )  # fmt: skip
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
@@ -193,12 +170,12 @@ class Dispatcher:
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            max_workers_total=max_workers_total, sleep=self.sleep,
+            max_workers_total=max_workers_total, sleep=clock.sleep,
         )  # fmt: skip
         self.scaler = Scaler(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             fleet=self.fleet, placement=self.placement, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=_Paced(clock, self.sleep),
+            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock,
         )  # fmt: skip
         # the two calls a part below makes into a part above it, wired here rather than imported
         self.intake.start_run = self.runner.start
@@ -267,7 +244,7 @@ class Dispatcher:
         self.placement.closing = True
         deadline = self.clock.monotonic() + grace_seconds
         while self._submitting and self.clock.monotonic() < deadline:  # submits past their check land first
-            await self.sleep(DRAIN_POLL_SECONDS)
+            await self.clock.sleep(DRAIN_POLL_SECONDS)
         if not self.ownership.started:
             return True
         while True:
@@ -278,7 +255,7 @@ class Dispatcher:
             if left <= 0:
                 log.warning("instance %s: %d job(s) in flight at the end of its grace", self.instance_id, in_flight)
                 return False
-            await self.sleep(min(DRAIN_POLL_SECONDS, left))
+            await self.clock.sleep(min(DRAIN_POLL_SECONDS, left))
 
     async def close(self, departure: Departure = Departure.STOP_FLEET, *, grace_seconds: float = 0.0) -> None:
         """Leave: `RELEASE` (a deploy's SIGTERM) keeps the warm machines running for the next process (released,

@@ -7,7 +7,9 @@ it wants one, and injects the monotonic clock, so no test waits on a timer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
 import json
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -17,8 +19,10 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.fixtures.clock import RealWaits
 from tests.fixtures.polling import eventually
 from tests.integration.pool_dispatcher.seams import Seam
+from thermostat.chassis.clock import SYSTEM_CLOCK
 from thermostat.chassis.server import ServiceHost
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.__main__ import assemble
@@ -167,7 +171,10 @@ async def start_pool(
         for key, value in env.items():
             mp.setenv(key, value)
         settings = PoolDispatcherSettings()
-    service = assemble(settings, store, clock=clock, sleep=sleep, run_scaler=run_scaler, lease_clock=lease_clock)
+    # the dispatcher's one clock: the test's readings (or the real ones) with real waits (or the test's sleep)
+    real = clock is None and sleep is None
+    waits = SYSTEM_CLOCK if real else RealWaits(clock or SYSTEM_CLOCK, sleep or asyncio.sleep)
+    service = assemble(settings, leases_on(store, lease_clock), clock=waits, run_scaler=run_scaler)
     for seam in seams:  # each wraps one injected call of this dispatcher (seams.py), in place before it runs
         seam(service.dispatcher)
     port = await service.host.start("127.0.0.1", 0, metrics_port=0)
@@ -193,6 +200,15 @@ async def start_pool(
     finally:
         await channel.close()
         await service.host.stop(1.0)
+
+
+def leases_on(store: Store, clock: Any) -> Store:
+    """`store` with its leases judging trust on `clock` (a test that steps only the instance lease's trust)."""
+    if clock is None:
+        return store
+    view = copy.copy(store)
+    view.leases = store.leases.using(clock)
+    return view
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 either before the write reaches it or after it landed with its answer lost. Each step writes again until the
 store takes it, or resumes from what the machine holds: the job runs exactly once (the worker's journal),
 its result and its one usage event are kept, and nothing is left dispatched or running under this process.
-The dispatcher's injected sleep (a retry's wait) is what brings the store back, so no test waits on a timer."""
+The dispatcher's wait on its injected clock (a retry's) is what brings the store back, so no test waits on a timer.
+The service's loops beside the dispatcher share that clock; they wait as they would."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ from thermostat.pool_dispatcher.repository import Owner, StartingMachine
 from thermostat.providers.pool.backend import MachineHandle, MachineSpec
 from thermostat.store.db import Store
 
+# the service's own loops on the dispatcher's clock: the pruner and its lease, the budget reaper, the orphan sweep
+BESIDE_THE_DISPATCHER = frozenset(
+    {"pool-retention", "lease-keeper:pool:retention", "pool-budget-reaper", "pool-orphan-sweep"}
+)
+
 
 class Outage:
     """Cuts the store once armed, at the hook it is called from; the dispatcher's next retry wait restores it."""
@@ -47,6 +53,10 @@ class Outage:
             self.proxy.cut(lose_next_answer=self.lose_answer, at_commit=self.at_commit)
 
     async def sleep(self, seconds: float) -> None:
+        task = asyncio.current_task()
+        if task is not None and task.get_name() in BESIDE_THE_DISPATCHER:
+            await asyncio.sleep(seconds)
+            return
         if self.proxy.is_cut and self.cuts:
             self.proxy.restore()
             self.restored.set()
