@@ -153,8 +153,8 @@ class WakeGate:
             halt = await self._stops(pod_name, requested_at)
             if halt is not None:
                 return halt
-            lease = keeper.lease
-            if lease is None or lease.remaining_trust() < self.call_budget:
+            # the keeper's trust, read on the clock it stamped the lease with
+            if keeper.lease is None or keeper.remaining_trust() < self.call_budget:
                 return Halt(
                     in_flight=True,
                     reason="the wake lease is no longer trusted here; another replica may carry the wake",
