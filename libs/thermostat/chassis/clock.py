@@ -1,10 +1,13 @@
-"""Clock: the time a waiting component reads and the sleep it waits with, injected.
+"""Clock: the time a service reads and the sleep it waits with, one shape, injected.
 
-Leaders, lease keepers and watch loops take a `Clock` instead of calling `time.monotonic`, `datetime.now` or
-`asyncio.sleep`, so a test advances time instead of waiting for it (tests/fixtures/clock.py has the manual
-one) and asserts exact counts rather than ranges that hold only on an idle machine. Production passes
-`SYSTEM_CLOCK`. Only what a component *waits on* is injected: deadlines judged by another system (a lease's
-expiry by the database clock, an HTTP timeout) stay with that system.
+A service's build takes one `Clock` and hands it to every part that reads the time or waits (leaders, lease
+keepers, watch loops, periodic passes, the pool dispatcher, the servicers), instead of each calling
+`time.monotonic`, `datetime.now` or `asyncio.sleep`, so a test advances time instead of waiting for it
+(tests/fixtures/clock.py has the manual one) and asserts exact counts rather than ranges that hold only on an
+idle machine. Production passes `SYSTEM_CLOCK`. Time judged by another system stays with that system: a
+lease's expiry (the database clock), a pool job id's mint time (the row's), an HTTP timeout, the wake's polls
+of a RunPod boot. The typed client (thermostat.client) keeps callables of its own: it is installed without
+the chassis.
 """
 
 from __future__ import annotations
