@@ -79,6 +79,7 @@ def machine_type_message(entry: dict[str, Any]) -> pool_pb2.MachineType:
         pids_limit=entry["pids_limit"],
         user=entry["user"],
         capabilities_add=entry["capabilities_add"],
+        egress_hosts=entry["egress_hosts"],
     )
     for name in ("cpus", "memory_mb", "disk_gb", "gpu_type", "max_workers", "price_per_hour", "runtime"):
         if entry[name] is not None:

@@ -16,8 +16,9 @@ naming the entry and the field, like the field checks):
 - A runpod CPU type (no gpu_type) asking for more than 32 cpus is refused: RunPod's CPU pods come in
   2, 4, 8, 16 or 32 vCPUs, and the backend rounds up to the next of those.
 - A type on any backend but docker that sets a confinement field away from its strict default (hardening.py:
-  `writable_root`, `scratch_mb`, `pids_limit`, `user`, `capabilities_add`, `runtime`) is refused naming the field:
-  only the Docker backend applies them, and a setting nothing reads would claim a confinement that is not there.
+  `writable_root`, `scratch_mb`, `pids_limit`, `user`, `capabilities_add`, `runtime`; egress.py's `egress_hosts`) is
+  refused naming the field: only the Docker backend applies them, and a setting nothing reads would claim a
+  confinement that is not there.
 `check_runtimes` then checks each docker type's `runtime` against the runtimes the daemon lists (`GET /info`): one it
 does not list is refused naming the field and those it has; a daemon that could not be read refuses every runtime
 named, saying why (a runtime cannot be taken on trust: every boot of the type would fail).

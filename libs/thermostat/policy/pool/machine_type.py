@@ -29,8 +29,9 @@ Times are bounded by `MAX_TIMEOUT_SECONDS` (a day), so the longest sync wait a c
 (`MAX_WAIT_SECONDS`, boot + job) is a constant the edge's route timeout can cover.
 
 The Docker backend's confinement (issue 36, hardening.py): `writable_root` false, `scratch_mb` 64, `pids_limit` 256,
-`user` "65534:65534", `capabilities_add` [], `runtime` unset; the defaults are the strict ones, a type relaxes what
-its workload needs. Only docker machines read them: `backends.check_backends` refuses a relaxed value (or a
+`user` "65534:65534", `capabilities_add` [], `runtime` unset, `egress_hosts` [] (no route out; egress.py: a list of
+`host` or `host:port` its machines reach through an egress proxy); the defaults are the strict ones, a type relaxes
+what its workload needs. Only docker machines read them: `backends.check_backends` refuses a relaxed value (or a
 runtime) on another backend, and a runtime the daemon does not list.
 
 `env` and `provider_options` can hold credentials for the tenant's data: without the admin token their
@@ -49,6 +50,7 @@ from enum import StrEnum
 from typing import Any
 
 from thermostat.policy.common.echo import cut, key_path, listed, quoted
+from thermostat.policy.pool.egress import MAX_EGRESS_HOSTS, egress_host_refusal
 from thermostat.policy.pool.hardening import (
     DEFAULT_PIDS_LIMIT,
     DEFAULT_SCRATCH_MB,
@@ -111,6 +113,7 @@ class MachineType:
     user: str = DEFAULT_USER
     capabilities_add: tuple[str, ...] = ()
     runtime: str | None = None
+    egress_hosts: tuple[str, ...] = ()
 
     @property
     def relaxed(self) -> tuple[str, ...]:
@@ -120,7 +123,7 @@ class MachineType:
 
 STRICT_CONFINEMENT: Mapping[str, object] = {
     "writable_root": DEFAULT_WRITABLE_ROOT, "scratch_mb": DEFAULT_SCRATCH_MB, "pids_limit": DEFAULT_PIDS_LIMIT,
-    "user": DEFAULT_USER, "capabilities_add": (), "runtime": None,
+    "user": DEFAULT_USER, "capabilities_add": (), "runtime": None, "egress_hosts": (),
 }  # fmt: skip
 
 
@@ -247,6 +250,7 @@ def machine_type_to_json(machine_type: MachineType, *, admin: bool) -> dict[str,
         "user": machine_type.user,
         "capabilities_add": list(machine_type.capabilities_add),
         "runtime": machine_type.runtime,
+        "egress_hosts": list(machine_type.egress_hosts),
     }
 
 
@@ -259,7 +263,7 @@ FIELDS = frozenset(
         "name", "image", "backend", "cpus", "memory_mb", "disk_gb", "gpu_type", "gpu_count", "max_workers",
         "cool_down_seconds", "health_check_failures", "boot_timeout_seconds", "job_timeout_seconds", "env",
         "provider_options", "price_per_hour", "min_tenure_seconds", "writable_root", "scratch_mb", "pids_limit",
-        "user", "capabilities_add", "runtime",
+        "user", "capabilities_add", "runtime", "egress_hosts",
     }
 )  # fmt: skip
 
@@ -311,6 +315,7 @@ def _parse_entry(
         "user": read("user", _checked_text, user_refusal),
         "capabilities_add": read("capabilities_add", _capabilities),
         "runtime": read("runtime", _checked_text, runtime_name_refusal),
+        "egress_hosts": read("egress_hosts", _egress_hosts),
     }
     if values["scratch_mb"] is not None and values["scratch_mb"] > MAX_SCRATCH_MB:
         read("scratch_mb", _too_large, MAX_SCRATCH_MB)
@@ -354,6 +359,23 @@ def _capabilities(entry: dict[str, Any], key: str) -> tuple[str, ...] | None:
         problem = capability_refusal(name)
         if problem is not None:
             raise _Invalid(f"{quoted(name)}: {problem}")
+    return tuple(dict.fromkeys(value))
+
+
+def _egress_hosts(entry: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _Invalid(f"must be a list of host or host:port, not {_json_type(value)}")
+    if len(value) > MAX_EGRESS_HOSTS:
+        raise _Invalid(f"must list at most {MAX_EGRESS_HOSTS} hosts, got {len(value)}")
+    for host in value:
+        if not isinstance(host, str):
+            raise _Invalid(f"must be a list of host or host:port, holding {_json_type(host)}")
+        problem = egress_host_refusal(host)
+        if problem is not None:
+            raise _Invalid(f"{quoted(host)}: {problem}")
     return tuple(dict.fromkeys(value))
 
 

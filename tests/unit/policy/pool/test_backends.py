@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -231,6 +232,17 @@ def test_a_confinement_field_on_a_backend_that_does_not_apply_it_is_refused_nami
     assert isinstance(result, CatalogueRejected)
     assert [error.field for error in result.errors] == ["user", "runtime"]
     assert "docker backend only" in result.errors[0].message
+
+
+@pytest.mark.parametrize("backend", [BackendKind.RUNPOD, BackendKind.FLY, BackendKind.LOCAL])
+def test_egress_hosts_on_a_backend_without_an_egress_proxy_are_refused_naming_it(backend: BackendKind) -> None:
+    """Only docker machines sit behind an egress proxy: an allow-list elsewhere would claim a limit not there."""
+    opted = MachineType(name="t", image="img", backend=backend, job_timeout_seconds=60, egress_hosts=("pypi.org",))
+    result = check_backends(Catalogue(types=(opted,)), configured=list(BackendKind))
+    assert isinstance(result, CatalogueRejected)
+    assert [error.field for error in result.errors] == ["egress_hosts"]
+    assert isinstance(check_backends(Catalogue(types=(replace(opted, backend=BackendKind.DOCKER),)),
+                                     configured=list(BackendKind)), Catalogue)  # fmt: skip
 
 
 def test_the_strict_defaults_are_accepted_on_every_backend() -> None:

@@ -83,6 +83,18 @@ def test_the_confinement_fields_are_read_and_listed_in_the_get_shape() -> None:
     assert {key: shown[key] for key in strict.__slots__ if key in shown and key in STRICT} == STRICT
 
 
+def test_egress_hosts_are_read_once_each_and_listed_empty_by_default() -> None:
+    """`egress_hosts` keeps its order without duplicates and counts as relaxed; GET lists [] for a type without."""
+    result = parse_catalogue([entry(egress_hosts=["pypi.org", "198.51.100.2:18080", "pypi.org"]), entry(name="no")])
+    assert isinstance(result, Catalogue)
+    opted, closed = result.types
+    assert opted.egress_hosts == ("pypi.org", "198.51.100.2:18080")
+    assert (opted.relaxed, closed.relaxed) == (("egress_hosts",), ())
+    assert [shown["egress_hosts"] for shown in catalogue_to_json(result, admin=False)] == [
+        ["pypi.org", "198.51.100.2:18080"], []
+    ]  # fmt: skip
+
+
 STRICT = {
     "writable_root": False, "scratch_mb": 64, "pids_limit": 256, "user": "65534:65534", "capabilities_add": [],
     "runtime": None,
@@ -252,6 +264,13 @@ def test_get_shape_round_trips_through_put() -> None:
         pytest.param({"capabilities_add": [1]}, "capabilities_add", "must be a list", id="capability-number"),
         pytest.param({"runtime": "run sc"}, "runtime", "must be 1-63 letters", id="runtime-with-space"),
         pytest.param({"runtime": ""}, "runtime", "must be a non-empty string", id="empty-runtime"),
+        pytest.param({"egress_hosts": "pypi.org"}, "egress_hosts", "must be a list", id="egress-hosts-string"),
+        pytest.param({"egress_hosts": [443]}, "egress_hosts", "must be a list", id="egress-host-number"),
+        pytest.param({"egress_hosts": ["*"]}, "egress_hosts", "DNS name or IPv4", id="egress-to-everywhere"),
+        pytest.param({"egress_hosts": ["pypi.org:0"]}, "egress_hosts", "port 1-65535", id="egress-port-0"),
+        pytest.param(
+            {"egress_hosts": [f"h{n}.org" for n in range(65)]}, "egress_hosts", "at most 64", id="egress-too-many"
+        ),
     ],
 )
 def test_invalid_field_is_rejected_naming_entry_and_field(fields: dict[str, Any], field: str, message: str) -> None:
