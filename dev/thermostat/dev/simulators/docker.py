@@ -20,6 +20,8 @@ Serves the calls the pool makes (notes/provider-apis.md §4), with or without a 
   POST /networks/create           201 {Id, Warning}; 409 "network with name … already exists"
   GET  /networks/{id|name}        the network, with `Containers` {id: {Name, IPv4Address}} of its running ones
   DELETE /networks/{id|name}      204; 404; 403 "… has active endpoints" while a running container is on it
+  POST /networks/{id|name}/connect  {Container}: 200, the container joins the network too (inspect lists it, with
+                                  the same loopback address); 404 for a container or network it does not have
   A container created with `HostConfig.NetworkMode` naming a network runs its machine on a loopback address of its
   own (127.x.y.z, the stand-in for its address on that network) at the port it exposes, which inspect reports in
   `NetworkSettings.Networks[name].IPAddress`; a NetworkMode naming no network is the daemon's 404 "network … not
@@ -34,6 +36,7 @@ Minimum supported API version is 1.44, …" (or "… is too new. Maximum support
 defaults to Engine 29.0's (`ENGINE_29_0`: 1.44–1.52, the one that raised its minimum); `api=ApiRange(…)` plays an
 older or a newer daemon.
 Every request is recorded (`requests()`), bodies decoded, so a test pins shapes field by field.
+`thermostat-egress:latest` (the egress proxy's image) is an idle process: the simulator enforces no egress.
 
 An image is a name mapped to the command that plays the container: by default `strata-worker:latest` runs
 the reference worker (`python -m thermostat.worker`) as a real child process on a free loopback port; that
@@ -54,6 +57,7 @@ import os
 import secrets
 import shlex
 import socketserver
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +74,7 @@ from thermostat.dev.simulators.serving import (
     wait_for_signal,
 )
 from thermostat.policy.pool.docker_api import ApiRange, ApiVersion
+from thermostat.policy.pool.egress import DEFAULT_EGRESS_IMAGE
 
 DEFAULT_IMAGE = "strata-worker:latest"
 WAIT_LIMIT_SECONDS = 60.0  # a waiter the test never releases answers then, as if removed, rather than hanging
@@ -77,6 +82,7 @@ DEFAULT_SOCKET = "/tmp/thermostat-docker-sim.sock"  # noqa: S108 - a development
 # Engine 29.0 (moby#51186 raised the minimum to 1.44; 29.3 lowered it back to 1.40, moby#52067)
 ENGINE_29_0 = ApiRange(lowest=ApiVersion(major=1, minor=44), highest=ApiVersion(major=1, minor=52))
 STOCK_RUNTIMES = ("io.containerd.runc.v2", "runc")  # what a daemon without extra runtimes lists in GET /info
+IDLE: tuple[str, ...] = (sys.executable, "-c", "import signal; signal.pause()")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +91,9 @@ class ImageSpec:
 
     command: tuple[str, ...] = REFERENCE_WORKER
     start_error: str | None = None
+
+
+EGRESS_IMAGES = {DEFAULT_EGRESS_IMAGE: ImageSpec(command=IDLE)}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,6 +112,10 @@ class SimContainer:
     removing: bool = False
     user: str | None = None
     address: str | None = None  # its address on its network (NetworkMode), once started
+    joined: list[str] = field(default_factory=list)  # networks it was connected to after create
+
+    def on(self, network: str) -> bool:
+        return network == self.network or network in self.joined
 
     @property
     def network(self) -> str | None:
@@ -159,7 +172,7 @@ class DockerSimulator(ServedSimulator[_Server]):
         self.socket_path = socket_path
         self.api = api
         self._configured_runtimes = self.runtimes = tuple(runtimes)
-        self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec()}
+        self._images = dict(images) if images is not None else {DEFAULT_IMAGE: ImageSpec(), **EGRESS_IMAGES}
         self._lock = threading.RLock()
         self._containers: dict[str, SimContainer] = {}
         self._networks: dict[str, dict[str, Any]] = {}
@@ -337,10 +350,20 @@ class DockerSimulator(ServedSimulator[_Server]):
                 "Options": dict(body.get("Options") or {}),
             }  # fmt: skip
             return json_answer(201, {"Id": network_id, "Warning": ""})
-        network = self._find_network(rest[0]) if len(rest) == 1 else None
+        network = self._find_network(rest[0]) if len(rest) in (1, 2) else None
         if network is None:
             return _error(404, f"network {rest[0] if rest else ''} not found")
-        attached = [c for c in self._containers.values() if c.network == network["Name"] and c.status == "running"]
+        attached = [c for c in self._containers.values() if c.on(network["Name"]) and c.status == "running"]
+        if len(rest) == 2 and rest[1] == "connect" and method == "POST":
+            body = request.json_body if isinstance(request.json_body, dict) else {}
+            container = self._find(str(body.get("Container") or ""))
+            if container is None:
+                return _error(404, f"No such container: {body.get('Container')}")
+            if not container.on(network["Name"]):
+                container.joined.append(network["Name"])
+            return 200, {}, b""
+        if len(rest) == 2:
+            return _error(404, f"page not found: {method} {request.path}")
         if method == "GET":
             members = {c.id: {"Name": c.name, "IPv4Address": f"{c.address}/32"} for c in attached}
             return json_answer(200, {**network, "Containers": members})
@@ -495,9 +518,12 @@ class DockerSimulator(ServedSimulator[_Server]):
         network = container.network
         if network is None:
             return {}
-        found = self._find_network(network)
         address = container.address if running and container.address is not None else ""
-        return {network: {"NetworkID": found["Id"] if found else "", "IPAddress": address, "IPPrefixLen": 32}}
+        attached: dict[str, object] = {}
+        for name in (network, *container.joined):
+            found = self._find_network(name)
+            attached[name] = {"NetworkID": found["Id"] if found else "", "IPAddress": address, "IPPrefixLen": 32}
+        return attached
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -106,8 +106,8 @@ def outside_network_name(pool: str, key: str) -> str:
     return f"{pool}-egress-{key}"
 
 
-def proxy_filter(pool: str, key: str, digest: str | None = None) -> dict[str, list[str]]:
-    """The `filters` of `GET /containers/json` finding the tenant network's proxies (the one for `digest`)."""
+def egress_filter(pool: str, key: str, digest: str | None = None) -> dict[str, list[str]]:
+    """The `filters` finding the tenant network's proxies (the one for `digest`), or its outside network."""
     labels = [f"{LABEL_POOL}={pool}", f"{LABEL_EGRESS_OF}={key}"]
     return {"label": labels + ([f"{LABEL_EGRESS_LIST}={digest}"] if digest is not None else [])}
 

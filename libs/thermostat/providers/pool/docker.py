@@ -8,26 +8,28 @@ Theory of operation:
   sides support (policy/pool/docker_api.py); every later request carries that `/v1.NN` prefix. A daemon whose
   range does not meet the pool's is one error line naming both ranges, logged once, and every start fails with
   it; a daemon that did not answer is asked again on the next call.
-- start: the tenant's network first (docker_networks.py: internal, one per tenant, made on demand), then
-  `POST /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the worker token,
-  labels naming the pool, the machine type, the machine and the tenant's network, `HostConfig.NetworkMode` that
-  network (and no published port: an internal network publishes none), and `NanoCpus` / `Memory` only when the
-  type sets cpus / memory_mb (0 would mean "no limit" to the daemon: an unset limit is left out, never sent as 0),
-  and the confinement every machine gets (policy/pool/hardening.py, issue 36): `CapDrop` ALL (then `CapAdd` the
-  type's `capabilities_add`), `SecurityOpt` no-new-privileges, `ReadonlyRootfs` (unless `writable_root`), `Tmpfs`
-  /tmp of `scratch_mb`, `PidsLimit`, `User` (`Config.User`, never root), `Runtime` when the type names one; no
-  `Binds` or `Mounts` ever, so the daemon's socket is never inside a machine. Then `POST /containers/{id}/start`,
-  then `GET /containers/{id}/json` for the container's address on its network: the worker is reached there, at
-  the worker port (the pool runs on the daemon's host, which routes to its bridges). The pool does not pull: an
-  image not on the host fails with the daemon's own "No such image" message. A container that was created but
-  would not start (or whose address cannot be read, or whose start was cancelled, or whose create answered
-  without its id: removed by name) is force-removed before the error is raised, so nothing is left behind.
+- start: the tenant's network first (docker_networks.py: internal, one per tenant, made on demand), then `POST
+  /containers/create?name={pool}-{type}-{machine}` with the image, the type's env plus the worker token, labels naming
+  the pool, the machine type, the machine and the tenant's network, `HostConfig.NetworkMode` that network (and no
+  published port: an internal network publishes none), and `NanoCpus` / `Memory` only when the type sets cpus /
+  memory_mb (0 would mean "no limit" to the daemon: an unset limit is left out, never sent as 0), and the confinement
+  every machine gets (policy/pool/hardening.py, issue 36): `CapDrop` ALL (then `CapAdd` the type's `capabilities_add`),
+  `SecurityOpt` no-new-privileges, `ReadonlyRootfs` (unless `writable_root`), `Tmpfs` /tmp of `scratch_mb`, `PidsLimit`,
+  `User` (`Config.User`, never root), `Runtime` when the type names one; no `Binds` or `Mounts` ever, so the daemon's
+  socket is never inside a machine. A type listing `egress_hosts` first gets its egress proxy on that network
+  (docker_egress.py, policy/pool/egress.py: one per tenant network and allow-list, made on demand), and its worker
+  `HTTP_PROXY` / `HTTPS_PROXY` naming the proxy; a type without has no route out. Then `POST /containers/{id}/start`,
+  then `GET /containers/{id}/json` for the container's address on its network: the worker is reached there, at the
+  worker port (the pool runs on the daemon's host, which routes to its bridges). The pool does not pull: an image not on
+  the host fails with the daemon's own "No such image" message. A container that was created but would not start (or
+  whose address cannot be read, or whose start was cancelled, or whose create answered without its id: removed by name)
+  is force-removed before the error is raised, so nothing is left behind.
 - stop: `GET /containers/{id}/json` for its network's label, `POST /containers/{id}/stop?t=5`, then
   `DELETE /containers/{id}?force=true`; a 404 from either (the container is already gone) and a 304 from stop
   (already stopped) are success. A 409 "removal … is already in
   progress" (another remover got there first) is followed by `POST /containers/{id}/wait?condition=removed`: the
   stop returns once the container is gone, whoever removed it. Then the tenant's network goes if it was the last
-  machine on it.
+  machine on it (its egress proxies, whose endpoints would keep it, and their outside network with it).
 - runtimes: `GET /info`'s `Runtimes` keys (the OCI runtimes the daemon knows: runc, runsc …), read for a catalogue
   PUT that names a `runtime`, so a runtime the daemon lacks is a 400 then, not a failed boot later.
 - health: the daemon reports the container running, and its worker answers `GET /health` with 200.
@@ -52,6 +54,7 @@ import httpx
 
 from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.docker_api import ApiVersion, NoCommonVersion, negotiate
+from thermostat.policy.pool.egress import DEFAULT_EGRESS_IMAGE, LABEL_EGRESS_OF, worker_proxy_env
 from thermostat.policy.pool.hardening import scratch_mount
 from thermostat.policy.pool.machine_type import MachineType
 from thermostat.policy.pool.orphans import ListedMachine
@@ -66,6 +69,7 @@ from thermostat.providers.pool.backend import (
     MachineSpec,
     ReportsEnd,
 )
+from thermostat.providers.pool.docker_egress import EgressProxies
 from thermostat.providers.pool.docker_networks import TenantNetworks
 from thermostat.providers.pool.provider_errors import (
     TAIL_LINES,
@@ -100,9 +104,11 @@ def docker_socket_path(*, pool_docker_socket: str | None, docker_host: str | Non
     return DEFAULT_DOCKER_SOCKET
 
 
-def create_body(spec: MachineSpec, *, pool: str, worker_port: int, network: str) -> dict[str, Any]:
-    """The `POST /containers/create` body for one machine on its tenant's `network` (pure, pinned field by field by
-    the tests)."""
+def create_body(
+    spec: MachineSpec, *, pool: str, worker_port: int, network: str, proxy: str | None = None
+) -> dict[str, Any]:
+    """The `POST /containers/create` body for one machine on its tenant's `network`, given its egress `proxy`'s address
+    when its type has one (pure, pinned field by field by the tests)."""
     machine_type = spec.machine_type
     port = f"{worker_port}/tcp"
     host_config: dict[str, Any] = {"NetworkMode": network}
@@ -111,10 +117,11 @@ def create_body(spec: MachineSpec, *, pool: str, worker_port: int, network: str)
     if machine_type.memory_mb is not None:
         host_config["Memory"] = machine_type.memory_mb * 1024 * 1024
     host_config |= confinement(machine_type)
+    proxied = worker_proxy_env(proxy) if proxy is not None else {}
     return {
         "Image": machine_type.image,
         "User": machine_type.user,
-        "Env": [f"{name}={value}" for name, value in spec.env().items()],
+        "Env": [f"{name}={value}" for name, value in (spec.env() | proxied).items()],
         "Labels": {
             LABEL_POOL: pool,
             LABEL_MACHINE_TYPE: machine_type.name,
@@ -158,6 +165,7 @@ class DockerBackend:
         worker_port: int = DEFAULT_WORKER_PORT,
         timeout_seconds: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        egress_image: str = DEFAULT_EGRESS_IMAGE,
     ) -> None:
         self._worker = worker
         self._pool = pool
@@ -172,9 +180,12 @@ class DockerBackend:
         )
         self._version: ApiVersion | str | None = None  # once negotiated: the version, or the refusal's line
         self._negotiating = asyncio.Lock()
-        self._networks = TenantNetworks(
-            self._call, lambda response, subject, what: _refused(response, subject, what, ()), pool=pool
-        )
+
+        def refused(response: httpx.Response, subject: str, what: str) -> BackendError:
+            return _refused(response, subject, what, ())
+
+        self._egress = EgressProxies(self._call, refused, pool=pool, image=egress_image)
+        self._networks = TenantNetworks(self._call, refused, pool=pool, detach=self._egress.remove)
 
     def __repr__(self) -> str:
         return f"DockerBackend(socket_path={self.socket_path!r}, pool={self._pool!r})"
@@ -228,12 +239,21 @@ class DockerBackend:
         secrets = (spec.worker_token,)
         name = container_name(spec, pool=self._pool)
         key = self._networks.key(spec.tenant_id)
+        no_proxy: BackendError | None = None
         async with self._networks.held(key):  # no release of this network between its ensure and the create
             network = await self._networks.ensure(spec.tenant_id, subject)
-            body = create_body(spec, pool=self._pool, worker_port=self._worker_port, network=network)
-            created = await self._call(
-                "POST", "/containers/create", subject, "create", secrets, params={"name": name}, json=body
-            )
+            try:
+                proxy = await self._proxy(spec, key, network, subject)
+            except BackendError as error:
+                no_proxy = error
+            else:
+                body = create_body(spec, pool=self._pool, worker_port=self._worker_port, network=network, proxy=proxy)
+                created = await self._call(
+                    "POST", "/containers/create", subject, "create", secrets, params={"name": name}, json=body
+                )
+        if no_proxy is not None:  # released out of the lock: release takes it
+            await self._networks.release(key)
+            raise no_proxy
         if created.status_code != 201:
             await self._networks.release(key)
             raise _refused(created, subject, "create", secrets)
@@ -254,6 +274,13 @@ class DockerBackend:
                 await asyncio.shield(self._discard(container_id, key))
             raise
         return MachineHandle(provider_id=container_id, endpoint=f"http://{address}:{self._worker_port}", region=None)
+
+    async def _proxy(self, spec: MachineSpec, key: str, network: str, subject: str) -> str | None:
+        """The address of the type's egress proxy on the tenant's network; None for a type without egress."""
+        hosts = spec.machine_type.egress_hosts
+        if not hosts:
+            return None
+        return await self._egress.ensure(spec.tenant_id, key, network, hosts, subject)
 
     async def _discard(self, container: str, key: str) -> None:
         await self._remove(container)
@@ -304,7 +331,7 @@ class DockerBackend:
 
     async def list_machines(self) -> tuple[ListedMachine, ...] | None:
         """Every container, stopped ones too (they still hold their disk), labelled with this pool (the orphan
-        sweep's listing); named by the name the pool gave it."""
+        sweep's listing), egress proxies aside; named by the name the pool gave it."""
         try:
             prefix = (await self.negotiate()).prefix
             listed = await self._http.get(
@@ -318,8 +345,8 @@ class DockerBackend:
             return None
         machines = []
         for container in containers:
-            if not isinstance(container, dict):
-                continue
+            if not isinstance(container, dict) or LABEL_EGRESS_OF in (container.get("Labels") or {}):
+                continue  # an egress proxy is the tenant network's, not a machine: it goes with the network
             names = container.get("Names")
             if not isinstance(container.get("Id"), str) or not isinstance(names, list) or not names:
                 continue

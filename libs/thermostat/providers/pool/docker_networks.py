@@ -5,7 +5,9 @@ last machine is gone (policy/pool/tenant_network.py has the names and shapes; is
   (`Internal`, labelled, its bridge named `thtn{key}`); a 409 (another process made it first) is the network.
 - release: `GET /containers/json?all=true&filters=…` for containers still carrying the network's label; none:
   `DELETE /networks/{name}`, where 404 (gone) and 403 / 409 (an endpoint still attached: a machine booting) are
-  fine, the next machine's stop tries again.
+  fine, the next machine's stop tries again. An endpoint that is the tenant's egress proxy's (`detach`: docker_egress.py
+  removes the proxies and says whether there were any) does not keep it: the proxies go, and the delete is tried once
+  more. A tenant without egress makes no call more than before.
 A start and a release of the same tenant's network in this process take one lock, so a release never removes the
 network between a start's ensure and its create. Across processes sharing a daemon the window remains: a create
 that meets it fails with the daemon's "network … not found", and that boot fails (the pool boots another).
@@ -43,10 +45,18 @@ class Call(Protocol):
 class TenantNetworks:
     """TenantNetworks keeps one internal network per tenant of `pool` on the daemon `call` speaks to."""
 
-    def __init__(self, call: Call, refused: Callable[[httpx.Response, str, str], BackendError], *, pool: str) -> None:
+    def __init__(
+        self,
+        call: Call,
+        refused: Callable[[httpx.Response, str, str], BackendError],
+        *,
+        pool: str,
+        detach: Callable[[str, str], Awaitable[bool]] | None = None,
+    ) -> None:
         self._call = call
         self._refused = refused
         self._pool = pool
+        self._detach = detach
         self._locks: dict[str, asyncio.Lock] = {}
 
     def key(self, tenant_id: str) -> str:
@@ -101,6 +111,8 @@ class TenantNetworks:
         if not isinstance(containers, list) or not last_one_gone(containers):
             return
         removed = await self._call("DELETE", f"/networks/{network_name(self._pool, key)}", subject, "remove", ())
+        if removed.status_code in (403, 409) and self._detach is not None and await self._detach(key, subject):
+            removed = await self._call("DELETE", f"/networks/{network_name(self._pool, key)}", subject, "remove", ())
         if removed.status_code in (403, 409):  # an endpoint is still attached: the next stop tries again
             _log.info("docker: %s kept: %s", subject, json_object(removed).get("message"))
         elif removed.status_code not in (204, 404):

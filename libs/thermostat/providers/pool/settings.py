@@ -9,6 +9,7 @@
 | POOL_WORKER_PORT | 8080 | the port the worker listens on inside a container, pod or Fly machine |
 | POOL_PROVIDER_TIMEOUT_SECONDS | 30 | one provider API call's timeout |
 | STRATA_POOL_DOCKER_SOCKET | - | the Docker daemon's socket; else a unix:// DOCKER_HOST; else /var/run/docker.sock |
+| POOL_EGRESS_IMAGE | thermostat-egress:latest | the egress proxy's image (docker types listing `egress_hosts`) |
 | POOL_RUNPOD_API_KEY | - | RunPod key for the pool; else RUNPOD_API_KEY (the pod controller's) |
 | RUNPOD_V2_BASE_URL, RUNPOD_PROXY_URL_TEMPLATE | RunPod's | shared with the pod controller |
 | FLY_API_TOKEN, STRATA_POOL_FLY_APP, STRATA_POOL_FLY_REGION | - | all three configure the fly backend |
@@ -33,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from thermostat.policy.pool.egress import DEFAULT_EGRESS_IMAGE
 from thermostat.policy.pool.machine_type import BackendKind
 from thermostat.providers.pool.backend import DEFAULT_WORKER_PORT
 from thermostat.providers.pool.docker import DockerBackend, docker_socket_path
@@ -86,6 +88,7 @@ class PoolBackendSettings(BaseSettings):
     strata_pool_docker_socket: str | None = None
     pool_docker_socket: str | None = None  # alias of STRATA_POOL_DOCKER_SOCKET
     docker_host: str | None = None
+    pool_egress_image: str = Field(default=DEFAULT_EGRESS_IMAGE, min_length=1)
     pool_runpod_api_key: SecretStr | None = None
     runpod_api_key: SecretStr | None = None
     runpod_v2_base_url: str = DEFAULT_BASE_URL
@@ -170,7 +173,7 @@ def build_backends(
     if BackendKind.DOCKER not in missing:
         backends[BackendKind.DOCKER] = DockerBackend(
             worker, socket_path=settings.docker_socket, pool=settings.pool_name,
-            worker_port=settings.pool_worker_port, timeout_seconds=timeout,
+            worker_port=settings.pool_worker_port, timeout_seconds=timeout, egress_image=settings.pool_egress_image,
         )  # fmt: skip
     if BackendKind.RUNPOD not in missing:
         backends[BackendKind.RUNPOD] = RunPodBackend(

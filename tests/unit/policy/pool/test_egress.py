@@ -15,10 +15,10 @@ from thermostat.policy.pool.egress import (
     create_outside_network_body,
     create_proxy_body,
     egress_digest,
+    egress_filter,
     egress_host_refusal,
     filter_lines,
     proxy_config,
-    proxy_filter,
     worker_proxy_env,
 )
 
@@ -111,7 +111,7 @@ def test_the_proxy_is_confined_as_a_machine_is_and_labelled_for_its_tenant_netwo
                               LABEL_EGRESS_LIST: egress_digest(["pypi.org"])}  # fmt: skip
     env = dict(item.split("=", 1) for item in body["Env"])
     assert env == {"EGRESS_CONFIG": proxy_config(["pypi.org"]), "EGRESS_FILTER": filter_lines(["pypi.org"])}
-    assert proxy_filter("p", "k")["label"] == ["thermostat.pool=p", f"{LABEL_EGRESS_OF}=k"]
+    assert egress_filter("p", "k")["label"] == ["thermostat.pool=p", f"{LABEL_EGRESS_OF}=k"]
 
 
 def test_the_outside_network_is_the_tenants_own_and_not_internal() -> None:
