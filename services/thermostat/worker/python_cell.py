@@ -7,6 +7,8 @@ stderr (the traceback's, naming the exception). Nothing bounds it here but the j
 worker lasts the job's timeout (`timeout_seconds`, else the type's `job_timeout_seconds`), and when it runs out
 the pool drops the connection, the worker cancels the execution, and a cancelled cell's process group is
 killed — so is one a build cancel ends (the kernel interrupt) and one a worker shutting down abandons.
+The cell's environment is PATH and LANG, and the proxy variables the pool gives a machine whose type opts into egress
+(HTTP_PROXY, HTTPS_PROXY, NO_PROXY, either case: its only way out; docs/containers.md): never the worker's token.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Mapping
 
 from .result import HandlerResult
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 STDERR_LINES = 20  # of a failed cell's stderr, in its 500: the traceback's end names the exception
 
 
@@ -33,6 +37,11 @@ def cell_source(payload: bytes) -> str:
     return payload.decode("utf-8", "replace")
 
 
+def cell_env(worker_env: Mapping[str, str]) -> dict[str, str]:
+    proxies = {name: worker_env[name] for name in PROXY_VARIABLES if worker_env.get(name)}
+    return {"PATH": worker_env.get("PATH", ""), "LANG": "C.UTF-8", **proxies}
+
+
 async def run_cell(payload: bytes, *, python: str = sys.executable) -> HandlerResult:
     process = await asyncio.create_subprocess_exec(
         python,
@@ -42,7 +51,7 @@ async def run_cell(payload: bytes, *, python: str = sys.executable) -> HandlerRe
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},  # never the worker's token
+        env=cell_env(os.environ),  # never the worker's token
         start_new_session=True,  # its own process group: a kill reaches what the cell started too
     )
     try:

@@ -249,6 +249,18 @@ async def test_the_cell_does_not_see_the_workers_token(session: aiohttp.ClientSe
         assert (response.status, await response.read()) == (200, b"[]\n")
 
 
+async def test_the_cell_is_given_the_workers_egress_proxy_and_nothing_else(session: aiohttp.ClientSession) -> None:
+    """A machine whose type opts into egress has HTTP(S)_PROXY: its cells get them (their only way out), still no
+    STRATA variable."""
+    source = b"import os; print(sorted(k for k in os.environ if k not in ('PATH', 'LANG', 'LC_CTYPE')))"
+    proxy = {"HTTP_PROXY": "http://172.18.0.3:8888", "https_proxy": "http://172.18.0.3:8888", "NO_PROXY": "localhost"}
+    async with (
+        reference_worker(STRATA_WORKER_HANDLER="python", **proxy) as worker,
+        session.post(f"{worker.url}/execute", data=source, headers=worker.auth) as response,
+    ):
+        assert (response.status, await response.read()) == (200, b"['HTTP_PROXY', 'NO_PROXY', 'https_proxy']\n")
+
+
 @pytest.mark.parametrize(
     "ended_by", [pytest.param("cancel", id="build-cancel"), pytest.param("deadline", id="deadline")]
 )
