@@ -21,6 +21,7 @@ from thermostat.policy.pool.egress import (
     create_outside_network_body,
     create_proxy_body,
     egress_digest,
+    machine_network_key,
 )
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
 from thermostat.policy.pool.tenant_network import network_key
@@ -71,7 +72,7 @@ async def test_an_egress_types_first_machine_makes_its_proxy_and_is_pointed_at_i
     tenant's network and started, in that order, before the worker, whose HTTP(S)_PROXY is the proxy's address on the
     tenant's network."""
     handle = await backend.start(machine("acme"))
-    key = network_key(POOL, "acme")
+    key = machine_network_key(POOL, "acme", HOSTS)
     tenant, outside = f"{POOL}-tenant-{key}", f"{POOL}-egress-{key}"
     calls = [(r.method, r.path.split("/", 2)[2], r.query) for r in daemon.requests() if r.path != "/version"]
     labels = json.dumps({"label": [f"thermostat.pool={POOL}", f"thermostat.egress_of={key}"]})
@@ -110,6 +111,27 @@ async def test_a_type_without_egress_gets_no_proxy_and_no_proxy_variables(
     assert proxies(daemon) == []
     assert [network["Internal"] for network in daemon.networks()] == [True]
     assert not any(name.lower().endswith("_proxy") for name in env_of(daemon, handle.provider_id))
+
+
+async def test_an_egress_type_runs_on_a_network_of_its_tenant_and_list_apart_from_the_tenants_others(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """The egress type's machine and its proxy share an internal network of (tenant, list), labelled with the tenant;
+    the same tenant's type without egress is on the tenant's own network, which no proxy joins."""
+    opted, closed = await backend.start(machine("acme")), await backend.start(machine("acme", hosts=()))
+    tenant, listed = network_key(POOL, "acme"), machine_network_key(POOL, "acme", HOSTS)
+    assert tenant != listed
+    modes = {h.provider_id: daemon.container(h.provider_id).host_config["NetworkMode"] for h in (opted, closed)}
+    assert (modes[opted.provider_id], modes[closed.provider_id]) == (
+        f"{POOL}-tenant-{listed}",
+        f"{POOL}-tenant-{tenant}",
+    )
+    (proxy,) = [c for c in daemon.containers() if c.image == DEFAULT_EGRESS_IMAGE]
+    assert proxy.joined == [f"{POOL}-tenant-{listed}"]
+    internal = {n["Name"]: n for n in daemon.networks() if n["Internal"]}
+    assert internal[f"{POOL}-tenant-{listed}"]["Labels"] == {
+        "thermostat.pool": POOL, "thermostat.tenant": "acme", "thermostat.tenant_network": listed
+    }  # fmt: skip
 
 
 async def test_one_proxy_per_tenant_network_and_allow_list(daemon: DockerSimulator, backend: DockerBackend) -> None:
@@ -153,7 +175,7 @@ async def test_the_proxy_and_its_network_go_with_the_tenants_last_machine(
     await backend.stop(first.provider_id)
     assert len(proxies(daemon)) == 2
     await backend.stop(second.provider_id)
-    key = network_key(POOL, "globex")
+    key = machine_network_key(POOL, "globex", HOSTS)
     assert proxies(daemon) == [f"{POOL}-egress-{key}-{egress_digest(HOSTS)}"]
     assert sorted(n["Name"] for n in daemon.networks()) == [f"{POOL}-egress-{key}", f"{POOL}-tenant-{key}"]
     await backend.stop(other.provider_id)

@@ -10,9 +10,11 @@ whole, deny by default:
   and `ConnectPort` lines refuse every other port before the filter is read;
 - plain HTTP only to `http://host[:port]/…` of a listed pair (the filter is anchored past the port, so
   `http://allowed@elsewhere/` or `http://allowed.evil/` is not it).
-One proxy serves each (tenant network, allow-list): two types of a tenant with the same list share one, another list
-gets its own, so each type reaches exactly its own list. The proxy and its outside network are found by their labels
-after a restart and removed with the tenant's network (docker_egress.py).
+A type with an allow-list puts its machines on an internal network of their own, one per tenant and allow-list
+(`machine_network_key`; a type without one stays on the tenant's network), with that network's one proxy: two types of
+a tenant with the same list share both, another list gets its own, and a machine of a type without egress cannot reach
+a proxy at all (it is on another network). Each type reaches exactly its own list. The proxy and its outside network
+are found by their labels after a restart and removed with their network (docker_egress.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from thermostat.policy.pool.hardening import DEFAULT_PIDS_LIMIT, DEFAULT_USER, scratch_mount
-from thermostat.policy.pool.tenant_network import BRIDGE_NAME_OPTION, LABEL_POOL, LABEL_TENANT
+from thermostat.policy.pool.tenant_network import BRIDGE_NAME_OPTION, LABEL_POOL, LABEL_TENANT, network_key
 
 DEFAULT_EGRESS_IMAGE: Final = "thermostat-egress:latest"
 PROXY_PORT: Final = 8888
@@ -74,6 +76,14 @@ def egress_digest(hosts: Sequence[str]) -> str:
     """The allow-list's identity (order and duplicates aside): one proxy per tenant network and digest."""
     text = "\n".join(f"{host}:{port}" for host, port in sorted(allowed_pairs(hosts)))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def machine_network_key(pool: str, tenant_id: str, hosts: Sequence[str]) -> str:
+    """The key of the internal network a machine joins: the tenant's, or for a type with an allow-list the tenant's
+    network of that list (so only machines allowed the list can reach its proxy)."""
+    if not hosts:
+        return network_key(pool, tenant_id)
+    return network_key(pool, f"{tenant_id}\0egress\0{egress_digest(hosts)}")
 
 
 def filter_lines(hosts: Sequence[str]) -> str:

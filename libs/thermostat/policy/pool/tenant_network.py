@@ -38,9 +38,10 @@ def network_filter(pool: str, key: str) -> dict[str, list[str]]:
     return {"label": [f"{LABEL_POOL}={pool}", f"{LABEL_TENANT_NETWORK}={key}"]}
 
 
-def create_network_body(pool: str, tenant_id: str) -> dict[str, Any]:
-    """The `POST /networks/create` body of the tenant's network (pure, pinned by the tests)."""
-    key = network_key(pool, tenant_id)
+def create_network_body(pool: str, tenant_id: str, key: str | None = None) -> dict[str, Any]:
+    """The `POST /networks/create` body of the tenant's network, or of its network `key` (an egress type's: egress.py)
+    (pure, pinned by the tests)."""
+    key = network_key(pool, tenant_id) if key is None else key
     return {
         "Name": network_name(pool, key),
         "Driver": "bridge",

@@ -16,9 +16,10 @@ Theory of operation:
   every machine gets (policy/pool/hardening.py, issue 36): `CapDrop` ALL (then `CapAdd` the type's `capabilities_add`),
   `SecurityOpt` no-new-privileges, `ReadonlyRootfs` (unless `writable_root`), `Tmpfs` /tmp of `scratch_mb`, `PidsLimit`,
   `User` (`Config.User`, never root), `Runtime` when the type names one; no `Binds` or `Mounts` ever, so the daemon's
-  socket is never inside a machine. A type listing `egress_hosts` first gets its egress proxy on that network
-  (docker_egress.py, policy/pool/egress.py: one per tenant network and allow-list, made on demand), and its worker
-  `HTTP_PROXY` / `HTTPS_PROXY` naming the proxy; a type without has no route out. Then `POST /containers/{id}/start`,
+  socket is never inside a machine. A type listing `egress_hosts` runs on the tenant's network of that list instead,
+  with its egress proxy (docker_egress.py, policy/pool/egress.py: one per tenant and allow-list, made on demand),
+  its worker's `HTTP_PROXY` / `HTTPS_PROXY` naming the proxy; a type without has no route out. Then
+  `POST /containers/{id}/start`,
   then `GET /containers/{id}/json` for the container's address on its network: the worker is reached there, at the
   worker port (the pool runs on the daemon's host, which routes to its bridges). The pool does not pull: an image not on
   the host fails with the daemon's own "No such image" message. A container that was created but would not start (or
@@ -54,11 +55,16 @@ import httpx
 
 from thermostat.chassis.tracing import http_transport
 from thermostat.policy.pool.docker_api import ApiVersion, NoCommonVersion, negotiate
-from thermostat.policy.pool.egress import DEFAULT_EGRESS_IMAGE, LABEL_EGRESS_OF, worker_proxy_env
+from thermostat.policy.pool.egress import (
+    DEFAULT_EGRESS_IMAGE,
+    LABEL_EGRESS_OF,
+    machine_network_key,
+    worker_proxy_env,
+)
 from thermostat.policy.pool.hardening import scratch_mount
 from thermostat.policy.pool.machine_type import MachineType
 from thermostat.policy.pool.orphans import ListedMachine
-from thermostat.policy.pool.tenant_network import LABEL_POOL, LABEL_TENANT_NETWORK, network_key
+from thermostat.policy.pool.tenant_network import LABEL_POOL, LABEL_TENANT_NETWORK
 from thermostat.providers.pool.backend import (
     DEFAULT_WORKER_PORT,
     Backend,
@@ -126,7 +132,7 @@ def create_body(
             LABEL_POOL: pool,
             LABEL_MACHINE_TYPE: machine_type.name,
             LABEL_MACHINE_ID: spec.machine_id,
-            LABEL_TENANT_NETWORK: network_key(pool, spec.tenant_id),
+            LABEL_TENANT_NETWORK: machine_network_key(pool, spec.tenant_id, machine_type.egress_hosts),
         },
         "ExposedPorts": {port: {}},
         "HostConfig": host_config,
@@ -238,10 +244,10 @@ class DockerBackend:
         subject = machine_subject(spec.machine_id, spec.machine_type.name)
         secrets = (spec.worker_token,)
         name = container_name(spec, pool=self._pool)
-        key = self._networks.key(spec.tenant_id)
+        key = machine_network_key(self._pool, spec.tenant_id, spec.machine_type.egress_hosts)
         no_proxy: BackendError | None = None
         async with self._networks.held(key):  # no release of this network between its ensure and the create
-            network = await self._networks.ensure(spec.tenant_id, subject)
+            network = await self._networks.ensure(spec.tenant_id, subject, key)
             try:
                 proxy = await self._proxy(spec, key, network, subject)
             except BackendError as error:

@@ -66,9 +66,10 @@ class TenantNetworks:
         """The lock a start (ensure and create) and a release of this network take."""
         return self._locks.setdefault(key, asyncio.Lock())
 
-    async def ensure(self, tenant_id: str, subject: str) -> str:
-        """The tenant's network's name, made when the daemon has none; the caller holds `held(key)`."""
-        key = self.key(tenant_id)
+    async def ensure(self, tenant_id: str, subject: str, key: str | None = None) -> str:
+        """The tenant's network's name (or its network `key`: an egress type's), made when the daemon has none; the
+        caller holds `held(key)`."""
+        key = self.key(tenant_id) if key is None else key
         name = network_name(self._pool, key)
         wanted = {"filters": json.dumps(network_filter(self._pool, key))}
         listed = await self._call("GET", "/networks", subject, "list networks", (), params=wanted)
@@ -81,9 +82,8 @@ class TenantNetworks:
         for network in found if isinstance(found, list) else []:
             if isinstance(network, dict) and isinstance(network.get("Name"), str):
                 return str(network["Name"])
-        created = await self._call(
-            "POST", "/networks/create", subject, "create network", (), json=create_network_body(self._pool, tenant_id)
-        )
+        body = create_network_body(self._pool, tenant_id, key)
+        created = await self._call("POST", "/networks/create", subject, "create network", (), json=body)
         if created.status_code not in (201, 409):
             raise self._refused(created, subject, "create network")
         if created.status_code == 201:

@@ -18,9 +18,11 @@ from thermostat.policy.pool.egress import (
     egress_filter,
     egress_host_refusal,
     filter_lines,
+    machine_network_key,
     proxy_config,
     worker_proxy_env,
 )
+from thermostat.policy.pool.tenant_network import network_key
 
 
 @pytest.mark.parametrize(
@@ -127,3 +129,13 @@ def test_a_worker_is_given_its_proxy_in_both_spellings() -> None:
     env = worker_proxy_env("172.18.0.3")
     assert env["HTTP_PROXY"] == env["https_proxy"] == f"http://172.18.0.3:{PROXY_PORT}"
     assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+
+
+def test_an_egress_type_has_a_network_of_its_tenant_and_list() -> None:
+    """No list: the tenant's own network; a list: another, the same for the same list whatever its order, its own for
+    another list or another tenant."""
+    assert machine_network_key("p", "acme", ()) == network_key("p", "acme")
+    opted = machine_network_key("p", "acme", ("a.org", "b.org:8080"))
+    assert opted == machine_network_key("p", "acme", ("b.org:8080", "a.org")) != network_key("p", "acme")
+    assert opted != machine_network_key("p", "acme", ("a.org",))
+    assert opted != machine_network_key("p", "globex", ("a.org", "b.org:8080"))
