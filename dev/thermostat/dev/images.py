@@ -1,4 +1,5 @@
-"""`make images` (python -m thermostat.dev.images): the services, edge and worker images from deploy/'s Dockerfiles.
+"""`make images` (python -m thermostat.dev.images): the services, edge, worker and egress proxy images from deploy/'s
+Dockerfiles.
 
 The Dockerfiles take their base images as build arguments (PYTHON_IMAGE, ENVOY_IMAGE) whose defaults are the
 official images. Each base is taken, in this order: the image named by the same environment variable
@@ -35,11 +36,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from thermostat.policy.pool.egress import DEFAULT_EGRESS_IMAGE
+
 ROOT = Path(__file__).resolve().parents[3]  # dev/thermostat/dev/ → the repository
 
 SERVICES_IMAGE = "thermostat:latest"
 EDGE_IMAGE = "thermostat-edge:latest"
 WORKER_IMAGE = "strata-worker:latest"
+EGRESS_IMAGE = DEFAULT_EGRESS_IMAGE  # Debian's tinyproxy, for docker types listing egress_hosts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,7 +301,7 @@ def env_lines(chosen: dict[Base, str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", action="store_true", help="print only the export lines naming the bases chosen")
-    parser.add_argument("--only", choices=("worker",), help="build only the worker image (the tests' need)")
+    parser.add_argument("--only", choices=("worker",), help="build only the worker image (most tests' need)")
     args = parser.parse_args(argv)
     if not daemon_answers():
         print("make images: no Docker daemon answers (`docker info` failed): start one, or set DOCKER_HOST",
@@ -310,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.env:
             build(WORKER_IMAGE, "deploy/worker/Dockerfile", chosen)
             if args.only is None:
+                build(EGRESS_IMAGE, "deploy/egress/Dockerfile", chosen)
                 build(EDGE_IMAGE, "deploy/container/Dockerfile", chosen, target="edge")
                 build(SERVICES_IMAGE, "deploy/container/Dockerfile", chosen, target="runtime")
     except ImageError as error:
