@@ -356,6 +356,21 @@ async def test_daemon_message_is_bounded_and_never_carries_the_token(
     assert len(message) < 450
 
 
+async def test_a_container_dead_before_its_first_inspect_fails_its_start_with_its_exit_code_and_last_words(
+    daemon: DockerSimulator, backend: DockerBackend
+) -> None:
+    """A fast crash on a loaded host: the container has exited (and lost its address) before the start inspects it.
+    The start says why (its exit and last lines), not that the daemon gave it no address; nothing is left."""
+    script = "import sys; print('cannot import handler nope', file=sys.stderr, flush=True); sys.exit(3)"
+    daemon.add_image("dies-at-once:1", ImageSpec(command=(sys.executable, "-c", script), dies_at_once=True))
+    with pytest.raises(BackendError) as refused:
+        await backend.start(spec(docker_type(image="dies-at-once:1")))
+    assert str(refused.value).endswith(
+        "the machine exited with code 3 before answering its health check; its last output: cannot import handler nope"
+    )
+    assert daemon.containers() == []
+
+
 async def test_unreachable_daemon_names_the_socket_and_the_machine(client: WorkerClient) -> None:
     """No daemon behind the socket is a BackendError naming where the backend looked."""
     docker = DockerBackend(client, socket_path="/tmp/no-such-docker.sock")

@@ -91,6 +91,9 @@ class ImageSpec:
 
     command: tuple[str, ...] = REFERENCE_WORKER
     start_error: str | None = None
+    # the start answers only once the command has ended: a container that dies before anyone inspects it (its
+    # address gone by the first inspect), as a fast crash on a loaded host is seen
+    dies_at_once: bool = False
 
 
 EGRESS_IMAGES = {DEFAULT_EGRESS_IMAGE: ImageSpec(command=IDLE)}
@@ -452,6 +455,8 @@ class DockerSimulator(ServedSimulator[_Server]):
             container.address = address
             container.machine = SimMachine(image.command, env, keep_output=True, address=address, port=port)
         container.status, container.exit_code = "running", 0
+        if image.dies_at_once:
+            container.machine.wait(timeout=60)
         return 204, {}, b""
 
     def _logs(self, container: SimContainer, tail: str) -> Answer:

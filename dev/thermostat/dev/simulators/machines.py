@@ -96,6 +96,11 @@ class SimMachine:
             return None
         return 128 - code if code < 0 else code
 
+    def wait(self, timeout: float) -> None:
+        """Until the process has ended (at most `timeout` seconds)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout)
+
     @property
     def pid(self) -> int:
         return self._process.pid

@@ -273,7 +273,15 @@ class DockerBackend:
             started = await self._call("POST", f"/containers/{container_id}/start", subject, "start", secrets)
             if started.status_code not in (204, 304):
                 raise _refused(started, subject, "start", secrets)
-            address = await self._address(container_id, network, subject, secrets)
+            try:
+                address = await self._address(container_id, network, subject, secrets)
+            except BackendError:
+                # a container that exited at once has no address any more: its exit and last words say why
+                provisional = MachineHandle(provider_id=container_id, endpoint="", region=None)
+                why = await self.ended(provisional, spec)
+                if why is None:
+                    raise
+                raise BackendError(f"docker: {subject}: {why}") from None
         except BaseException:
             # a container that will not start is removed, not left behind (shielded: a cancelled boot too)
             with contextlib.suppress(Exception):
