@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -256,13 +257,20 @@ async def test_machine_that_dies_reads_unhealthy(daemon: DockerSimulator, backen
 
 
 async def test_a_container_that_exits_at_start_has_ended_with_its_exit_code_and_log_tail(
-    daemon: DockerSimulator, backend: DockerBackend
+    daemon: DockerSimulator, backend: DockerBackend, tmp_path: Path
 ) -> None:
-    """Issue 35: the container's exit code (State) and its last lines (GET /containers/{id}/logs), no secret."""
-    script = "import os, sys; print('loading', os.environ['HF_TOKEN'], flush=True); sys.exit('no handler named nope')"
+    """Issue 35: the container's exit code (State) and its last lines (GET /containers/{id}/logs), no secret. The
+    container exits once the test says so, after its start (a death before the start's inspect is the test above)."""
+    go = tmp_path / "exit-now"
+    script = (
+        "import os, sys, time; print('loading', os.environ['HF_TOKEN'], flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+        "sys.exit('no handler named nope')"
+    )
     daemon.add_image("dies:1", ImageSpec(command=(sys.executable, "-c", script)))
     machine_spec = spec(docker_type(image="dies:1", env={"HF_TOKEN": "hf-secret-value-1234"}))
     handle = await backend.start(machine_spec)
+    go.touch()
 
     async def ended() -> str | None:
         return await backend.ended(handle, machine_spec)
