@@ -58,6 +58,10 @@ TEST_WORKERS ?= 2
 test: proto ## run the whole test suite (TEST_WORKERS=2 processes; 0 for one)
 	@$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
+# The tiers (unit, pg, e2e, chaos) are markers tests/fixtures/tiers.py gives each test from the fixtures it uses.
+unit: proto ## run the unit tier (-m unit): no Postgres, stack or daemon needed, well under a minute
+	@THERMOSTAT_TEST_NO_POSTGRES=1 $(BIN)/python -m pytest -m unit $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+
 lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
 	@$(BIN)/ruff check .
 	@$(BIN)/ruff format --check .
@@ -86,4 +90,4 @@ clean: ## remove generated code, build outputs and local data
 	rm -rf build tests/gen deploy/envoy/envoy.yaml .data
 	find libs/thermostat -path '*/v1/*' -name '*_pb2*' -delete
 
-.PHONY: help venv proto k8s images run engine test lint chaos bench clean
+.PHONY: help venv proto k8s images run engine test unit lint chaos bench clean

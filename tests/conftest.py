@@ -28,6 +28,7 @@ pytest_plugins = [
     "tests.fixtures.tracing",
     "tests.fixtures.parallel",
     "tests.fixtures.vllm_engine",
+    "tests.fixtures.tiers",
 ]
 
 for _service in SERVICES:

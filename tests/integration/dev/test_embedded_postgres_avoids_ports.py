@@ -11,6 +11,9 @@ from thermostat.chassis.ports import free_port
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.stack import ports
 
+# starts an embedded Postgres of its own, with no fixture to say so (tests/fixtures/tiers.py)
+pytestmark = pytest.mark.pg
+
 
 def test_the_embedded_server_skips_a_free_port_the_stack_wants(monkeypatch: pytest.MonkeyPatch) -> None:
     """The OS's first offer is the pod controller's port: the server listens elsewhere."""

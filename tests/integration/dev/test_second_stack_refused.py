@@ -17,6 +17,9 @@ from thermostat.dev.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresE
 from thermostat.dev.stack.lock import StackAlreadyRunning
 from thermostat.dev.stack.supervisor import Stack, StackConfig
 
+# starts an embedded Postgres of its own, with no fixture to say so (tests/fixtures/tiers.py)
+pytestmark = pytest.mark.pg
+
 OWNER = """
 import sys
 from thermostat.dev.embedded_postgres import EmbeddedPostgres

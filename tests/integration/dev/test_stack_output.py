@@ -13,6 +13,9 @@ import pytest
 from tests.fixtures.postgres import embedded_data_dir
 from thermostat.dev.stack.supervisor import Stack, StackConfig
 
+# starts an embedded Postgres of its own, with no fixture to say so (tests/fixtures/tiers.py)
+pytestmark = pytest.mark.pg
+
 LINE = json.dumps({"time": "2026-12-05T12:55:18.142+00:00", "level": "INFO", "service": "pod-controller",
                    "logger": "thermostat.pod_controller", "message": "pod qwen: wake Created"})  # fmt: skip
 

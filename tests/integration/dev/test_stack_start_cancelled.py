@@ -16,6 +16,9 @@ from tests.fixtures.postgres import embedded_data_dir
 from thermostat.dev.embedded_postgres import EmbeddedPostgres
 from thermostat.dev.stack.supervisor import Stack, StackConfig
 
+# starts an embedded Postgres of its own, with no fixture to say so (tests/fixtures/tiers.py)
+pytestmark = pytest.mark.pg
+
 
 def _postmaster(data_dir: Path) -> int | None:
     """The pid recorded in the data directory's lock file, if the server it names still runs."""

@@ -13,6 +13,10 @@ logs each row's state change (an insert is a change from no row, a machine row's
 logged change must be a row of the table under one of the events the scenario declares for that variant. The
 reverse also holds: every row of both tables is made by some block (the tables are no wider than the SQL).
 
+The same scenarios run on the in-memory twin of the jobs and machines repositories (tests/fixtures/pool_twin, through
+twin_blocks.py) for every block of jobs.sql and machines.sql: its changes must be table rows too, and, against
+Postgres, the very changes the SQL makes from the same world with the same arguments.
+
 Preconditions a block's callers keep, where its statement does not check them, are written beside its scenario:
 boot_failed is called for a starting machine only, complete never for a machine a shutdown retired.
 """
@@ -22,19 +26,22 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
 import pytest
 
-from tests.integration.pool_dispatcher.pool_sql import owned, pool_blocks, statement, submit_args
+from tests.integration.pool_dispatcher.pool_sql import POOL_SQL, owned, pool_blocks, statement, submit_args
+from tests.integration.pool_dispatcher.twin_blocks import CALLS, run_on_twin
 from thermostat.policy.pool.jobs import JOB_TRANSITIONS, TERMINAL_STATES, JobEvent, JobState
 from thermostat.policy.pool.machines import MACHINE_TRANSITIONS, MachineEvent, MachineState
+from thermostat.store.sql import load_sql
 
 _WRITES = re.compile(r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+pool_(jobs|machines)\b", re.IGNORECASE)
 BLOCKS = pool_blocks()
 WRITERS = sorted(name for name, sql in BLOCKS.items() if _WRITES.search(statement(sql)))
+TWIN_BLOCKS = sorted(CALLS)
 
 JE, ME_ = JobEvent, MachineEvent
 ME = ("me", 3)
@@ -193,6 +200,9 @@ class Outcome:
     illegal: list[str] = field(default_factory=list)
 
 
+Caller = Callable[[str, Run], Awaitable[list["Change"]]]
+
+
 async def call(conn: asyncpg.Connection, block: str, run: Run) -> list[Change]:
     transaction = conn.transaction()
     await transaction.start()
@@ -204,6 +214,11 @@ async def call(conn: asyncpg.Connection, block: str, run: Run) -> list[Change]:
     finally:
         await transaction.rollback()
     return [Change(r["kind"], r["before"], r["after"]) for r in rows]
+
+
+async def call_twin(block: str, run: Run) -> list[Change]:
+    changes = await run_on_twin(block, run.world, run.args, job=JOB, machine=MACHINE, next_job=NEXT)
+    return [Change(*change) for change in changes]
 
 
 def pruned_rightly(run: Run, change: Change) -> bool:
@@ -234,10 +249,10 @@ def judge(block: str, run: Run, changes: list[Change], outcome: Outcome) -> None
         outcome.made.update((change.kind, before, e) for e in matched)
 
 
-async def conform(conn: asyncpg.Connection, block: str) -> Outcome:
+async def conform(store: Caller, block: str) -> Outcome:
     outcome = Outcome()
     for run in SCENARIOS[block]():
-        judge(block, run, await call(conn, block, run), outcome)
+        judge(block, run, await store(block, run), outcome)
     return outcome
 
 
@@ -526,30 +541,87 @@ async def logged(db_pool: asyncpg.Pool) -> asyncpg.pool.PoolConnectionProxy:
         yield conn
 
 
+@pytest.fixture
+async def sql(logged: asyncpg.Connection) -> Caller:
+    """The blocks on Postgres."""
+
+    async def on_postgres(block: str, run: Run) -> list[Change]:
+        return await call(logged, block, run)
+
+    return on_postgres
+
+
+@pytest.fixture
+def memory() -> Caller:
+    """The blocks on the in-memory twin (jobs.sql and machines.sql only)."""
+    return call_twin
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> Caller:
+    """The store a parametrized test runs the blocks on (`sql` or `memory`)."""
+    caller: Caller = request.getfixturevalue(request.param)
+    return caller
+
+
+# The twin stands in for jobs.sql and machines.sql only; a store the fixtures cannot see is marked by hand (pg)
+BLOCKS_BY_STORE = [pytest.param("sql", block, id=f"sql-{block}", marks=pytest.mark.pg) for block in WRITERS] + [
+    pytest.param("memory", block, id=f"memory-{block}") for block in TWIN_BLOCKS
+]
+
+
 def test_every_block_that_writes_a_job_or_a_machine_has_a_scenario() -> None:
     """A block that inserts, updates or deletes pool_jobs or pool_machines is checked here (and nothing else is)."""
     assert "complete" in WRITERS and "reclaim" in WRITERS  # the scan reads the files it should
     assert sorted(SCENARIOS) == WRITERS
 
 
-@pytest.mark.parametrize("block", WRITERS)
-async def test_a_block_makes_only_transitions_the_tables_allow(logged: asyncpg.Connection, block: str) -> None:
+def test_the_twin_runs_every_block_of_the_jobs_and_machines_repositories() -> None:
+    """Each block of jobs.sql and machines.sql that writes a job or a machine has a twin method (and only those)."""
+    files = {name for path in ("jobs.sql", "machines.sql") for name in load_sql(POOL_SQL / "repository" / path)}
+    assert sorted(files & set(WRITERS)) == TWIN_BLOCKS
+
+
+@pytest.mark.parametrize(("store", "block"), BLOCKS_BY_STORE, indirect=["store"])
+async def test_a_block_makes_only_transitions_the_tables_allow(store: Caller, block: str) -> None:
     """From every consistent world, each state change the block makes is a table row under one of its events."""
-    outcome = await conform(logged, block)
+    outcome = await conform(store, block)
     assert outcome.illegal == [], "\n".join(outcome.illegal[:20])
 
 
-async def test_retention_deletes_each_finished_state_and_nothing_else(logged: asyncpg.Connection) -> None:
+async def test_retention_deletes_each_finished_state_and_nothing_else(sql: Caller) -> None:
     """prune_jobs removes a completed, failed, timed-out or cancelled unowned job under its fence, and only those."""
-    outcome = await conform(logged, "prune_jobs")
+    outcome = await conform(sql, "prune_jobs")
     assert outcome.illegal == []
     assert {before for kind, before, event in outcome.made if event == "pruned"} == set(TERMINAL_STATES)
 
 
-async def test_every_table_row_is_made_by_some_block(logged: asyncpg.Connection) -> None:
+async def test_every_table_row_is_made_by_some_block(sql: Caller) -> None:
     """The tables are no wider than the SQL: each (state, event) row is a change some block made."""
     made: set[tuple[str, object, object]] = set()
     for block in SCENARIOS:
-        made |= (await conform(logged, block)).made
+        made |= (await conform(sql, block)).made
     rows = {("job", s, e) for s, e in JOB_TRANSITIONS} | {("machine", s, e) for s, e in MACHINE_TRANSITIONS}
     assert sorted(map(str, rows - made)) == []
+
+
+async def test_the_twin_makes_every_table_row_the_sql_of_its_blocks_makes(sql: Caller) -> None:
+    """The twin is no narrower than the SQL it stands in for: each row jobs.sql and machines.sql make, it makes."""
+    on_postgres: set[tuple[str, object, object]] = set()
+    on_twin: set[tuple[str, object, object]] = set()
+    for block in TWIN_BLOCKS:
+        on_postgres |= (await conform(sql, block)).made
+        on_twin |= (await conform(call_twin, block)).made
+    assert sorted(map(str, on_postgres - on_twin)) == []
+
+
+@pytest.mark.parametrize("block", TWIN_BLOCKS)
+async def test_the_twin_makes_the_changes_the_sql_makes(sql: Caller, block: str) -> None:
+    """From every world of the block's scenarios, with each variant of its arguments, the twin changes the same
+    rows from the same states to the same states as the SQL."""
+    differ = []
+    for run in SCENARIOS[block]():
+        on_postgres, on_twin = sorted(map(str, await sql(block, run))), sorted(map(str, await call_twin(block, run)))
+        if on_postgres != on_twin:
+            differ.append(f"{block}{run.label} from [{run.world}]: SQL {on_postgres}, twin {on_twin}")
+    assert differ == [], "\n".join(differ[:20])

@@ -14,6 +14,9 @@ from tests.fixtures.polling import eventually
 from tests.fixtures.postgres import embedded_data_dir
 from thermostat.dev.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
 
+# starts an embedded Postgres of its own, with no fixture to say so (tests/fixtures/tiers.py)
+pytestmark = pytest.mark.pg
+
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:
