@@ -27,7 +27,7 @@ from thermostat.pool_dispatcher.engine.hand_back import HandBack
 from thermostat.pool_dispatcher.engine.rereads import Rereads
 from thermostat.pool_dispatcher.engine.writes import Writes
 from thermostat.pool_dispatcher.metrics import PoolMetrics
-from thermostat.pool_dispatcher.repository import Assignment, JobView, Owner, QueuedSubmit
+from thermostat.pool_dispatcher.repository import Assignment, CompletionWrite, JobView, Owner, QueuedSubmit, SubmitWrite
 
 ME = Owner(instance="dispatcher-a", term=3)
 REFUSED = "Connection refused"
@@ -82,7 +82,7 @@ async def machine_running_a_job(repo: MemoryPoolRepository, n: int = 1) -> Assig
         assert taken is not None
         await repo.jobs.mark_sent(taken.job_id, machine_id, ME)
         return taken
-    submitted = await repo.jobs.submit(
+    submit = SubmitWrite(
         job_id="10000000-0000-0000-0000-000000000001",
         tenant_id="t",
         machine_type="local",
@@ -95,6 +95,7 @@ async def machine_running_a_job(repo: MemoryPoolRepository, n: int = 1) -> Assig
         trace={},
         send_now=True,
     )
+    submitted = await repo.jobs.submit(submit)
     assert submitted.assignment is not None and submitted.assignment.sent
     return submitted.assignment
 
@@ -196,7 +197,7 @@ async def test_a_job_whose_notification_never_came_is_found_by_the_gathered_re_r
     """Completed with no notification reaching its wait, the job is found done by the re-read, and nothing queued
     asks for placement."""
     job = await machine_running_a_job(engine.repo)
-    ended = await engine.repo.jobs.complete(
+    completion = CompletionWrite(
         job_id=job.job_id,
         machine_id=job.machine_id,
         state="completed",
@@ -212,6 +213,7 @@ async def test_a_job_whose_notification_never_came_is_found_by_the_gathered_re_r
         notified_result_bytes=1000,
         channel="own",
     )
+    ended = await engine.repo.jobs.complete(completion)
     assert ended.job_state == "completed"
     events, asked_to_place = Events(), []
     events.on(PlacementWanted, asked_to_place.append)
