@@ -1,7 +1,7 @@
 """The state conformance scenarios on the in-memory twin (tests/fixtures/pool_twin): a world seeded as `seed` seeds
-Postgres, each SQL block's arguments turned into the call of the repository method that runs it, and the state
-changes read off the rows before and after (as the SQL's test-only trigger logs them: an insert is a change from no
-row, a deleted machine is `stopped`)."""
+Postgres, each SQL block's named parameters (a Run's `args`) turned into the call of the repository method that runs
+it, and the state changes read off the rows before and after (as the SQL's test-only trigger logs them: an insert is
+a change from no row, a deleted machine is `stopped`)."""
 
 from __future__ import annotations
 
@@ -11,116 +11,135 @@ from typing import Any
 
 from tests.fixtures.pool_twin import JobRow, MachineRow, MemoryPoolRepository
 from thermostat.policy.pool.hand_back import Refusal
-from thermostat.pool_dispatcher.repository import Owner, QueuedSubmit
+from thermostat.pool_dispatcher.repository import CompletionWrite, Owner, QueuedSubmit, SubmitWrite
 
-Call = Callable[[MemoryPoolRepository, tuple[Any, ...]], Awaitable[object]]
+Args = dict[str, Any]
+Call = Callable[[MemoryPoolRepository, Args], Awaitable[object]]
 
 
 def _id(value: object) -> str:
     return str(value)
 
 
-def _owner(instance: str, term: int) -> Owner:
-    return Owner(instance, term)
+def _owner(a: Args) -> Owner:
+    """The statement's `:owner` and `:owner_term` (pool_sql.owned) as the repository's Owner."""
+    return Owner(a["owner"], a["owner_term"])
 
 
 def _trace(traceparent: str | None, tracestate: str | None) -> dict[str, str]:
     return {k: v for k, v in (("traceparent", traceparent), ("tracestate", tracestate)) if v}
 
 
-def _submit(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
-    return r.jobs.submit(
-        job_id=_id(a[0]),
-        tenant_id=a[1],
-        machine_type=a[2],
-        image=a[3],
-        priority=a[4],
-        session_id=a[5],
-        timeout_seconds=a[6],
-        payload=a[7],
-        owner=_owner(a[8], a[9]),
-        trace=_trace(a[10], a[11]),
-        send_now=a[12],
-        done_channel=a[13],
-        count_queued=a[14],
+def _submit(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    write = SubmitWrite(
+        job_id=_id(a["job_id"]),
+        tenant_id=a["tenant_id"],
+        machine_type=a["machine_type"],
+        image=a["image"],
+        priority=a["priority"],
+        session_id=a["session_id"],
+        timeout_seconds=a["timeout_seconds"],
+        payload=a["payload"],
+        owner=_owner(a),
+        trace=_trace(a["traceparent"], a["tracestate"]),
+        send_now=a["send_now"],
+        done_channel=a["done_channel"],
+        count_queued=a["count_queued"],
     )
+    return r.jobs.submit(write)
 
 
-def _submit_queued(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
+def _submit_queued(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    columns = ("job_ids", "priorities", "session_ids", "timeouts", "payloads", "traceparents", "tracestates")
     jobs = [
         QueuedSubmit(
             job_id=_id(i), priority=p, session_id=s, timeout_seconds=t, payload=b, trace=_trace(tp, ts), done_channel=d
         )
-        for i, p, s, t, b, tp, ts, d in zip(*a[2:10], strict=True)
+        for i, p, s, t, b, tp, ts, d in zip(*(a[c] for c in (*columns, "done_channels")), strict=True)
     ]
-    return r.jobs.submit_queued(a[0], a[1], jobs, count_queued=a[10])
+    return r.jobs.submit_queued(a["tenant_id"], a["machine_type"], jobs, count_queued=a["count_queued"])
 
 
-def _complete(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
-    return r.jobs.complete(
-        job_id=_id(a[0]),
-        machine_id=_id(a[1]),
-        state=a[2],
-        result=a[3],
-        error=a[4],
-        duration_seconds=a[5],
-        owner=_owner(a[6], a[7]),
-        retire=a[8],
-        take_next=a[9],
-        tenant_id=a[10],
-        machine_type=a[11],
-        send_next=a[12],
-        notified_result_bytes=a[13],
-        channel=a[14],
+def _complete(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    write = CompletionWrite(
+        job_id=_id(a["job_id"]),
+        machine_id=_id(a["machine_id"]),
+        state=a["state"],
+        result=a["result"],
+        error=a["error"],
+        duration_seconds=a["duration_seconds"],
+        owner=_owner(a),
+        retire=a["retire"],
+        take_next=a["take_next"],
+        send_next=a["send_next"],
+        tenant_id=a["tenant_id"],
+        machine_type=a["machine_type"],
+        notified_result_bytes=a["notified_result_bytes"],
+        channel=a["channel"],
     )
+    return r.jobs.complete(write)
 
 
-def _insert_machine(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
+def _insert_machine(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
     return r.machines.insert_machine(
         None,
-        machine_id=_id(a[0]),
-        tenant_id=a[1],
-        machine_type=a[2],
-        image=a[3],
-        backend=a[4],
-        token=a[5],
-        owner=_owner(a[6], a[7]),
-        assign_job=a[8],
-        cool_down_seconds=a[9],
+        machine_id=_id(a["machine_id"]),
+        tenant_id=a["tenant_id"],
+        machine_type=a["machine_type"],
+        image=a["image"],
+        backend=a["backend"],
+        token=a["token"],
+        owner=_owner(a),
+        assign_job=a["assign_job"],
+        cool_down_seconds=a["cool_down_seconds"],
     )
 
 
-def _record_started(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
-    return r.machines.record_started(_id(a[0]), provider_id=a[1], endpoint=a[2], region=a[3], owner=_owner(a[4], a[5]))
+def _record_started(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    started = {"provider_id": a["provider_id"], "endpoint": a["endpoint"], "region": a["region"]}
+    return r.machines.record_started(_id(a["machine_id"]), **started, owner=_owner(a))
 
 
-def _yield_machine(r: MemoryPoolRepository, a: tuple[Any, ...]) -> Awaitable[object]:
-    owner = _owner(a[1], a[2])
-    return r.machines.yield_machine(None, _id(a[0]), owner, to_tenant=a[3], mark_busy=a[4], reason=a[5])
+def _yield_machine(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    to = {"to_tenant": a["to_tenant"], "mark_busy": a["mark_busy"], "reason": a["reason"]}
+    return r.machines.yield_machine(None, _id(a["machine_id"]), _owner(a), **to)
+
+
+def _hand_back(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    # the twin writes last_error from the refusal, as jobs.py builds the statement's :last_error from it
+    refusal = Refusal(machine_id=_id(a["machine_id"]), reason=a["reason"])
+    return r.jobs.hand_back(_id(a["job_id"]), _id(a["machine_id"]), _owner(a), refusal)
+
+
+def _unyield(r: MemoryPoolRepository, a: Args) -> Awaitable[object]:
+    ids = a["machine_ids"]
+    return r.machines.unyield(None, None if ids is None else [_id(m) for m in ids])
 
 
 CALLS: dict[str, Call] = {
     "submit": _submit,
     "submit_queued": _submit_queued,
     "complete": _complete,
-    "take_next": lambda r, a: r.jobs.take_next(_id(a[0]), a[3], _owner(a[1], a[2])),
-    "mark_sent": lambda r, a: r.jobs.mark_sent(_id(a[0]), _id(a[1]), _owner(a[2], a[3])),
-    "requeue_unsent": lambda r, a: r.jobs.requeue_unsent(_id(a[0]), _id(a[1]), _owner(a[2], a[3]), marked=a[4]),
-    "hand_back": lambda r, a: r.jobs.hand_back(
-        _id(a[0]), _id(a[1]), _owner(a[2], a[3]), Refusal(machine_id=_id(a[1]), reason=a[4])
+    "take_next": lambda r, a: r.jobs.take_next(_id(a["machine_id"]), a["image"], _owner(a)),
+    "mark_sent": lambda r, a: r.jobs.mark_sent(_id(a["job_id"]), _id(a["machine_id"]), _owner(a)),
+    "requeue_unsent": lambda r, a: r.jobs.requeue_unsent(
+        _id(a["job_id"]), _id(a["machine_id"]), _owner(a), marked=a["marked"]
     ),
-    "abandon_running": lambda r, a: r.jobs.abandon_running(_id(a[0]), _id(a[1]), _owner(a[2], a[3]), a[4]),
-    "cancel": lambda r, a: r.jobs.cancel(_id(a[0]), a[1], a[2]),
-    "watch_job": lambda r, a: r.jobs.watch_job(_id(a[0]), a[1]),
+    "hand_back": _hand_back,
+    "abandon_running": lambda r, a: r.jobs.abandon_running(
+        _id(a["job_id"]), _id(a["machine_id"]), _owner(a), a["reason"]
+    ),
+    "cancel": lambda r, a: r.jobs.cancel(_id(a["job_id"]), a["tenant_id"], a["build_id"]),
+    "watch_job": lambda r, a: r.jobs.watch_job(_id(a["job_id"]), a["tenant_id"]),
     "insert_machine": _insert_machine,
     "record_started": _record_started,
-    "machine_ready": lambda r, a: r.machines.machine_ready(_id(a[0]), _owner(a[1], a[2])),
-    "boot_failed": lambda r, a: r.machines.boot_failed(_id(a[0]), _owner(a[1], a[2]), a[3]),
-    "retire": lambda r, a: r.machines.retire(_id(a[0]), _owner(a[1], a[2]), reason=a[3], states=a[4]),
+    "machine_ready": lambda r, a: r.machines.machine_ready(_id(a["machine_id"]), _owner(a)),
+    "boot_failed": lambda r, a: r.machines.boot_failed(_id(a["machine_id"]), _owner(a), a["reason"]),
+    "retire": lambda r, a: r.machines.retire(_id(a["machine_id"]), _owner(a), reason=a["reason"], states=a["states"]),
     "yield_machine": _yield_machine,
-    "unyield": lambda r, a: r.machines.unyield(None, None if a[0] is None else [_id(m) for m in a[0]]),
-    "forget_machine": lambda r, a: r.machines.forget_machine(_id(a[0]), _owner(a[1], a[2])),
-    "record_misses": lambda r, a: r.machines.record_misses({_id(a[0]): a[1]}, _owner(a[2], a[3])),
+    "unyield": _unyield,
+    "forget_machine": lambda r, a: r.machines.forget_machine(_id(a["machine_id"]), _owner(a)),
+    "record_misses": lambda r, a: r.machines.record_misses({_id(a["machine_id"]): a["health_misses"]}, _owner(a)),
 }
 """Every block of jobs.sql and machines.sql that writes a job or a machine, as the twin's method that runs it."""
 
@@ -197,9 +216,7 @@ def changes(before: dict[tuple[str, str], str], after: dict[tuple[str, str], str
     return found
 
 
-async def run_on_twin(
-    block: str, world: Any, args: tuple[Any, ...], **ids: uuid.UUID
-) -> list[tuple[str, str | None, str]]:
+async def run_on_twin(block: str, world: Any, args: Args, **ids: uuid.UUID) -> list[tuple[str, str | None, str]]:
     repo = seed_twin(world, **ids)
     before = states(repo)
     await CALLS[block](repo, args)
