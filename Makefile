@@ -59,7 +59,7 @@ test: proto ## run the whole test suite (TEST_WORKERS=2 processes; 0 for one)
 	@$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The tiers (unit, pg, e2e, chaos) are markers tests/fixtures/tiers.py gives each test from the fixtures it uses.
-unit: proto ## run the unit tier (-m unit): no Postgres, stack or daemon needed, well under a minute
+unit: proto ## run the unit tier (-m unit): no Postgres, stack or daemon needed; about a minute on two cores
 	@THERMOSTAT_TEST_NO_POSTGRES=1 $(BIN)/python -m pytest -m unit $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: proto node_modules/.bin/buf ## ruff, mypy, import contracts, buf lint and buf breaking
