@@ -11,8 +11,8 @@ the aiohttp hop measured is commit 3e9f70b, branch i37-aiohttp-swap), through be
 `code_of` and `rig_on`. Every job goes the whole way, REST `POST /v1/jobs/sync`
 through the edge to a dispatcher, the hop to a worker and back, its result checked against its payload.
 
-The same rig judges `LendingPool` (store/connections.py) by the same rule: `--baseline` a revision with it,
-`--paths libs`, and the working tree without it.
+The same rig judged `LendingPool` (a free list in front of asyncpg's pool, removed by issue 37) by the same rule:
+`--baseline 2299868 --paths libs`, a revision with it, against one without it.
 
 Rounds alternate A B, B A, ... so load drifts hit both alike. Each round runs `--jobs` jobs at `--clients` callers
 (loaded) and then `--single` jobs one at a time; the CPU per job of the loaded part is read from /proc for every
