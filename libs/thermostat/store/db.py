@@ -13,14 +13,13 @@ JSON and JSONB values travel as text (asyncpg's default): encode with `json.dump
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import asyncpg
 
-from thermostat.store.connections import LendingPool, borrow
+from thermostat.store.connections import borrow
 from thermostat.store.lease import LeaseStore
 from thermostat.store.migrations import Migration, migrate
 
@@ -46,12 +45,10 @@ async def create_pool(
     SET session variables, take session advisory locks or keep cursors, and a LISTEN is removed before its
     connection is released. asyncpg still rolls back a transaction left open.
 
-    The pool is a `LendingPool` (store/connections.py): `borrow` lends from its free list without asyncpg's
-    per-checkout work. Built as `asyncpg.create_pool` builds its pool, with that function's defaults.
+    asyncpg's own pool (issue 37 measured the LendingPool that stood in front of it: bench/README.md).
     """
-    pool = LendingPool(
+    pool: asyncpg.Pool = await asyncpg.create_pool(
         dsn,
-        **_CREATE_POOL_DEFAULTS,
         min_size=min_size,
         max_size=max_size,
         timeout=connect_timeout,
@@ -59,17 +56,7 @@ async def create_pool(
         server_settings={"application_name": application_name},
         reset=_keep_session,
     )
-    await pool
     return pool
-
-
-# What asyncpg.create_pool passes its Pool when not told otherwise, read from its signature so that an upgrade
-# changing a default changes ours (and one adding a required argument fails at the first pool, loudly).
-_CREATE_POOL_DEFAULTS: dict[str, Any] = {
-    name: parameter.default
-    for name, parameter in inspect.signature(asyncpg.create_pool).parameters.items()
-    if name in ("max_queries", "max_inactive_connection_lifetime", "loop", "connection_class", "record_class")
-}
 
 
 async def _keep_session(_connection: asyncpg.Connection) -> None:
