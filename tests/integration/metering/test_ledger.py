@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from tests.fixtures.polling import eventually
 from tests.fixtures.services import RunningService, pod_controller_env, start_pod_controller
 from tests.integration.metering.conftest import (
     crash_on_page,
@@ -79,7 +80,14 @@ async def test_an_upstream_restart_is_recorded_and_the_ledger_resumes_from_its_p
         (status,) = await rig.repository.feeds()
         assert (status.error, status.position) == ("unreadable (DEADLINE_EXCEEDED)", 12)
         async with start_pod_controller(env, db_store, port=port):
-            await rig.ledger.run_once()
+            # the ledger's channel reconnects on gRPC's backoff (1 s, then x1.6): a read inside the pause fails as
+            # the one before did, and the next pass reads on; the passes are repeated until one has read
+            async def read_on() -> bool | None:
+                await rig.ledger.run_once()
+                (state,) = await rig.repository.feeds()
+                return True if not state.error else None
+
+            await eventually(read_on, timeout=60, every=0.2)
     assert await ledger_ids(db_store.pool) == await feed_ids(db_store.pool)
     assert await stored_position(db_store.pool) == 21
 
