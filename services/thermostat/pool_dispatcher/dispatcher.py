@@ -52,6 +52,7 @@ from .engine.drivers import Drivers
 from .engine.events import Events, JobChanged
 from .engine.fleet import Fleet, RetirePlan
 from .engine.intake import Intake
+from .engine.local import Local
 from .engine.ownership import Ownership, lease_name
 from .engine.placement import Placement
 from .engine.runner import Runner
@@ -135,14 +136,14 @@ class Dispatcher:
         self.clock = clock
         self._run_scaler = run_scaler
         self._closing = False
-        self.draining = False  # a shutdown's drain began: no new work here (drain)
         self._submitting = 0  # submits past their draining check, not yet answered
         self._listener: Subscription | None = None
         now = clock.monotonic
 
+        self.local = Local()  # this process's own state of its pool, which the parts read and keep
         self.events = Events()
         self.tasks = Tasks()
-        self.drivers = Drivers()
+        self.drivers = Drivers(self.local)
         self.ownership = Ownership(leases, instance_id=self.instance_id, lease_seconds=lease_seconds)
         self.call_budget = self.ownership.call_budget
         self._backends = Backends(backends, missing_settings, backend_choice)
@@ -155,27 +156,27 @@ class Dispatcher:
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
             writes=self.writes, events=self.events, metrics=self.metrics, now=now,
-            sleep=clock.sleep, health_poll_seconds=health_poll_seconds,
+            sleep=clock.sleep, health_poll_seconds=health_poll_seconds, local=self.local,
         )  # fmt: skip
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             tasks=self.tasks, events=self.events, channel=self.channel,
-            limits=batch_limits or BatchLimits(),
+            limits=batch_limits or BatchLimits(), local=self.local,
         )  # fmt: skip
         self.runner = Runner(
             repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
             writes=self.writes, waits=self.waits, intake=self.intake, fleet=self.fleet, tasks=self.tasks,
-            events=self.events, metrics=self.metrics, now=now, channel=self.channel,
+            events=self.events, metrics=self.metrics, now=now, channel=self.channel, local=self.local,
         )  # fmt: skip
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            max_workers_total=max_workers_total, sleep=clock.sleep,
+            max_workers_total=max_workers_total, sleep=clock.sleep, local=self.local,
         )  # fmt: skip
         self.scaler = Scaler(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             fleet=self.fleet, placement=self.placement, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock,
+            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
         )  # fmt: skip
         # the two calls a part below makes into a part above it, wired here rather than imported
         self.intake.start_run = self.runner.start
@@ -186,6 +187,11 @@ class Dispatcher:
     @property
     def owner(self) -> Owner:
         return self.ownership.owner
+
+    @property
+    def draining(self) -> bool:
+        """A shutdown's drain began: no new work here (drain)."""
+        return self.local.draining
 
     @property
     def state(self) -> CatalogueState:
@@ -240,8 +246,7 @@ class Dispatcher:
         placement stops here, so queued jobs wait for another process) and wait up to `grace_seconds` for this
         process's in-flight jobs to finish (their results reach their callers); a machine whose job finishes takes no
         next one here, and goes warm for another process to claim. Whether none is left in flight."""
-        self.draining = self.runner.draining = True
-        self.placement.closing = True
+        self.local.draining = True
         deadline = self.clock.monotonic() + grace_seconds
         while self._submitting and self.clock.monotonic() < deadline:  # submits past their check land first
             await self.clock.sleep(DRAIN_POLL_SECONDS)
@@ -264,9 +269,8 @@ class Dispatcher:
         (never sent) or failed (running), and the lease goes (thermostat.policy.pool.departure)."""
         if not self.draining and grace_seconds > 0:
             await self.drain(grace_seconds)
-        self.draining = True
+        self.local.draining = True
         self._closing = True
-        self.placement.closing = True
         await self.scaler.loop.stop()
         await asyncio.gather(*self.intake.close(), return_exceptions=True)
         await self.tasks.cancel_all()

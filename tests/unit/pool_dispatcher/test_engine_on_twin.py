@@ -24,6 +24,7 @@ from thermostat.pool_dispatcher.engine.drivers import Drivers
 from thermostat.pool_dispatcher.engine.events import Events, PlacementWanted
 from thermostat.pool_dispatcher.engine.fleet import Fleet
 from thermostat.pool_dispatcher.engine.hand_back import HandBack
+from thermostat.pool_dispatcher.engine.local import Local
 from thermostat.pool_dispatcher.engine.rereads import Rereads
 from thermostat.pool_dispatcher.engine.writes import Writes
 from thermostat.pool_dispatcher.metrics import PoolMetrics
@@ -117,7 +118,8 @@ class Engine:
 @pytest.fixture
 def engine() -> Engine:
     repo = MemoryPoolRepository()
-    ownership, drivers, events, metrics = HeldLease(), Drivers(), Events(), PoolMetrics(Metrics())
+    local = Local()
+    ownership, drivers, events, metrics = HeldLease(), Drivers(local), Events(), PoolMetrics(Metrics())
     backend = StoppingBackend()
     backends = Backends({BackendKind.LOCAL: backend})
     catalogue = parse_catalogue([{"name": "local", "image": "img", "backend": "local"}])
@@ -134,6 +136,7 @@ def engine() -> Engine:
         now=lambda: 1_000_000.0,
         sleep=no_wait,
         health_poll_seconds=1,
+        local=local,
     )
     placements: list[PlacementWanted] = []
     events.on(PlacementWanted, placements.append)

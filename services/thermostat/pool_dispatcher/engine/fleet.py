@@ -9,10 +9,10 @@ then the machine's health is polled until it answers or the type's boot timeout 
 machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which goes to the
 runner at once (`run`, the runner's). A failed boot stops what the provider started, forgets the row and puts its
 job back in the queue (or fails it: its type is gone).
-A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
-the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration 0019) when a
-machine comes to this process from another (a deploy's release, adopted after a probe) or from this id's last
-incarnation (recover), so it keeps what is left of its cool-down.
+A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept in `Local`
+(local.py), on the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration
+0019) when a machine comes to this process from another (a deploy's release, adopted after a probe) or from this
+id's last incarnation (recover), so it keeps what is left of its cool-down.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from ..repository import Assignment, OwnMachine, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
 from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineBooted, MachineFreed
+from .local import Local
 from .ownership import Ownership
 from .writes import Sleep, Writes
 
@@ -84,6 +85,7 @@ class Fleet:
         now: Callable[[], float],
         sleep: Sleep,
         health_poll_seconds: float,
+        local: Local,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -95,7 +97,7 @@ class Fleet:
         self.now = now
         self.sleep = sleep
         self.health_poll_seconds = health_poll_seconds
-        self.idle: dict[str, float] = {}  # machine id → when it went idle here (monotonic)
+        self.local = local
         self.run: RunMachine | None = None  # wired by the facade
 
     # boot
@@ -109,7 +111,7 @@ class Fleet:
         try:
             await self._boot_driven(plan, driver)
         except Exception:
-            self.drivers.boot_died.add(plan.machine_id)  # perhaps after the provider's create: released unbooted
+            self.local.boot_died.add(plan.machine_id)  # perhaps after the provider's create: released unbooted
             raise
         finally:
             self.drivers.release(plan.machine_id, driver)
@@ -189,7 +191,7 @@ class Fleet:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, str(machine_type.backend))
             return
-        self.idle[machine_id] = self.now()
+        self.local.idle[machine_id] = self.now()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
         self.events.emit(MachineBooted(machine_id))
         if assignment is not None:
@@ -250,7 +252,7 @@ class Fleet:
 
     async def finish_stop(self, machine_id: str, provider_id: str | None) -> None:
         """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
-        self.idle.pop(machine_id, None)
+        self.local.idle.pop(machine_id, None)
         self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             if not self.ownership.trusted_for_call():
@@ -280,7 +282,7 @@ class Fleet:
             healthy = row.machine.state is MachineState.WARM and await self._answers(row)
             kept = adopt(state=row.machine.state, healthy=healthy, idle_seconds=row.idle_seconds)
             if kept.verdict is Adoption.KEEP:
-                self.idle[row.machine.id] = self.now() - kept.idle_seconds
+                self.local.idle[row.machine.id] = self.now() - kept.idle_seconds
             else:
                 await self.retire(
                     RetirePlan(
@@ -307,7 +309,7 @@ class Fleet:
             state, idle_seconds = taken
             if state == MachineState.WARM:
                 kept += 1
-                self.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
+                self.local.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
                 log.info("machine %s adopted after a deploy (idle %.1f s)", row.machine.id, idle_seconds or 0.0)
                 self.events.emit(MachineFreed(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
             else:

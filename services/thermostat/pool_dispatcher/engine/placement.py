@@ -43,6 +43,7 @@ from .drivers import Drivers
 from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
+from .local import Local
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
@@ -84,6 +85,7 @@ class Placement:
         metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
+        local: Local,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.repo = repo
@@ -102,7 +104,7 @@ class Placement:
         self.recheck: asyncio.Task[None] | None = None  # a pass due when a holder's tenure ends (rotation)
         self.lock = asyncio.Lock()
         self.again = False
-        self.closing = False
+        self.local = local
         events.on(PlacementWanted, lambda _: self.poke())
         if max_workers_total is not None:
             # at the fleet cap a machine gone idle, or one just booted (fair share never takes a booting one), may be
@@ -112,7 +114,7 @@ class Placement:
             events.on(MachineBooted, lambda _: self.poke())
 
     def poke(self) -> None:
-        if self.closing:
+        if self.local.draining:
             return
         if self.lock.locked():
             self.again = True
@@ -335,9 +337,9 @@ class Placement:
                     machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
                     driven=self.drivers.machines(),
                     catalogue=self.catalogue.catalogue,
-                    boot_began=self.drivers.boot_died,
+                    boot_began=self.local.boot_died,
                 )
-                self.drivers.boot_died.intersection_update(rows)  # the others' rows are gone or moved on
+                self.local.boot_died.intersection_update(rows)  # the others' rows are gone or moved on
                 for action in actions:
                     row = rows[action.machine_id]
                     machine_type = self.catalogue.get(row.machine.machine_type)

@@ -42,6 +42,7 @@ from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished, MachineFr
 from .fleet import Fleet
 from .hand_back import HandBack
 from .intake import Intake
+from .local import Local, SubmitKey
 from .ownership import Ownership
 from .tasks import Tasks
 from .waits import Waits
@@ -87,6 +88,7 @@ class Runner:
         metrics: PoolMetrics,
         now: Callable[[], float],
         channel: str,
+        local: Local,
         before_send: Step | None = None,
         before_execute: Step | None = None,
         before_complete: Step | None = None,
@@ -108,7 +110,7 @@ class Runner:
         self.metrics = metrics
         self.now = now
         self.channel = channel
-        self.draining = False  # a shutdown's drain: a finished job's machine takes no next job here (goes warm)
+        self.local = local
         self.hand_back = HandBack(
             repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, fleet=fleet, events=events,
             metrics=metrics,
@@ -205,7 +207,7 @@ class Runner:
                     self.events.emit(JobChanged(assignment.job_id))
                     if not freed:
                         return
-                    self.fleet.idle[assignment.machine_id] = self.now()
+                    self.local.idle[assignment.machine_id] = self.now()
                     self.events.emit(MachineFreed(tenant_id, machine_type, image))
                     current = self.catalogue.get(machine_type)
                     if current is None or current.image != image:
@@ -247,13 +249,13 @@ class Runner:
             if self.before_complete is not None:
                 await self.before_complete(assignment.job_id)
             current = self.catalogue.get(machine_type)
-            keep_feeding = current is not None and current.image == image and not self.draining
+            keep_feeding = current is not None and current.image == image and not self.local.draining
             # the next job goes out right after this statement, which is then its conditional send (no
             # mark_sent): only while the lease is trusted for that call, as mark_sent is preceded by the check
             send_next = keep_feeding and trusted()
             # a batch of the key out during the statement may be one it could not see, nor the batch the machine
             # idle: both committed unseen by the other (the batch's answer pokes placement in every other order)
-            key = (tenant_id, machine_type, image)
+            key = SubmitKey(tenant_id, machine_type, image)
             batches_before = self.intake.batches_seen(key)
             with self.waits.completing(assignment.job_id):
                 completion, retried = await self.writes.durably(
@@ -320,7 +322,7 @@ class Runner:
                     self.events.emit(PLACEMENT_WANTED)  # the slot is free once the row is gone: the waiting tenant
                 return
             if completion.machine_state == MachineState.WARM:
-                self.fleet.idle[assignment.machine_id] = ended
+                self.local.idle[assignment.machine_id] = ended
                 if batches_before != (self.intake.batches_seen(key)[0], False):
                     self.tasks.spawn(self.intake.place_after_batches(key), f"pool-place-after-{assignment.machine_id}")
                 # a batch still gathering goes out: it sees the machine

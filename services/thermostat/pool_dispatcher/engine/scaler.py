@@ -28,6 +28,7 @@ from .catalogue import CatalogueCache
 from .drivers import Drivers
 from .events import Events, JobChanged
 from .fleet import Fleet, RetirePlan
+from .local import Local
 from .ownership import Ownership, lease_name
 from .placement import Placement
 from .tasks import Tasks
@@ -58,6 +59,7 @@ class Scaler:
         listen: Callable[[], Awaitable[None]],
         every_seconds: float,
         clock: Clock,
+        local: Local,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -69,6 +71,7 @@ class Scaler:
         self.events = events
         self.metrics = metrics
         self.now = now
+        self.local = local
         self._listen = listen
         # a pass in flight at close gets a second to end cleanly (a stop and its forget not cut apart), then it is
         # cancelled: close stops every machine of the process itself, within the service's termination grace
@@ -148,7 +151,7 @@ class Scaler:
             machine = row.machine
             if machine.state is MachineState.WARM:
                 # first seen here (claimed from another process, or adopted): its row's clock says since when
-                idle = self.fleet.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
+                idle = self.local.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
                 seen.append(_with_idle(machine, idle))
         for retirement in plan_reaping(machines=seen, catalogue=self.catalogue.catalogue, now=now):
             provider = next((r.provider_id for r in own if r.machine.id == retirement.machine_id), None)
