@@ -51,8 +51,10 @@ from .engine.catalogue import Backends, CatalogueCache, CatalogueState
 from .engine.drivers import Drivers
 from .engine.events import Events, JobChanged
 from .engine.fleet import Fleet, RetirePlan
+from .engine.hand_back import HandBack
 from .engine.intake import Intake
-from .engine.local import Local
+from .engine.local import Local, SubmitKey
+from .engine.machine_run import RunParts
 from .engine.ownership import Ownership, lease_name
 from .engine.placement import Placement
 from .engine.runner import Runner
@@ -163,11 +165,16 @@ class Dispatcher:
             tasks=self.tasks, events=self.events, channel=self.channel,
             limits=batch_limits or BatchLimits(), local=self.local,
         )  # fmt: skip
-        self.runner = Runner(
-            repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
-            writes=self.writes, waits=self.waits, intake=self.intake, fleet=self.fleet, tasks=self.tasks,
-            events=self.events, metrics=self.metrics, now=now, channel=self.channel, local=self.local,
+        hand_back = HandBack(
+            repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, writes=self.writes,
+            metrics=self.metrics,
         )  # fmt: skip
+        parts = RunParts(
+            repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
+            writes=self.writes, waits=self.waits, intake=self.intake, hand_back=hand_back, metrics=self.metrics,
+            clock=clock, local=self.local, channel=self.channel,
+        )  # fmt: skip
+        self.runner = Runner(parts, fleet=self.fleet, tasks=self.tasks, events=self.events)
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
@@ -178,9 +185,6 @@ class Dispatcher:
             fleet=self.fleet, placement=self.placement, tasks=self.tasks, events=self.events, metrics=self.metrics,
             now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
         )  # fmt: skip
-        # the two calls a part below makes into a part above it, wired here rather than imported
-        self.intake.start_run = self.runner.start
-        self.fleet.run = self.runner.run_booted
 
     # lifecycle
 
@@ -395,10 +399,15 @@ class Dispatcher:
             raise ShuttingDown(self.instance_id)
         self._submitting += 1
         try:
-            return await self.intake.submit(
+            accepted = await self.intake.submit(
                 tenant_id=tenant_id, options=options, payload=payload, trace=trace, waiting=waiting,
                 remaining=remaining,
             )  # fmt: skip
+            if accepted.claim is not None:
+                machine_type = options.machine_type
+                key = SubmitKey(tenant_id, machine_type.name, machine_type.image)
+                self.runner.start(accepted.claim, key, accepted.driver)
+            return accepted.job
         finally:
             self._submitting -= 1
 

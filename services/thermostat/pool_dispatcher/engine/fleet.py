@@ -6,9 +6,9 @@ A boot runs outside the placement lock, traced as pool.boot under its job's call
 only while the instance lease is trusted for the call; its answer is recorded (written until the store takes it),
 then the machine's health is polled until it answers or the type's boot timeout passes, or (a backend that
 `ReportsEnd`) its process or container is seen to have exited: that boot fails at once with the exit code and the
-machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which goes to the
-runner at once (`run`, the runner's). A failed boot stops what the provider started, forgets the row and puts its
-job back in the queue (or fails it: its type is gone).
+machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which the boot
+returns to the runner, whose run sends it at once. A failed boot stops what the provider started, forgets the row
+and puts its job back in the queue (or fails it: its type is gone).
 A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept in `Local`
 (local.py), on the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration
 0019) when a machine comes to this process from another (a deploy's release, adopted after a probe) or from this
@@ -18,7 +18,7 @@ id's last incarnation (recover), so it keeps what is left of its cool-down.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from thermostat.chassis import tracing
@@ -38,9 +38,6 @@ from .ownership import Ownership
 from .writes import Sleep, Writes
 
 log = logging.getLogger("thermostat.pool_dispatcher")
-
-RunMachine = Callable[[Assignment, str, str, str, object], Awaitable[None]]
-"""The runner's: run a booted machine's first job (assignment, tenant, type, image, the boot's driver token)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,25 +95,12 @@ class Fleet:
         self.sleep = sleep
         self.health_poll_seconds = health_poll_seconds
         self.local = local
-        self.run: RunMachine | None = None  # wired by the facade
 
     # boot
 
-    def booting(self, plan: BootPlan) -> Awaitable[None]:
-        """The boot of the plan's machine, registered as its driver before the boot starts."""
-        driver = self.drivers.drive(plan.machine_id)
-        return self._boot(plan, driver)
-
-    async def _boot(self, plan: BootPlan, driver: object) -> None:
-        try:
-            await self._boot_driven(plan, driver)
-        except Exception:
-            self.local.boot_died.add(plan.machine_id)  # perhaps after the provider's create: released unbooted
-            raise
-        finally:
-            self.drivers.release(plan.machine_id, driver)
-
-    async def _boot_driven(self, plan: BootPlan, driver: object) -> None:
+    async def boot(self, plan: BootPlan, driver: object) -> Assignment | None:
+        """Boot the plan's machine under the caller's driver token; the job it was handed, to send now (None: warm,
+        or its boot failed)."""
         span = tracing.start_span(
             "pool.boot", plan.trace, {"pool.machine_id": plan.machine_id, "pool.machine_type": plan.machine_type.name}
         )
@@ -125,12 +109,12 @@ class Fleet:
                 handle = await self._start_and_poll(plan)
         except BootFailed as failed:
             tracing.end_span(span, failed.reason)
-            return
+            return None
         except BaseException:  # cancelled mid-boot (shutdown)
             tracing.end_span(span, "the boot was interrupted")
             raise
         tracing.end_span(span)
-        await self._ready(plan, handle, driver)
+        return await self._ready(plan, handle, driver)
 
     async def _start_and_poll(self, plan: BootPlan) -> MachineHandle:
         """Start the machine and poll its health until it answers; BootFailed with the reason otherwise."""
@@ -177,8 +161,8 @@ class Fleet:
             await self.sleep(self.health_poll_seconds)
         return handle
 
-    async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> None:
-        """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
+    async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> Assignment | None:
+        """The machine answered: warm, or busy with its dispatched job, which it returns to be sent at once."""
         machine_id, machine_type, tenant_id = plan.machine_id, plan.machine_type, plan.tenant_id
         (state, assignment), retried = await self.writes.durably(
             f"machine {machine_id}: ready", lambda: self.repo.machines.machine_ready(machine_id, self.ownership.owner)
@@ -190,32 +174,25 @@ class Fleet:
         if state is None:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, str(machine_type.backend))
-            return
+            return None
         self.local.idle[machine_id] = self.now()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
         self.events.emit(MachineBooted(machine_id))
         if assignment is not None:
-            assert self.run is not None
-            await self.run(
-                Assignment(
-                    job_id=assignment.job_id,
-                    machine_id=machine_id,
-                    payload=assignment.payload,
-                    timeout_seconds=assignment.timeout_seconds,
-                    trace=assignment.trace,
-                    submitted_at=assignment.submitted_at,
-                    endpoint=handle.endpoint,
-                    token=plan.token,
-                    sent=assignment.sent,
-                ),
-                tenant_id,
-                machine_type.name,
-                machine_type.image,
-                driver,
+            return Assignment(
+                job_id=assignment.job_id,
+                machine_id=machine_id,
+                payload=assignment.payload,
+                timeout_seconds=assignment.timeout_seconds,
+                trace=assignment.trace,
+                submitted_at=assignment.submitted_at,
+                endpoint=handle.endpoint,
+                token=plan.token,
+                sent=assignment.sent,
             )
-        else:
-            self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
-            self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
+        self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
+        self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
+        return None
 
     async def boot_failed(
         self, machine_id: str, provider_id: str | None, reason: str, kind: str, machine_type: str

@@ -3,7 +3,7 @@
 The hot path is one statement per submit: it inserts the job and claims a warm machine together (which machine:
 repository/jobs.sql `submit`; placement.py says more). The claim is the job's conditional send when the lease is
 trusted for the call before the statement (the job's id is new with it, so no cancel can name it before the send):
-the job is `running` from that statement and its run starts right after its answer (`start_run`, the runner's).
+the job is `running` from that statement, its machine is driven from its answer, and the facade starts its run.
 Behind a backlog (the last submit of its tenant, type and image here queued with placement unable to act, behind
 a deep queue) a submit joins a short batch instead, and one statement queues the batch's jobs (group commit:
 thermostat.policy.pool.submit_batch). A single submit of the key first sends its gathering batch out and waits for
@@ -14,7 +14,6 @@ placement only when placement can act (policy: placement_may_act).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from thermostat.policy.pool.placement import placement_may_act
@@ -36,8 +35,15 @@ from .local import Local, SubmitKey
 from .ownership import Ownership
 from .tasks import Tasks
 
-StartRun = Callable[[Assignment, str, str, str], None]
-"""The runner's: start the run of a machine a submit just claimed (assignment, tenant, type, image)."""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """A submit's job, and the warm machine its statement claimed for it, if any: driven under `driver` from the
+    statement's answer, its run to start at once."""
+
+    job: JobView
+    claim: Assignment | None = None
+    driver: object | None = None
 
 
 @dataclass(eq=False)
@@ -73,7 +79,6 @@ class Intake:
         self.events = events
         self.channel = channel
         self.limits = limits
-        self.start_run: StartRun | None = None  # wired by the facade
         self.local = local  # the outlooks and batches out are the process's (local.py)
         self.gathering: dict[SubmitKey, Batch] = {}
         self.singles_waiting: dict[SubmitKey, int] = {}  # single submits waiting for the key's batches to answer
@@ -90,8 +95,8 @@ class Intake:
         trace: dict[str, str],
         waiting: bool = False,
         remaining: float | None = None,
-    ) -> JobView:
-        """Queue the job, or hand it to a warm machine at once (Dispatcher.submit says more)."""
+    ) -> Accepted:
+        """Queue the job, or claim a warm machine for it (Dispatcher.submit says more)."""
         machine_type = options.machine_type
         key = SubmitKey(tenant_id, machine_type.name, machine_type.image)
         if joins_batch(
@@ -100,7 +105,7 @@ class Intake:
             limits=self.limits,
             single_waiting=key in self.singles_waiting,
         ):
-            return await self._submit_batched(key, options, payload, trace, waiting)
+            return Accepted(job=await self._submit_batched(key, options, payload, trace, waiting))
         if key in self.gathering or self.local.batches_out.get(key):
             self.singles_waiting[key] = self.singles_waiting.get(key, 0) + 1
             try:
@@ -135,9 +140,8 @@ class Intake:
                 self.drivers.unanswered(job_id)
                 raise
             assignment = submitted.assignment
-            if assignment is not None:
-                assert self.start_run is not None
-                self.start_run(assignment, tenant_id, machine_type.name, machine_type.image)
+            # driven before the claim counts as answered: a reconcile waiting for it never finds it undriven
+            driver = self.drivers.drive(assignment.machine_id) if assignment is not None else None
         finally:
             self.drivers.submitted(answered)
         self.local.outlooks[key] = outlook_after_submit(
@@ -154,7 +158,7 @@ class Intake:
             max_workers=machine_type.max_workers,
         ):
             self.events.emit(PLACEMENT_WANTED)
-        return submitted.job
+        return Accepted(job=submitted.job, claim=assignment, driver=driver)
 
     async def _submit_batched(
         self, key: SubmitKey, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool

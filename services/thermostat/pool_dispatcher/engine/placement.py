@@ -43,7 +43,7 @@ from .drivers import Drivers
 from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
-from .local import Local
+from .local import Local, SubmitKey
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
@@ -134,7 +134,7 @@ class Placement:
                 starts, capped = await self._plan_and_insert()
                 held = capped if capped is not None else held
                 for start in starts:
-                    self.tasks.spawn(self.fleet.booting(start), f"pool-boot-{start.machine_id}")
+                    self.tasks.spawn(self.runner.boot(start), f"pool-boot-{start.machine_id}")
         if held is not None:
             log.warning(
                 "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
@@ -155,10 +155,7 @@ class Placement:
             driver = object()
             assignment = await self.runner.take_next(machine.id, machine.image, driver)
             if assignment is not None:
-                self.tasks.spawn(
-                    self.runner.run(assignment, machine.tenant_id, machine.machine_type, machine.image, driver=driver),
-                    f"pool-run-{assignment.job_id}",
-                )
+                self.runner.start(assignment, SubmitKey(machine.tenant_id, machine.machine_type, machine.image), driver)
 
     async def _plan_and_insert(self) -> tuple[list[BootPlan], int | None]:
         """One transaction under the placement lock: count the queue and the fleet, carry out the plan's retirements
@@ -309,7 +306,7 @@ class Placement:
                     )
                     boot = BootPlan(machine_id=machine_id, tenant_id=tenant_id, machine_type=kind, token=token)
             if boot is not None:
-                self.tasks.spawn(self.fleet.booting(boot), f"pool-boot-{machine_id}")
+                self.tasks.spawn(self.runner.boot(boot), f"pool-boot-{machine_id}")
         finally:
             self.drivers.release(machine_id, reserved)  # the boot registered its own driver in its place, if it started
         self._stop_after_commit(stops)
@@ -353,7 +350,7 @@ class Placement:
                             job_id=row.job_id,
                             trace=row.trace,
                         )
-                        self.tasks.spawn(self.fleet.booting(plan), f"pool-boot-{row.machine.id}")
+                        self.tasks.spawn(self.runner.boot(plan), f"pool-boot-{row.machine.id}")
                         continue
                     log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
                     driver = self.drivers.drive(row.machine.id)  # held while releasing, as a boot would be

@@ -96,8 +96,17 @@ class Waits:
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
         self.rereads = Rereads(repo.jobs.get_jobs, events)
-        events.on(JobFinished, lambda e: self.waiters.finish(e.job_id, e.finished))
-        events.on(JobChanged, lambda e: self.waiters.wake(e.job_id))
+        events.on(JobFinished, lambda e: self.finished(e.job_id, e.finished))
+        events.on(JobChanged, lambda e: self.changed(e.job_id))
+
+    def finished(self, job_id: str, finished: Finished) -> None:
+        """This process's completion answered with the job: its sync waits here take it, with no read."""
+        self.waiters.finish(job_id, finished)
+
+    def changed(self, job_id: str) -> None:
+        """The job ended or moved outside a wait's sight (a cancel, a reclaim, a failed boot, a lost send): its
+        waiters read it."""
+        self.waiters.wake(job_id)
 
     @contextlib.contextmanager
     def completing(self, job_id: str) -> Iterator[None]:
