@@ -179,7 +179,7 @@ async def test_usage_duration_stays_monotonic_across_a_wall_clock_step(pool_stor
         clock.advance(2.5)
 
     def on_the_worker_call(d: Dispatcher) -> None:
-        wrap_before(d.runner.client, "execute", while_it_runs, None)
+        wrap_before(d.client, "execute", while_it_runs, None)
 
     async with start_pool(pool_store, pool_env(), clock=clock, seams=[on_the_worker_call]) as pool:
         job = await pool.submit(b"x")
