@@ -8,10 +8,13 @@ Where to look:
 - the instance lease and its fence: engine/ownership.py; the periodic pass: engine/scaler.py;
 - the catalogue and the backends: engine/catalogue.py; the store: repository/ (by aggregate).
 
-The parts talk through values and events (engine/events.py): the runner emits `JobFinished` and `MachineFreed`,
-the fleet `SlotFreed`, any part `PlacementWanted`; the facade registers the handlers. The import order is a layers
-contract in pyproject.toml (facade, scaler, placement, runner, hand-back, intake and fleet, waits, catalogue and
-writes, the shared small parts at the bottom), so no part reaches up.
+The parts call down and answer up with values: a submit's claim comes back here and its run starts; a boot returns
+its first job to the runner; a machine's run returns how it ended (`RunEnded`) and the runner carries out what
+follows (thermostat.policy.pool.run_end). The one call upward is placement's poke (`WantsPlacement`, engine/local.py),
+which the facade hands the parts. What the process alone knows (idle stamps, outlooks, the driving set, batches out,
+the drain) is one value, `Local`, owned here. The import order is a layers contract in pyproject.toml (facade,
+scaler, placement, runner, a machine's run, hand-back, fleet, intake, waits, catalogue and writes, the shared small
+parts at the bottom), so no part reaches up.
 
 The hot path is one statement per state change: a submit inserts the job and claims a warm machine together; a
 completion writes the terminal state, the usage event and hands the machine its next queued job together. A job
@@ -49,7 +52,6 @@ from thermostat.store.lease import LeaseStore
 
 from .engine.catalogue import Backends, CatalogueCache, CatalogueState
 from .engine.drivers import Drivers
-from .engine.events import Events, JobChanged
 from .engine.fleet import Fleet, RetirePlan
 from .engine.hand_back import HandBack
 from .engine.intake import Intake
@@ -143,7 +145,7 @@ class Dispatcher:
         now = clock.monotonic
 
         self.local = Local()  # this process's own state of its pool, which the parts read and keep
-        self.events = Events()
+        wants_placement = self._wants_placement
         self.tasks = Tasks()
         self.drivers = Drivers(self.local)
         self.ownership = Ownership(leases, instance_id=self.instance_id, lease_seconds=lease_seconds)
@@ -151,19 +153,21 @@ class Dispatcher:
         self._backends = Backends(backends, missing_settings, backend_choice)
         self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
         self.missing_settings = self._backends.missing_settings
-        self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
+        self.catalogues = CatalogueCache(
+            self.repo, self._backends, catalogue, self.metrics, local=self.local, wants_placement=wants_placement
+        )
         self.metrics.fleet_capped(max_workers_total)
         self.writes = Writes(self.repo, self.ownership, self.drivers, clock.sleep)
-        self.waits = Waits(self.repo, self.events, now)
-        self.fleet = Fleet(
-            repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
-            writes=self.writes, events=self.events, metrics=self.metrics, now=now,
-            sleep=clock.sleep, health_poll_seconds=health_poll_seconds, local=self.local,
-        )  # fmt: skip
+        self.waits = Waits(self.repo, wants_placement, now)
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            tasks=self.tasks, events=self.events, channel=self.channel,
+            tasks=self.tasks, wants_placement=wants_placement, channel=self.channel,
             limits=batch_limits or BatchLimits(), local=self.local,
+        )  # fmt: skip
+        self.fleet = Fleet(
+            repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
+            writes=self.writes, intake=self.intake, waits=self.waits, wants_placement=wants_placement,
+            metrics=self.metrics, now=now, sleep=clock.sleep, health_poll_seconds=health_poll_seconds, local=self.local,
         )  # fmt: skip
         hand_back = HandBack(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, writes=self.writes,
@@ -174,17 +178,21 @@ class Dispatcher:
             writes=self.writes, waits=self.waits, intake=self.intake, hand_back=hand_back, metrics=self.metrics,
             clock=clock, local=self.local, channel=self.channel,
         )  # fmt: skip
-        self.runner = Runner(parts, fleet=self.fleet, tasks=self.tasks, events=self.events)
+        self.runner = Runner(parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement)
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
+            runner=self.runner, fleet=self.fleet, tasks=self.tasks, metrics=self.metrics,
             max_workers_total=max_workers_total, sleep=clock.sleep, local=self.local,
         )  # fmt: skip
         self.scaler = Scaler(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            fleet=self.fleet, placement=self.placement, tasks=self.tasks, events=self.events, metrics=self.metrics,
+            fleet=self.fleet, placement=self.placement, tasks=self.tasks, waits=self.waits, metrics=self.metrics,
             now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
         )  # fmt: skip
+
+    def _wants_placement(self, *, at_cap: bool = False) -> None:
+        """What a part below placement calls when queued work may be placeable now (engine/local.py)."""
+        self.placement.poke(at_cap=at_cap)
 
     # lifecycle
 
@@ -433,7 +441,7 @@ class Dispatcher:
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelOutcome | None:
         """Cancel at once; a running job's machine gets the build cancel with its token. None: not found."""
         cancelled = await self.repo.jobs.cancel(job_id, tenant_id, build_id)
-        self.events.emit(JobChanged(job_id))
+        self.waits.changed(job_id)
         if cancelled is not None and cancelled.prior == JobState.RUNNING and cancelled.worker_id is not None:
             address = await self.repo.machines.machine_address(cancelled.worker_id)
             if address is not None and address[0] is not None:

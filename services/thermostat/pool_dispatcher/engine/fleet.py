@@ -32,9 +32,10 @@ from ..metrics import PoolMetrics
 from ..repository import Assignment, OwnMachine, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
-from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineBooted, MachineFreed
-from .local import Local
+from .intake import Intake
+from .local import Local, SubmitKey, WantsPlacement
 from .ownership import Ownership
+from .waits import Waits
 from .writes import Sleep, Writes
 
 log = logging.getLogger("thermostat.pool_dispatcher")
@@ -77,7 +78,9 @@ class Fleet:
         backends: Backends,
         drivers: Drivers,
         writes: Writes,
-        events: Events,
+        intake: Intake,
+        waits: Waits,
+        wants_placement: WantsPlacement,
         metrics: PoolMetrics,
         now: Callable[[], float],
         sleep: Sleep,
@@ -89,7 +92,9 @@ class Fleet:
         self.backends = backends
         self.drivers = drivers
         self.writes = writes
-        self.events = events
+        self.intake = intake
+        self.waits = waits
+        self.wants_placement = wants_placement
         self.metrics = metrics
         self.now = now
         self.sleep = sleep
@@ -177,7 +182,7 @@ class Fleet:
             return None
         self.local.idle[machine_id] = self.now()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
-        self.events.emit(MachineBooted(machine_id))
+        self.wants_placement(at_cap=True)  # fair share never takes a booting machine: this one may be the slot
         if assignment is not None:
             return Assignment(
                 job_id=assignment.job_id,
@@ -190,16 +195,22 @@ class Fleet:
                 token=plan.token,
                 sent=assignment.sent,
             )
-        self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
-        self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
+        self.freed(SubmitKey(tenant_id, machine_type.name, machine_type.image))
+        self.wants_placement()  # queued work of the tenant may be waiting for exactly this machine
         return None
+
+    def freed(self, key: SubmitKey) -> None:
+        """A machine of the key is warm here with no job: the key's next submit may claim it (its gathering batch goes
+        out at once), and under a fleet cap placement runs (its slot may be a waiting tenant's)."""
+        self.intake.may_take(key)
+        self.wants_placement(at_cap=True)
 
     async def boot_failed(
         self, machine_id: str, provider_id: str | None, reason: str, kind: str, machine_type: str
     ) -> None:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
         self.metrics.boot_failed(machine_type, kind)
-        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        self.local.outlooks.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             await self.stop_quietly(provider_id, kind)
         failed, _ = await self.writes.durably(
@@ -210,7 +221,7 @@ class Fleet:
         )
         for job_id, state in failed.items():
             if state == JobState.FAILED:
-                self.events.emit(JobChanged(job_id))
+                self.waits.changed(job_id)
                 log.info("job %s failed: its machine type was removed while the machine booted", job_id)
             else:
                 log.info("job %s waits for capacity again", job_id)
@@ -230,7 +241,7 @@ class Fleet:
     async def finish_stop(self, machine_id: str, provider_id: str | None) -> None:
         """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
         self.local.idle.pop(machine_id, None)
-        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        self.local.outlooks.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             if not self.ownership.trusted_for_call():
                 log.warning(
@@ -288,12 +299,12 @@ class Fleet:
                 kept += 1
                 self.local.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
                 log.info("machine %s adopted after a deploy (idle %.1f s)", row.machine.id, idle_seconds or 0.0)
-                self.events.emit(MachineFreed(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
+                self.freed(SubmitKey(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
             else:
                 log.warning("machine %s released by a deploy did not answer its probe: stopping it", row.machine.id)
                 await self.finish_stop(row.machine.id, row.provider_id)
         if kept:
-            self.events.emit(PLACEMENT_WANTED)  # queued work may be waiting for exactly these machines
+            self.wants_placement()  # queued work may be waiting for exactly these machines
         return kept
 
     async def _answers(self, row: OwnMachine) -> bool:

@@ -30,8 +30,7 @@ from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit, Subm
 from ..repository.ids import new_job_id
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import PLACEMENT_WANTED, CatalogueChanged, Events, MachineFreed, SlotFreed
-from .local import Local, SubmitKey
+from .local import Local, SubmitKey, WantsPlacement
 from .ownership import Ownership
 from .tasks import Tasks
 
@@ -66,7 +65,7 @@ class Intake:
         catalogue: CatalogueCache,
         drivers: Drivers,
         tasks: Tasks,
-        events: Events,
+        wants_placement: WantsPlacement,
         channel: str,
         limits: BatchLimits,
         local: Local,
@@ -76,15 +75,12 @@ class Intake:
         self.catalogue = catalogue
         self.drivers = drivers
         self.tasks = tasks
-        self.events = events
+        self.wants_placement = wants_placement
         self.channel = channel
         self.limits = limits
         self.local = local  # the outlooks and batches out are the process's (local.py)
         self.gathering: dict[SubmitKey, Batch] = {}
         self.singles_waiting: dict[SubmitKey, int] = {}  # single submits waiting for the key's batches to answer
-        events.on(CatalogueChanged, lambda _: local.outlooks.clear())  # caps may have changed
-        events.on(SlotFreed, lambda _: local.outlooks.clear())  # placement may act on the next submit
-        events.on(MachineFreed, self._may_take)
 
     async def submit(
         self,
@@ -157,7 +153,7 @@ class Intake:
             idle_machines=submitted.idle_machines,
             max_workers=machine_type.max_workers,
         ):
-            self.events.emit(PLACEMENT_WANTED)
+            self.wants_placement()
         return Accepted(job=submitted.job, claim=assignment, driver=driver)
 
     async def _submit_batched(
@@ -253,7 +249,7 @@ class Intake:
         if placement_may_act(
             live_machines=batch.live_machines, idle_machines=batch.idle_machines, max_workers=max_workers
         ):
-            self.events.emit(PLACEMENT_WANTED)  # a machine went idle, or one may start, since the last answer here
+            self.wants_placement()  # a machine went idle, or one may start, since the last answer here
 
     async def _batches_answered(self, key: SubmitKey) -> None:
         """Before a single submit of the key: its batch still gathering goes out now, and every batch of the
@@ -274,7 +270,7 @@ class Intake:
         out = self.local.batches_out.get(key)
         if out:
             await asyncio.wait(list(out))
-        self.events.emit(PLACEMENT_WANTED)
+        self.wants_placement()
 
     def close(self) -> list[asyncio.Task[None]]:
         """Every batch gathering goes out (its callers get their jobs, not a cancelled write); the batches out."""
@@ -282,9 +278,8 @@ class Intake:
             self.send_batch(batch)
         return [task for out in self.local.batches_out.values() for task in out]
 
-    def _may_take(self, freed: MachineFreed) -> None:
+    def may_take(self, key: SubmitKey) -> None:
         """A machine of the key went idle here: its next submit has its own statement, which can claim it."""
-        key = SubmitKey(freed.tenant_id, freed.machine_type, freed.image)
         self.local.outlooks.pop(key, None)
         gathering = self.gathering.get(key)
         if gathering is not None:  # its answer sees the machine idle and pokes placement: no wait for the window

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from thermostat.policy.pool.submit_batch import Outlook
+
+
+class WantsPlacement(Protocol):
+    """Placement's poke, the one call a part below it makes upward: queued work may be placeable now, so a pass runs
+    (or runs again after the pass in flight); `at_cap`: only under a fleet cap (a machine gone idle, or just booted,
+    may be the slot a waiting tenant needs). The facade hands it to the parts; placement.py's `poke` is what it does.
+    """
+
+    def __call__(self, *, at_cap: bool = False) -> None: ...
 
 
 class SubmitKey(NamedTuple):

@@ -11,7 +11,7 @@ Which warm machine gets a job:
 Which machines start: one pass counts the queue and the fleet and inserts the machine rows, in one transaction
 under one advisory lock across processes (thermostat.policy.pool.placement decides, `plan_placement`); the first
 queued job in line is handed to each new machine as `dispatched`. The boots run outside the lock (fleet.py,
-each a `BootPlan`). A pass asked for while one runs runs again after it (`poke`, the `PlacementWanted` event).
+each a `BootPlan`). A pass asked for while one runs runs again after it (`poke`, which the parts below call).
 Hitting the fleet cap logs one warning per pass, however often it places again.
 
 A placement (or a hint) whose commit landed with its answer lost started no boot: `recover_unbooted` (the scaler's)
@@ -40,7 +40,6 @@ from ..repository import PoolRepository
 from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
 from .local import Local, SubmitKey
@@ -81,7 +80,6 @@ class Placement:
         runner: Runner,
         fleet: Fleet,
         tasks: Tasks,
-        events: Events,
         metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
@@ -105,16 +103,13 @@ class Placement:
         self.lock = asyncio.Lock()
         self.again = False
         self.local = local
-        events.on(PlacementWanted, lambda _: self.poke())
-        if max_workers_total is not None:
-            # at the fleet cap a machine gone idle, or one just booted (fair share never takes a booting one), may be
-            # the slot a waiting tenant needs: place now, not at the scaler's next pass, which nothing else brings
-            # forward while every machine goes from job to job
-            events.on(MachineFreed, lambda _: self.poke())
-            events.on(MachineBooted, lambda _: self.poke())
 
-    def poke(self) -> None:
-        if self.local.draining:
+    def poke(self, *, at_cap: bool = False) -> None:
+        """Place now, or again after the pass in flight (local.py's `WantsPlacement`). `at_cap`: a machine gone idle,
+        or one just booted (fair share never takes a booting one), may be the slot a tenant waiting at the fleet
+        cap needs: place now, not at the scaler's next pass, which nothing else brings forward while every machine
+        goes from job to job; with no fleet cap nobody waits for it."""
+        if self.local.draining or (at_cap and self.max_workers_total is None):
             return
         if self.lock.locked():
             self.again = True

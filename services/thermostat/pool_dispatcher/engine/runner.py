@@ -25,9 +25,8 @@ from collections.abc import Awaitable
 from thermostat.policy.pool.run_end import after_run
 
 from ..repository import Assignment
-from .events import PLACEMENT_WANTED, Events, MachineFreed
 from .fleet import BootPlan, Fleet
-from .local import SubmitKey
+from .local import SubmitKey, WantsPlacement
 from .machine_run import MachineRun, RunEnded, RunParts, Seams, Step
 from .tasks import Tasks
 
@@ -50,7 +49,7 @@ class Runner:
         *,
         fleet: Fleet,
         tasks: Tasks,
-        events: Events,
+        wants_placement: WantsPlacement,
         before_send: Step | None = None,
         before_execute: Step | None = None,
         before_complete: Step | None = None,
@@ -58,7 +57,7 @@ class Runner:
         self.parts = parts
         self.fleet = fleet
         self.tasks = tasks
-        self.events = events
+        self.wants_placement = wants_placement
         self.before_send = before_send
         self.before_execute = before_execute
         self.before_complete = before_complete
@@ -129,13 +128,13 @@ class Runner:
         if follows.place_after_batches:
             self.tasks.spawn(self.parts.intake.place_after_batches(run.key), f"pool-place-after-{run.machine_id}")
         if follows.offer:  # a batch still gathering goes out: it sees the machine
-            self.events.emit(MachineFreed(*run.key))
+            self.fleet.freed(run.key)
         if follows.take_next:
             return await self.take_next(run.machine_id, run.key.image, run.driver)
         if follows.place_before_stop:  # the tenant's slot is free already: a stopping machine is not the tenant's
-            self.events.emit(PLACEMENT_WANTED)
+            self.wants_placement()
         if follows.stop:
             await self.fleet.finish_stop(run.machine_id, ended.provider_id)
         if follows.place_after_stop:  # and the fleet's, once the row is gone
-            self.events.emit(PLACEMENT_WANTED)
+            self.wants_placement()
         return None

@@ -26,12 +26,12 @@ from ..metrics import PoolMetrics
 from ..repository import PoolRepository
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, JobChanged
 from .fleet import Fleet, RetirePlan
 from .local import Local
 from .ownership import Ownership, lease_name
 from .placement import Placement
 from .tasks import Tasks
+from .waits import Waits
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -53,7 +53,7 @@ class Scaler:
         fleet: Fleet,
         placement: Placement,
         tasks: Tasks,
-        events: Events,
+        waits: Waits,
         metrics: PoolMetrics,
         now: Callable[[], float],
         listen: Callable[[], Awaitable[None]],
@@ -68,7 +68,7 @@ class Scaler:
         self.fleet = fleet
         self.placement = placement
         self.tasks = tasks
-        self.events = events
+        self.waits = waits
         self.metrics = metrics
         self.now = now
         self.local = local
@@ -138,7 +138,7 @@ class Scaler:
             )
             if failed:
                 log.warning("job %s on machine %s: %s; failed, machine retired", row.job_id, row.machine.id, ABANDONED)
-                self.events.emit(JobChanged(row.job_id))
+                self.waits.changed(row.job_id)
             if retired:
                 self.tasks.spawn(self.fleet.finish_stop(row.machine.id, provider_id), f"pool-stop-{row.machine.id}")
 

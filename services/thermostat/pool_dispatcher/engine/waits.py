@@ -1,6 +1,6 @@
 """Waits: a sync submit's wait for its job (wait_finished) and WaitJob's (wait), on in-process events.
 
-The events are set by this process's completions (`JobFinished`, `JobChanged`) and by notifications of other
+The events are set by this process's completions and changes (`finished`, `changed`) and by notifications of other
 processes' (listener.py); NOTIFY is a hint, so every wait also re-reads the job once a second (a sync wait's
 re-reads gathered into one statement with the others': rereads.py). A completion notifies only where a wait may
 be in another process: the channel of the process whose sync submit waits (recorded on the job by the submit;
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 
 from ..repository import Finished, JobView, PoolRepository, parse_job_done
-from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished
+from .local import WantsPlacement
 from .rereads import Rereads
 
 REPOLL_SECONDS = 1.0
@@ -84,20 +84,18 @@ class Waits:
     def __init__(
         self,
         repo: PoolRepository,
-        events: Events,
+        wants_placement: WantsPlacement,
         now: Callable[[], float],
         *,
         before_wait: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
-        self.events = events
+        self.wants_placement = wants_placement
         self.before_wait = before_wait
         self._now = now  # the monotonic reading
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
-        self.rereads = Rereads(repo.jobs.get_jobs, events)
-        events.on(JobFinished, lambda e: self.finished(e.job_id, e.finished))
-        events.on(JobChanged, lambda e: self.changed(e.job_id))
+        self.rereads = Rereads(repo.jobs.get_jobs, wants_placement)
 
     def finished(self, job_id: str, finished: Finished) -> None:
         """This process's completion answered with the job: its sync waits here take it, with no read."""
@@ -170,7 +168,7 @@ class Waits:
                     if state in TERMINAL_STATES or remaining <= 0:
                         return read
                     if state is JobState.QUEUED:
-                        self.events.emit(PLACEMENT_WANTED)
+                        self.wants_placement()
                     remaining = deadline - now()  # the read took a while: the wait is that much shorter
                 stale = True  # a wake-up: read again
                 try:
@@ -196,7 +194,7 @@ class Waits:
             job, marked = await self.repo.jobs.watch_job(job_id, tenant_id)
             if marked and job is not None and job.state == JobState.QUEUED:
                 # a machine freed while the mark held the row passed the job over (SKIP LOCKED) and went idle
-                self.events.emit(PLACEMENT_WANTED)
+                self.wants_placement()
             while True:
                 remaining = deadline - now()
                 moved = since_state is not None and job is not None and job.state != since_state
