@@ -109,7 +109,7 @@ async def main(dsn: str, machines: int, black_holed_share: float) -> None:
             )
         for _ in range(PASSES):
             started = time.perf_counter()
-            await dispatcher.scaler_pass()
+            await dispatcher.scaler.scaler_pass()
             elapsed = time.perf_counter() - started
             async with store.pool.acquire() as connection:
                 row = await connection.fetchrow(

@@ -77,7 +77,7 @@ class Admission:
             return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.d.instance_id)), 503)
         ask = ask_of(request, sync=sync)
         if ask.machine_type and self.d.catalogue.get(ask.machine_type) is None:
-            await self.d.type_named(ask.machine_type)  # another replica's catalogue write may name it
+            await self.d.catalogues.type_named(ask.machine_type)  # another replica's catalogue write may name it
         admitted = admit_submit(
             ask,
             catalogue=self.d.catalogue,

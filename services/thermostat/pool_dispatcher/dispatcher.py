@@ -69,7 +69,6 @@ from .repository import (
     CATALOGUE,
     JOBS_DONE,
     RELEASED,
-    Finished,
     JobView,
     Owner,
     PoolRepository,
@@ -213,24 +212,6 @@ class Dispatcher:
     def catalogue(self) -> Catalogue:
         return self.catalogues.catalogue
 
-    @property
-    def batch_limits(self) -> BatchLimits:
-        """The group commit's limits (thermostat.policy.pool.submit_batch; a test sets its own)."""
-        return self.intake.limits
-
-    @batch_limits.setter
-    def batch_limits(self, limits: BatchLimits) -> None:
-        self.intake.limits = limits
-
-    @property
-    def repoll_seconds(self) -> float:
-        """How often a wait re-reads its job without a notification (a test sets it to an hour)."""
-        return self.waits.repoll_seconds
-
-    @repoll_seconds.setter
-    def repoll_seconds(self, seconds: float) -> None:
-        self.waits.repoll_seconds = seconds
-
     async def start(self) -> None:
         """Take the instance lease (the same term back under an old id), recover, listen, start the scaler."""
         term = await self.ownership.take()
@@ -242,7 +223,7 @@ class Dispatcher:
                 jobs,
                 machines,
             )
-        await self.refresh_catalogue()
+        await self.catalogues.refresh()
         self.catalogues.warn_unservable(self.catalogue, self.state.version)
         await self._listen()
         await self.fleet.recover()
@@ -325,10 +306,6 @@ class Dispatcher:
             )
         await self.repo.ownership.recover_own(self.owner, any_term=False)
 
-    def trusted_for_call(self) -> bool:
-        """Whether the instance lease stays trusted for longer than a guarded call may take."""
-        return self.ownership.trusted_for_call()
-
     async def _listen(self) -> None:
         """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
         if self._listener is not None and not self._listener.is_closed():
@@ -349,21 +326,14 @@ class Dispatcher:
 
     def _on_catalogue(self, _version: str) -> None:
         if not self._closing:
-            self.tasks.spawn(self.refresh_catalogue(), "pool-catalogue-refresh")
+            self.tasks.spawn(self.catalogues.refresh(), "pool-catalogue-refresh")
 
     def _on_released(self, instance: str) -> None:
         """A deploy released its warm machines: adopt them now, not at the next scaler pass."""
         if not self.draining and instance != self.instance_id:
-            self.tasks.spawn(self._adopt(), "pool-adopt-released")
-
-    async def _adopt(self) -> None:
-        await self.fleet.adopt_released()
+            self.tasks.spawn(self.fleet.adopt_released(), "pool-adopt-released")
 
     # catalogue and backends
-
-    async def refresh_catalogue(self) -> None:
-        """Apply the stored catalogue when it is newer than this process's copy."""
-        await self.catalogues.refresh()
 
     async def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
         """The catalogue, or why this process's backends (and the Docker daemon's runtimes) cannot serve it."""
@@ -378,14 +348,6 @@ class Dispatcher:
     def backend_refusal(self, machine_type: MachineType) -> str | None:
         """Why this process cannot start machines of the type (its backend is not configured), or None."""
         return self._backends.refusal(machine_type)
-
-    async def replace_catalogue(self, catalogue: Catalogue) -> int:
-        """Store the whole catalogue; removed types' queued jobs fail; every process applies it at once."""
-        return await self.catalogues.replace(catalogue)
-
-    async def type_named(self, name: str) -> MachineType | None:
-        """The type from the catalogue, re-reading the stored one before refusing a name."""
-        return await self.catalogues.type_named(name)
 
     # submit, wait, hint, cancel
 
@@ -419,18 +381,6 @@ class Dispatcher:
         finally:
             self._submitting -= 1
 
-    async def wait_finished(self, job: JobView, timeout: float) -> Finished:
-        """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
-        out (engine/waits.py)."""
-        return await self.waits.wait_finished(job, timeout)
-
-    async def wait(
-        self, job_id: str, tenant_id: str, timeout: float, *, since_state: str | None = None
-    ) -> JobView | None:
-        """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
-        None when it is not the tenant's (engine/waits.py)."""
-        return await self.waits.wait(job_id, tenant_id, timeout, since_state=since_state)
-
     async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
         """Start one machine for the tenant unless one is warm or starting, within both caps (ShuttingDown once a
         drain began: a machine booted now would be this process's to give away at once)."""
@@ -459,28 +409,3 @@ class Dispatcher:
         if cancelled is not None:
             return CancelOutcome(job=job, status_code=200)
         return CancelOutcome(job=job, status_code=decide_cancel(JobState(job.state)).status_code)
-
-    # placement and the scaler's steps (each also run alone by tests and benches)
-
-    async def place(self) -> None:
-        """Hand queued work to idle warm machines, then start machines for what is left (engine/placement.py)."""
-        await self.placement.place()
-
-    async def scaler_pass(self) -> None:
-        """Reclaim lapsed instances, apply the catalogue, place, reap, probe, retry failed stops."""
-        await self.scaler.scaler_pass()
-
-    async def reclaim(self) -> None:
-        await self.scaler.reclaim()
-
-    async def reconcile(self) -> None:
-        await self.scaler.reconcile()
-
-    async def boot_unbooted(self) -> None:
-        await self.placement.recover_unbooted()
-
-    async def reap(self) -> None:
-        await self.scaler.reap()
-
-    async def probe(self) -> None:
-        await self.scaler.probe()

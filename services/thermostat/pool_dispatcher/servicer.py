@@ -164,7 +164,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def ListMachineTypes(
         self, request: pool_pb2.ListMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListMachineTypesResponse:
-        await self.d.refresh_catalogue()
+        await self.d.catalogues.refresh()
         entries = catalogue_to_json(self.d.catalogue, admin=caller().elevated)
         return pool_pb2.ListMachineTypesResponse(machine_types=[machine_type_message(e) for e in entries])
 
@@ -291,7 +291,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         job = await self._own_job(request.id, context)
         yield job_message(job)
         while JobState(job.state) not in TERMINAL_STATES:
-            latest = await self.d.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
+            latest = await self.d.waits.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
             if latest is None:
                 return
             if latest.state != job.state:
@@ -317,7 +317,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _hint(
         self, tenant: str, machine_type: str, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
-        kind = await self.d.type_named(machine_type.strip())
+        kind = await self.d.catalogues.type_named(machine_type.strip())
         refusal = None if kind is None else self.d.backend_refusal(kind)
         if refusal is not None:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
@@ -343,7 +343,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def GetMachineTypes(
         self, request: pool_pb2.GetMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        await self.d.refresh_catalogue()
+        await self.d.catalogues.refresh()
         return json_body(catalogue_to_json(self.d.catalogue, admin=caller().elevated))
 
     async def PutMachineTypes(
@@ -353,14 +353,14 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.d.default_backend)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
-        await self.d.refresh_catalogue()  # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
+        await self.d.catalogues.refresh()  # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
         parsed = keep_redacted(parsed, self.d.catalogue)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
         servable = await self.d.check_catalogue(parsed)  # backends here, RunPod's 100 s limit, the daemon's runtimes
         if not isinstance(servable, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, servable.detail, 400)
-        await self.d.replace_catalogue(parsed)
+        await self.d.catalogues.replace(parsed)
         return json_body(catalogue_to_json(parsed, admin=True))
 
     # listings and health

@@ -91,7 +91,7 @@ class SyncJobs:
         left = remaining()
         if left is not None:  # the caller's gRPC deadline bounds the wait too
             wait = max(0.0, min(wait, left - DEADLINE_ANSWER_SECONDS))
-        return await self.d.wait_finished(job, wait)
+        return await self.d.waits.wait_finished(job, wait)
 
     async def result(self, job: JobView, result: bytes | None) -> bytes:
         """A completed job's result bytes: as the wait brought them, else read."""

@@ -182,10 +182,10 @@ async def test_a_job_boots_a_machine_runs_is_metered_and_the_machine_is_destroye
         assert (worker.backend, worker.state) == (provider.kind, "warm")
         assert provider.running() == [await provider_id(pool_store)]
         clock.advance(59)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert len(provider.running()) == 1
         clock.advance(1)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await pool.workers() == []
         assert provider.running() == []
 

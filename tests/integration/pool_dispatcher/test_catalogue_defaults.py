@@ -203,7 +203,7 @@ async def test_a_stored_catalogue_naming_local_after_local_was_disabled_starts_a
     env = pool_env([], POOL_ENABLED_BACKENDS="docker", STRATA_POOL_DOCKER_SOCKET=docker_daemon.socket_path)
     with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher"):
         async with start_pool(pool_store, env) as pool:
-            await pool.dispatcher.refresh_catalogue()
+            await pool.dispatcher.catalogues.refresh()
             assert pool.dispatcher.catalogue.names == ("local",)
             assert any(
                 "cannot be fully served" in r.getMessage() and "POOL_ENABLED_BACKENDS" in r.getMessage()

@@ -96,7 +96,7 @@ async def backlog(pool_store: Store, limits: BatchLimits = GATHER_FOR_A_MINUTE) 
     held, gate = HeldStep(), BatchGate()
     seams = [before_complete(held), before_submit_batch(gate)]
     async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), seams=seams) as pool:
-        pool.dispatcher.batch_limits = limits
+        pool.dispatcher.intake.limits = limits
         held.armed = True
         first = await pool.submit(b"0", machine_type="sleepy")  # boots the machine, runs, held before completing
         await held.arrived.wait()
