@@ -141,7 +141,6 @@ class Dispatcher:
         self._closing = False
         self._submitting = 0  # submits past their draining check, not yet answered
         self._listener: Subscription | None = None
-        now = clock.monotonic
 
         self.local = Local()  # this process's own state of its pool, which the parts read and keep
         wants_placement = self._wants_placement
@@ -156,8 +155,8 @@ class Dispatcher:
             self.repo, self._backends, catalogue, self.metrics, local=self.local, wants_placement=wants_placement
         )
         self.metrics.fleet_capped(max_workers_total)
-        self.writes = Writes(self.repo, self.ownership, self.drivers, clock.sleep)
-        self.waits = Waits(self.repo, wants_placement, now)
+        self.writes = Writes(self.repo, self.ownership, self.drivers, clock)
+        self.waits = Waits(self.repo, wants_placement, clock)
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             tasks=self.tasks, wants_placement=wants_placement, channel=self.channel,
@@ -166,7 +165,7 @@ class Dispatcher:
         self.fleet = Fleet(
             repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
             writes=self.writes, intake=self.intake, waits=self.waits, wants_placement=wants_placement,
-            metrics=self.metrics, now=now, sleep=clock.sleep, health_poll_seconds=health_poll_seconds, local=self.local,
+            metrics=self.metrics, clock=clock, health_poll_seconds=health_poll_seconds, local=self.local,
         )  # fmt: skip
         hand_back = HandBack(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, writes=self.writes,
@@ -181,12 +180,12 @@ class Dispatcher:
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             runner=self.runner, fleet=self.fleet, tasks=self.tasks, metrics=self.metrics,
-            max_workers_total=max_workers_total, sleep=clock.sleep, local=self.local,
+            max_workers_total=max_workers_total, clock=clock, local=self.local,
         )  # fmt: skip
         self.scaler = Scaler(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             fleet=self.fleet, placement=self.placement, tasks=self.tasks, waits=self.waits, metrics=self.metrics,
-            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
+            listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
         )  # fmt: skip
 
     def _wants_placement(self, *, at_cap: bool = False) -> None:

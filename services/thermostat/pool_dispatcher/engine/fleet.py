@@ -18,10 +18,11 @@ id's last incarnation (recover), so it keeps what is left of its cool-down.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from thermostat.chassis import tracing
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.departure import Adoption, adopt
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
@@ -36,7 +37,7 @@ from .intake import Intake
 from .local import Local, SubmitKey, WantsPlacement
 from .ownership import Ownership
 from .waits import Waits
-from .writes import Sleep, Writes
+from .writes import Writes
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -82,8 +83,7 @@ class Fleet:
         waits: Waits,
         wants_placement: WantsPlacement,
         metrics: PoolMetrics,
-        now: Callable[[], float],
-        sleep: Sleep,
+        clock: Clock,
         health_poll_seconds: float,
         local: Local,
     ) -> None:
@@ -96,8 +96,7 @@ class Fleet:
         self.waits = waits
         self.wants_placement = wants_placement
         self.metrics = metrics
-        self.now = now
-        self.sleep = sleep
+        self.clock = clock  # its monotonic reading stamps idle times and times boots
         self.health_poll_seconds = health_poll_seconds
         self.local = local
 
@@ -152,18 +151,18 @@ class Fleet:
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, kind)
             raise BootFailed("the machine's row could not be recorded")
-        booted_at = self.now()
+        booted_at = self.clock.monotonic()
         while not await backend.health(handle):
             # a machine whose process has exited fails at once, saying why (issue 35: not at the boot timeout)
             ended = await backend.ended(handle, spec) if isinstance(backend, ReportsEnd) else None
             if ended is not None:
                 await self.boot_failed(machine_id, handle.provider_id, ended, kind, name)
                 raise BootFailed(ended)
-            if self.now() - booted_at >= machine_type.boot_timeout_seconds:
+            if self.clock.monotonic() - booted_at >= machine_type.boot_timeout_seconds:
                 reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
                 await self.boot_failed(machine_id, handle.provider_id, reason, kind, name)
                 raise BootFailed(reason)
-            await self.sleep(self.health_poll_seconds)
+            await self.clock.sleep(self.health_poll_seconds)
         return handle
 
     async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> Assignment | None:
@@ -180,7 +179,7 @@ class Fleet:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, str(machine_type.backend))
             return None
-        self.local.idle[machine_id] = self.now()
+        self.local.idle[machine_id] = self.clock.monotonic()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
         self.wants_placement(at_cap=True)  # fair share never takes a booting machine: this one may be the slot
         if assignment is not None:
@@ -270,7 +269,7 @@ class Fleet:
             healthy = row.machine.state is MachineState.WARM and await self._answers(row)
             kept = adopt(state=row.machine.state, healthy=healthy, idle_seconds=row.idle_seconds)
             if kept.verdict is Adoption.KEEP:
-                self.local.idle[row.machine.id] = self.now() - kept.idle_seconds
+                self.local.idle[row.machine.id] = self.clock.monotonic() - kept.idle_seconds
             else:
                 await self.retire(
                     RetirePlan(
@@ -297,7 +296,7 @@ class Fleet:
             state, idle_seconds = taken
             if state == MachineState.WARM:
                 kept += 1
-                self.local.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
+                self.local.idle[row.machine.id] = self.clock.monotonic() - max(0.0, idle_seconds or 0.0)
                 log.info("machine %s adopted after a deploy (idle %.1f s)", row.machine.id, idle_seconds or 0.0)
                 self.freed(SubmitKey(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
             else:

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
 from thermostat.policy.pool.placement import Demand, PlacementPlan, plan_placement
@@ -46,7 +47,6 @@ from .local import Local, SubmitKey
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
-from .writes import Sleep
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -84,7 +84,7 @@ class Placement:
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
         local: Local,
-        sleep: Sleep = asyncio.sleep,
+        clock: Clock,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -98,7 +98,7 @@ class Placement:
         self.fair = FairShare(
             repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total, catalogue=catalogue
         )
-        self.sleep = sleep
+        self.clock = clock
         self.recheck: asyncio.Task[None] | None = None  # a pass due when a holder's tenure ends (rotation)
         self.lock = asyncio.Lock()
         self.again = False
@@ -217,7 +217,7 @@ class Placement:
         self.recheck = self.tasks.spawn(self._place_after(seconds), "pool-place-at-tenure")
 
     async def _place_after(self, seconds: float) -> None:
-        await self.sleep(seconds)
+        await self.clock.sleep(seconds)
         self.poke()
 
     def _placement(self, wanted: list[Demand], seen: list[Machine]) -> PlacementPlan:

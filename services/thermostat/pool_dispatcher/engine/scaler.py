@@ -55,7 +55,6 @@ class Scaler:
         tasks: Tasks,
         waits: Waits,
         metrics: PoolMetrics,
-        now: Callable[[], float],
         listen: Callable[[], Awaitable[None]],
         every_seconds: float,
         clock: Clock,
@@ -70,11 +69,11 @@ class Scaler:
         self.tasks = tasks
         self.waits = waits
         self.metrics = metrics
-        self.now = now
         self.local = local
         self._listen = listen
         # a pass in flight at close gets a second to end cleanly (a stop and its forget not cut apart), then it is
         # cancelled: close stops every machine of the process itself, within the service's termination grace
+        self.clock = clock
         self.loop = Periodic(
             f"pool-scaler-{ownership.instance_id}", every_seconds, self.scaler_pass, log=log, what="scaler pass",
             clock=clock, stop_grace=STOP_GRACE_SECONDS,
@@ -144,7 +143,7 @@ class Scaler:
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""
-        now = self.now()
+        now = self.clock.monotonic()
         own = await self.repo.machines.own_machines(self.ownership.owner)
         seen = []
         for row in own:

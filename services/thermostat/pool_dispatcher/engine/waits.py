@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 
 from ..repository import Finished, JobView, PoolRepository, parse_job_done
@@ -85,14 +86,14 @@ class Waits:
         self,
         repo: PoolRepository,
         wants_placement: WantsPlacement,
-        now: Callable[[], float],
+        clock: Clock,
         *,
         before_wait: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
         self.wants_placement = wants_placement
         self.before_wait = before_wait
-        self._now = now  # the monotonic reading
+        self.clock = clock
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
         self.rereads = Rereads(repo.jobs.get_jobs, wants_placement)
@@ -133,7 +134,7 @@ class Waits:
         arrives by NOTIFY and is read once (job and result together)."""
         if self.before_wait is not None:
             await self.before_wait(job.id)
-        now = self._now
+        now = self.clock.monotonic
         deadline = now() + timeout
         waiter = self.waiters.add(job.id)
         try:
@@ -187,7 +188,7 @@ class Waits:
         after it notifies and wakes this wait; one before it is what the read finds)."""
         if self.before_wait is not None:
             await self.before_wait(job_id)
-        now = self._now
+        now = self.clock.monotonic
         deadline = now() + timeout
         waiter = self.waiters.add(job_id)
         try:
