@@ -59,7 +59,7 @@ class Admission:
     """Admits and queues submits for the dispatcher, asking the budget gate and recording its refusals."""
 
     def __init__(self, dispatcher: Dispatcher, gate: BudgetGate, metering: PoolMeteringRepository) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
         self.gate = gate
         self.metering = metering
 
@@ -73,16 +73,17 @@ class Admission:
         remaining: Callable[[], float | None],
     ) -> tuple[JobView, SubmitOptions] | Refusal:
         """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
-        if self.d.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
-            return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.d.instance_id)), 503)
+        if self.dispatcher.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
+            return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.dispatcher.instance_id)), 503)
         ask = ask_of(request, sync=sync)
-        if ask.machine_type and self.d.catalogue.get(ask.machine_type) is None:
-            await self.d.catalogues.type_named(ask.machine_type)  # another replica's catalogue write may name it
+        if ask.machine_type and self.dispatcher.catalogue.get(ask.machine_type) is None:
+            # another replica's catalogue write may name it
+            await self.dispatcher.catalogues.type_named(ask.machine_type)
         admitted = admit_submit(
             ask,
-            catalogue=self.d.catalogue,
-            unservable=self.d.backend_refusal,
-            max_payload_bytes=self.d.max_payload_bytes,
+            catalogue=self.dispatcher.catalogue,
+            unservable=self.dispatcher.backend_refusal,
+            max_payload_bytes=self.dispatcher.max_payload_bytes,
         )
         if isinstance(admitted, SubmitRefusal):
             return Refusal.of(admitted)
@@ -102,7 +103,7 @@ class Admission:
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
         trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
         try:
-            job = await self.d.submit(
+            job = await self.dispatcher.submit(
                 tenant_id=tenant,
                 options=options,
                 payload=request.payload.data,

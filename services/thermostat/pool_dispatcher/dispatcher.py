@@ -21,11 +21,13 @@ completion writes the terminal state, the usage event and hands the machine its 
 taken at submit costs two statements, submit and complete. Decisions are the pool policies'
 (thermostat.policy.pool). bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 
-Time comes in as one chassis `Clock`: its monotonic reading stamps idle times, deadlines and boots, and its sleep is
-what store retries, health polls, the drain and the scaler wait with. The instance lease judges its trust on the
-lease store's clock (the one it was handed). Ordering tests hold a run at the repository's aggregates (a wrapped method,
-tests/integration/pool_dispatcher/seams.py), and at three parts' own seams where no injected call marks the step
-(Runner, Waits, Placement: each documents its own; production passes none).
+Time comes in as one chassis `Clock`, which every engine part reads and waits with: its monotonic reading stamps
+idle times, deadlines and boots, and its sleep is what store retries, health polls, the drain and the scaler wait
+with. The instance lease judges its trust on the lease store's clock (the one it was handed).
+
+Ordering tests hold a run at the repository's aggregates (a wrapped method, tests/integration/pool_dispatcher/seams.py),
+and at three parts' own seams where no injected call marks the step (Runner, Waits, Placement: each documents its
+own; production passes none).
 """
 
 from __future__ import annotations

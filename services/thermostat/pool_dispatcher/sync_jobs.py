@@ -66,7 +66,8 @@ class StreamLimits:
 
 class SyncJobs:
     def __init__(self, dispatcher: Dispatcher, admission: Admission, limits: StreamLimits) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
+        self.jobs = dispatcher.repo.jobs  # a larger result is read here
         self.admission = admission
         self.limits = limits
 
@@ -91,12 +92,12 @@ class SyncJobs:
         left = remaining()
         if left is not None:  # the caller's gRPC deadline bounds the wait too
             wait = max(0.0, min(wait, left - DEADLINE_ANSWER_SECONDS))
-        return await self.d.waits.wait_finished(job, wait)
+        return await self.dispatcher.waits.wait_finished(job, wait)
 
     async def result(self, job: JobView, result: bytes | None) -> bytes:
         """A completed job's result bytes: as the wait brought them, else read."""
         if result is None:
-            stored = await self.d.repo.jobs.get_result(job.id, job.tenant_id)
+            stored = await self.jobs.get_result(job.id, job.tenant_id)
             result = stored.result if stored is not None else None
         return result if result is not None else b""
 
