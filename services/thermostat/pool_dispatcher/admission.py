@@ -76,13 +76,13 @@ class Admission:
         if self.dispatcher.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
             return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.dispatcher.instance_id)), 503)
         ask = ask_of(request, sync=sync)
-        if ask.machine_type and self.dispatcher.catalogue.get(ask.machine_type) is None:
+        if ask.machine_type and self.dispatcher.catalogues.catalogue.get(ask.machine_type) is None:
             # another replica's catalogue write may name it
             await self.dispatcher.catalogues.type_named(ask.machine_type)
         admitted = admit_submit(
             ask,
-            catalogue=self.dispatcher.catalogue,
-            unservable=self.dispatcher.backend_refusal,
+            catalogue=self.dispatcher.catalogues.catalogue,
+            unservable=self.dispatcher.kinds.refusal,
             max_payload_bytes=self.dispatcher.max_payload_bytes,
         )
         if isinstance(admitted, SubmitRefusal):

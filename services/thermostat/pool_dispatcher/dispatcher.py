@@ -45,7 +45,7 @@ from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.departure import Departure, grace_error
 from thermostat.policy.pool.hint import HintDecision
 from thermostat.policy.pool.jobs import JobState
-from thermostat.policy.pool.machine_type import BackendKind, Catalogue, CatalogueRejected, MachineType
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue
 from thermostat.policy.pool.submit_batch import BatchLimits
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.providers.pool.backend import Backend
@@ -72,7 +72,6 @@ from .repository import (
     JOBS_DONE,
     RELEASED,
     JobView,
-    Owner,
     PoolRepository,
     Subscription,
     job_done_channel,
@@ -149,12 +148,10 @@ class Dispatcher:
         self.tasks = Tasks()
         self.drivers = Drivers(self.local)
         self.ownership = Ownership(leases, instance_id=self.instance_id, lease_seconds=lease_seconds)
-        self.call_budget = self.ownership.call_budget
-        self._backends = Backends(backends, missing_settings, backend_choice)
-        self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
-        self.missing_settings = self._backends.missing_settings
+        self.kinds = Backends(backends, missing_settings, backend_choice)  # what each backend kind here serves
+        self.backends = self.kinds.by_kind  # one per configured kind, keyed by its value (as rows record it)
         self.catalogues = CatalogueCache(
-            self.repo, self._backends, catalogue, self.metrics, local=self.local, wants_placement=wants_placement
+            self.repo, self.kinds, catalogue, self.metrics, local=self.local, wants_placement=wants_placement
         )
         self.metrics.fleet_capped(max_workers_total)
         self.writes = Writes(self.repo, self.ownership, self.drivers, clock)
@@ -165,7 +162,7 @@ class Dispatcher:
             limits=batch_limits or BatchLimits(), local=self.local,
         )  # fmt: skip
         self.fleet = Fleet(
-            repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
+            repo=self.repo, ownership=self.ownership, backends=self.kinds, drivers=self.drivers,
             writes=self.writes, intake=self.intake, waits=self.waits, wants_placement=wants_placement,
             metrics=self.metrics, clock=clock, health_poll_seconds=health_poll_seconds, local=self.local,
         )  # fmt: skip
@@ -197,26 +194,14 @@ class Dispatcher:
     # lifecycle
 
     @property
-    def owner(self) -> Owner:
-        return self.ownership.owner
-
-    @property
     def draining(self) -> bool:
         """A shutdown's drain began: no new work here (drain)."""
         return self.local.draining
 
-    @property
-    def state(self) -> CatalogueState:
-        return self.catalogues.state
-
-    @property
-    def catalogue(self) -> Catalogue:
-        return self.catalogues.catalogue
-
     async def start(self) -> None:
         """Take the instance lease (the same term back under an old id), recover, listen, start the scaler."""
         term = await self.ownership.take()
-        jobs, machines = await self.repo.ownership.recover_own(self.owner)
+        jobs, machines = await self.repo.ownership.recover_own(self.ownership.owner)
         if jobs or machines:
             log.warning(
                 "instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
@@ -225,7 +210,7 @@ class Dispatcher:
                 machines,
             )
         await self.catalogues.refresh()
-        self.catalogues.warn_unservable(self.catalogue, self.state.version)
+        self.catalogues.warn_unservable(self.catalogues.catalogue, self.catalogues.state.version)
         await self._listen()
         await self.fleet.recover()
         adopted = await self.fleet.adopt_released()  # a deploy's machines: no lease to wait out
@@ -247,7 +232,7 @@ class Dispatcher:
         if not self.ownership.started:
             return True
         while True:
-            in_flight = await self.repo.jobs.in_flight(self.owner)
+            in_flight = await self.repo.jobs.in_flight(self.ownership.owner)
             left = deadline - self.clock.monotonic()
             if in_flight == 0:
                 return True
@@ -282,8 +267,10 @@ class Dispatcher:
             await self.ownership.release()
 
     async def _release(self, grace_seconds: float) -> None:
-        released = await self.repo.ownership.release_own(self.owner, grace_error(self.instance_id, grace_seconds))
-        for machine_id, provider_id in await self.repo.machines.stopping(self.owner):
+        released = await self.repo.ownership.release_own(
+            self.ownership.owner, grace_error(self.instance_id, grace_seconds)
+        )
+        for machine_id, provider_id in await self.repo.machines.stopping(self.ownership.owner):
             await self.fleet.finish_stop(machine_id, provider_id)
         log.info(
             "instance %s released %d warm machine(s) for the next process; %d job(s) requeued (never sent), "
@@ -296,7 +283,7 @@ class Dispatcher:
         )
 
     async def _stop_fleet(self) -> None:
-        for own in await self.repo.machines.own_machines(self.owner):
+        for own in await self.repo.machines.own_machines(self.ownership.owner):
             await self.fleet.retire(
                 RetirePlan(
                     machine_id=own.machine.id,
@@ -305,7 +292,7 @@ class Dispatcher:
                     states=("starting", "warm", "busy", "stopping"),
                 )
             )
-        await self.repo.ownership.recover_own(self.owner, any_term=False)
+        await self.repo.ownership.recover_own(self.ownership.owner, any_term=False)
 
     async def _listen(self) -> None:
         """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
@@ -335,20 +322,6 @@ class Dispatcher:
             self.tasks.spawn(self.fleet.adopt_released(), "pool-adopt-released")
 
     # catalogue and backends
-
-    async def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
-        """The catalogue, or why this process's backends (and the Docker daemon's runtimes) cannot serve it."""
-        checked = self._backends.check(catalogue)
-        return checked if isinstance(checked, CatalogueRejected) else await self._backends.check_runtimes(checked)
-
-    @property
-    def default_backend(self) -> BackendKind:
-        """The backend of a catalogue entry without one (POOL_DEFAULT_BACKEND)."""
-        return self._backends.choice.default
-
-    def backend_refusal(self, machine_type: MachineType) -> str | None:
-        """Why this process cannot start machines of the type (its backend is not configured), or None."""
-        return self._backends.refusal(machine_type)
 
     # submit, wait, hint, cancel
 

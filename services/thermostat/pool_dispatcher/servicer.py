@@ -166,7 +166,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.ListMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListMachineTypesResponse:
         await self.dispatcher.catalogues.refresh()
-        entries = catalogue_to_json(self.dispatcher.catalogue, admin=caller().elevated)
+        entries = catalogue_to_json(self.dispatcher.catalogues.catalogue, admin=caller().elevated)
         return pool_pb2.ListMachineTypesResponse(machine_types=[machine_type_message(e) for e in entries])
 
     async def SubmitJob(self, request: pool_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
@@ -319,7 +319,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, tenant: str, machine_type: str, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
         kind = await self.dispatcher.catalogues.type_named(machine_type.strip())
-        refusal = None if kind is None else self.dispatcher.backend_refusal(kind)
+        refusal = None if kind is None else self.dispatcher.kinds.refusal(kind)
         if refusal is not None:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
         if kind is not None and (over_budget := await self.gate.refusal(tenant)) is not None:
@@ -345,22 +345,22 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.GetMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
         await self.dispatcher.catalogues.refresh()
-        return json_body(catalogue_to_json(self.dispatcher.catalogue, admin=caller().elevated))
+        return json_body(catalogue_to_json(self.dispatcher.catalogues.catalogue, admin=caller().elevated))
 
     async def PutMachineTypes(
         self, request: pool_pb2.PutMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
         # the admin token's alone (access.py): the chassis refused every other caller
-        parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.dispatcher.default_backend)
+        parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.dispatcher.kinds.choice.default)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
         # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
         await self.dispatcher.catalogues.refresh()
-        parsed = keep_redacted(parsed, self.dispatcher.catalogue)
+        parsed = keep_redacted(parsed, self.dispatcher.catalogues.catalogue)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
         # backends here, RunPod's 100 s limit, the daemon's runtimes
-        servable = await self.dispatcher.check_catalogue(parsed)
+        servable = await self.dispatcher.kinds.servable(parsed)
         if not isinstance(servable, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, servable.detail, 400)
         await self.dispatcher.catalogues.replace(parsed)
@@ -408,10 +408,10 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         self, request: pool_pb2.GetPoolHealthRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.PoolHealth:
         counts = await self.machines.machine_counts()
-        return pool_pb2.PoolHealth(machine_types=list(self.dispatcher.catalogue.names), machines=counts)
+        return pool_pb2.PoolHealth(machine_types=list(self.dispatcher.catalogues.catalogue.names), machines=counts)
 
     async def GetPoolHealthJson(
         self, request: pool_pb2.GetPoolHealthJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
         counts = await self.machines.machine_counts()
-        return json_body(health_json(self.dispatcher.catalogue.names, counts))
+        return json_body(health_json(self.dispatcher.catalogues.catalogue.names, counts))

@@ -167,7 +167,7 @@ async def test_warm_machines_survive_a_restart_under_the_same_instance_id(databa
         term = await store.pool.fetchval("SELECT term FROM leases WHERE name = $1", lease_name("alpha"))
         await sigterm(alpha)
     async with process(database_url, "alpha") as (again, store):
-        assert again.dispatcher.owner.term == term + 1
+        assert again.dispatcher.ownership.owner.term == term + 1
         after = await machines(store)
         assert [(m["id"], m["provider_id"], m["state"], m["owner"]) for m in after] == [
             (m["id"], m["provider_id"], "warm", "alpha") for m in before

@@ -104,9 +104,9 @@ async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_s
         payload = b'{"seconds": 0, "n": "held by the old incarnation"}'
         job = await old.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
         await held.arrived.wait()
-        old_term = old.dispatcher.owner.term
+        old_term = old.dispatcher.ownership.owner.term
         async with alpha(database_url, [journalled_type(journal)]) as (new, _):
-            assert new.dispatcher.owner.term == old_term + 1
+            assert new.dispatcher.ownership.owner.term == old_term + 1
             failed = await new.job(job.id)
             assert failed.state == "failed" and "restarted" in failed.error
             # the old one believes its lease: only the term fences it

@@ -273,7 +273,7 @@ async def test_a_tenant_at_its_cap_gets_a_new_machine_as_the_dead_one_retires(po
         seen.append(await machines(pool_store))
         job_id = await pool_store.pool.fetchval("SELECT id::text FROM pool_jobs WHERE handed_back_from IS NOT NULL")
         refusal = Refusal(machine_id=machine_id, reason=REFUSED)
-        handed = await pool.dispatcher.repo.jobs.hand_back(job_id, machine_id, pool.dispatcher.owner, refusal)
+        handed = await pool.dispatcher.repo.jobs.hand_back(job_id, machine_id, pool.dispatcher.ownership.owner, refusal)
         again.append((handed.handed_back, handed.provider_id))
 
     types = [local_type(max_workers=1)]

@@ -165,7 +165,7 @@ async def test_a_restart_under_the_same_instance_id_takes_its_rows_back_at_once(
         # old incarnation (were it only stalled) is fenced off
         async with asyncio.timeout(10):
             async with instance(database_url, "alpha", [sleepy_type()], POOL_LEASE_SECONDS="600") as (again, _):
-                assert again.dispatcher.owner.term == term + 1
+                assert again.dispatcher.ownership.owner.term == term + 1
                 failed = await again.job(job.id)
                 assert failed.state == "failed" and "restarted" in failed.error
                 assert await again.usage() == []
@@ -181,9 +181,9 @@ async def test_an_instance_that_renewed_after_being_read_as_lapsed_keeps_its_row
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
         )
-        [lapsed] = await beta.dispatcher.repo.ownership.lapsed_owners(beta.dispatcher.owner)
+        [lapsed] = await beta.dispatcher.repo.ownership.lapsed_owners(beta.dispatcher.ownership.owner)
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1", lease_name("alpha")
         )
-        assert await beta.dispatcher.repo.ownership.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
+        assert await beta.dispatcher.repo.ownership.reclaim(lapsed, beta.dispatcher.ownership.owner) == (0, 0)
         assert [w.state for w in await alpha.workers()] == ["warm"]

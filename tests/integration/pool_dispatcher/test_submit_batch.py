@@ -65,7 +65,7 @@ class Backlog:
     async def submit(self, payload: bytes = b"0", *, priority: int = 0, remaining: float | None = None) -> JobView:
         """A submit on the dispatcher itself (what the servicer calls once the call's checks passed)."""
         query = {"machine_type": "sleepy", "priority": str(priority)}
-        options = parse_submit_query(query, catalogue=self.dispatcher.catalogue, sync=False)
+        options = parse_submit_query(query, catalogue=self.dispatcher.catalogues.catalogue, sync=False)
         assert isinstance(options, SubmitOptions)
         return await self.dispatcher.submit(
             tenant_id="acme", options=options, payload=payload, trace={}, remaining=remaining

@@ -1,19 +1,11 @@
-"""Run end: what follows when one machine's run ends (the runner's coordinator carries it out).
+"""Run end: what follows when one machine's run ends (the runner carries it out; rules in `after_run`).
 
-A run sends jobs to one machine until it has no next one, and says how it ended:
-
-    freed         the machine is warm here with no next job: the key's next submit may claim it (a batch of it
-                  still gathering goes out now), and under a fleet cap placement runs (the slot may be a waiting
-                  tenant's). Freed after its completion while a batch of the key was out: placement runs once the
-                  batch answered (each statement committed unseen by the other). Freed before its job was sent (a
-                  cancel or a takeover won the send): it asks for the next job itself, while its image is the type's.
-    retired       the completion set it stopping: it is stopped and forgotten; if its slot went to a tenant waiting
-                  at the fleet cap (fair share), placement runs once the row is gone.
-    handed back   its machine could not be reached before the job went out, and the job is queued again in its
-                  place (thermostat.policy.pool.hand_back): placement runs at once (the tenant's slot is free), the
-                  machine is stopped, and placement runs again (the fleet's slot, once the row is gone).
-    lost          this process no longer holds it (reclaimed, or its address is gone): nothing follows here.
-    requeued      its job was not sent (the lease's trust lapsed) and waits in the queue again: nothing follows.
+- freed: the key's next submit may claim the machine, and under a fleet cap placement runs; after a completion a
+  batch of the key raced, placement runs once the batch answered; freed before its job was sent (a cancel or a
+  takeover won), it takes its next job itself while its image is the type's;
+- retired: stopped and forgotten; placement runs after if its slot went to a tenant waiting at the fleet cap;
+- handed back (thermostat.policy.pool.hand_back): placement runs, the machine stops, placement runs again;
+- lost (no longer this process's) or requeued (its job not sent): nothing follows here.
 """
 
 from __future__ import annotations

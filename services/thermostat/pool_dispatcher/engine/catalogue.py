@@ -75,9 +75,13 @@ class Backends:
             catalogue, configured=configured, missing_settings=self.missing_settings, enabled=self.choice.enabled
         )
 
-    async def check_runtimes(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
-        """The catalogue, or its docker types naming a runtime the daemon does not list (PUT's 400); the daemon is
+    async def servable(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
+        """`check`, then its docker types naming a runtime the daemon does not list (PUT's 400); the daemon is
         asked only when a type names one."""
+        catalogue_or_why = self.check(catalogue)
+        if isinstance(catalogue_or_why, CatalogueRejected):
+            return catalogue_or_why
+        catalogue = catalogue_or_why
         docker = self.by_kind.get(BackendKind.DOCKER.value)
         if not names_runtime(catalogue) or not isinstance(docker, ListsRuntimes):
             return catalogue  # no docker backend here: check_backends refused the type already

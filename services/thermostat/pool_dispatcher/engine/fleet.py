@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from thermostat.chassis import tracing
 from thermostat.chassis.clock import Clock
@@ -183,17 +183,7 @@ class Fleet:
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
         self.wants_placement(at_cap=True)  # fair share never takes a booting machine: this one may be the slot
         if assignment is not None:
-            return Assignment(
-                job_id=assignment.job_id,
-                machine_id=machine_id,
-                payload=assignment.payload,
-                timeout_seconds=assignment.timeout_seconds,
-                trace=assignment.trace,
-                submitted_at=assignment.submitted_at,
-                endpoint=handle.endpoint,
-                token=plan.token,
-                sent=assignment.sent,
-            )
+            return replace(assignment, machine_id=machine_id, endpoint=handle.endpoint, token=plan.token)
         self.freed(SubmitKey(tenant_id, machine_type.name, machine_type.image))
         self.wants_placement()  # queued work of the tenant may be waiting for exactly this machine
         return None

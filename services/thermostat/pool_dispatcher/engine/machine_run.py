@@ -1,13 +1,9 @@
 """One machine's run: it sends the machine jobs until it has no next one, and returns how it ended (`RunEnded`).
 
-The run holds what is the machine's while it runs: its driver token, its address, its key, and the idle stamp it
-writes when the machine goes warm. It never decides what follows its end (the runner does:
-thermostat.policy.pool.run_end), and it reaches no part above it: placement is asked for by the runner.
-
-A job claimed `dispatched` is made `running` by one conditional statement (mark_sent) right before its payload goes
-out, so a cancel, a reclaim or a newer incarnation that landed since the claim wins and nothing is sent or metered;
-one the completion hands on while the lease is trusted is sent by that statement. A run that found the machine
-freed before its job went out ends `freed`, unsent; the runner may hand it its next job (`jobs` again, resumed).
+The run holds what is the machine's while it runs (its driver token, its address, its key, the idle stamp it writes
+when the machine goes warm) and never decides what follows its end: the runner does (runner.py). A job claimed
+`dispatched` is made `running` by one conditional statement (mark_sent) right before its payload goes out, so a
+cancel, a reclaim or a newer incarnation that landed since the claim wins and nothing is sent or metered.
 """
 
 from __future__ import annotations
@@ -51,7 +47,7 @@ Step = Callable[[str], Awaitable[None]]  # a test's barrier, awaited with the jo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunParts:
-    """What every run works with: the runner's, handed to each run it starts."""
+    """What every run works with, the runner's."""
 
     repo: PoolRepository
     ownership: Ownership

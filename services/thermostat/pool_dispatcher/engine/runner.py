@@ -36,11 +36,9 @@ log = logging.getLogger("thermostat.pool_dispatcher")
 class Runner:
     """Runs jobs on this process's machines. `before_send`, `before_execute` and `before_complete` are the ordering
     tests' seams (production passes none), handed to each run as it starts: each is awaited with the job id right
-    before a step no injected call marks, so a test holds a run there while another actor lands. before_send
-    precedes the lease's trust check that gates mark_sent (a test lets the trust lapse inside it); before_execute
-    precedes the run's `sent` mark (reconcile's view) and the worker call; before_complete precedes the trust check
-    that decides whether the completion hands the machine its next job running, and the read of the batches seen
-    (whether it must poke placement). A wrapper on the repository call after each (mark_sent, complete) would hold
+    before a step no injected call marks: the lease's trust check that gates mark_sent; the run's `sent` mark
+    (reconcile's view) and the worker call; the trust check that decides whether the completion hands the machine
+    its next job running, and the read of the batches seen. A wrapper on the repository call after each would hold
     past those steps."""
 
     def __init__(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from thermostat.chassis.clock import Clock
 from thermostat.chassis.periodic import Periodic
@@ -151,7 +152,7 @@ class Scaler:
             if machine.state is MachineState.WARM:
                 # first seen here (claimed from another process, or adopted): its row's clock says since when
                 idle = self.local.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
-                seen.append(_with_idle(machine, idle))
+                seen.append(replace(machine, idle_since=idle))
         for retirement in plan_reaping(machines=seen, catalogue=self.catalogue.catalogue, now=now):
             provider = next((r.provider_id for r in own if r.machine.id == retirement.machine_id), None)
             plan = RetirePlan(machine_id=retirement.machine_id, provider_id=provider, reason=str(retirement.reason))
@@ -197,18 +198,3 @@ class Scaler:
                 log.warning("machine %s retired: stopped answering health checks", machine_id)
 
         await asyncio.gather(*(retire(machine_id) for machine_id in verdict.retire))
-
-
-def _with_idle(machine: Machine, idle_since: float) -> Machine:
-    return Machine(
-        id=machine.id,
-        tenant_id=machine.tenant_id,
-        machine_type=machine.machine_type,
-        image=machine.image,
-        state=machine.state,
-        idle_since=idle_since,
-        last_session_id=machine.last_session_id,
-        health_misses=machine.health_misses,
-        cool_down_seconds=machine.cool_down_seconds,
-        yield_to=machine.yield_to,
-    )
