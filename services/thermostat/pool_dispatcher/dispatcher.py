@@ -175,7 +175,10 @@ class Dispatcher:
             writes=self.writes, waits=self.waits, intake=self.intake, hand_back=hand_back, metrics=self.metrics,
             clock=clock, local=self.local, channel=self.channel,
         )  # fmt: skip
-        self.runner = Runner(parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement)
+        self.runner = Runner(
+            parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement,
+            capped=max_workers_total is not None,
+        )  # fmt: skip
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
             runner=self.runner, fleet=self.fleet, tasks=self.tasks, metrics=self.metrics,

@@ -48,6 +48,7 @@ class Runner:
         fleet: Fleet,
         tasks: Tasks,
         wants_placement: WantsPlacement,
+        capped: bool,
         before_send: Step | None = None,
         before_execute: Step | None = None,
         before_complete: Step | None = None,
@@ -56,6 +57,7 @@ class Runner:
         self.fleet = fleet
         self.tasks = tasks
         self.wants_placement = wants_placement
+        self.capped = capped  # a fleet cap: a machine freed may be the slot a tenant waiting at it needs
         self.before_send = before_send
         self.before_execute = before_execute
         self.before_complete = before_complete
@@ -122,15 +124,16 @@ class Runner:
             batch_raced=ended.batch_raced,
             yielded=ended.yielded,
             image_current=current is not None and current.image == run.key.image,
+            capped=self.capped,
         )
         if follows.place_after_batches:
             self.tasks.spawn(self.parts.intake.place_after_batches(run.key), f"pool-place-after-{run.machine_id}")
         if follows.offer:  # a batch still gathering goes out: it sees the machine
-            self.fleet.freed(run.key)
+            self.parts.intake.may_take(run.key)
+        if follows.place_now:  # a slot free now: the tenant's (a stopping machine is not its), or one at the fleet cap
+            self.wants_placement()
         if follows.take_next:
             return await self.take_next(run.machine_id, run.key.image, run.driver)
-        if follows.place_before_stop:  # the tenant's slot is free already: a stopping machine is not the tenant's
-            self.wants_placement()
         if follows.stop:
             await self.fleet.finish_stop(run.machine_id, ended.provider_id)
         if follows.place_after_stop:  # and the fleet's, once the row is gone

@@ -15,6 +15,12 @@ OFFER = AfterRun(offer=True)
         pytest.param(Ended.FREED, {}, OFFER, id="freed-is-offered-to-the-next-submit"),
         pytest.param(
             Ended.FREED,
+            {"capped": True},
+            AfterRun(offer=True, place_now=True),
+            id="freed-under-a-fleet-cap-places-now",
+        ),
+        pytest.param(
+            Ended.FREED,
             {"batch_raced": True},
             AfterRun(offer=True, place_after_batches=True),
             id="freed-while-a-batch-was-out-places-once-it-answered",
@@ -33,8 +39,8 @@ OFFER = AfterRun(offer=True)
         ),
         pytest.param(
             Ended.FREED,
-            {"unsent": True, "batch_raced": True},
-            AfterRun(offer=True, take_next=True),
+            {"unsent": True, "batch_raced": True, "capped": True},
+            AfterRun(offer=True, place_now=True, take_next=True),
             id="freed-before-its-send-had-no-completion-to-race",
         ),
         pytest.param(Ended.RETIRED, {}, AfterRun(stop=True), id="retired-is-stopped"),
@@ -47,7 +53,7 @@ OFFER = AfterRun(offer=True)
         pytest.param(
             Ended.HANDED_BACK,
             {},
-            AfterRun(stop=True, place_before_stop=True, place_after_stop=True),
+            AfterRun(place_now=True, stop=True, place_after_stop=True),
             id="handed-back-places-before-and-after-the-stop",
         ),
         pytest.param(Ended.LOST, {}, AfterRun(), id="lost-is-left-alone"),
