@@ -2,19 +2,17 @@
 
 Where to look:
 - which warm machine gets a job, and which machines start: engine/placement.py;
-- what happens when a machine dies mid-job (or before the job went out): engine/runner.py, engine/hand_back.py;
+- what happens when a machine dies mid-job (or before the job went out): engine/runner.py, engine/machine_run.py,
+  engine/hand_back.py;
 - a submit, alone or in a group commit: engine/intake.py; a sync submit's or WaitJob's wait: engine/waits.py;
 - a machine's boot and stop (the plans placement and the scaler return, as values): engine/fleet.py;
 - the instance lease and its fence: engine/ownership.py; the periodic pass: engine/scaler.py;
 - the catalogue and the backends: engine/catalogue.py; the store: repository/ (by aggregate).
 
-The parts call down and answer up with values: a submit's claim comes back here and its run starts; a boot returns
-its first job to the runner; a machine's run returns how it ended (`RunEnded`) and the runner carries out what
-follows (thermostat.policy.pool.run_end). The one call upward is placement's poke (`WantsPlacement`, engine/local.py),
-which the facade hands the parts. What the process alone knows (idle stamps, outlooks, the driving set, batches out,
-the drain) is one value, `Local`, owned here. The import order is a layers contract in pyproject.toml (facade,
-scaler, placement, runner, a machine's run, hand-back, fleet, intake, waits, catalogue and writes, the shared small
-parts at the bottom), so no part reaches up.
+The parts call down and answer up with values (a submit's claim, a boot's first job, a run's `RunEnded`, whose
+sequel is thermostat.policy.pool.run_end's); the one call up is placement's poke (`WantsPlacement`), and what the
+process alone knows is one value the facade owns (`Local`: engine/local.py). The import order is a layers contract
+in pyproject.toml, so no part reaches up.
 
 The hot path is one statement per state change: a submit inserts the job and claims a warm machine together; a
 completion writes the terminal state, the usage event and hands the machine its next queued job together. A job
@@ -176,7 +174,7 @@ class Dispatcher:
             clock=clock, local=self.local, channel=self.channel,
         )  # fmt: skip
         self.runner = Runner(
-            parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement,
+            parts=parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement,
             capped=max_workers_total is not None,
         )  # fmt: skip
         self.placement = Placement(

@@ -33,9 +33,6 @@ class AfterRun:
     place_after_stop: bool = False
 
 
-NOTHING = AfterRun()
-
-
 def after_run(
     ended: Ended,
     *,
@@ -56,4 +53,4 @@ def after_run(
         return AfterRun(stop=True, place_after_stop=yielded)
     if ended is Ended.HANDED_BACK:
         return AfterRun(place_now=True, stop=True, place_after_stop=True)
-    return NOTHING
+    return AfterRun()

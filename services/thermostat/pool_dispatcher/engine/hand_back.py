@@ -42,21 +42,13 @@ class Refused:
     provider_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandBack:
-    def __init__(
-        self,
-        *,
-        repo: PoolRepository,
-        ownership: Ownership,
-        catalogue: CatalogueCache,
-        writes: Writes,
-        metrics: PoolMetrics,
-    ) -> None:
-        self.repo = repo
-        self.ownership = ownership
-        self.catalogue = catalogue
-        self.writes = writes
-        self.metrics = metrics
+    repo: PoolRepository
+    ownership: Ownership
+    catalogue: CatalogueCache
+    writes: Writes
+    metrics: PoolMetrics
 
     async def refused(self, assignment: Assignment, reply: WorkerReply, machine_type: str) -> Refused:
         """Carry out the hand-back policy for an UNREACHABLE reply to the job on its machine."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from thermostat.policy.pool.run_end import after_run
 
@@ -33,6 +34,7 @@ from .tasks import Tasks
 log = logging.getLogger("thermostat.pool_dispatcher")
 
 
+@dataclass(eq=False, kw_only=True)
 class Runner:
     """Runs jobs on this process's machines. `before_send`, `before_execute` and `before_complete` are the ordering
     tests' seams (production passes none), handed to each run as it starts: each is awaited with the job id right
@@ -41,31 +43,19 @@ class Runner:
     its next job running, and the read of the batches seen. A wrapper on the repository call after each would hold
     past those steps."""
 
-    def __init__(
-        self,
-        parts: RunParts,
-        *,
-        fleet: Fleet,
-        tasks: Tasks,
-        wants_placement: WantsPlacement,
-        capped: bool,
-        before_send: Step | None = None,
-        before_execute: Step | None = None,
-        before_complete: Step | None = None,
-    ) -> None:
-        self.parts = parts
-        self.fleet = fleet
-        self.tasks = tasks
-        self.wants_placement = wants_placement
-        self.capped = capped  # a fleet cap: a machine freed may be the slot a tenant waiting at it needs
-        self.before_send = before_send
-        self.before_execute = before_execute
-        self.before_complete = before_complete
+    parts: RunParts
+    fleet: Fleet
+    tasks: Tasks
+    wants_placement: WantsPlacement
+    capped: bool  # a fleet cap: a machine freed may be the slot a tenant waiting at it needs
+    before_send: Step | None = None
+    before_execute: Step | None = None
+    before_complete: Step | None = None
 
     def start(self, assignment: Assignment, key: SubmitKey, driver: object | None = None) -> None:
         """Run a machine this process just claimed, registered as its driver before the run starts."""
         driver = self.parts.drivers.drive(assignment.machine_id, driver)
-        self.tasks.spawn(self._drive(assignment, key, driver), f"pool-run-{assignment.job_id}")
+        self.tasks.spawn(self._run(assignment, key, driver), f"pool-run-{assignment.job_id}")
 
     def boot(self, plan: BootPlan) -> Awaitable[None]:
         """The boot of the plan's machine, then its first job's run, registered as its driver before it starts."""
@@ -98,22 +88,19 @@ class Runner:
         finally:
             self.parts.drivers.release(plan.machine_id, driver)
 
-    async def _drive(self, assignment: Assignment, key: SubmitKey, driver: object) -> None:
-        driver = self.parts.drivers.drive(assignment.machine_id, driver)
-        try:
-            await self._run(assignment, key, driver)
-        finally:
-            self.parts.drivers.release(assignment.machine_id, driver)
-
     async def _run(self, assignment: Assignment, key: SubmitKey, driver: object) -> None:
-        """The machine's run, then what follows each end, until nothing does (a next job taken runs on)."""
+        """The machine's run under its driver, then what follows each end, until nothing does (a next job taken runs
+        on)."""
         seams = Seams(
             before_send=self.before_send, before_execute=self.before_execute, before_complete=self.before_complete
         )
-        run = MachineRun(self.parts, seams, key, assignment, driver)
-        ended = await run.jobs(assignment, resumed=assignment.sent)
-        while (taken := await self._follow(ended, run)) is not None:
-            ended = await run.jobs(taken, resumed=True)
+        run = MachineRun(self.parts, seams, key, assignment, self.parts.drivers.drive(assignment.machine_id, driver))
+        try:
+            ended = await run.jobs(assignment, resumed=assignment.sent)
+            while (taken := await self._follow(ended, run)) is not None:
+                ended = await run.jobs(taken, resumed=True)
+        finally:
+            self.parts.drivers.release(run.machine_id, run.driver)
 
     async def _follow(self, ended: RunEnded, run: MachineRun) -> Assignment | None:
         """Carry out what follows the run's end; the next job it was handed, if it runs on."""

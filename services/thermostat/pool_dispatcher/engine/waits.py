@@ -98,13 +98,10 @@ class Waits:
         self.waiters = Waiters()
         self.rereads = Rereads(repo.jobs.get_jobs, wants_placement)
 
-    def finished(self, job_id: str, finished: Finished) -> None:
-        """This process's completion answered with the job: its sync waits here take it, with no read."""
+    def finished(self, job_id: str, finished: Finished) -> None:  # this process's completion: no read
         self.waiters.finish(job_id, finished)
 
-    def changed(self, job_id: str) -> None:
-        """The job ended or moved outside a wait's sight (a cancel, a reclaim, a failed boot, a lost send): its
-        waiters read it."""
+    def changed(self, job_id: str) -> None:  # ended or moved outside a wait's sight: its waiters read it
         self.waiters.wake(job_id)
 
     @contextlib.contextmanager
