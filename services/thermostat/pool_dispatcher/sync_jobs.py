@@ -27,6 +27,7 @@ from thermostat.pool.v1 import pool_pb2
 
 from .admission import Admission, Refusal
 from .dispatcher import Dispatcher
+from .replies import abort
 from .repository import Finished, JobView
 from .typed import sync_request, typed_detail
 from .views import JSON, JsonObject, body, job_json, job_message
@@ -177,7 +178,7 @@ class SyncJobs:
                 yield response
                 slots.release()
             if response.unreadable is not None:  # answers may have gone out, with the initial metadata
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, response.unreadable)
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, response.unreadable)
             await reader  # its error, if it ended on one
         finally:
             # the caller gone (or the stream ended): the waits stop, as a SubmitJobSync's do; the jobs run on
