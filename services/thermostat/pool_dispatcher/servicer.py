@@ -22,6 +22,7 @@ from thermostat.chassis.auth import caller
 from thermostat.chassis.tenancy import scope
 from thermostat.chassis.text_fields import Refused
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind
+from thermostat.policy.pool.admission import SubmitRefusal
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.job_batch import read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
@@ -31,7 +32,7 @@ from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS, missing_jo
 from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
-from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
+from .admission import TRACE_HEADERS, Admission, SubmitRequest, grpc_code
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher, ShuttingDown
 from .metering_repository import PoolMeteringRepository
@@ -131,8 +132,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         admitted = await self.admission.admit(
             request, _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
         )
-        if isinstance(admitted, Refusal):
-            await abort(context, admitted.code, admitted.detail, admitted.http)
+        if isinstance(admitted, SubmitRefusal):
+            await abort(context, grpc_code(admitted), admitted.detail, admitted.http)
         return admitted[0]
 
     # jobs: the typed contract (typed.py), then the deprecated gRPC submits and the REST ones
@@ -141,8 +142,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         admitted = await self.admission.admit(
             submit_request(request), _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
         )
-        if isinstance(admitted, Refusal):
-            await abort(context, admitted.code, typed_detail(admitted.detail), admitted.http)
+        if isinstance(admitted, SubmitRefusal):
+            await abort(context, grpc_code(admitted), typed_detail(admitted.detail), admitted.http)
         return job_message(admitted[0])
 
     async def RunJob(
@@ -152,8 +153,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         finished = await self.sync_jobs.submit_and_wait(
             sync_request(request), tenant, _trace_headers(context), context.time_remaining
         )
-        if isinstance(finished, Refusal):
-            await abort(context, finished.code, typed_detail(finished.detail), finished.http)
+        if isinstance(finished, SubmitRefusal):
+            await abort(context, grpc_code(finished), typed_detail(finished.detail), finished.http)
         job = finished.job
         if JobState(job.state) in TERMINAL_STATES and job.completed_at is None:
             job = await self.jobs.get_job(job.id, tenant) or job  # another replica's notice names only the state
@@ -187,8 +188,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         finished = await self.sync_jobs.submit_and_wait(
             request, _tenant(), _trace_headers(context), context.time_remaining
         )
-        if isinstance(finished, Refusal):
-            await abort(context, finished.code, finished.detail, finished.http)
+        if isinstance(finished, SubmitRefusal):
+            await abort(context, grpc_code(finished), finished.detail, finished.http)
         return await self._answer(context, finished.job, await_result=True, result=finished.result)
 
     async def _answer(
