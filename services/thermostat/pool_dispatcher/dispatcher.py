@@ -383,4 +383,4 @@ class Dispatcher:
             return None
         if cancelled is not None:
             return CancelOutcome(job=job, status_code=200)
-        return CancelOutcome(job=job, status_code=decide_cancel(JobState(job.state)).status_code)
+        return CancelOutcome(job=job, status_code=decide_cancel(job.state).status_code)

@@ -156,9 +156,9 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         if isinstance(finished, SubmitRefusal):
             await abort(context, grpc_code(finished), typed_detail(finished.detail), finished.http)
         job = finished.job
-        if JobState(job.state) in TERMINAL_STATES and job.completed_at is None:
+        if job.state in TERMINAL_STATES and job.completed_at is None:
             job = await self.jobs.get_job(job.id, tenant) or job  # another replica's notice names only the state
-        if JobState(job.state) is not JobState.COMPLETED:
+        if job.state is not JobState.COMPLETED:
             return pool_pb2.RunJobResponse(job=job_message(job))
         result = await self.sync_jobs.result(job, finished.result)
         return pool_pb2.RunJobResponse(job=job_message(job), result=result)
@@ -200,7 +200,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         of their own would cost every completed job a batch more (bench/pool_dispatch_overhead.py: ~0.2 ms and
         ~8 % of a dispatcher's CPU per job). A non-200 answer sends initial metadata anyway (the edge's HTTP
         code), and the job's headers ride there too, so a REST caller of a 202/409/502/504 can name the job."""
-        state = JobState(job.state)
+        state = job.state
         named = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
         context.set_trailing_metadata(named)
         if state is JobState.COMPLETED:
@@ -292,7 +292,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     ) -> AsyncIterator[pool_pb2.Job]:
         job = await self._own_job(request.id, context)
         yield job_message(job)
-        while JobState(job.state) not in TERMINAL_STATES:
+        while job.state not in TERMINAL_STATES:
             latest = await self.dispatcher.waits.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
             if latest is None:
                 return

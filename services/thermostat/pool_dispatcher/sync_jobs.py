@@ -126,7 +126,7 @@ class SyncJobs:
             job_id = admitted[0].id
             finished = await self._wait_admitted(*admitted, context.time_remaining)
             job = finished.job
-            if JobState(job.state) is JobState.COMPLETED:
+            if job.state is JobState.COMPLETED:
                 return job, await self.result(job, finished.result)
             return job, None
         except Exception:
@@ -243,7 +243,7 @@ def _batch_entry(ran: Ran, carried: bool, budget: int) -> JsonObject:
     if result is not None:  # completed, its result past the answer's budget
         detail = result_left_out(job.id, len(result), budget)
         return answer_entry(200, job.id, job=job_json(job), detail=detail)
-    return answer_entry(FAILED_STATUS.get(JobState(job.state), 202), job.id, job=job_json(job))
+    return answer_entry(FAILED_STATUS.get(job.state, 202), job.id, job=job_json(job))
 
 
 def _refused(tag: int, code: grpc.StatusCode, detail: str, job_id: str | None = None) -> pool_pb2.RunJobsResponse:

@@ -142,7 +142,7 @@ class Waits:
                 if waiter.finished is not None:
                     return waiter.finished
                 if waiter.announced is not None:
-                    completed = replace(job, state=str(JobState.COMPLETED), has_result=True)
+                    completed = replace(job, state=JobState.COMPLETED, has_result=True)
                     return Finished(job=completed, result=waiter.announced)
                 remaining = deadline - now()
                 if timed_out and remaining > self.rereads.gather_seconds:
@@ -151,7 +151,7 @@ class Waits:
                     timed_out = False
                     waiter.event.clear()
                     view = await self.rereads.read(job.id)
-                    if view is None or view.tenant_id != job.tenant_id or JobState(view.state) in TERMINAL_STATES:
+                    if view is None or view.tenant_id != job.tenant_id or view.state in TERMINAL_STATES:
                         stale = True
                         continue
                     latest = Finished(job=view, result=None)
@@ -162,7 +162,7 @@ class Waits:
                     if read is None:
                         return latest
                     latest = read
-                    state = JobState(read.job.state)
+                    state = read.job.state
                     if state in TERMINAL_STATES or remaining <= 0:
                         return read
                     if state is JobState.QUEUED:
@@ -196,7 +196,7 @@ class Waits:
             while True:
                 remaining = deadline - now()
                 moved = since_state is not None and job is not None and job.state != since_state
-                if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
+                if job is None or moved or job.state in TERMINAL_STATES or remaining <= 0:
                     return job
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for can drop a cancellation (the caller gone)
                 # that lands as the event fires, and this loop would then poll on until its deadline
