@@ -101,15 +101,15 @@ async def main(dsn: str, machines: int, black_holed_share: float) -> None:
                 INSERT,
                 TYPE,
                 machine_type.image,
-                dispatcher.owner.instance,
-                dispatcher.owner.term,
+                dispatcher.ownership.owner.instance,
+                dispatcher.ownership.owner.term,
                 [uuid.uuid4() for _ in range(machines)],
                 list(range(machines)),
                 endpoints,
             )
         for _ in range(PASSES):
             started = time.perf_counter()
-            await dispatcher.scaler_pass()
+            await dispatcher.scaler.scaler_pass()
             elapsed = time.perf_counter() - started
             async with store.pool.acquire() as connection:
                 row = await connection.fetchrow(

@@ -112,14 +112,14 @@ def _budget_message(name: str, budget: PodBudget, spent: PodSpend) -> metering_p
 
 class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc]
     def __init__(self, core: MeteringCore) -> None:
-        self.c = core
+        self.core = core
 
     async def GetPodSpend(
         self, request: metering_pb2.GetPodSpendRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.GetPodSpendResponse:
-        pod = await self.c.pod(request.name, context)
-        now = self.c.clock.now()
-        spent = await self.c.spend(pod, now)
+        pod = await self.core.pod(request.name, context)
+        now = self.core.clock.now()
+        spent = await self.core.spend(pod, now)
         response = metering_pb2.GetPodSpendResponse(
             name=pod.name, total_usd=spent.total_usd, today_usd=spent.today_usd, month_usd=spent.month_usd
         )
@@ -146,9 +146,9 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
     async def GetPodBudget(
         self, request: metering_pb2.GetPodBudgetRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.PodBudget:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.core.pod(request.name, context)
         return _budget_message(
-            pod.name, await self.c.repository.pod_budget(pod.name), await self.c.spend(pod, self.c.clock.now())
+            pod.name, await self.core.repository.pod_budget(pod.name), await self.core.spend(pod, self.core.clock.now())
         )
 
     async def GetTenantBudget(
@@ -159,7 +159,7 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         shown = scope(caller(), tenant)
         if not tenant or (shown is not None and shown != tenant):
             await context.abort(grpc.StatusCode.NOT_FOUND, "no budget of that tenant for this caller")
-        return await self.c.tenant_budget_message(tenant, await self.c.repository.tenant_budget(tenant))
+        return await self.core.tenant_budget_message(tenant, await self.core.repository.tenant_budget(tenant))
 
     async def SetTenantBudget(
         self, request: metering_pb2.SetTenantBudgetRequest, context: grpc.aio.ServicerContext
@@ -183,23 +183,23 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         if not tenant or len(tenant) > 128:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant_id must be 1-128 characters")
         budget = await _budget_from(request, context)
-        await self.c.repository.set_tenant_budget(tenant, budget)
-        return await self.c.tenant_budget_message(tenant, budget)
+        await self.core.repository.set_tenant_budget(tenant, budget)
+        return await self.core.tenant_budget_message(tenant, budget)
 
     async def SetPodBudget(
         self, request: metering_pb2.SetPodBudgetRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.PodBudget:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.core.pod(request.name, context)
         budget = await _budget_from(request, context)
-        await self.c.repository.set_pod_budget(pod.name, budget)
-        return _budget_message(pod.name, budget, await self.c.spend(pod, self.c.clock.now()))
+        await self.core.repository.set_pod_budget(pod.name, budget)
+        return _budget_message(pod.name, budget, await self.core.spend(pod, self.core.clock.now()))
 
     async def SetPodBudgetJson(
         self, request: metering_pb2.SetPodBudgetJsonRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.PodBudget:
         # the operator token was checked by the server's auth rules (__main__.auth_rules) before this runs; an
         # unknown pod is 404 before its body is read, as on every pod route (the seed's order)
-        await self.c.pod(request.name, context)
+        await self.core.pod(request.name, context)
         # a pod's name is case-insensitive on every route (find_pod): the body may repeat it in another case
         ceilings = await _ceilings(request.payload.data, {"name": request.name}, context, folded=("name",))
         return await self.SetPodBudget(metering_pb2.SetPodBudgetRequest(name=request.name, **ceilings), context)
@@ -208,7 +208,7 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         self, request: metering_pb2.GetLedgerStatusRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.GetLedgerStatusResponse:
         response = metering_pb2.GetLedgerStatusResponse()
-        for feed in await self.c.repository.feeds():
+        for feed in await self.core.repository.feeds():
             status = metering_pb2.FeedStatus(
                 source=feed.source,
                 position=feed.position,
@@ -231,7 +231,7 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
     async def GetMeteringHealthJson(
         self, request: metering_pb2.GetMeteringHealthJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        body = json.dumps({"ledger": [feed_health(feed) for feed in await self.c.repository.feeds()]})
+        body = json.dumps({"ledger": [feed_health(feed) for feed in await self.core.repository.feeds()]})
         return httpbody_pb2.HttpBody(content_type="application/json", data=body.encode())
 
     async def GetPoolSpend(
@@ -243,9 +243,9 @@ class MeteringServicer(metering_pb2_grpc.MeteringServicer):  # type: ignore[misc
         # ASCII digits, bounded: str.isdigit() also admits "²", which int() refuses (an UNKNOWN, a 500)
         if request.page_token and not _PAGE_TOKEN.fullmatch(request.page_token):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not one this service returned")
-        now = self.c.clock.now()
+        now = self.core.clock.now()
         since, until = await _range(request, now, context)
-        machines, jobs = await self.c.repository.pool_time(tenant, since, until)
+        machines, jobs = await self.core.repository.pool_time(tenant, since, until)
         lines = pool_spend(machines, jobs, since=since, until=until, now=now)
         start = int(request.page_token or 0)
         size = min(request.page_size or DEFAULT_SPEND_PAGE, MAX_SPEND_PAGE)
@@ -340,15 +340,15 @@ async def _range(
 
 class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # type: ignore[misc]
     def __init__(self, core: MeteringCore) -> None:
-        self.c = core
+        self.core = core
 
     async def CheckPodBudget(
         self, request: metering_pb2.CheckPodBudgetRequest, context: grpc.aio.ServicerContext
     ) -> metering_pb2.CheckPodBudgetResponse:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.core.pod(request.name, context)
         if not math.isfinite(request.projected_usd) or request.projected_usd < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "projected_usd must be a non-negative number")
-        budget, today, month = await self.c.budget_and_spend(pod, self.c.clock.now())
+        budget, today, month = await self.core.budget_and_spend(pod, self.core.clock.now())
         if budget.daily_usd is None and budget.monthly_usd is None:
             # no ceiling: nothing to judge
             return metering_pb2.CheckPodBudgetResponse(allowed=True, projected_usd=request.projected_usd)
@@ -363,10 +363,10 @@ class MeteringInternalServicer(metering_pb2_grpc.MeteringInternalServicer):  # t
         tenant = request.tenant_id.strip()
         if not tenant:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant_id is required")
-        budget = await self.c.repository.tenant_budget(tenant)
+        budget = await self.core.repository.tenant_budget(tenant)
         if budget.daily_usd is None and budget.monthly_usd is None:
             return metering_pb2.CheckPodBudgetResponse(allowed=True)
-        today, month = await self.c.tenant_spend(tenant, self.c.clock.now())
+        today, month = await self.core.tenant_spend(tenant, self.core.clock.now())
         verdict = judge_budget(budget, today_usd=today, month_usd=month, projected_usd=0.0, subject=f"tenant {tenant}")
         return _verdict_message(budget, verdict, today_usd=today, month_usd=month)
 

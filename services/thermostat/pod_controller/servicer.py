@@ -167,7 +167,7 @@ class PodControl:
 
 class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignore[misc]
     def __init__(self, control: PodControl, orphans: PodOrphanSweeper) -> None:
-        self.c = control
+        self.control = control
         self.orphans = orphans
 
     async def ListPodOrphans(
@@ -198,27 +198,27 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def StartPod(
         self, request: pods_pb2.StartPodRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.StartPodResponse:
-        return await answer_wake(self.c, await self.c.pod(request.name, context), context, "wake")
+        return await answer_wake(self.control, await self.control.pod(request.name, context), context, "wake")
 
     async def StopPod(
         self, request: pods_pb2.StopPodRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.StopPodResponse:
-        pod = await self.c.pod(request.name, context)
-        if not self.c.configured(pod):
+        pod = await self.control.pod(request.name, context)
+        if not self.control.configured(pod):
             await context.abort(grpc.StatusCode.UNAVAILABLE, unconfigured(pod))
-        volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
+        volume = await self.control.client.lookup_pods_by_volume(pod.volume_id)
         if volume.lookup is Lookup.UNREADABLE:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "volume lookup unreadable; nothing was stopped")
         if volume.lookup is Lookup.NOT_FOUND or not volume.pod_ids:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no pod on volume {pod.volume_id}")
-        results = await self.c.stop(pod, volume.pod_ids, "manual")
+        results = await self.control.stop(pod, volume.pod_ids, "manual")
         return pods_pb2.StopPodResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
 
     async def GetPod(
         self, request: pods_pb2.GetPodRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.GetPodResponse:
-        pod = await self.c.pod(request.name, context)
-        view = await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
+        pod = await self.control.pod(request.name, context)
+        view = await build_view(self.control.client, self.control.records, pod, self.control.clock.now())
         await set_status(
             context,
             nulls=absent(
@@ -231,7 +231,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def GetPodHistory(
         self, request: pods_pb2.GetPodHistoryRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.GetPodHistoryResponse:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.control.pod(request.name, context)
         if not 0 <= request.page_size <= MAX_PAGE_SIZE:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -244,7 +244,7 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
             if before is None:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not a token this route issued")
         try:
-            rows = await self.c.records.history_page(pod.name, before=before, limit=size + 1)
+            rows = await self.control.records.history_page(pod.name, before=before, limit=size + 1)
         except STORE_ERRORS as error:
             # the history is the store's alone: without it, say so at once rather than after a pool timeout
             await context.abort(
@@ -274,12 +274,12 @@ class PodControllerServicer(pods_pb2_grpc.PodControllerServicer):  # type: ignor
     async def WatchPod(
         self, request: pods_pb2.WatchPodRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pods_pb2.WatchPodResponse]:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.control.pod(request.name, context)
 
         async def view() -> pods_pb2.GetPodResponse:
-            return await build_view(self.c.client, self.c.records, pod, self.c.clock.now())
+            return await build_view(self.control.client, self.control.records, pod, self.control.clock.now())
 
-        async for current in self.c.watches.watch(pod.name.casefold(), view):
+        async for current in self.control.watches.watch(pod.name.casefold(), view):
             yield pods_pb2.WatchPodResponse(pod=current)
 
 
@@ -289,17 +289,17 @@ def _lookup_result(lookup: Lookup) -> pods_pb2.LookupResult:
 
 class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer):  # type: ignore[misc]
     def __init__(self, control: PodControl) -> None:
-        self.c = control
+        self.control = control
 
     async def ObserveVolume(
         self, request: pods_pb2.ObserveVolumeRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.ObserveVolumeResponse:
-        pod = await self.c.pod(request.name, context)
-        response = pods_pb2.ObserveVolumeResponse(name=pod.name, configured=self.c.configured(pod))
+        pod = await self.control.pod(request.name, context)
+        response = pods_pb2.ObserveVolumeResponse(name=pod.name, configured=self.control.configured(pod))
         if not response.configured:
             response.lookup, response.lookup_result = "UNCONFIGURED", pods_pb2.LOOKUP_RESULT_UNCONFIGURED
             return response
-        volume, observations = await observe_volume(self.c.client, pod, self.c.records)
+        volume, observations = await observe_volume(self.control.client, pod, self.control.records)
         incarnations = await self._incarnations(pod, [o.pod_id for o in observations])
         # each enum beside its string, which stays filled for readers that predate the enum fields
         response.lookup, response.lookup_result = str(volume.lookup), _lookup_result(volume.lookup)
@@ -324,7 +324,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if not pod_ids:
             return {}
         try:
-            return await self.c.records.incarnations(pod.name, pod_ids)
+            return await self.control.records.incarnations(pod.name, pod_ids)
         except STORE_ERRORS as error:
             log.warning("pod %s: incarnations unreadable (%s); observing without them", pod.name, type(error).__name__)
             return {}
@@ -332,7 +332,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
     async def StopPods(
         self, request: pods_pb2.StopPodsRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.StopPodsResponse:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.control.pod(request.name, context)
         trigger = _TRIGGERS.get(request.trigger)
         if trigger is None:
             await context.abort(
@@ -341,10 +341,10 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         ids = [i for i in dict.fromkeys(request.pod_ids) if i.strip()]
         if not ids:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_ids must name at least one pod")
-        if not self.c.configured(pod):
+        if not self.control.configured(pod):
             await context.abort(grpc.StatusCode.UNAVAILABLE, unconfigured(pod))
         assert trigger is not None
-        volume = await self.c.client.lookup_pods_by_volume(pod.volume_id)
+        volume = await self.control.client.lookup_pods_by_volume(pod.volume_id)
         foreign: list[str] = []
         if volume.lookup is not Lookup.UNREADABLE:
             # only pods on this name's volume are stopped; an unreadable list does not block a cost-saving
@@ -352,7 +352,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
             foreign = [i for i in ids if i not in volume.pod_ids]
             for pod_id in foreign:
                 log.warning("pod %s: not stopping %s: it is not on volume %s", pod.name, pod_id, pod.volume_id)
-        results = await self.c.stop(pod, [i for i in ids if i not in foreign], trigger)
+        results = await self.control.stop(pod, [i for i in ids if i not in foreign], trigger)
         results += [pods_pb2.PodResult(pod_id=i, ok=False) for i in foreign]
         return pods_pb2.StopPodsResponse(name=pod.name, ok=all(r.ok for r in results), pods=results)
 
@@ -363,17 +363,17 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
         if trigger is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "trigger must be WAKE_TRIGGER_REQUEST")
         assert trigger is not None
-        return await answer_wake(self.c, await self.c.pod(request.name, context), context, trigger)
+        return await answer_wake(self.control, await self.control.pod(request.name, context), context, trigger)
 
     async def ReportReadiness(
         self, request: pods_pb2.ReportReadinessRequest, context: grpc.aio.ServicerContext
     ) -> pods_pb2.ReportReadinessResponse:
-        pod = await self.c.pod(request.name, context)
+        pod = await self.control.pod(request.name, context)
         if request.HasField("ready_since"):
             if not request.pod_id:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "pod_id is required to publish readiness")
             reported = request.incarnation if request.HasField("incarnation") else None
-            written = await self.c.records.set_readiness(
+            written = await self.control.records.set_readiness(
                 pod.name, request.pod_id, from_timestamp(request.ready_since), reported
             )
             if written.outcome is ReadinessOutcome.REFUSED:
@@ -386,7 +386,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
                     written.on_record,
                 )
         else:
-            await self.c.records.clear_readiness(pod.name, request.pod_id or None)
+            await self.control.records.clear_readiness(pod.name, request.pod_id or None)
         return pods_pb2.ReportReadinessResponse()
 
     async def ListBillableActions(
@@ -400,7 +400,7 @@ class PodControllerInternalServicer(pods_pb2_grpc.PodControllerInternalServicer)
                 f"page_size must be between 1 and {MAX_FEED_PAGE} (0 means {DEFAULT_FEED_PAGE})",
             )
         try:
-            rows, head = await self.c.records.billable_actions(
+            rows, head = await self.control.records.billable_actions(
                 request.after_position, request.page_size or DEFAULT_FEED_PAGE
             )
         except STORE_ERRORS as error:

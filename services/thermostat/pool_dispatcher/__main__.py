@@ -181,7 +181,7 @@ def assemble(
         )
         internal = PoolInternalServicer(
             PoolMeteringRepository(store.pool),
-            lambda: dispatcher.catalogue,
+            lambda: dispatcher.catalogues.catalogue,
             settle_seconds=settings.pool_usage_settle_seconds,
         )
         pool_pb2_grpc.add_PoolDispatcherInternalServicer_to_server(internal, server)

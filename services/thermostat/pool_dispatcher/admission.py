@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import grpc
 
 from thermostat.chassis import tracing
-from thermostat.policy.pool.admission import SubmitAsk, SubmitRefusal, admit_submit, over_budget
+from thermostat.policy.pool.admission import RefusalKind, SubmitAsk, SubmitRefusal, admit_submit, over_budget
 from thermostat.policy.pool.submit_options import SubmitOptions
 from thermostat.pool.v1 import pool_pb2
 
@@ -27,19 +26,9 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 SubmitRequest = pool_pb2.SubmitJobRequest | pool_pb2.SubmitJobJsonRequest | pool_pb2.SubmitJobSyncRequest
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A submit refused, nothing queued: the status a call ends with (a stream's job is answered with it), its
-    REST status, and the failed job a budget refusal recorded."""
-
-    code: grpc.StatusCode
-    detail: str
-    http: int
-    job_id: str | None = None
-
-    @classmethod
-    def of(cls, refused: SubmitRefusal) -> Refusal:
-        return cls(grpc.StatusCode[refused.kind.grpc_code], refused.detail, refused.http, refused.job_id)
+def grpc_code(refusal: SubmitRefusal) -> grpc.StatusCode:
+    """The status a refused submit's call ends with (a stream's job is answered with it)."""
+    return grpc.StatusCode[refusal.kind.grpc_code]
 
 
 def ask_of(request: SubmitRequest, *, sync: bool) -> SubmitAsk:
@@ -59,7 +48,7 @@ class Admission:
     """Admits and queues submits for the dispatcher, asking the budget gate and recording its refusals."""
 
     def __init__(self, dispatcher: Dispatcher, gate: BudgetGate, metering: PoolMeteringRepository) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
         self.gate = gate
         self.metering = metering
 
@@ -71,21 +60,22 @@ class Admission:
         *,
         sync: bool,
         remaining: Callable[[], float | None],
-    ) -> tuple[JobView, SubmitOptions] | Refusal:
+    ) -> tuple[JobView, SubmitOptions] | SubmitRefusal:
         """The job queued for the tenant, or why not (nothing queued): every submit's checks past the caller's."""
-        if self.d.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
-            return Refusal(grpc.StatusCode.UNAVAILABLE, str(ShuttingDown(self.d.instance_id)), 503)
+        if self.dispatcher.draining:  # a deploy's shutdown began here: the caller retries, another replica takes it
+            return SubmitRefusal(RefusalKind.SHUTTING_DOWN, str(ShuttingDown(self.dispatcher.instance_id)))
         ask = ask_of(request, sync=sync)
-        if ask.machine_type and self.d.catalogue.get(ask.machine_type) is None:
-            await self.d.type_named(ask.machine_type)  # another replica's catalogue write may name it
+        if ask.machine_type and self.dispatcher.catalogues.catalogue.get(ask.machine_type) is None:
+            # another replica's catalogue write may name it
+            await self.dispatcher.catalogues.type_named(ask.machine_type)
         admitted = admit_submit(
             ask,
-            catalogue=self.d.catalogue,
-            unservable=self.d.backend_refusal,
-            max_payload_bytes=self.d.max_payload_bytes,
+            catalogue=self.dispatcher.catalogues.catalogue,
+            unservable=self.dispatcher.kinds.refusal,
+            max_payload_bytes=self.dispatcher.max_payload_bytes,
         )
         if isinstance(admitted, SubmitRefusal):
-            return Refusal.of(admitted)
+            return admitted
         options = admitted.options
         reason = await self.gate.refusal(tenant)
         if reason is not None:  # nothing queued, nothing started; the refusal is a failed job on the record
@@ -98,11 +88,11 @@ class Admission:
                 error=reason,
             )
             log.warning("submit refused for budget: job %s: %s", job_id, reason)
-            return Refusal.of(over_budget(reason, job_id))
+            return over_budget(reason, job_id)
         # kept with the job: its later spans (queue, boot, execute) sit under this call's span, or the caller's
         trace = tracing.current_headers({n: metadata[n] for n in TRACE_HEADERS if metadata.get(n)})
         try:
-            job = await self.d.submit(
+            job = await self.dispatcher.submit(
                 tenant_id=tenant,
                 options=options,
                 payload=request.payload.data,
@@ -111,5 +101,5 @@ class Admission:
                 remaining=remaining(),
             )
         except ShuttingDown as refused:  # the drain began while this submit was being admitted
-            return Refusal(grpc.StatusCode.UNAVAILABLE, str(refused), 503)
+            return SubmitRefusal(RefusalKind.SHUTTING_DOWN, str(refused))
         return job, options

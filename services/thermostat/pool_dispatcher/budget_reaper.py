@@ -36,7 +36,9 @@ class BudgetReaper:
     async def reap_over_budget(self) -> list[str]:
         """Retire this process's warm machines of tenants over budget; the ids retired."""
         d = self.dispatcher
-        warm = [r for r in await d.repo.machines.own_machines(d.owner) if r.machine.state is MachineState.WARM]
+        warm = [
+            r for r in await d.repo.machines.own_machines(d.ownership.owner) if r.machine.state is MachineState.WARM
+        ]
         retired: list[str] = []
         for tenant in sorted({r.machine.tenant_id for r in warm}):
             reason = await self.gate.exhausted(tenant)

@@ -2,27 +2,30 @@
 
 Where to look:
 - which warm machine gets a job, and which machines start: engine/placement.py;
-- what happens when a machine dies mid-job (or before the job went out): engine/runner.py, engine/hand_back.py;
+- what happens when a machine dies mid-job (or before the job went out): engine/runner.py, engine/machine_run.py,
+  engine/hand_back.py;
 - a submit, alone or in a group commit: engine/intake.py; a sync submit's or WaitJob's wait: engine/waits.py;
 - a machine's boot and stop (the plans placement and the scaler return, as values): engine/fleet.py;
 - the instance lease and its fence: engine/ownership.py; the periodic pass: engine/scaler.py;
 - the catalogue and the backends: engine/catalogue.py; the store: repository/ (by aggregate).
 
-The parts talk through values and events (engine/events.py): the runner emits `JobFinished` and `MachineFreed`,
-the fleet `SlotFreed`, any part `PlacementWanted`; the facade registers the handlers. The import order is a layers
-contract in pyproject.toml (facade, scaler, placement, runner, hand-back, intake and fleet, waits, catalogue and
-writes, the shared small parts at the bottom), so no part reaches up.
+The parts call down and answer up with values (a submit's claim, a boot's first job, a run's `RunEnded`, whose
+sequel is thermostat.policy.pool.run_end's); the one call up is placement's poke (`WantsPlacement`), and what the
+process alone knows is one value the facade owns (`Local`: engine/local.py). The import order is a layers contract
+in pyproject.toml, so no part reaches up.
 
 The hot path is one statement per state change: a submit inserts the job and claims a warm machine together; a
 completion writes the terminal state, the usage event and hands the machine its next queued job together. A job
 taken at submit costs two statements, submit and complete. Decisions are the pool policies'
 (thermostat.policy.pool). bench/pool_throughput.py and bench/pool_dispatch_overhead.py measure this path.
 
-Time comes in as one chassis `Clock`: its monotonic reading stamps idle times, deadlines and boots, and its sleep is
-what store retries, health polls, the drain and the scaler wait with. The instance lease judges its trust on the
-lease store's clock (the one it was handed). Ordering tests hold a run at the repository's aggregates (a wrapped method,
-tests/integration/pool_dispatcher/seams.py), and at three parts' own seams where no injected call marks the step
-(Runner, Waits, Placement: each documents its own; production passes none).
+Time comes in as one chassis `Clock`, which every engine part reads and waits with: its monotonic reading stamps
+idle times, deadlines and boots, and its sleep is what store retries, health polls, the drain and the scaler wait
+with. The instance lease judges its trust on the lease store's clock (the one it was handed).
+
+Ordering tests hold a run at the repository's aggregates (a wrapped method, tests/integration/pool_dispatcher/seams.py),
+and at three parts' own seams where no injected call marks the step (Runner, Waits, Placement: each documents its
+own; production passes none).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from thermostat.policy.pool.cancel import decide_cancel
 from thermostat.policy.pool.departure import Departure, grace_error
 from thermostat.policy.pool.hint import HintDecision
 from thermostat.policy.pool.jobs import JobState
-from thermostat.policy.pool.machine_type import BackendKind, Catalogue, CatalogueRejected, MachineType
+from thermostat.policy.pool.machine_type import BackendKind, Catalogue
 from thermostat.policy.pool.submit_batch import BatchLimits
 from thermostat.policy.pool.submit_options import SubmitError, SubmitOptions
 from thermostat.providers.pool.backend import Backend
@@ -49,9 +52,11 @@ from thermostat.store.lease import LeaseStore
 
 from .engine.catalogue import Backends, CatalogueCache, CatalogueState
 from .engine.drivers import Drivers
-from .engine.events import Events, JobChanged
 from .engine.fleet import Fleet, RetirePlan
+from .engine.hand_back import HandBack
 from .engine.intake import Intake
+from .engine.local import Local, SubmitKey
+from .engine.machine_run import RunParts
 from .engine.ownership import Ownership, lease_name
 from .engine.placement import Placement
 from .engine.runner import Runner
@@ -64,9 +69,7 @@ from .repository import (
     CATALOGUE,
     JOBS_DONE,
     RELEASED,
-    Finished,
     JobView,
-    Owner,
     PoolRepository,
     Subscription,
     job_done_channel,
@@ -135,88 +138,71 @@ class Dispatcher:
         self.clock = clock
         self._run_scaler = run_scaler
         self._closing = False
-        self.draining = False  # a shutdown's drain began: no new work here (drain)
         self._submitting = 0  # submits past their draining check, not yet answered
         self._listener: Subscription | None = None
-        now = clock.monotonic
 
-        self.events = Events()
+        self.local = Local()  # this process's own state of its pool, which the parts read and keep
+        wants_placement = self._wants_placement
         self.tasks = Tasks()
-        self.drivers = Drivers()
+        self.drivers = Drivers(self.local)
         self.ownership = Ownership(leases, instance_id=self.instance_id, lease_seconds=lease_seconds)
-        self.call_budget = self.ownership.call_budget
-        self._backends = Backends(backends, missing_settings, backend_choice)
-        self.backends = self._backends.by_kind  # one per configured kind, keyed by its value (as rows record it)
-        self.missing_settings = self._backends.missing_settings
-        self.catalogues = CatalogueCache(self.repo, self._backends, self.events, catalogue, self.metrics)
+        self.kinds = Backends(backends, missing_settings, backend_choice)  # what each backend kind here serves
+        self.backends = self.kinds.by_kind  # one per configured kind, keyed by its value (as rows record it)
+        self.catalogues = CatalogueCache(
+            self.repo, self.kinds, catalogue, self.metrics, local=self.local, wants_placement=wants_placement
+        )
         self.metrics.fleet_capped(max_workers_total)
-        self.writes = Writes(self.repo, self.ownership, self.drivers, clock.sleep)
-        self.waits = Waits(self.repo, self.events, now)
-        self.fleet = Fleet(
-            repo=self.repo, ownership=self.ownership, backends=self._backends, drivers=self.drivers,
-            writes=self.writes, events=self.events, metrics=self.metrics, now=now,
-            sleep=clock.sleep, health_poll_seconds=health_poll_seconds,
-        )  # fmt: skip
+        self.writes = Writes(self.repo, self.ownership, self.drivers, clock)
+        self.waits = Waits(self.repo, wants_placement, clock)
         self.intake = Intake(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            tasks=self.tasks, events=self.events, channel=self.channel,
-            limits=batch_limits or BatchLimits(),
+            tasks=self.tasks, wants_placement=wants_placement, channel=self.channel,
+            limits=batch_limits or BatchLimits(), local=self.local,
+        )  # fmt: skip
+        self.fleet = Fleet(
+            repo=self.repo, ownership=self.ownership, backends=self.kinds, drivers=self.drivers,
+            writes=self.writes, intake=self.intake, waits=self.waits, wants_placement=wants_placement,
+            metrics=self.metrics, clock=clock, health_poll_seconds=health_poll_seconds, local=self.local,
+        )  # fmt: skip
+        hand_back = HandBack(
+            repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, writes=self.writes,
+            metrics=self.metrics,
+        )  # fmt: skip
+        parts = RunParts(
+            repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
+            writes=self.writes, waits=self.waits, intake=self.intake, hand_back=hand_back, metrics=self.metrics,
+            clock=clock, local=self.local, channel=self.channel,
         )  # fmt: skip
         self.runner = Runner(
-            repo=self.repo, ownership=self.ownership, client=client, catalogue=self.catalogues, drivers=self.drivers,
-            writes=self.writes, waits=self.waits, intake=self.intake, fleet=self.fleet, tasks=self.tasks,
-            events=self.events, metrics=self.metrics, now=now, channel=self.channel,
+            parts=parts, fleet=self.fleet, tasks=self.tasks, wants_placement=wants_placement,
+            capped=max_workers_total is not None,
         )  # fmt: skip
         self.placement = Placement(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            runner=self.runner, fleet=self.fleet, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            max_workers_total=max_workers_total, sleep=clock.sleep,
+            runner=self.runner, fleet=self.fleet, tasks=self.tasks, metrics=self.metrics,
+            max_workers_total=max_workers_total, clock=clock, local=self.local,
         )  # fmt: skip
         self.scaler = Scaler(
             repo=self.repo, ownership=self.ownership, catalogue=self.catalogues, drivers=self.drivers,
-            fleet=self.fleet, placement=self.placement, tasks=self.tasks, events=self.events, metrics=self.metrics,
-            now=now, listen=self._listen, every_seconds=scaler_seconds, clock=clock,
+            fleet=self.fleet, placement=self.placement, tasks=self.tasks, waits=self.waits, metrics=self.metrics,
+            listen=self._listen, every_seconds=scaler_seconds, clock=clock, local=self.local,
         )  # fmt: skip
-        # the two calls a part below makes into a part above it, wired here rather than imported
-        self.intake.start_run = self.runner.start
-        self.fleet.run = self.runner.run_booted
+
+    def _wants_placement(self, *, at_cap: bool = False) -> None:
+        """What a part below placement calls when queued work may be placeable now (engine/local.py)."""
+        self.placement.poke(at_cap=at_cap)
 
     # lifecycle
 
     @property
-    def owner(self) -> Owner:
-        return self.ownership.owner
-
-    @property
-    def state(self) -> CatalogueState:
-        return self.catalogues.state
-
-    @property
-    def catalogue(self) -> Catalogue:
-        return self.catalogues.catalogue
-
-    @property
-    def batch_limits(self) -> BatchLimits:
-        """The group commit's limits (thermostat.policy.pool.submit_batch; a test sets its own)."""
-        return self.intake.limits
-
-    @batch_limits.setter
-    def batch_limits(self, limits: BatchLimits) -> None:
-        self.intake.limits = limits
-
-    @property
-    def repoll_seconds(self) -> float:
-        """How often a wait re-reads its job without a notification (a test sets it to an hour)."""
-        return self.waits.repoll_seconds
-
-    @repoll_seconds.setter
-    def repoll_seconds(self, seconds: float) -> None:
-        self.waits.repoll_seconds = seconds
+    def draining(self) -> bool:
+        """A shutdown's drain began: no new work here (drain)."""
+        return self.local.draining
 
     async def start(self) -> None:
         """Take the instance lease (the same term back under an old id), recover, listen, start the scaler."""
         term = await self.ownership.take()
-        jobs, machines = await self.repo.ownership.recover_own(self.owner)
+        jobs, machines = await self.repo.ownership.recover_own(self.ownership.owner)
         if jobs or machines:
             log.warning(
                 "instance %s took back its rows: %d in-flight job(s) failed, %d machine(s) to check",
@@ -224,8 +210,8 @@ class Dispatcher:
                 jobs,
                 machines,
             )
-        await self.refresh_catalogue()
-        self.catalogues.warn_unservable(self.catalogue, self.state.version)
+        await self.catalogues.refresh()
+        self.catalogues.warn_unservable(self.catalogues.catalogue, self.catalogues.state.version)
         await self._listen()
         await self.fleet.recover()
         adopted = await self.fleet.adopt_released()  # a deploy's machines: no lease to wait out
@@ -240,15 +226,14 @@ class Dispatcher:
         placement stops here, so queued jobs wait for another process) and wait up to `grace_seconds` for this
         process's in-flight jobs to finish (their results reach their callers); a machine whose job finishes takes no
         next one here, and goes warm for another process to claim. Whether none is left in flight."""
-        self.draining = self.runner.draining = True
-        self.placement.closing = True
+        self.local.draining = True
         deadline = self.clock.monotonic() + grace_seconds
         while self._submitting and self.clock.monotonic() < deadline:  # submits past their check land first
             await self.clock.sleep(DRAIN_POLL_SECONDS)
         if not self.ownership.started:
             return True
         while True:
-            in_flight = await self.repo.jobs.in_flight(self.owner)
+            in_flight = await self.repo.jobs.in_flight(self.ownership.owner)
             left = deadline - self.clock.monotonic()
             if in_flight == 0:
                 return True
@@ -264,9 +249,8 @@ class Dispatcher:
         (never sent) or failed (running), and the lease goes (thermostat.policy.pool.departure)."""
         if not self.draining and grace_seconds > 0:
             await self.drain(grace_seconds)
-        self.draining = True
+        self.local.draining = True
         self._closing = True
-        self.placement.closing = True
         await self.scaler.loop.stop()
         await asyncio.gather(*self.intake.close(), return_exceptions=True)
         await self.tasks.cancel_all()
@@ -284,8 +268,10 @@ class Dispatcher:
             await self.ownership.release()
 
     async def _release(self, grace_seconds: float) -> None:
-        released = await self.repo.ownership.release_own(self.owner, grace_error(self.instance_id, grace_seconds))
-        for machine_id, provider_id in await self.repo.machines.stopping(self.owner):
+        released = await self.repo.ownership.release_own(
+            self.ownership.owner, grace_error(self.instance_id, grace_seconds)
+        )
+        for machine_id, provider_id in await self.repo.machines.stopping(self.ownership.owner):
             await self.fleet.finish_stop(machine_id, provider_id)
         log.info(
             "instance %s released %d warm machine(s) for the next process; %d job(s) requeued (never sent), "
@@ -298,7 +284,7 @@ class Dispatcher:
         )
 
     async def _stop_fleet(self) -> None:
-        for own in await self.repo.machines.own_machines(self.owner):
+        for own in await self.repo.machines.own_machines(self.ownership.owner):
             await self.fleet.retire(
                 RetirePlan(
                     machine_id=own.machine.id,
@@ -307,11 +293,7 @@ class Dispatcher:
                     states=("starting", "warm", "busy", "stopping"),
                 )
             )
-        await self.repo.ownership.recover_own(self.owner, any_term=False)
-
-    def trusted_for_call(self) -> bool:
-        """Whether the instance lease stays trusted for longer than a guarded call may take."""
-        return self.ownership.trusted_for_call()
+        await self.repo.ownership.recover_own(self.ownership.owner, any_term=False)
 
     async def _listen(self) -> None:
         """LISTEN on a connection of its own (re-established by the scaler pass when it drops)."""
@@ -333,43 +315,14 @@ class Dispatcher:
 
     def _on_catalogue(self, _version: str) -> None:
         if not self._closing:
-            self.tasks.spawn(self.refresh_catalogue(), "pool-catalogue-refresh")
+            self.tasks.spawn(self.catalogues.refresh(), "pool-catalogue-refresh")
 
     def _on_released(self, instance: str) -> None:
         """A deploy released its warm machines: adopt them now, not at the next scaler pass."""
         if not self.draining and instance != self.instance_id:
-            self.tasks.spawn(self._adopt(), "pool-adopt-released")
-
-    async def _adopt(self) -> None:
-        await self.fleet.adopt_released()
+            self.tasks.spawn(self.fleet.adopt_released(), "pool-adopt-released")
 
     # catalogue and backends
-
-    async def refresh_catalogue(self) -> None:
-        """Apply the stored catalogue when it is newer than this process's copy."""
-        await self.catalogues.refresh()
-
-    async def check_catalogue(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
-        """The catalogue, or why this process's backends (and the Docker daemon's runtimes) cannot serve it."""
-        checked = self._backends.check(catalogue)
-        return checked if isinstance(checked, CatalogueRejected) else await self._backends.check_runtimes(checked)
-
-    @property
-    def default_backend(self) -> BackendKind:
-        """The backend of a catalogue entry without one (POOL_DEFAULT_BACKEND)."""
-        return self._backends.choice.default
-
-    def backend_refusal(self, machine_type: MachineType) -> str | None:
-        """Why this process cannot start machines of the type (its backend is not configured), or None."""
-        return self._backends.refusal(machine_type)
-
-    async def replace_catalogue(self, catalogue: Catalogue) -> int:
-        """Store the whole catalogue; removed types' queued jobs fail; every process applies it at once."""
-        return await self.catalogues.replace(catalogue)
-
-    async def type_named(self, name: str) -> MachineType | None:
-        """The type from the catalogue, re-reading the stored one before refusing a name."""
-        return await self.catalogues.type_named(name)
 
     # submit, wait, hint, cancel
 
@@ -391,24 +344,17 @@ class Dispatcher:
             raise ShuttingDown(self.instance_id)
         self._submitting += 1
         try:
-            return await self.intake.submit(
+            accepted = await self.intake.submit(
                 tenant_id=tenant_id, options=options, payload=payload, trace=trace, waiting=waiting,
                 remaining=remaining,
             )  # fmt: skip
+            if accepted.claim is not None:
+                machine_type = options.machine_type
+                key = SubmitKey(tenant_id, machine_type.name, machine_type.image)
+                self.runner.start(accepted.claim, key, accepted.driver)
+            return accepted.job
         finally:
             self._submitting -= 1
-
-    async def wait_finished(self, job: JobView, timeout: float) -> Finished:
-        """A job this caller just submitted, once terminal (with its result) or as it stands when `timeout` runs
-        out (engine/waits.py)."""
-        return await self.waits.wait_finished(job, timeout)
-
-    async def wait(
-        self, job_id: str, tenant_id: str, timeout: float, *, since_state: str | None = None
-    ) -> JobView | None:
-        """The job once terminal (or no longer in `since_state`), or as it stands when `timeout` runs out;
-        None when it is not the tenant's (engine/waits.py)."""
-        return await self.waits.wait(job_id, tenant_id, timeout, since_state=since_state)
 
     async def hint(self, tenant_id: str, machine_type: str) -> HintDecision | SubmitError:
         """Start one machine for the tenant unless one is warm or starting, within both caps (ShuttingDown once a
@@ -420,7 +366,7 @@ class Dispatcher:
     async def cancel(self, job_id: str, tenant_id: str, build_id: str) -> CancelOutcome | None:
         """Cancel at once; a running job's machine gets the build cancel with its token. None: not found."""
         cancelled = await self.repo.jobs.cancel(job_id, tenant_id, build_id)
-        self.events.emit(JobChanged(job_id))
+        self.waits.changed(job_id)
         if cancelled is not None and cancelled.prior == JobState.RUNNING and cancelled.worker_id is not None:
             address = await self.repo.machines.machine_address(cancelled.worker_id)
             if address is not None and address[0] is not None:
@@ -437,29 +383,4 @@ class Dispatcher:
             return None
         if cancelled is not None:
             return CancelOutcome(job=job, status_code=200)
-        return CancelOutcome(job=job, status_code=decide_cancel(JobState(job.state)).status_code)
-
-    # placement and the scaler's steps (each also run alone by tests and benches)
-
-    async def place(self) -> None:
-        """Hand queued work to idle warm machines, then start machines for what is left (engine/placement.py)."""
-        await self.placement.place()
-
-    async def scaler_pass(self) -> None:
-        """Reclaim lapsed instances, apply the catalogue, place, reap, probe, retry failed stops."""
-        await self.scaler.scaler_pass()
-
-    async def reclaim(self) -> None:
-        await self.scaler.reclaim()
-
-    async def reconcile(self) -> None:
-        await self.scaler.reconcile()
-
-    async def boot_unbooted(self) -> None:
-        await self.placement.recover_unbooted()
-
-    async def reap(self) -> None:
-        await self.scaler.reap()
-
-    async def probe(self) -> None:
-        await self.scaler.probe()
+        return CancelOutcome(job=job, status_code=decide_cancel(job.state).status_code)

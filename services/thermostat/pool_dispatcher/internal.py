@@ -18,6 +18,7 @@ from thermostat.policy.pool.usage_feed import Recorded, readable_count
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
 from .metering_repository import EventPage, PoolMeteringRepository
+from .replies import abort
 from .repository import usage_event_id
 
 DEFAULT_PAGE = 100
@@ -42,12 +43,14 @@ class PoolInternalServicer(pool_pb2_grpc.PoolDispatcherInternalServicer):  # typ
         """The rows a reader may take after its position (never past a position still in flight), and the head.
         The reader's acknowledgement is recorded first (retention deletes only what the ledger has taken)."""
         if request.after_position < 0 or request.page_size < 0 or request.acknowledged_position < 0:
-            await context.abort(
+            await abort(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "after_position, page_size and acknowledged_position must not be negative",
             )
         if request.acknowledged_position > request.after_position:
-            await context.abort(
+            await abort(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "acknowledged_position must not pass after_position: a reader has landed no more than it read",
             )

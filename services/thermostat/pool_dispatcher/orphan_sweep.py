@@ -95,7 +95,7 @@ class OrphanSweeper:
 
     async def _terminate(self, kind: str, orphan: Orphan) -> bool:
         d = self.dispatcher
-        if not d.trusted_for_call():
+        if not d.ownership.trusted_for_call():
             return False
         try:
             await d.backends[kind].stop(orphan.provider_id)

@@ -30,8 +30,13 @@ async def status(
         await context.send_initial_metadata(tuple(metadata))
 
 
-async def abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, http: int) -> NoReturn:
-    await context.send_initial_metadata((("x-http-code", str(http)),))
+async def abort(
+    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str, http: int | None = None
+) -> NoReturn:
+    """The pool's one way a call ends in error: `http` names the REST status (None: a gRPC-only call, or a stream
+    whose initial metadata went out with its first answers)."""
+    if http is not None:
+        await context.send_initial_metadata((("x-http-code", str(http)),))
     await context.abort(code, message)
     raise AssertionError("unreachable")  # abort raises
 

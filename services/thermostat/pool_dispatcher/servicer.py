@@ -22,6 +22,7 @@ from thermostat.chassis.auth import caller
 from thermostat.chassis.tenancy import scope
 from thermostat.chassis.text_fields import Refused
 from thermostat.policy.common.strict_json import BodyError, BodyField, JsonKind
+from thermostat.policy.pool.admission import SubmitRefusal
 from thermostat.policy.pool.cancel import BuildIdError, validate_build_id
 from thermostat.policy.pool.job_batch import read_job_batch
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
@@ -31,7 +32,7 @@ from thermostat.policy.pool.retention import DEFAULT_RETENTION_HOURS, missing_jo
 from thermostat.policy.pool.submit_options import SubmitError, SubmitErrorKind
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 
-from .admission import TRACE_HEADERS, Admission, Refusal, SubmitRequest
+from .admission import TRACE_HEADERS, Admission, SubmitRequest, grpc_code
 from .budget_gate import BudgetGate
 from .dispatcher import Dispatcher, ShuttingDown
 from .metering_repository import PoolMeteringRepository
@@ -102,7 +103,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         batch_answer_bytes: int = BATCH_ANSWER_BYTES,
         retention: timedelta = timedelta(hours=DEFAULT_RETENTION_HOURS),
     ) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
+        self.jobs, self.machines = dispatcher.repo.jobs, dispatcher.repo.machines  # what it reads, by aggregate
         self.retention = retention
         self.orphans = orphans
         self.gate = gate or BudgetGate(None)
@@ -123,15 +125,15 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
 
     async def _missing(self, context: grpc.aio.ServicerContext, job_id: str) -> NoReturn:
         """404 for a job the store does not hold (for this tenant): expired when retention may have pruned it."""
-        detail = missing_job_detail(uuid.UUID(job_id), now=self.d.clock.now(), retention=self.retention)
+        detail = missing_job_detail(uuid.UUID(job_id), now=self.dispatcher.clock.now(), retention=self.retention)
         await abort(context, grpc.StatusCode.NOT_FOUND, detail, 404)
 
     async def _submit(self, request: SubmitRequest, context: grpc.aio.ServicerContext) -> JobView:
         admitted = await self.admission.admit(
             request, _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
         )
-        if isinstance(admitted, Refusal):
-            await abort(context, admitted.code, admitted.detail, admitted.http)
+        if isinstance(admitted, SubmitRefusal):
+            await abort(context, grpc_code(admitted), admitted.detail, admitted.http)
         return admitted[0]
 
     # jobs: the typed contract (typed.py), then the deprecated gRPC submits and the REST ones
@@ -140,8 +142,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         admitted = await self.admission.admit(
             submit_request(request), _tenant(), _trace_headers(context), sync=False, remaining=context.time_remaining
         )
-        if isinstance(admitted, Refusal):
-            await abort(context, admitted.code, typed_detail(admitted.detail), admitted.http)
+        if isinstance(admitted, SubmitRefusal):
+            await abort(context, grpc_code(admitted), typed_detail(admitted.detail), admitted.http)
         return job_message(admitted[0])
 
     async def RunJob(
@@ -151,12 +153,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         finished = await self.sync_jobs.submit_and_wait(
             sync_request(request), tenant, _trace_headers(context), context.time_remaining
         )
-        if isinstance(finished, Refusal):
-            await abort(context, finished.code, typed_detail(finished.detail), finished.http)
+        if isinstance(finished, SubmitRefusal):
+            await abort(context, grpc_code(finished), typed_detail(finished.detail), finished.http)
         job = finished.job
-        if JobState(job.state) in TERMINAL_STATES and job.completed_at is None:
-            job = await self.d.repo.jobs.get_job(job.id, tenant) or job  # another replica's notice names only the state
-        if JobState(job.state) is not JobState.COMPLETED:
+        if job.state in TERMINAL_STATES and job.completed_at is None:
+            job = await self.jobs.get_job(job.id, tenant) or job  # another replica's notice names only the state
+        if job.state is not JobState.COMPLETED:
             return pool_pb2.RunJobResponse(job=job_message(job))
         result = await self.sync_jobs.result(job, finished.result)
         return pool_pb2.RunJobResponse(job=job_message(job), result=result)
@@ -164,8 +166,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def ListMachineTypes(
         self, request: pool_pb2.ListMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListMachineTypesResponse:
-        await self.d.refresh_catalogue()
-        entries = catalogue_to_json(self.d.catalogue, admin=caller().elevated)
+        await self.dispatcher.catalogues.refresh()
+        entries = catalogue_to_json(self.dispatcher.catalogues.catalogue, admin=caller().elevated)
         return pool_pb2.ListMachineTypesResponse(machine_types=[machine_type_message(e) for e in entries])
 
     async def SubmitJob(self, request: pool_pb2.SubmitJobRequest, context: grpc.aio.ServicerContext) -> pool_pb2.Job:
@@ -186,8 +188,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         finished = await self.sync_jobs.submit_and_wait(
             request, _tenant(), _trace_headers(context), context.time_remaining
         )
-        if isinstance(finished, Refusal):
-            await abort(context, finished.code, finished.detail, finished.http)
+        if isinstance(finished, SubmitRefusal):
+            await abort(context, grpc_code(finished), finished.detail, finished.http)
         return await self._answer(context, finished.job, await_result=True, result=finished.result)
 
     async def _answer(
@@ -198,7 +200,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         of their own would cost every completed job a batch more (bench/pool_dispatch_overhead.py: ~0.2 ms and
         ~8 % of a dispatcher's CPU per job). A non-200 answer sends initial metadata anyway (the edge's HTTP
         code), and the job's headers ride there too, so a REST caller of a 202/409/502/504 can name the job."""
-        state = JobState(job.state)
+        state = job.state
         named = (("x-pool-job-id", job.id), ("x-pool-job-state", job.state))
         context.set_trailing_metadata(named)
         if state is JobState.COMPLETED:
@@ -244,7 +246,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _own_job(self, raw_id: str, context: grpc.aio.ServicerContext) -> JobView:
         tenant = _tenant()
         job_id = await self._job_id(context, raw_id)
-        job = await self.d.repo.jobs.get_job(job_id, tenant)
+        job = await self.jobs.get_job(job_id, tenant)
         if job is None:  # another tenant's job is not found; the detail reads only the id, so it confirms nothing
             await self._missing(context, job_id)
         return job
@@ -278,7 +280,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
         build_id = validate_build_id(raw_build_id or None)
         if isinstance(build_id, BuildIdError):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, build_id.detail, 400)
-        outcome = await self.d.cancel(job_id, tenant, build_id)
+        outcome = await self.dispatcher.cancel(job_id, tenant, build_id)
         if outcome is None:
             await self._missing(context, job_id)
         if outcome.status_code == 409:
@@ -290,8 +292,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     ) -> AsyncIterator[pool_pb2.Job]:
         job = await self._own_job(request.id, context)
         yield job_message(job)
-        while JobState(job.state) not in TERMINAL_STATES:
-            latest = await self.d.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
+        while job.state not in TERMINAL_STATES:
+            latest = await self.dispatcher.waits.wait(job.id, job.tenant_id, 30.0, since_state=job.state)
             if latest is None:
                 return
             if latest.state != job.state:
@@ -317,8 +319,8 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def _hint(
         self, tenant: str, machine_type: str, context: grpc.aio.ServicerContext
     ) -> pool_pb2.SendHintResponse:
-        kind = await self.d.type_named(machine_type.strip())
-        refusal = None if kind is None else self.d.backend_refusal(kind)
+        kind = await self.dispatcher.catalogues.type_named(machine_type.strip())
+        refusal = None if kind is None else self.dispatcher.kinds.refusal(kind)
         if refusal is not None:
             await abort(context, grpc.StatusCode.FAILED_PRECONDITION, refusal, 503)
         if kind is not None and (over_budget := await self.gate.refusal(tenant)) is not None:
@@ -326,7 +328,7 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
             await status(context, 409)
             return pool_pb2.SendHintResponse(started=False, reason="budget")
         try:
-            decision = await self.d.hint(tenant, machine_type.strip())
+            decision = await self.dispatcher.hint(tenant, machine_type.strip())
         except ShuttingDown as refused:  # a deploy's shutdown began here: retry, another replica takes it
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(refused), 503)
         if isinstance(decision, SubmitError):
@@ -343,24 +345,26 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def GetMachineTypes(
         self, request: pool_pb2.GetMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        await self.d.refresh_catalogue()
-        return json_body(catalogue_to_json(self.d.catalogue, admin=caller().elevated))
+        await self.dispatcher.catalogues.refresh()
+        return json_body(catalogue_to_json(self.dispatcher.catalogues.catalogue, admin=caller().elevated))
 
     async def PutMachineTypes(
         self, request: pool_pb2.PutMachineTypesRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
         # the admin token's alone (access.py): the chassis refused every other caller
-        parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.d.default_backend)
+        parsed = parse_catalogue_json(request.catalogue.data, default_backend=self.dispatcher.kinds.choice.default)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
-        await self.d.refresh_catalogue()  # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
-        parsed = keep_redacted(parsed, self.d.catalogue)
+        # a `<redacted>` keeps the newest stored value (policy/pool/redaction.py)
+        await self.dispatcher.catalogues.refresh()
+        parsed = keep_redacted(parsed, self.dispatcher.catalogues.catalogue)
         if not isinstance(parsed, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, parsed.detail, 400)
-        servable = await self.d.check_catalogue(parsed)  # backends here, RunPod's 100 s limit, the daemon's runtimes
+        # backends here, RunPod's 100 s limit, the daemon's runtimes
+        servable = await self.dispatcher.kinds.servable(parsed)
         if not isinstance(servable, Catalogue):
             await abort(context, grpc.StatusCode.INVALID_ARGUMENT, servable.detail, 400)
-        await self.d.replace_catalogue(parsed)
+        await self.dispatcher.catalogues.replace(parsed)
         return json_body(catalogue_to_json(parsed, admin=True))
 
     # listings and health
@@ -373,12 +377,12 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
     async def ListWorkers(
         self, request: pool_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.ListWorkersResponse:
-        return workers_message(await self.d.repo.machines.list_workers(scope(caller(), request.tenant_id)))
+        return workers_message(await self.machines.list_workers(scope(caller(), request.tenant_id)))
 
     async def ListWorkersJson(
         self, request: pool_pb2.ListWorkersJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        workers = await self.d.repo.machines.list_workers(scope(caller(), request.tenant_id))
+        workers = await self.machines.list_workers(scope(caller(), request.tenant_id))
         return json_body([worker_json(w) for w in workers])
 
     async def ListUsageJson(
@@ -399,16 +403,16 @@ class PoolDispatcherServicer(pool_pb2_grpc.PoolDispatcherServicer):  # type: ign
                 context, grpc.StatusCode.INVALID_ARGUMENT, "after_position and page_size must not be negative", 422
             )
         size = min(request.page_size or DEFAULT_USAGE_PAGE, MAX_USAGE_PAGE)
-        return await self.d.repo.jobs.list_usage(tenant, request.after_position, size)
+        return await self.jobs.list_usage(tenant, request.after_position, size)
 
     async def GetPoolHealth(
         self, request: pool_pb2.GetPoolHealthRequest, context: grpc.aio.ServicerContext
     ) -> pool_pb2.PoolHealth:
-        counts = await self.d.repo.machines.machine_counts()
-        return pool_pb2.PoolHealth(machine_types=list(self.d.catalogue.names), machines=counts)
+        counts = await self.machines.machine_counts()
+        return pool_pb2.PoolHealth(machine_types=list(self.dispatcher.catalogues.catalogue.names), machines=counts)
 
     async def GetPoolHealthJson(
         self, request: pool_pb2.GetPoolHealthJsonRequest, context: grpc.aio.ServicerContext
     ) -> httpbody_pb2.HttpBody:
-        counts = await self.d.repo.machines.machine_counts()
-        return json_body(health_json(self.d.catalogue.names, counts))
+        counts = await self.machines.machine_counts()
+        return json_body(health_json(self.dispatcher.catalogues.catalogue.names, counts))

@@ -20,13 +20,15 @@ from google.api import httpbody_pb2
 from thermostat.chassis.registry import POOL_DISPATCHER
 from thermostat.chassis.text_fields import Refused
 from thermostat.chassis.unexpected_errors import internal_error
+from thermostat.policy.pool.admission import RefusalKind, SubmitRefusal
 from thermostat.policy.pool.job_batch import BatchJob, answer_entry, carried_bytes, result_left_out, results_carried
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.submit_options import SubmitOptions
 from thermostat.pool.v1 import pool_pb2
 
-from .admission import Admission, Refusal
+from .admission import Admission, grpc_code
 from .dispatcher import Dispatcher
+from .replies import abort
 from .repository import Finished, JobView
 from .typed import sync_request, typed_detail
 from .views import JSON, JsonObject, body, job_json, job_message
@@ -42,7 +44,7 @@ DEADLINE_ANSWER_SECONDS = 0.5
 still reach the caller in time. 50 ms was missed on a loaded machine, and the caller then read DEADLINE_EXCEEDED
 without the 202 entries naming its jobs."""
 
-Ran = Refusal | tuple[JobView, bytes | None]
+Ran = SubmitRefusal | tuple[JobView, bytes | None]
 """One job of a stream or a batch: its refusal, or the job and its result once completed (None: not completed)."""
 
 
@@ -66,7 +68,8 @@ class StreamLimits:
 
 class SyncJobs:
     def __init__(self, dispatcher: Dispatcher, admission: Admission, limits: StreamLimits) -> None:
-        self.d = dispatcher
+        self.dispatcher = dispatcher
+        self.jobs = dispatcher.repo.jobs  # a larger result is read here
         self.admission = admission
         self.limits = limits
 
@@ -76,11 +79,11 @@ class SyncJobs:
         tenant: str,
         metadata: Mapping[str, str],
         remaining: Callable[[], float | None],
-    ) -> Finished | Refusal:
+    ) -> Finished | SubmitRefusal:
         """A sync submit: the job once finished or as it stands when its wait runs out, which the call's deadline
         (`remaining` seconds, read once the job is queued) bounds too."""
         admitted = await self.admission.admit(request, tenant, metadata, sync=True, remaining=remaining)
-        if isinstance(admitted, Refusal):
+        if isinstance(admitted, SubmitRefusal):
             return admitted
         return await self._wait_admitted(*admitted, remaining)
 
@@ -91,12 +94,12 @@ class SyncJobs:
         left = remaining()
         if left is not None:  # the caller's gRPC deadline bounds the wait too
             wait = max(0.0, min(wait, left - DEADLINE_ANSWER_SECONDS))
-        return await self.d.wait_finished(job, wait)
+        return await self.dispatcher.waits.wait_finished(job, wait)
 
     async def result(self, job: JobView, result: bytes | None) -> bytes:
         """A completed job's result bytes: as the wait brought them, else read."""
         if result is None:
-            stored = await self.d.repo.jobs.get_result(job.id, job.tenant_id)
+            stored = await self.jobs.get_result(job.id, job.tenant_id)
             result = stored.result if stored is not None else None
         return result if result is not None else b""
 
@@ -118,17 +121,17 @@ class SyncJobs:
             admitted = await self.admission.admit(
                 request, tenant, metadata, sync=True, remaining=context.time_remaining
             )
-            if isinstance(admitted, Refusal):
+            if isinstance(admitted, SubmitRefusal):
                 return admitted
             job_id = admitted[0].id
             finished = await self._wait_admitted(*admitted, context.time_remaining)
             job = finished.job
-            if JobState(job.state) is JobState.COMPLETED:
+            if job.state is JobState.COMPLETED:
                 return job, await self.result(job, finished.result)
             return job, None
         except Exception:
             log.exception("%s: job %s (%s) failed in the pool", method, job_id or "(none queued)", place)
-            return Refusal(grpc.StatusCode.UNKNOWN, INTERNAL_ERROR, 500, job_id)
+            return SubmitRefusal(RefusalKind.INTERNAL, INTERNAL_ERROR, job_id)
 
     async def stream(
         self,
@@ -176,7 +179,7 @@ class SyncJobs:
                 yield response
                 slots.release()
             if response.unreadable is not None:  # answers may have gone out, with the initial metadata
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, response.unreadable)
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, response.unreadable)
             await reader  # its error, if it ended on one
         finally:
             # the caller gone (or the stream ended): the waits stop, as a SubmitJobSync's do; the jobs run on
@@ -197,8 +200,8 @@ class SyncJobs:
         typed = request.HasField("run")
         job_request = sync_request(request.run) if typed else request.job
         ran = await self.run_one(job_request, tenant, metadata, context, "RunJobs", f"tag {request.tag}")
-        if isinstance(ran, Refusal):
-            return _refused(request.tag, ran.code, typed_detail(ran.detail) if typed else ran.detail, ran.job_id)
+        if isinstance(ran, SubmitRefusal):
+            return _refused(request.tag, grpc_code(ran), typed_detail(ran.detail) if typed else ran.detail, ran.job_id)
         job, result = ran
         if result is not None:
             return pool_pb2.RunJobsResponse(tag=request.tag, job_id=job.id, result=result)
@@ -212,7 +215,7 @@ class SyncJobs:
         ran = await asyncio.gather(
             *(self._batch_job(job, index, tenant, metadata, context) for index, job in enumerate(batch))
         )
-        sizes = [None if isinstance(one, Refusal) or one[1] is None else len(one[1]) for one in ran]
+        sizes = [None if isinstance(one, SubmitRefusal) or one[1] is None else len(one[1]) for one in ran]
         budget = self.limits.batch_result_bytes
         while True:
             carried = results_carried(sizes, budget)
@@ -232,7 +235,7 @@ class SyncJobs:
 
 
 def _batch_entry(ran: Ran, carried: bool, budget: int) -> JsonObject:
-    if isinstance(ran, Refusal):
+    if isinstance(ran, SubmitRefusal):
         return answer_entry(ran.http, ran.job_id, detail=ran.detail)
     job, result = ran
     if result is not None and carried:
@@ -240,7 +243,7 @@ def _batch_entry(ran: Ran, carried: bool, budget: int) -> JsonObject:
     if result is not None:  # completed, its result past the answer's budget
         detail = result_left_out(job.id, len(result), budget)
         return answer_entry(200, job.id, job=job_json(job), detail=detail)
-    return answer_entry(FAILED_STATUS.get(JobState(job.state), 202), job.id, job=job_json(job))
+    return answer_entry(FAILED_STATUS.get(job.state, 202), job.id, job=job_json(job))
 
 
 def _refused(tag: int, code: grpc.StatusCode, detail: str, job_id: str | None = None) -> pool_pb2.RunJobsResponse:

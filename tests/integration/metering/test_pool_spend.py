@@ -39,7 +39,7 @@ async def spend_rig(db_store: Store) -> AsyncIterator[metering_pb2_grpc.Metering
         for tenant in ("acme", "acme", "globex"):
             await pool.run(b"0", tenant=tenant, machine_type="sleepy")
         clock.advance(61)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
 
         async def stopped() -> bool | None:
             return True if await db_store.pool.fetchval("SELECT count(*) FROM pool_machines") == 0 else None

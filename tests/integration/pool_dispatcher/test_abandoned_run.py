@@ -31,7 +31,7 @@ async def test_a_running_job_whose_sender_died_fails_without_usage_and_its_machi
         (machine,) = await pool.workers()
         assert machine.state == "busy" and (await pool.job(job.id)).state == "running"
 
-        await pool.dispatcher.scaler_pass()
+        await pool.dispatcher.scaler.scaler_pass()
 
         finished = await pool.finished(job.id)
         assert finished.state == "failed" and finished.error == ABANDONED

@@ -182,10 +182,10 @@ async def test_a_job_boots_a_machine_runs_is_metered_and_the_machine_is_destroye
         assert (worker.backend, worker.state) == (provider.kind, "warm")
         assert provider.running() == [await provider_id(pool_store)]
         clock.advance(59)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert len(provider.running()) == 1
         clock.advance(1)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await pool.workers() == []
         assert provider.running() == []
 
@@ -332,7 +332,7 @@ async def test_a_stored_catalogue_naming_an_unconfigured_backend_starts_loudly_a
     without_fly = {k: v for k, v in fly.env.items() if k != "FLY_API_TOKEN"}
     with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher"):
         async with start_pool(pool_store, pool_env([local_type()], **without_fly)) as pool:
-            assert NAME in pool.dispatcher.catalogue.names
+            assert NAME in pool.dispatcher.catalogues.catalogue.names
             assert any(
                 "cannot be fully served" in r.getMessage() and "set FLY_API_TOKEN" in r.getMessage()
                 for r in caplog.records

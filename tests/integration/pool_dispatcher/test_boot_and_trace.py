@@ -29,7 +29,7 @@ async def test_a_failed_boot_requeues_the_job_and_the_next_pass_places_it(pool_s
         request = pool_pb2.PutMachineTypesRequest()
         request.catalogue.data = json.dumps([local_type()]).encode()
         await pool.stub.PutMachineTypes(request, metadata=ADMIN)
-        await pool.dispatcher.scaler_pass()  # no new submit: the pass alone places the waiting job
+        await pool.dispatcher.scaler.scaler_pass()  # no new submit: the pass alone places the waiting job
         assert (await pool.finished(job.id)).state == "completed"
 
 

@@ -145,7 +145,7 @@ async def test_cancel_first_a_job_locked_by_a_cancel_is_skipped_by_the_dispatch(
         await other.execute(
             "UPDATE pool_jobs SET state = 'cancelled', completed_at = now() WHERE id = $1", uuid.UUID(queued.id)
         )
-    await pool.dispatcher.place()  # a later pass finds nothing queued
+    await pool.dispatcher.placement.place()  # a later pass finds nothing queued
     job = await pool.job(queued.id)
     assert job.state == "cancelled" and not job.HasField("worker_id")
     assert {e.job_id for e in await pool.usage()} == {blocker.id, held.id}

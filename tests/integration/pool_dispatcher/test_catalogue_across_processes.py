@@ -39,7 +39,7 @@ async def applied(pool: RunningPool, version: int) -> None:
     """Until the process's own copy is at `version` (its placement, caps and runs read that copy)."""
 
     async def at_version() -> bool | None:
-        return True if pool.dispatcher.state.version == version else None
+        return True if pool.dispatcher.catalogues.state.version == version else None
 
     await eventually(at_version, timeout=10, every=0.02)
 
@@ -58,13 +58,13 @@ async def test_a_put_through_one_process_is_served_by_another_live_one(database_
             env={"STRATA_WORKER_HANDLER": "fail", "STRATA_WORKER_FAIL_MESSAGE": "catalogue v2"},
         )
         await put(alpha, [changed, local_type("second")])
-        await applied(beta, alpha.dispatcher.state.version)
-        assert beta.dispatcher.catalogue.names == alpha.dispatcher.catalogue.names
+        await applied(beta, alpha.dispatcher.catalogues.state.version)
+        assert beta.dispatcher.catalogues.catalogue.names == alpha.dispatcher.catalogues.catalogue.names
         failed = await beta.finished((await beta.submit(b"after")).id)
         assert failed.state == "failed" and "catalogue v2" in failed.error and failed.worker_id != old.id
 
         await put(alpha, [changed])
-        await applied(beta, alpha.dispatcher.state.version)
+        await applied(beta, alpha.dispatcher.catalogues.state.version)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await beta.submit(b"x", machine_type="second")
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "second" in refused.value.details()

@@ -134,7 +134,7 @@ def test_a_catalogue_at_start_without_backend_and_no_local_enabled_is_docker(
     """The seed's entry in POOL_MACHINE_TYPES starts (docker is enabled by default) and is a docker type."""
     settings = settings_from(pool_env(SEED_EXAMPLE, POOL_ENABLED_BACKENDS=""), monkeypatch)
     service = assemble(settings, pool_store, run_scaler=False)
-    assert [str(t.backend) for t in service.dispatcher.catalogue.types] == ["docker"]
+    assert [str(t.backend) for t in service.dispatcher.catalogues.catalogue.types] == ["docker"]
     assert "local" not in service.dispatcher.backends
 
 
@@ -179,7 +179,7 @@ async def test_usage_duration_stays_monotonic_across_a_wall_clock_step(pool_stor
         clock.advance(2.5)
 
     def on_the_worker_call(d: Dispatcher) -> None:
-        wrap_before(d.runner.client, "execute", while_it_runs, None)
+        wrap_before(d.client, "execute", while_it_runs, None)
 
     async with start_pool(pool_store, pool_env(), clock=clock, seams=[on_the_worker_call]) as pool:
         job = await pool.submit(b"x")
@@ -203,8 +203,8 @@ async def test_a_stored_catalogue_naming_local_after_local_was_disabled_starts_a
     env = pool_env([], POOL_ENABLED_BACKENDS="docker", STRATA_POOL_DOCKER_SOCKET=docker_daemon.socket_path)
     with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher"):
         async with start_pool(pool_store, env) as pool:
-            await pool.dispatcher.refresh_catalogue()
-            assert pool.dispatcher.catalogue.names == ("local",)
+            await pool.dispatcher.catalogues.refresh()
+            assert pool.dispatcher.catalogues.catalogue.names == ("local",)
             assert any(
                 "cannot be fully served" in r.getMessage() and "POOL_ENABLED_BACKENDS" in r.getMessage()
                 for r in caplog.records

@@ -122,12 +122,12 @@ async def test_a_machine_released_by_one_process_is_adopted_by_another_at_once_w
         [adopted] = await machines(store)
         assert adopted["owner"] == "beta" and adopted["released_at"] is None and adopted["state"] == "warm"
         assert adopted["id"] == released["id"] and adopted["provider_id"] == released["provider_id"]
-        await beta.dispatcher.reap()
+        await beta.dispatcher.scaler.reap()
         clock.advance(95)  # 595 s idle by its own clock: kept
-        await beta.dispatcher.reap()
+        await beta.dispatcher.scaler.reap()
         assert [m["state"] for m in await machines(store)] == ["warm"]
         clock.advance(10)  # 605 s: its cool-down is over (a fresh one would keep it another 495 s)
-        await beta.dispatcher.reap()
+        await beta.dispatcher.scaler.reap()
         assert await machines(store) == []
         assert not worker_alive(released["provider_id"]) or await gone(released["provider_id"])
 
@@ -167,7 +167,7 @@ async def test_warm_machines_survive_a_restart_under_the_same_instance_id(databa
         term = await store.pool.fetchval("SELECT term FROM leases WHERE name = $1", lease_name("alpha"))
         await sigterm(alpha)
     async with process(database_url, "alpha") as (again, store):
-        assert again.dispatcher.owner.term == term + 1
+        assert again.dispatcher.ownership.owner.term == term + 1
         after = await machines(store)
         assert [(m["id"], m["provider_id"], m["state"], m["owner"]) for m in after] == [
             (m["id"], m["provider_id"], "warm", "alpha") for m in before
@@ -309,8 +309,8 @@ async def test_a_machine_recovered_under_the_same_id_after_a_crash_keeps_its_rem
             [kept] = await machines(store)
             assert kept["id"] == machine["id"] and kept["state"] == "warm" and kept["released_at"] is None
             clock.advance(95)
-            await again.dispatcher.reap()
+            await again.dispatcher.scaler.reap()
             assert [m["state"] for m in await machines(store)] == ["warm"]
             clock.advance(10)
-            await again.dispatcher.reap()
+            await again.dispatcher.scaler.reap()
             assert await machines(store) == []

@@ -175,11 +175,11 @@ async def test_the_waiting_job_cancelled_before_the_marked_machine_retires(
         backlog = await submit_backlog(pool, 20)
         await busy_machines(pool_store, "acme", 2)
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert len(await marked(pool_store)) == 1
         await cancel(pool, waiting.id, "globex")
         if placed_between:
-            await pool.dispatcher.place()
+            await pool.dispatcher.placement.place()
             assert await marked(pool_store) == []
         held.open.set()
         await all_done(pool_store, "acme")
@@ -207,7 +207,7 @@ async def test_the_waiting_job_cancelled_while_the_retired_machine_stops_gives_t
         backlog = await submit_backlog(pool, 20)
         await busy_machines(pool_store, "acme", 2)
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         [retiring] = await marked(pool_store)
         held.open.set()
         await asyncio.wait_for(stopping.wait(), 30)
@@ -247,7 +247,9 @@ async def test_two_dispatchers_deciding_at_once_retire_one_machine_per_needed_sl
         backlog = await submit_backlog(alpha, 30)
         await busy_machines(store, "acme", 2)
         waiting = await beta.submit(b"0", machine_type="sleepy", tenant="globex")
-        await asyncio.gather(alpha.dispatcher.place(), beta.dispatcher.place(), alpha.dispatcher.place())
+        await asyncio.gather(
+            alpha.dispatcher.placement.place(), beta.dispatcher.placement.place(), alpha.dispatcher.placement.place()
+        )
         assert len(await marked(store)) == 1
         held.open.set()
         assert (await beta.finished(waiting.id, "globex", timeout=60)).state == "completed"
@@ -274,7 +276,7 @@ async def test_a_tenant_whose_demand_disappears_gives_its_idle_machine_back_befo
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
         assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"
         globex_machine = (await pool.job(waiting.id, "globex")).worker_id
-        await pool.dispatcher.place()  # the scaler's pass, as it would run within scaler_seconds
+        await pool.dispatcher.placement.place()  # the scaler's pass, as it would run within scaler_seconds
 
         async def acme_holds_two_again() -> bool | None:
             workers = await pool.workers()
@@ -311,7 +313,7 @@ async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retire
         backlog = await submit_backlog(pool, 10)
         await busy_machines(pool_store, "acme", 2)
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         [retiring] = await marked(pool_store)
         held_job = await pool_store.pool.fetchval(
             "SELECT id::text FROM pool_jobs WHERE worker_id = $1::uuid AND state = 'dispatched'", retiring
@@ -329,9 +331,9 @@ async def test_a_marked_machine_whose_job_is_cancelled_before_it_was_sent_retire
         await eventually(idle_and_marked, timeout=30, every=0.02)
         if carried_out_by == "placement":
             passes.set()
-            await pool.dispatcher.place()
+            await pool.dispatcher.placement.place()
         else:
-            await pool.dispatcher.reap()
+            await pool.dispatcher.scaler.reap()
             passes.set()
         assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"
         await all_done(pool_store, "acme")
@@ -366,7 +368,7 @@ async def test_a_tenant_that_came_while_the_backlogs_machines_booted_gets_a_slot
 
         await eventually(two_starting, timeout=30, every=0.02)
         waiting = await pool.submit(b"0", machine_type="sleepy", tenant="globex")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await marked(pool_store) == []  # nothing to take while they boot
         booting.set()
         assert (await pool.finished(waiting.id, "globex", timeout=60)).state == "completed"

@@ -104,12 +104,13 @@ async def test_a_stalled_old_process_of_the_same_id_cannot_send_once_a_new_one_s
         payload = b'{"seconds": 0, "n": "held by the old incarnation"}'
         job = await old.submit(payload, machine_type="sleepy")  # cold: the booted machine's first job
         await held.arrived.wait()
-        old_term = old.dispatcher.owner.term
+        old_term = old.dispatcher.ownership.owner.term
         async with alpha(database_url, [journalled_type(journal)]) as (new, _):
-            assert new.dispatcher.owner.term == old_term + 1
+            assert new.dispatcher.ownership.owner.term == old_term + 1
             failed = await new.job(job.id)
             assert failed.state == "failed" and "restarted" in failed.error
-            assert old.dispatcher.trusted_for_call()  # the old one believes its lease: only the term fences it
+            # the old one believes its lease: only the term fences it
+            assert old.dispatcher.ownership.trusted_for_call()
             held.release.set()
 
             async def old_gave_up() -> bool | None:
@@ -144,7 +145,7 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
         async with store.pool.acquire() as blocker, blocker.transaction():
             await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
             lease_clock.advance(20)  # a 30 s lease is trusted for 24 s: 4 s left, under the 7.5 s call budget
-            assert not pool.dispatcher.trusted_for_call()
+            assert not pool.dispatcher.ownership.trusted_for_call()
             held.release.set()
 
             async def requeued() -> bool | None:
@@ -154,8 +155,8 @@ async def test_a_process_whose_lease_is_not_trusted_for_the_call_does_not_send_a
             await machine_idle(pool)
             assert reached_worker(journal, payload) == 0
         # the lock goes, the hanging renewal lands: trusted again, and the queued job runs
-        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
-        await pool.dispatcher.place()
+        await eventually(lambda: _true_or_none(pool.dispatcher.ownership.trusted_for_call()), timeout=10)
+        await pool.dispatcher.placement.place()
         assert (await pool.finished(job.id)).state == "completed"
         assert reached_worker(journal, payload) == 1
 
@@ -210,7 +211,7 @@ async def test_a_submit_while_the_lease_is_not_trusted_claims_the_warm_machine_d
         async with store.pool.acquire() as blocker, blocker.transaction():
             await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
             lease_clock.advance(20)  # 4 s of trust left, under the 7.5 s call budget
-            assert not pool.dispatcher.trusted_for_call()
+            assert not pool.dispatcher.ownership.trusted_for_call()
             job = await pool.submit(payload, machine_type="sleepy")
             assert job.state == "dispatched" and job.worker_id and not job.HasField("started_at")
 
@@ -221,8 +222,8 @@ async def test_a_submit_while_the_lease_is_not_trusted_claims_the_warm_machine_d
             assert job.id in sends  # it went the way of a dispatched claim: mark_sent's check refused it
             await machine_idle(pool)
             assert reached_worker(journal, payload) == 0
-        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
-        await pool.dispatcher.place()
+        await eventually(lambda: _true_or_none(pool.dispatcher.ownership.trusted_for_call()), timeout=10)
+        await pool.dispatcher.placement.place()
         assert (await pool.finished(job.id)).state == "completed"
         assert reached_worker(journal, payload) == 1
         assert [e.job_id for e in await pool.usage()].count(job.id) == 1
@@ -281,7 +282,7 @@ async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it
         async with store.pool.acquire() as blocker, blocker.transaction():
             await blocker.execute("SELECT 1 FROM leases WHERE name = $1 FOR UPDATE", lease_name("alpha"))
             lease_clock.advance(20)  # 4 s of trust left, under the 7.5 s call budget
-            assert not pool.dispatcher.trusted_for_call()
+            assert not pool.dispatcher.ownership.trusted_for_call()
             held.release.set()
             assert (await pool.finished(first.id)).state == "completed"
 
@@ -292,7 +293,7 @@ async def test_a_completion_while_the_lease_is_not_trusted_hands_over_nothing_it
             assert (await pool.job(job.id)).state == "queued"
             await machine_idle(pool)
             assert reached_worker(journal, payload) == 0
-        await eventually(lambda: _true_or_none(pool.dispatcher.trusted_for_call()), timeout=10)
-        await pool.dispatcher.place()
+        await eventually(lambda: _true_or_none(pool.dispatcher.ownership.trusted_for_call()), timeout=10)
+        await pool.dispatcher.placement.place()
         assert (await pool.finished(job.id)).state == "completed"
         assert reached_worker(journal, payload) == 1

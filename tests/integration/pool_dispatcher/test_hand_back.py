@@ -159,7 +159,7 @@ async def test_a_machine_dying_mid_job_fails_it_and_is_not_handed_back(pool_stor
         [event] = await usage_of(pool, job.id)
         assert event.terminal_state == "failed"
         await no_machine_but(pool_store, set())
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await machines(pool_store) == []
 
 
@@ -200,7 +200,7 @@ async def test_after_two_machines_refused_it_the_job_fails_naming_each_attempt(p
         [event] = await usage_of(pool, job.id)
         assert event.terminal_state == "failed"
         await no_machine_but(pool_store, set())
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await machines(pool_store) == []
         families = await scrape(pool.metrics_port)
         refused = families["thermostat_pool_jobs_refused_total"]
@@ -228,7 +228,7 @@ async def test_a_cancel_landing_before_the_hand_back_stands_and_no_machine_is_st
         [event] = await eventually(metered, timeout=20, every=0.05)
         assert event.terminal_state == "cancelled"
         await no_machine_but(pool_store, set())
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await machines(pool_store) == []
 
 
@@ -249,7 +249,7 @@ async def test_a_cancel_landing_while_the_job_waits_again_stands_and_it_never_ru
         await eventually(handed_back, timeout=10, every=0.02)
         assert (await cancel(pool, submitted.id)).state == "cancelled"
         gate.opened.set()
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         job = await pool.job(submitted.id)
         assert job.state == "cancelled" and not job.HasField("started_at") and not job.HasField("worker_id")
         assert await usage_of(pool, job.id) == []
@@ -269,11 +269,11 @@ async def test_a_tenant_at_its_cap_gets_a_new_machine_as_the_dead_one_retires(po
         if not box or machine_id not in dead:
             return
         pool = box[0]
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         seen.append(await machines(pool_store))
         job_id = await pool_store.pool.fetchval("SELECT id::text FROM pool_jobs WHERE handed_back_from IS NOT NULL")
         refusal = Refusal(machine_id=machine_id, reason=REFUSED)
-        handed = await pool.dispatcher.repo.jobs.hand_back(job_id, machine_id, pool.dispatcher.owner, refusal)
+        handed = await pool.dispatcher.repo.jobs.hand_back(job_id, machine_id, pool.dispatcher.ownership.owner, refusal)
         again.append((handed.handed_back, handed.provider_id))
 
     types = [local_type(max_workers=1)]
@@ -302,7 +302,7 @@ async def test_under_the_fleet_cap_the_job_waits_until_the_dead_machine_is_gone(
         if not box or machine_id not in dead:
             return
         pool = box[0]
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         state = await pool_store.pool.fetchval("SELECT state FROM pool_jobs WHERE handed_back_from IS NOT NULL")
         while_stopping.append((await machines(pool_store), state))
 
@@ -351,7 +351,7 @@ async def test_another_processs_placement_takes_a_handed_back_job_and_the_caller
                 )
 
             job_id = await eventually(handed_back, timeout=10, every=0.02)
-            await beta.dispatcher.place()
+            await beta.dispatcher.placement.place()
             body, metadata = await asyncio.wait_for(waiting, timeout=60)
         finally:
             gate.opened.set()

@@ -80,7 +80,7 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
         first = await alpha.submit(b"a", tenant="acme")
         await inside.wait()
         second = await beta.submit(b"b", tenant="globex")
-        beta_placing = asyncio.create_task(beta.dispatcher.place())
+        beta_placing = asyncio.create_task(beta.dispatcher.placement.place())
 
         async def beta_waits_on_the_lock() -> bool | None:
             waiting = await store.pool.fetchval(
@@ -96,8 +96,8 @@ async def test_two_placements_under_the_fleet_cap_never_overshoot_and_lose_no_de
         assert (await alpha.finished(first.id)).state == "completed"
         # acme's machine, idle now, goes (fair share hands an idle machine at the cap to the tenant waiting, or the
         # reaper's cool-down of 0 does): either way the fleet has room, and the deferred job runs
-        await alpha.dispatcher.reap()
-        await beta.dispatcher.scaler_pass()
+        await alpha.dispatcher.scaler.reap()
+        await beta.dispatcher.scaler.scaler_pass()
         assert (await beta.finished(second.id, "globex")).state == "completed"
         assert await store.pool.fetchval("SELECT count(*) FROM pool_machines") == 1
 
@@ -112,7 +112,7 @@ async def test_a_claim_skips_a_warm_machine_another_actor_holds(database_url: st
             await other.execute("SELECT 1 FROM pool_machines WHERE id = $1 FOR UPDATE", uuid.UUID(machine.id))
             job = await alpha.submit(b"second")
             assert job.state == "queued"
-        await alpha.dispatcher.place()
+        await alpha.dispatcher.placement.place()
         done = await alpha.finished(job.id)
         assert done.state == "completed" and done.worker_id == machine.id
 
@@ -133,11 +133,11 @@ async def test_a_lapsed_instance_has_its_jobs_failed_and_its_machines_stopped_wi
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
         )
-        await beta.dispatcher.reclaim()
+        await beta.dispatcher.scaler.reclaim()
         failed = await beta.job(job.id)
         assert failed.state == "failed" and "alpha" in failed.error
         for _ in range(2):
-            await beta.dispatcher.scaler_pass()  # stops the reclaimed machine through beta's backend
+            await beta.dispatcher.scaler.scaler_pass()  # stops the reclaimed machine through beta's backend
         assert await store.pool.fetchval("SELECT count(*) FROM pool_machines") == 0
         assert await beta.usage() == []
 
@@ -165,7 +165,7 @@ async def test_a_restart_under_the_same_instance_id_takes_its_rows_back_at_once(
         # old incarnation (were it only stalled) is fenced off
         async with asyncio.timeout(10):
             async with instance(database_url, "alpha", [sleepy_type()], POOL_LEASE_SECONDS="600") as (again, _):
-                assert again.dispatcher.owner.term == term + 1
+                assert again.dispatcher.ownership.owner.term == term + 1
                 failed = await again.job(job.id)
                 assert failed.state == "failed" and "restarted" in failed.error
                 assert await again.usage() == []
@@ -181,9 +181,9 @@ async def test_an_instance_that_renewed_after_being_read_as_lapsed_keeps_its_row
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
         )
-        [lapsed] = await beta.dispatcher.repo.ownership.lapsed_owners(beta.dispatcher.owner)
+        [lapsed] = await beta.dispatcher.repo.ownership.lapsed_owners(beta.dispatcher.ownership.owner)
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() + interval '30 seconds' WHERE name = $1", lease_name("alpha")
         )
-        assert await beta.dispatcher.repo.ownership.reclaim(lapsed, beta.dispatcher.owner) == (0, 0)
+        assert await beta.dispatcher.repo.ownership.reclaim(lapsed, beta.dispatcher.ownership.owner) == (0, 0)
         assert [w.state for w in await alpha.workers()] == ["warm"]

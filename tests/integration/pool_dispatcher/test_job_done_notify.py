@@ -112,7 +112,7 @@ async def test_a_sync_job_its_own_process_runs_is_notified_to_no_one(database_ur
         notifications(database_url, "alpha") as notified,
         instance(database_url, "alpha", [sleepy_type(max_workers=1)]) as (alpha, _),
     ):
-        alpha.dispatcher.repoll_seconds = HOUR
+        alpha.dispatcher.waits.repoll_seconds = HOUR
         await alpha.run(b"0", machine_type="sleepy")
         await machine_idle(alpha)
         body, metadata = await alpha.run(b"0", machine_type="sleepy")
@@ -129,7 +129,7 @@ async def test_a_sync_job_another_process_completes_is_notified_to_the_waiting_p
         instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types) as (beta, _),
     ):
-        beta.dispatcher.repoll_seconds = HOUR
+        beta.dispatcher.waits.repoll_seconds = HOUR
         await busy_with_a_held_job(alpha, held)
         waiting = asyncio.create_task(beta.run(b"0", machine_type="sleepy"))
         queued = await queued_job(beta)
@@ -150,7 +150,7 @@ async def test_a_sync_wait_that_registers_after_its_job_ended_elsewhere_reads_it
         instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types, seams=[before_wait(late)]) as (beta, _),
     ):
-        beta.dispatcher.repoll_seconds = HOUR
+        beta.dispatcher.waits.repoll_seconds = HOUR
         await busy_with_a_held_job(alpha, held)
         waiting = asyncio.create_task(beta.run(b"0", machine_type="sleepy"))
         await late.arrived.wait()  # submitted (queued behind the held job), not yet waiting
@@ -180,7 +180,7 @@ async def test_a_wait_job_elsewhere_that_began_before_the_completion_is_notified
         instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types) as (beta, _),
     ):
-        beta.dispatcher.repoll_seconds = HOUR
+        beta.dispatcher.waits.repoll_seconds = HOUR
         job = await busy_with_a_held_job(alpha, held)
         streaming = asyncio.create_task(wait_job(beta, job.id))
         await watched(alpha, job.id)  # beta's WaitJob marked the row: a completion from here notifies everyone
@@ -200,7 +200,7 @@ async def test_a_wait_job_elsewhere_that_begins_after_the_completion_reads_the_e
         instance(database_url, "alpha", types, seams=[before_execute(held)]) as (alpha, _),
         instance(database_url, "beta", types, seams=[before_wait(late)]) as (beta, _),
     ):
-        beta.dispatcher.repoll_seconds = HOUR
+        beta.dispatcher.waits.repoll_seconds = HOUR
         job = await busy_with_a_held_job(alpha, held)
         late.armed = True
         streaming = asyncio.create_task(wait_job(beta, job.id))
@@ -220,7 +220,7 @@ async def test_a_wait_job_elsewhere_on_a_lapsed_instances_job_is_woken_by_the_re
         instance(database_url, "beta", types) as (beta, _),
         instance(database_url, "gamma", types) as (gamma, _),
     ):
-        gamma.dispatcher.repoll_seconds = HOUR
+        gamma.dispatcher.waits.repoll_seconds = HOUR
         job = await alpha.submit(b"30", machine_type="sleepy")
         await job_state(alpha, job.id, "running")
         streaming = asyncio.create_task(wait_job(gamma, job.id))
@@ -228,7 +228,7 @@ async def test_a_wait_job_elsewhere_on_a_lapsed_instances_job_is_woken_by_the_re
         await store.pool.execute(
             "UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1", lease_name("alpha")
         )
-        await beta.dispatcher.reclaim()
+        await beta.dispatcher.scaler.reclaim()
         assert (await streaming)[-1] == "failed"
 
 

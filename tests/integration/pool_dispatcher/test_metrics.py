@@ -68,7 +68,7 @@ async def test_a_lapsed_instance_reclaimed_is_counted_as_a_pool_instance_takeove
         await pool_store.pool.execute("UPDATE leases SET expires_at = now() - interval '1 second' WHERE name = $1",
                                       "pool-instance:doomed")  # fmt: skip
         async with start_pool(pool_store, pool_env([sleepy_type()], POOL_INSTANCE_ID="survivor")) as survivor:
-            await survivor.dispatcher.reclaim()
+            await survivor.dispatcher.scaler.reclaim()
             takeovers = (await scrape(survivor.metrics_port))["thermostat_lease_takeovers_total"]
             assert takeovers.value(lease="pool-instance") == 1
             assert (await survivor.job(job.id)).state == "failed"

@@ -59,10 +59,10 @@ async def test_removing_a_type_fails_its_queued_jobs_and_lets_a_booting_machine_
         boot.set()
         assert (await pool.finished(handed.id)).state == "completed"
         assert [w.state for w in await pool.workers()] == ["warm"]
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert [w.state for w in await pool.workers()] == ["warm"]  # idle, but not yet past its cool-down
         clock.advance(30)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await pool.workers() == []
 
 
@@ -79,10 +79,10 @@ async def test_hitting_the_fleet_cap_logs_one_warning_per_placement_pass(
         await eventually(on_its_machine, timeout=30, every=0.02)
         for tenant in ("globex", "initech"):
             await pool.submit(b"0", machine_type="sleepy", tenant=tenant)
-        await pool.dispatcher.place()  # after the placements the submits poked
+        await pool.dispatcher.placement.place()  # after the placements the submits poked
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="thermostat.pool_dispatcher"):
-            await pool.dispatcher.place()
+            await pool.dispatcher.placement.place()
         warnings = [r.getMessage() for r in caplog.records if "fleet cap" in r.getMessage()]
         assert warnings == ["fleet cap of 1 machines reached: 2 queued job(s) wait for capacity"]
         assert len(await pool.workers()) == 1

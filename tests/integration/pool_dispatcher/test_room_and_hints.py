@@ -95,10 +95,10 @@ async def test_the_old_machine_another_process_owns_is_taken_over_and_stopped_by
         await alpha.run(b"old")
         [old] = await alpha.workers()
         await change_image(alpha)
-        await beta.dispatcher.scaler_pass()  # beta applies the stored catalogue
+        await beta.dispatcher.scaler.scaler_pass()  # beta applies the stored catalogue
         assert (await beta.run(b"new"))[0] == b"new"
         await only_machine_is_on_the_new_image(beta)
-        await alpha.dispatcher.reap()
+        await alpha.dispatcher.scaler.reap()
         lives = await store.pool.fetch("SELECT machine_id::text, event FROM pool_machine_events ORDER BY position")
         assert [(r["machine_id"], r["event"]) for r in lives if r["event"] == "stopped"] == [(old.id, "stopped")]
 
@@ -127,7 +127,7 @@ async def test_a_hint_after_the_old_machine_was_reaped_first_starts_without_reti
         await pool.run(b"old")
         await change_image(pool, cool_down_seconds=30)
         clock.advance(30)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await pool.workers() == []
         assert await hint(pool) == (True, None)
         await only_machine_is_on_the_new_image(pool)
@@ -171,9 +171,9 @@ async def test_a_hinted_machine_no_job_reaches_is_stopped_after_its_types_cool_d
 
         await eventually(warm, timeout=30, every=0.05)
         clock.advance(44)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert [w.state for w in await pool.workers()] == ["warm"]
         clock.advance(1)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await pool.workers() == []
         assert await pool_store.pool.fetchval("SELECT count(*) FROM pool_usage") == 0

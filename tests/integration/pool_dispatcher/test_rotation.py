@@ -72,10 +72,10 @@ async def test_at_a_cap_of_one_light_waits_for_heavys_tenure_not_its_backlog(poo
         await held_at_least(held, 1)
         await age(pool_store, "heavy", booted_minutes=60, held_minutes=10)
         light = await pool.submit(b"0", machine_type="sleepy", tenant="light")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await marked(pool_store) == []  # 10 minutes held, within a 60-minute boot's tenure
         await age(pool_store, "heavy", booted_minutes=60, held_minutes=61)
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         [retiring] = await marked(pool_store)
         assert await pool_store.pool.fetchval("SELECT yield_to FROM pool_machines WHERE id = $1::uuid", retiring) == (
             "light"
@@ -129,7 +129,7 @@ async def test_at_a_cap_of_two_with_three_tenants_the_longest_holder_gives_its_s
         await age(pool_store, "acme", booted_minutes=1, held_minutes=30)
         await age(pool_store, "globex", booted_minutes=1, held_minutes=5)
         initech = await pool.submit(b"0", machine_type="sleepy", tenant="initech")
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         [retiring] = await marked(pool_store)
         row = await pool_store.pool.fetchrow(
             "SELECT tenant_id, yield_to FROM pool_machines WHERE id = $1::uuid", retiring
@@ -166,10 +166,10 @@ async def test_ten_light_tenants_each_get_the_slot_in_the_order_they_came(pool_s
         await held_at_least(held, 1)
         await age(pool_store, "heavy", booted_minutes=60, held_minutes=1)  # within its tenure while they come
         lights = [(await pool.submit(b"0", machine_type="sleepy", tenant=f"light{i}")).id for i in range(10)]
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert await marked(pool_store) == []
         await age(pool_store, "heavy", booted_minutes=60, held_minutes=61)
-        await pool.dispatcher.place()
+        await pool.dispatcher.placement.place()
         assert len(await marked(pool_store)) == 1
         held.open.set()
         finished = [await pool.finished(job_id, f"light{i}", timeout=180) for i, job_id in enumerate(lights)]

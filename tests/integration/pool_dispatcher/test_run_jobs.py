@@ -120,7 +120,8 @@ async def test_an_unexpected_error_answers_its_own_tag_with_no_detail_and_the_st
     job, to follow with GetJob): that message is answered by its tag, UNKNOWN as the unary call ends, saying only
     that the pool logged an internal error; the log has the job's id and the error; the next message runs."""
     d = pool.dispatcher
-    real = getattr(d, step)
+    part = d if step == "submit" else d.waits  # the facade's submit, the waits' wait_finished
+    real = getattr(part, step)
     failures: list[str] = []
 
     async def fails_once(*args: object, **kwargs: object) -> object:
@@ -131,7 +132,7 @@ async def test_an_unexpected_error_answers_its_own_tag_with_no_detail_and_the_st
             raise RuntimeError(f"the store said no: {SECRET}")
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(d, step, fails_once)
+    monkeypatch.setattr(part, step, fails_once)
     call = pool.stub.RunJobs(metadata=caller())
     with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher.servicer"):
         await call.write(job(7, b"first"))

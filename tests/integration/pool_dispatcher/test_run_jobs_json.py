@@ -225,7 +225,7 @@ async def test_an_unexpected_error_in_one_job_is_that_entrys_500_alone_and_the_o
     which runs to its end) of the job whose payload is b"boom": its entry is 500 saying only that the pool logged
     an internal error; the log has its place in the batch, the job's id and the error; the other jobs ran."""
     d = pool.dispatcher
-    real_submit, real_wait = d.submit, d.wait_finished
+    real_submit, real_wait = d.submit, d.waits.wait_finished
     boom: list[str] = []
 
     async def submit(**kwargs: Any) -> Any:
@@ -243,7 +243,7 @@ async def test_an_unexpected_error_in_one_job_is_that_entrys_500_alone_and_the_o
         return finished
 
     monkeypatch.setattr(d, "submit", submit)
-    monkeypatch.setattr(d, "wait_finished", wait_finished)
+    monkeypatch.setattr(d.waits, "wait_finished", wait_finished)
     with caplog.at_level(logging.ERROR, logger="thermostat.pool_dispatcher.servicer"):
         entries = await run_batch(
             pool,

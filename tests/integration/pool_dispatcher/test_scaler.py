@@ -41,10 +41,10 @@ async def test_an_idle_machine_is_stopped_after_its_types_cool_down_and_not_befo
     async with start_pool(pool_store, pool_env([local_type(cool_down_seconds=60)]), clock=clock) as pool:
         await pool.run(b"x")
         clock.advance(59)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await states(pool) == ["warm"]
         clock.advance(1)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await states(pool) == []
 
 
@@ -58,7 +58,7 @@ async def test_cool_down_reads_only_the_monotonic_clock(pool_store: Store) -> No
             "UPDATE pool_machines SET last_active_at = now() - interval '1 day', warm_at = now() - interval '1 day'"
         )
         clock.advance(10)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await states(pool) == ["warm"]
 
 
@@ -73,8 +73,8 @@ async def test_a_busy_machine_is_neither_reaped_nor_probed(pool_store: Store) ->
 
         await eventually(running, timeout=30, every=0.02)
         clock.advance(3600)
-        await pool.dispatcher.reap()
-        await pool.dispatcher.probe()
+        await pool.dispatcher.scaler.reap()
+        await pool.dispatcher.scaler.probe()
         assert await states(pool) == ["busy"]
         assert (await pool.finished(job.id)).state == "completed"
 
@@ -87,9 +87,9 @@ async def test_a_machine_missing_n_probes_in_a_row_is_retired(pool_store: Store)
         victim = await pool_store.pool.fetchval("SELECT provider_id FROM pool_machines WHERE id = $1::uuid", acme.id)
         pool.backend._children[victim].kill()
         await pool.backend._children[victim].wait()
-        await pool.dispatcher.probe()
+        await pool.dispatcher.scaler.probe()
         assert len(await pool.workers()) == 2  # one miss is a hiccup
-        await pool.dispatcher.probe()
+        await pool.dispatcher.scaler.probe()
         await until(pool, ["warm"])
         assert [w.tenant_id for w in await pool.workers()] == ["globex"]
 
@@ -101,8 +101,8 @@ async def test_a_pass_where_every_probe_fails_retires_nobody(pool_store: Store) 
         for process in pool.backend._children.values():
             process.kill()
             await process.wait()
-        await pool.dispatcher.probe()
-        await pool.dispatcher.probe()
+        await pool.dispatcher.scaler.probe()
+        await pool.dispatcher.scaler.probe()
         assert await states(pool) == ["warm", "warm"]
 
 
@@ -180,7 +180,7 @@ async def test_an_image_change_sends_new_work_to_new_machines_and_retires_the_ol
         _, second = await pool.run(b"new")
         assert (await pool.job(second["x-pool-job-id"])).worker_id != old_machine
         clock.advance(30)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert old_machine not in {w.id for w in await pool.workers()}
 
 
@@ -201,7 +201,7 @@ async def test_a_removed_type_fails_its_queued_jobs_and_its_machines_retire(pool
         assert (await pool.finished(running.id)).state == "completed"  # a running job finishes
         await until(pool, ["warm"])
         clock.advance(30)
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await states(pool) == []
         with pytest.raises(grpc.aio.AioRpcError):
             await pool.submit(b"0", machine_type="sleepy")
@@ -232,10 +232,10 @@ async def test_a_failed_stop_keeps_the_row_counted_and_the_next_pass_retries_it(
             await real_stop(provider_id)
 
         pool.backend.stop = refuse_once  # type: ignore[method-assign]
-        await pool.dispatcher.reap()
+        await pool.dispatcher.scaler.reap()
         assert await states(pool) == ["stopping"]  # still there, still counted against the fleet cap
         assert await hint(pool, "local", tenant="globex") == (False, "fleet_cap", "202")
-        await pool.dispatcher.scaler_pass()  # the retry stops it and forgets the row
+        await pool.dispatcher.scaler.scaler_pass()  # the retry stops it and forgets the row
         assert await states(pool) == []
         assert pool.backend.pid(refusals[0]) is None
         assert await hint(pool, "local", tenant="globex") == (True, None, "202")

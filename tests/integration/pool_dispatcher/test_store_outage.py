@@ -104,7 +104,7 @@ async def next_pass(pool: RunningPool) -> None:
     closed before this process read the close fails, and the loop runs the pass again (chassis/periodic.py)."""
     for attempt in range(3):
         try:
-            await pool.dispatcher.scaler_pass()
+            await pool.dispatcher.scaler.scaler_pass()
             return
         except (asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError, ConnectionError):
             if attempt == 2:
@@ -285,7 +285,7 @@ async def test_a_placement_whose_commit_answer_was_lost_is_booted_by_the_next_pa
         assert reached_worker(journal, payload) == 1
         assert await usage_of(pool, job.id) == 1
         await machine_idle(pool)
-        await pool.dispatcher.scaler_pass()  # a booted machine is no longer unbooted: nothing boots it again
+        await pool.dispatcher.scaler.scaler_pass()  # a booted machine is no longer unbooted: nothing boots it again
         assert await workers_and_jobs(pool) == [("warm", "")]
         assert reached_worker(journal, payload) == 1
 
@@ -333,7 +333,7 @@ async def test_a_hint_whose_commit_answer_was_lost_is_booted_by_the_next_pass(
         assert await workers_and_jobs(pool) == [("starting", "")]
         await next_pass(pool)
         await machine_idle(pool)
-        await pool.dispatcher.scaler_pass()
+        await pool.dispatcher.scaler.scaler_pass()
         assert await workers_and_jobs(pool) == [("warm", "")]
 
 
@@ -376,7 +376,7 @@ async def test_a_pass_while_a_placements_commit_answer_is_on_its_way_leaves_its_
         job = await pool.submit(payload, machine_type="sleepy")  # no machine: placement inserts one and commits
         await asyncio.wait_for(outage.proxy.answer_held.wait(), 10)
         assert await workers_and_jobs(pool) == [("starting", job.id)]  # committed, its boot not started yet
-        unbooted = asyncio.create_task(pool.dispatcher.boot_unbooted())
+        unbooted = asyncio.create_task(pool.dispatcher.placement.recover_unbooted())
         await asyncio.sleep(0)  # the pass runs to its first wait: the placement lock, which placement holds
         assert (unbooted.done(), reads) == (False, [])  # a read now could find the machine undriven
         release.set()
@@ -401,7 +401,8 @@ async def test_a_pass_while_a_hints_commit_answer_is_on_its_way_leaves_its_machi
         )
         await asyncio.wait_for(outage.proxy.answer_held.wait(), 10)
         assert await workers_and_jobs(pool) == [("starting", "")]
-        await pool.dispatcher.boot_unbooted()  # reads the committed row while the hint waits for its answer
+        # reads the committed row while the hint waits for its answer
+        await pool.dispatcher.placement.recover_unbooted()
         assert starts == []
         release.set()
         assert (await hint).started

@@ -65,7 +65,7 @@ class Backlog:
     async def submit(self, payload: bytes = b"0", *, priority: int = 0, remaining: float | None = None) -> JobView:
         """A submit on the dispatcher itself (what the servicer calls once the call's checks passed)."""
         query = {"machine_type": "sleepy", "priority": str(priority)}
-        options = parse_submit_query(query, catalogue=self.dispatcher.catalogue, sync=False)
+        options = parse_submit_query(query, catalogue=self.dispatcher.catalogues.catalogue, sync=False)
         assert isinstance(options, SubmitOptions)
         return await self.dispatcher.submit(
             tenant_id="acme", options=options, payload=payload, trace={}, remaining=remaining
@@ -96,7 +96,7 @@ async def backlog(pool_store: Store, limits: BatchLimits = GATHER_FOR_A_MINUTE) 
     held, gate = HeldStep(), BatchGate()
     seams = [before_complete(held), before_submit_batch(gate)]
     async with start_pool(pool_store, pool_env([sleepy_type(max_workers=1)]), seams=seams) as pool:
-        pool.dispatcher.batch_limits = limits
+        pool.dispatcher.intake.limits = limits
         held.armed = True
         first = await pool.submit(b"0", machine_type="sleepy")  # boots the machine, runs, held before completing
         await held.arrived.wait()

@@ -53,7 +53,7 @@ async def test_the_re_reads_of_many_sync_waits_share_one_statement(database_url:
         await busy_with_a_held_job(alpha, held)
         reads = CountedReads(alpha)
         alpha.dispatcher.waits.rereads.read_many = reads
-        alpha.dispatcher.repoll_seconds = REPOLL
+        alpha.dispatcher.waits.repoll_seconds = REPOLL
         waits = [asyncio.create_task(alpha.run(f"0.0{i + 1}".encode(), machine_type="sleepy")) for i in range(WAITS)]
         await queued(alpha, WAITS)
         await asyncio.sleep(4 * REPOLL)
@@ -81,12 +81,12 @@ async def test_a_job_whose_notification_never_came_is_found_by_the_gathered_re_r
         deaf = beta.dispatcher.waits.waiters
         deaf.wake = lambda job_id: None  # type: ignore[method-assign]
         deaf.announce = lambda job_id, result: None  # type: ignore[method-assign]
-        beta.dispatcher.repoll_seconds = REPOLL
+        beta.dispatcher.waits.repoll_seconds = REPOLL
         reads = CountedReads(beta)
         beta.dispatcher.waits.rereads.read_many = reads
         waiting = asyncio.create_task(beta.run(b"0", machine_type="sleepy", wait_seconds="30"))
         await queued(beta, 1)
-        alpha.dispatcher.repoll_seconds = HOUR
+        alpha.dispatcher.waits.repoll_seconds = HOUR
         held.release.set()  # alpha's machine takes beta's queued job next and completes it
         body, metadata = await asyncio.wait_for(waiting, 10)
         assert body == b"slept 0" and metadata["x-pool-job-state"] == "completed"

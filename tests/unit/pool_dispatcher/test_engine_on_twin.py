@@ -2,8 +2,9 @@
 
 Each test mirrors assertions an integration test makes through a whole dispatcher on real Postgres
 (test_wait_rereads.py, test_hand_back.py): the gathered re-reads of sync waits (engine/rereads.py) and a refused
-job's hand-back (engine/hand_back.py), with the real Writes, Fleet, CatalogueCache, metrics and event bus around
-them; only the instance lease (a held one) and the provider's stop are stood in for.
+job's hand-back (engine/hand_back.py) with what the runner carries out after a run that ended so (engine/runner.py),
+with the real Writes, Fleet, CatalogueCache, metrics and runner around them; only the instance lease (a held one),
+the provider's stop, the worker client (never called) and placement's poke (noted) are stood in for.
 """
 
 from __future__ import annotations
@@ -14,17 +15,25 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.fixtures.clock import FakeClock, RealWaits
 from tests.fixtures.pool_twin import MemoryPoolRepository
 from thermostat.chassis.metrics import Metrics
 from thermostat.policy.pool.hand_back import Refusal
 from thermostat.policy.pool.job_outcome import ReplyKind, WorkerReply
 from thermostat.policy.pool.machine_type import BackendKind, Catalogue, parse_catalogue
+from thermostat.policy.pool.run_end import Ended
+from thermostat.policy.pool.submit_batch import BatchLimits
 from thermostat.pool_dispatcher.engine.catalogue import Backends, CatalogueCache
 from thermostat.pool_dispatcher.engine.drivers import Drivers
-from thermostat.pool_dispatcher.engine.events import Events, PlacementWanted
 from thermostat.pool_dispatcher.engine.fleet import Fleet
-from thermostat.pool_dispatcher.engine.hand_back import HandBack
+from thermostat.pool_dispatcher.engine.hand_back import HandBack, Refused
+from thermostat.pool_dispatcher.engine.intake import Intake
+from thermostat.pool_dispatcher.engine.local import Local, SubmitKey
+from thermostat.pool_dispatcher.engine.machine_run import MachineRun, RunEnded, RunParts, Seams
 from thermostat.pool_dispatcher.engine.rereads import Rereads
+from thermostat.pool_dispatcher.engine.runner import Runner
+from thermostat.pool_dispatcher.engine.tasks import Tasks
+from thermostat.pool_dispatcher.engine.waits import Waits
 from thermostat.pool_dispatcher.engine.writes import Writes
 from thermostat.pool_dispatcher.metrics import PoolMetrics
 from thermostat.pool_dispatcher.repository import Assignment, CompletionWrite, JobView, Owner, QueuedSubmit, SubmitWrite
@@ -55,6 +64,29 @@ class StoppingBackend:
 
 async def no_wait(seconds: float) -> None:
     return None
+
+
+class Pokes(list[bool]):
+    """Placement's poke (engine/local.py's WantsPlacement), each call noted with its at_cap."""
+
+    def __call__(self, *, at_cap: bool = False) -> None:
+        self.append(at_cap)
+
+
+@dataclass
+class RunnerHandBack:
+    """A refusal as a machine's run meets it (engine/machine_run.py): the hand-back's answer; a run that ended handed
+    back, what the runner carries out after it (engine/runner.py: placement poked, the machine stopped, poked again)."""
+
+    runner: Runner
+
+    async def refused(self, job: Assignment, reply: WorkerReply, machine_type: str) -> Refused:
+        parts = self.runner.parts
+        refused = await parts.hand_back.refused(job, reply, machine_type)
+        if refused.handed_back:
+            run = MachineRun(parts, Seams(), SubmitKey("t", machine_type, "img"), job, driver=object())
+            await self.runner._follow(RunEnded(how=Ended.HANDED_BACK, provider_id=refused.provider_id), run)
+        return refused
 
 
 async def machine_running_a_job(repo: MemoryPoolRepository, n: int = 1) -> Assignment:
@@ -103,10 +135,10 @@ async def machine_running_a_job(repo: MemoryPoolRepository, n: int = 1) -> Assig
 @dataclass
 class Engine:
     repo: MemoryPoolRepository
-    hand_back: HandBack
+    hand_back: RunnerHandBack
     backend: StoppingBackend
     metrics: PoolMetrics
-    placements: list[PlacementWanted]
+    placements: Pokes
 
     def refusals(self, decision: str) -> float:
         labels = {"machine_type": "local", "backend": "local", "cause": "refused", "decision": decision}
@@ -116,37 +148,59 @@ class Engine:
 
 @pytest.fixture
 def engine() -> Engine:
-    repo = MemoryPoolRepository()
-    ownership, drivers, events, metrics = HeldLease(), Drivers(), Events(), PoolMetrics(Metrics())
+    repo, local, placements, tasks = MemoryPoolRepository(), Local(), Pokes(), Tasks()
+    ownership, drivers, metrics = HeldLease(), Drivers(local), PoolMetrics(Metrics())
+    clock = RealWaits(FakeClock(), no_wait)
     backend = StoppingBackend()
     backends = Backends({BackendKind.LOCAL: backend})
-    catalogue = parse_catalogue([{"name": "local", "image": "img", "backend": "local"}])
-    assert isinstance(catalogue, Catalogue)
-    writes = Writes(repo, ownership, drivers, no_wait)
+    configured = parse_catalogue([{"name": "local", "image": "img", "backend": "local"}])
+    assert isinstance(configured, Catalogue)
+    catalogue = CatalogueCache(repo, backends, configured, metrics, local=local, wants_placement=placements)
+    writes = Writes(repo, ownership, drivers, clock)
+    waits = Waits(repo, placements, clock)
+    intake = Intake(
+        repo=repo,
+        ownership=ownership,
+        catalogue=catalogue,
+        drivers=drivers,
+        tasks=tasks,
+        wants_placement=placements,
+        channel="own",
+        limits=BatchLimits(),
+        local=local,
+    )
     fleet = Fleet(
         repo=repo,
         ownership=ownership,
         backends=backends,
         drivers=drivers,
         writes=writes,
-        events=events,
+        intake=intake,
+        waits=waits,
+        wants_placement=placements,
         metrics=metrics,
-        now=lambda: 1_000_000.0,
-        sleep=no_wait,
+        clock=clock,
         health_poll_seconds=1,
+        local=local,
     )
-    placements: list[PlacementWanted] = []
-    events.on(PlacementWanted, placements.append)
-    hand_back = HandBack(
+    hand_back = HandBack(repo=repo, ownership=ownership, catalogue=catalogue, writes=writes, metrics=metrics)
+    parts = RunParts(
         repo=repo,
         ownership=ownership,
-        catalogue=CatalogueCache(repo, backends, events, catalogue, metrics),
+        client=None,
+        catalogue=catalogue,
+        drivers=drivers,
         writes=writes,
-        fleet=fleet,
-        events=events,
+        waits=waits,
+        intake=intake,
+        hand_back=hand_back,
         metrics=metrics,
+        clock=clock,
+        local=local,
+        channel="own",
     )
-    return Engine(repo, hand_back, backend, metrics, placements)
+    runner = Runner(parts=parts, fleet=fleet, tasks=tasks, wants_placement=placements, capped=False)
+    return Engine(repo, RunnerHandBack(runner), backend, metrics, placements)
 
 
 # the sync waits' gathered re-reads (test_wait_rereads.py)
@@ -167,8 +221,7 @@ class CountedReads:
 async def test_the_re_reads_of_many_sync_waits_share_one_read() -> None:
     """Six waits' re-reads asked within the gathering window are one read naming several of them (not one each),
     each answered with its own job, and placement is asked for once, as one of them is still queued."""
-    repo, events, asked_to_place = MemoryPoolRepository(), Events(), []
-    events.on(PlacementWanted, asked_to_place.append)
+    repo, asked_to_place = MemoryPoolRepository(), Pokes()
     jobs = [
         QueuedSubmit(
             job_id=f"20000000-0000-0000-0000-00000000000{i}",
@@ -183,7 +236,7 @@ async def test_the_re_reads_of_many_sync_waits_share_one_read() -> None:
     ]
     await repo.jobs.submit_queued("t", "sleepy", jobs)
     reads = CountedReads(repo)
-    rereads = Rereads(reads, events, gather_seconds=0.01)
+    rereads = Rereads(reads, asked_to_place, gather_seconds=0.01)
     views = await asyncio.gather(*(rereads.read(job.job_id) for job in jobs))
     asked = sum(len(ids) for ids in reads.calls)
     assert asked >= len(jobs)
@@ -215,10 +268,9 @@ async def test_a_job_whose_notification_never_came_is_found_by_the_gathered_re_r
     )
     ended = await engine.repo.jobs.complete(completion)
     assert ended.job_state == "completed"
-    events, asked_to_place = Events(), []
-    events.on(PlacementWanted, asked_to_place.append)
+    asked_to_place = Pokes()
     reads = CountedReads(engine.repo)
-    view = await Rereads(reads, events, gather_seconds=0.01).read(job.job_id)
+    view = await Rereads(reads, asked_to_place, gather_seconds=0.01).read(job.job_id)
     assert view is not None and view.state == "completed" and view.has_result
     assert any(job.job_id in ids for ids in reads.calls)
     assert asked_to_place == []

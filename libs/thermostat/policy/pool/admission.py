@@ -40,6 +40,8 @@ class RefusalKind(StrEnum):
     UNSERVABLE = "unservable"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     OVER_BUDGET = "over_budget"
+    SHUTTING_DOWN = "shutting_down"  # a drain began here: retryable, another replica takes it
+    INTERNAL = "internal"  # an unexpected error after admission (a stream's job; the log has it)
 
     @property
     def http(self) -> int:
@@ -57,6 +59,8 @@ _HTTP = {
     RefusalKind.UNSERVABLE: 503,
     RefusalKind.PAYLOAD_TOO_LARGE: 413,
     RefusalKind.OVER_BUDGET: 409,
+    RefusalKind.SHUTTING_DOWN: 503,
+    RefusalKind.INTERNAL: 500,
 }
 _GRPC = {
     RefusalKind.OPTIONS: "INVALID_ARGUMENT",
@@ -64,6 +68,8 @@ _GRPC = {
     RefusalKind.UNSERVABLE: "FAILED_PRECONDITION",
     RefusalKind.PAYLOAD_TOO_LARGE: "RESOURCE_EXHAUSTED",
     RefusalKind.OVER_BUDGET: "FAILED_PRECONDITION",
+    RefusalKind.SHUTTING_DOWN: "UNAVAILABLE",
+    RefusalKind.INTERNAL: "UNKNOWN",
 }
 
 

@@ -3,8 +3,8 @@
 The catalogue is cached with its version: `LISTEN pool_catalogue` and every scaler pass refresh it, and a name
 not in the copy is looked up in the store before it is refused. A catalogue applied at start or from the store is
 never refused (the process would never come up to take the PUT that fixes it): its types this process cannot serve
-(their backend is not configured) are logged loudly and refused per job instead. A change emits
-`CatalogueChanged` (caps may have changed); a replace also asks for placement.
+(their backend is not configured) are logged loudly and refused per job instead. A change forgets the process's
+outlooks (caps may have changed); a replace also asks for placement.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from thermostat.providers.pool.backend import Backend, BackendError, ListsRuntim
 
 from ..metrics import PoolMetrics
 from ..repository import PoolRepository
-from .events import PLACEMENT_WANTED, CatalogueChanged, Events
+from .local import Local, WantsPlacement
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -75,9 +75,13 @@ class Backends:
             catalogue, configured=configured, missing_settings=self.missing_settings, enabled=self.choice.enabled
         )
 
-    async def check_runtimes(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
-        """The catalogue, or its docker types naming a runtime the daemon does not list (PUT's 400); the daemon is
+    async def servable(self, catalogue: Catalogue) -> Catalogue | CatalogueRejected:
+        """`check`, then its docker types naming a runtime the daemon does not list (PUT's 400); the daemon is
         asked only when a type names one."""
+        catalogue_or_why = self.check(catalogue)
+        if isinstance(catalogue_or_why, CatalogueRejected):
+            return catalogue_or_why
+        catalogue = catalogue_or_why
         docker = self.by_kind.get(BackendKind.DOCKER.value)
         if not names_runtime(catalogue) or not isinstance(docker, ListsRuntimes):
             return catalogue  # no docker backend here: check_backends refused the type already
@@ -100,11 +104,19 @@ class Backends:
 
 class CatalogueCache:
     def __init__(
-        self, repo: PoolRepository, backends: Backends, events: Events, configured: Catalogue, metrics: PoolMetrics
+        self,
+        repo: PoolRepository,
+        backends: Backends,
+        configured: Catalogue,
+        metrics: PoolMetrics,
+        *,
+        local: Local,
+        wants_placement: WantsPlacement,
     ) -> None:
         self.repo = repo
         self.backends = backends
-        self.events = events
+        self.local = local
+        self.wants_placement = wants_placement
         self.metrics = metrics
         self.state = CatalogueState(catalogue=configured, version=0)
         self._applied(configured)
@@ -132,7 +144,7 @@ class CatalogueCache:
             return
         self.state = CatalogueState(catalogue=parsed, version=version)
         self._applied(parsed)
-        self.events.emit(CatalogueChanged(version))
+        self.local.outlooks.clear()  # caps may have changed: what a submit said of the next no longer holds
         log.info("catalogue version %d: %s", version, ", ".join(parsed.names) or "(empty)")
         self.warn_unservable(parsed, version)
 
@@ -143,9 +155,9 @@ class CatalogueCache:
         )
         self.state = CatalogueState(catalogue=catalogue, version=version)
         self._applied(catalogue)
-        self.events.emit(CatalogueChanged(version))
+        self.local.outlooks.clear()  # caps may have changed: what a submit said of the next no longer holds
         log.info("catalogue replaced (version %d, %d queued job(s) of removed types failed)", version, failed)
-        self.events.emit(PLACEMENT_WANTED)
+        self.wants_placement()
         return version
 
     async def type_named(self, name: str) -> MachineType | None:

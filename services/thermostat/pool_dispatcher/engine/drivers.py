@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import KeysView
 
+from .local import Local
+
 UNANSWERED_CLAIMS = 65536
 """Submits whose statement did not answer that the scaler pass still looks for (their claim may land late)."""
 
 
 class Drivers:
-    def __init__(self) -> None:
-        self._driving: dict[str, object] = {}
+    def __init__(self, local: Local) -> None:
+        self._driving = local.driving
         self._submitting: set[asyncio.Event] = set()
         self._unanswered: dict[str, None] = {}  # insertion-ordered, bounded
-        self.boot_died: set[str] = set()
 
     # machines and their driving task
 

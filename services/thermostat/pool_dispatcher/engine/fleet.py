@@ -6,22 +6,23 @@ A boot runs outside the placement lock, traced as pool.boot under its job's call
 only while the instance lease is trusted for the call; its answer is recorded (written until the store takes it),
 then the machine's health is polled until it answers or the type's boot timeout passes, or (a backend that
 `ReportsEnd`) its process or container is seen to have exited: that boot fails at once with the exit code and the
-machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which goes to the
-runner at once (`run`, the runner's). A failed boot stops what the provider started, forgets the row and puts its
-job back in the queue (or fails it: its type is gone).
-A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept here (`idle`), on
-the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration 0019) when a
-machine comes to this process from another (a deploy's release, adopted after a probe) or from this id's last
-incarnation (recover), so it keeps what is left of its cool-down.
+machine's last lines of output. A machine that answered is warm, or busy with its dispatched job, which the boot
+returns to the runner, whose run sends it at once. A failed boot stops what the provider started, forgets the row
+and puts its job back in the queue (or fails it: its type is gone).
+A stop that fails at the provider keeps the row (counted) for the next pass. Idle times are kept in `Local`
+(local.py), on the monotonic clock, for the reaper, seeded from the row's own idle clock (idle_since, migration
+0019) when a machine comes to this process from another (a deploy's release, adopted after a probe) or from this
+id's last incarnation (recover), so it keeps what is left of its cool-down.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from thermostat.chassis import tracing
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.departure import Adoption, adopt
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machine_type import BackendKind, MachineType
@@ -32,14 +33,13 @@ from ..metrics import PoolMetrics
 from ..repository import Assignment, OwnMachine, PoolRepository
 from .catalogue import Backends
 from .drivers import Drivers
-from .events import PLACEMENT_WANTED, SLOT_FREED, Events, JobChanged, MachineBooted, MachineFreed
+from .intake import Intake
+from .local import Local, SubmitKey, WantsPlacement
 from .ownership import Ownership
-from .writes import Sleep, Writes
+from .waits import Waits
+from .writes import Writes
 
 log = logging.getLogger("thermostat.pool_dispatcher")
-
-RunMachine = Callable[[Assignment, str, str, str, object], Awaitable[None]]
-"""The runner's: run a booted machine's first job (assignment, tenant, type, image, the boot's driver token)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,42 +79,32 @@ class Fleet:
         backends: Backends,
         drivers: Drivers,
         writes: Writes,
-        events: Events,
+        intake: Intake,
+        waits: Waits,
+        wants_placement: WantsPlacement,
         metrics: PoolMetrics,
-        now: Callable[[], float],
-        sleep: Sleep,
+        clock: Clock,
         health_poll_seconds: float,
+        local: Local,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
         self.backends = backends
         self.drivers = drivers
         self.writes = writes
-        self.events = events
+        self.intake = intake
+        self.waits = waits
+        self.wants_placement = wants_placement
         self.metrics = metrics
-        self.now = now
-        self.sleep = sleep
+        self.clock = clock  # its monotonic reading stamps idle times and times boots
         self.health_poll_seconds = health_poll_seconds
-        self.idle: dict[str, float] = {}  # machine id → when it went idle here (monotonic)
-        self.run: RunMachine | None = None  # wired by the facade
+        self.local = local
 
     # boot
 
-    def booting(self, plan: BootPlan) -> Awaitable[None]:
-        """The boot of the plan's machine, registered as its driver before the boot starts."""
-        driver = self.drivers.drive(plan.machine_id)
-        return self._boot(plan, driver)
-
-    async def _boot(self, plan: BootPlan, driver: object) -> None:
-        try:
-            await self._boot_driven(plan, driver)
-        except Exception:
-            self.drivers.boot_died.add(plan.machine_id)  # perhaps after the provider's create: released unbooted
-            raise
-        finally:
-            self.drivers.release(plan.machine_id, driver)
-
-    async def _boot_driven(self, plan: BootPlan, driver: object) -> None:
+    async def boot(self, plan: BootPlan, driver: object) -> Assignment | None:
+        """Boot the plan's machine under the caller's driver token; the job it was handed, to send now (None: warm,
+        or its boot failed)."""
         span = tracing.start_span(
             "pool.boot", plan.trace, {"pool.machine_id": plan.machine_id, "pool.machine_type": plan.machine_type.name}
         )
@@ -123,12 +113,12 @@ class Fleet:
                 handle = await self._start_and_poll(plan)
         except BootFailed as failed:
             tracing.end_span(span, failed.reason)
-            return
+            return None
         except BaseException:  # cancelled mid-boot (shutdown)
             tracing.end_span(span, "the boot was interrupted")
             raise
         tracing.end_span(span)
-        await self._ready(plan, handle, driver)
+        return await self._ready(plan, handle, driver)
 
     async def _start_and_poll(self, plan: BootPlan) -> MachineHandle:
         """Start the machine and poll its health until it answers; BootFailed with the reason otherwise."""
@@ -161,22 +151,22 @@ class Fleet:
             log.warning("machine %s could not be recorded (reclaimed or cancelled): stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, kind)
             raise BootFailed("the machine's row could not be recorded")
-        booted_at = self.now()
+        booted_at = self.clock.monotonic()
         while not await backend.health(handle):
             # a machine whose process has exited fails at once, saying why (issue 35: not at the boot timeout)
             ended = await backend.ended(handle, spec) if isinstance(backend, ReportsEnd) else None
             if ended is not None:
                 await self.boot_failed(machine_id, handle.provider_id, ended, kind, name)
                 raise BootFailed(ended)
-            if self.now() - booted_at >= machine_type.boot_timeout_seconds:
+            if self.clock.monotonic() - booted_at >= machine_type.boot_timeout_seconds:
                 reason = f"no health answer within {machine_type.boot_timeout_seconds:g} s"
                 await self.boot_failed(machine_id, handle.provider_id, reason, kind, name)
                 raise BootFailed(reason)
-            await self.sleep(self.health_poll_seconds)
+            await self.clock.sleep(self.health_poll_seconds)
         return handle
 
-    async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> None:
-        """The machine answered: warm, or busy with its dispatched job, which is sent at once."""
+    async def _ready(self, plan: BootPlan, handle: MachineHandle, driver: object) -> Assignment | None:
+        """The machine answered: warm, or busy with its dispatched job, which it returns to be sent at once."""
         machine_id, machine_type, tenant_id = plan.machine_id, plan.machine_type, plan.tenant_id
         (state, assignment), retried = await self.writes.durably(
             f"machine {machine_id}: ready", lambda: self.repo.machines.machine_ready(machine_id, self.ownership.owner)
@@ -188,39 +178,28 @@ class Fleet:
         if state is None:
             log.warning("machine %s booted after this process lost it: stopping it", machine_id)
             await self.stop_quietly(handle.provider_id, str(machine_type.backend))
-            return
-        self.idle[machine_id] = self.now()
+            return None
+        self.local.idle[machine_id] = self.clock.monotonic()
         log.info("machine %s (%s, tenant %s) answered its health check", machine_id, machine_type.name, tenant_id)
-        self.events.emit(MachineBooted(machine_id))
+        self.wants_placement(at_cap=True)  # fair share never takes a booting machine: this one may be the slot
         if assignment is not None:
-            assert self.run is not None
-            await self.run(
-                Assignment(
-                    job_id=assignment.job_id,
-                    machine_id=machine_id,
-                    payload=assignment.payload,
-                    timeout_seconds=assignment.timeout_seconds,
-                    trace=assignment.trace,
-                    submitted_at=assignment.submitted_at,
-                    endpoint=handle.endpoint,
-                    token=plan.token,
-                    sent=assignment.sent,
-                ),
-                tenant_id,
-                machine_type.name,
-                machine_type.image,
-                driver,
-            )
-        else:
-            self.events.emit(MachineFreed(tenant_id, machine_type.name, machine_type.image))
-            self.events.emit(PLACEMENT_WANTED)  # queued work of the tenant may be waiting for exactly this machine
+            return replace(assignment, machine_id=machine_id, endpoint=handle.endpoint, token=plan.token)
+        self.freed(SubmitKey(tenant_id, machine_type.name, machine_type.image))
+        self.wants_placement()  # queued work of the tenant may be waiting for exactly this machine
+        return None
+
+    def freed(self, key: SubmitKey) -> None:
+        """A machine of the key is warm here with no job: the key's next submit may claim it (its gathering batch goes
+        out at once), and under a fleet cap placement runs (its slot may be a waiting tenant's)."""
+        self.intake.may_take(key)
+        self.wants_placement(at_cap=True)
 
     async def boot_failed(
         self, machine_id: str, provider_id: str | None, reason: str, kind: str, machine_type: str
     ) -> None:
         log.warning("machine %s failed to boot: %s", machine_id, reason)
         self.metrics.boot_failed(machine_type, kind)
-        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        self.local.outlooks.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             await self.stop_quietly(provider_id, kind)
         failed, _ = await self.writes.durably(
@@ -231,7 +210,7 @@ class Fleet:
         )
         for job_id, state in failed.items():
             if state == JobState.FAILED:
-                self.events.emit(JobChanged(job_id))
+                self.waits.changed(job_id)
                 log.info("job %s failed: its machine type was removed while the machine booted", job_id)
             else:
                 log.info("job %s waits for capacity again", job_id)
@@ -250,8 +229,8 @@ class Fleet:
 
     async def finish_stop(self, machine_id: str, provider_id: str | None) -> None:
         """Stop at the provider, then forget the row; a failed stop keeps it (counted) for the next pass."""
-        self.idle.pop(machine_id, None)
-        self.events.emit(SLOT_FREED)  # a slot under a tenant cap is free: placement may act on the next submit
+        self.local.idle.pop(machine_id, None)
+        self.local.outlooks.clear()  # a slot under a tenant cap is free: placement may act on the next submit
         if provider_id is not None:
             if not self.ownership.trusted_for_call():
                 log.warning(
@@ -280,7 +259,7 @@ class Fleet:
             healthy = row.machine.state is MachineState.WARM and await self._answers(row)
             kept = adopt(state=row.machine.state, healthy=healthy, idle_seconds=row.idle_seconds)
             if kept.verdict is Adoption.KEEP:
-                self.idle[row.machine.id] = self.now() - kept.idle_seconds
+                self.local.idle[row.machine.id] = self.clock.monotonic() - kept.idle_seconds
             else:
                 await self.retire(
                     RetirePlan(
@@ -307,14 +286,14 @@ class Fleet:
             state, idle_seconds = taken
             if state == MachineState.WARM:
                 kept += 1
-                self.idle[row.machine.id] = self.now() - max(0.0, idle_seconds or 0.0)
+                self.local.idle[row.machine.id] = self.clock.monotonic() - max(0.0, idle_seconds or 0.0)
                 log.info("machine %s adopted after a deploy (idle %.1f s)", row.machine.id, idle_seconds or 0.0)
-                self.events.emit(MachineFreed(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
+                self.freed(SubmitKey(row.machine.tenant_id, row.machine.machine_type, row.machine.image))
             else:
                 log.warning("machine %s released by a deploy did not answer its probe: stopping it", row.machine.id)
                 await self.finish_stop(row.machine.id, row.provider_id)
         if kept:
-            self.events.emit(PLACEMENT_WANTED)  # queued work may be waiting for exactly these machines
+            self.wants_placement()  # queued work may be waiting for exactly these machines
         return kept
 
     async def _answers(self, row: OwnMachine) -> bool:

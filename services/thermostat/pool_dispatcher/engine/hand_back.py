@@ -3,10 +3,9 @@
 thermostat.policy.pool.hand_back decides; this carries it out for the runner (runner.py), right after
 the worker client answered UNREACHABLE and before any completion is written:
 - HAND_BACK: one statement (repository/jobs.sql `hand_back`) retires the machine and queues the job again in its place,
-  with no usage event; placement is poked at once (a stopping machine no longer holds its tenant's slot, so a
-  tenant at its cap gets a new machine now), the machine is stopped at its provider and forgotten, and placement
-  is poked again (the fleet cap counts a stopping machine until it is gone). The job's caller keeps waiting: a sync
-  wait here re-reads it, one in another process is notified by whichever process completes it.
+  with no usage event; the run ends `handed back`, and the runner stops the machine between two placement passes
+  (thermostat.policy.pool.run_end). The job's caller keeps waiting: a sync wait here re-reads it, one in another
+  process is notified by whichever process completes it.
 - GIVE_UP, or a HAND_BACK that a cancel or a reclaim beat (the job is no longer running here): the runner records
   the end with its ordinary completion statement, which keeps a cancel, writes the one usage event and retires
   the machine; a GIVE_UP's error names each machine that refused the job and why.
@@ -26,8 +25,6 @@ from thermostat.policy.pool.job_outcome import JobOutcome, WorkerReply
 from ..metrics import PoolMetrics
 from ..repository import Assignment, PoolRepository
 from .catalogue import CatalogueCache
-from .events import PLACEMENT_WANTED, Events
-from .fleet import Fleet
 from .ownership import Ownership
 from .writes import Writes
 
@@ -36,32 +33,22 @@ log = logging.getLogger("thermostat.pool_dispatcher")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Refused:
-    """What the runner does after a refusal: stop (`handed_back`), or complete the job with `outcome` (None: the
-    ordinary outcome of the reply, as before issue 29: a cancel or a reclaim beat the hand-back)."""
+    """What the runner does after a refusal: end the run (`handed_back`: the machine to stop is `provider_id`), or
+    complete the job with `outcome` (None: the ordinary outcome of the reply, as before issue 29: a cancel or a
+    reclaim beat the hand-back)."""
 
     handed_back: bool
     outcome: JobOutcome | None = None
+    provider_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HandBack:
-    def __init__(
-        self,
-        *,
-        repo: PoolRepository,
-        ownership: Ownership,
-        catalogue: CatalogueCache,
-        writes: Writes,
-        fleet: Fleet,
-        events: Events,
-        metrics: PoolMetrics,
-    ) -> None:
-        self.repo = repo
-        self.ownership = ownership
-        self.catalogue = catalogue
-        self.writes = writes
-        self.fleet = fleet
-        self.events = events
-        self.metrics = metrics
+    repo: PoolRepository
+    ownership: Ownership
+    catalogue: CatalogueCache
+    writes: Writes
+    metrics: PoolMetrics
 
     async def refused(self, assignment: Assignment, reply: WorkerReply, machine_type: str) -> Refused:
         """Carry out the hand-back policy for an UNREACHABLE reply to the job on its machine."""
@@ -104,7 +91,4 @@ class HandBack:
             backend,
             refusal.reason,
         )
-        self.events.emit(PLACEMENT_WANTED)  # the tenant's slot is free already: a stopping machine is not the tenant's
-        await self.fleet.finish_stop(machine_id, handed.provider_id)
-        self.events.emit(PLACEMENT_WANTED)  # and the fleet's, once the row is gone
-        return Refused(handed_back=True)
+        return Refused(handed_back=True, provider_id=handed.provider_id)

@@ -3,7 +3,7 @@
 The hot path is one statement per submit: it inserts the job and claims a warm machine together (which machine:
 repository/jobs.sql `submit`; placement.py says more). The claim is the job's conditional send when the lease is
 trusted for the call before the statement (the job's id is new with it, so no cancel can name it before the send):
-the job is `running` from that statement and its run starts right after its answer (`start_run`, the runner's).
+the job is `running` from that statement, its machine is driven from its answer, and the facade starts its run.
 Behind a backlog (the last submit of its tenant, type and image here queued with placement unable to act, behind
 a deep queue) a submit joins a short batch instead, and one statement queues the batch's jobs (group commit:
 thermostat.policy.pool.submit_batch). A single submit of the key first sends its gathering batch out and waits for
@@ -14,13 +14,11 @@ placement only when placement can act (policy: placement_may_act).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from thermostat.policy.pool.placement import placement_may_act
 from thermostat.policy.pool.submit_batch import (
     BatchLimits,
-    Outlook,
     goes_out_now,
     joins_batch,
     outlook_after_submit,
@@ -32,22 +30,26 @@ from ..repository import Assignment, JobView, PoolRepository, QueuedSubmit, Subm
 from ..repository.ids import new_job_id
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import PLACEMENT_WANTED, CatalogueChanged, Events, MachineFreed, SlotFreed
+from .local import Local, SubmitKey, WantsPlacement
 from .ownership import Ownership
 from .tasks import Tasks
 
-Key = tuple[str, str, str]
-"""A submit's (tenant, machine type, image): what one submit statement or batch is about."""
 
-StartRun = Callable[[Assignment, str, str, str], None]
-"""The runner's: start the run of a machine a submit just claimed (assignment, tenant, type, image)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """A submit's job, and the warm machine its statement claimed for it, if any: driven under `driver` from the
+    statement's answer, its run to start at once."""
+
+    job: JobView
+    claim: Assignment | None = None
+    driver: object | None = None
 
 
 @dataclass(eq=False)
 class Batch:
     """Submits of one key gathering for one submit_queued statement (thermostat.policy.pool.submit_batch)."""
 
-    key: Key
+    key: SubmitKey
     members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]] = field(default_factory=list)
     window: asyncio.TimerHandle | None = None
     payload_bytes: int = 0
@@ -63,29 +65,22 @@ class Intake:
         catalogue: CatalogueCache,
         drivers: Drivers,
         tasks: Tasks,
-        events: Events,
+        wants_placement: WantsPlacement,
         channel: str,
         limits: BatchLimits,
+        local: Local,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
         self.catalogue = catalogue
         self.drivers = drivers
         self.tasks = tasks
-        self.events = events
+        self.wants_placement = wants_placement
         self.channel = channel
         self.limits = limits
-        self.start_run: StartRun | None = None  # wired by the facade
-        # what the last submit of each key said of the next, the key's batch still gathering, and its batches sent
-        # and not yet answered
-        self.outlook: dict[Key, Outlook] = {}
-        self.gathering: dict[Key, Batch] = {}
-        self.batches_out: dict[Key, set[asyncio.Task[None]]] = {}
-        self.batches_sent: dict[Key, int] = {}  # how many went out, for a completion racing one (runner)
-        self.singles_waiting: dict[Key, int] = {}  # single submits waiting for the key's batches to answer
-        events.on(CatalogueChanged, lambda _: self.outlook.clear())  # caps may have changed
-        events.on(SlotFreed, lambda _: self.outlook.clear())  # placement may act on the next submit
-        events.on(MachineFreed, self._may_take)
+        self.local = local  # the outlooks and batches out are the process's (local.py)
+        self.gathering: dict[SubmitKey, Batch] = {}
+        self.singles_waiting: dict[SubmitKey, int] = {}  # single submits waiting for the key's batches to answer
 
     async def submit(
         self,
@@ -96,18 +91,18 @@ class Intake:
         trace: dict[str, str],
         waiting: bool = False,
         remaining: float | None = None,
-    ) -> JobView:
-        """Queue the job, or hand it to a warm machine at once (Dispatcher.submit says more)."""
+    ) -> Accepted:
+        """Queue the job, or claim a warm machine for it (Dispatcher.submit says more)."""
         machine_type = options.machine_type
-        key = (tenant_id, machine_type.name, machine_type.image)
+        key = SubmitKey(tenant_id, machine_type.name, machine_type.image)
         if joins_batch(
-            outlook=self.outlook.get(key),
+            outlook=self.local.outlooks.get(key),
             remaining_seconds=remaining,
             limits=self.limits,
             single_waiting=key in self.singles_waiting,
         ):
-            return await self._submit_batched(key, options, payload, trace, waiting)
-        if key in self.gathering or self.batches_out.get(key):
+            return Accepted(job=await self._submit_batched(key, options, payload, trace, waiting))
+        if key in self.gathering or self.local.batches_out.get(key):
             self.singles_waiting[key] = self.singles_waiting.get(key, 0) + 1
             try:
                 await self._batches_answered(key)
@@ -141,12 +136,11 @@ class Intake:
                 self.drivers.unanswered(job_id)
                 raise
             assignment = submitted.assignment
-            if assignment is not None:
-                assert self.start_run is not None
-                self.start_run(assignment, tenant_id, machine_type.name, machine_type.image)
+            # driven before the claim counts as answered: a reconcile waiting for it never finds it undriven
+            driver = self.drivers.drive(assignment.machine_id) if assignment is not None else None
         finally:
             self.drivers.submitted(answered)
-        self.outlook[key] = outlook_after_submit(
+        self.local.outlooks[key] = outlook_after_submit(
             claimed=assignment is not None,
             live_machines=submitted.live_machines,
             idle_machines=submitted.idle_machines,
@@ -159,11 +153,11 @@ class Intake:
             idle_machines=submitted.idle_machines,
             max_workers=machine_type.max_workers,
         ):
-            self.events.emit(PLACEMENT_WANTED)
-        return submitted.job
+            self.wants_placement()
+        return Accepted(job=submitted.job, claim=assignment, driver=driver)
 
     async def _submit_batched(
-        self, key: Key, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool
+        self, key: SubmitKey, options: SubmitOptions, payload: bytes, trace: dict[str, str], waiting: bool
     ) -> JobView:
         """Join the key's batch and answer with its statement. A caller gone (cancelled, its deadline) before
         the batch's statement is written (the window, or a wait for a connection) leaves it, and nothing of it is
@@ -200,19 +194,19 @@ class Intake:
         members = [(job, answer) for job, answer in batch.members if not answer.done()]
         if not members:
             return
-        self.batches_sent[batch.key] = self.batches_sent.get(batch.key, 0) + 1
-        out = self.batches_out.setdefault(batch.key, set())
+        self.local.batches_sent[batch.key] = self.local.batches_sent.get(batch.key, 0) + 1
+        out = self.local.batches_out.setdefault(batch.key, set())
         task = self.tasks.spawn(self._write_batch(batch.key, members), f"pool-submit-batch-{members[0][0].job_id}")
         out.add(task)
 
         def done(task: asyncio.Task[None]) -> None:
             out.discard(task)
-            if not out and self.batches_out.get(batch.key) is out:
-                del self.batches_out[batch.key]
+            if not out and self.local.batches_out.get(batch.key) is out:
+                del self.local.batches_out[batch.key]
 
         task.add_done_callback(done)
 
-    async def _write_batch(self, key: Key, members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]]) -> None:
+    async def _write_batch(self, key: SubmitKey, members: list[tuple[QueuedSubmit, asyncio.Future[JobView]]]) -> None:
         """One submit_queued statement for the batch. Each member gets its own job, or the statement's error as
         a single submit would (its job may have been queued with the answer lost: it runs, as a lost single's)."""
         tenant_id, type_name, _ = key
@@ -244,7 +238,7 @@ class Intake:
         for view in batch.jobs:
             if not answers[view.id].done():
                 answers[view.id].set_result(view)
-        self.outlook[key] = outlook_after_submit(
+        self.local.outlooks[key] = outlook_after_submit(
             claimed=False,
             live_machines=batch.live_machines,
             idle_machines=batch.idle_machines,
@@ -255,39 +249,38 @@ class Intake:
         if placement_may_act(
             live_machines=batch.live_machines, idle_machines=batch.idle_machines, max_workers=max_workers
         ):
-            self.events.emit(PLACEMENT_WANTED)  # a machine went idle, or one may start, since the last answer here
+            self.wants_placement()  # a machine went idle, or one may start, since the last answer here
 
-    async def _batches_answered(self, key: Key) -> None:
+    async def _batches_answered(self, key: SubmitKey) -> None:
         """Before a single submit of the key: its batch still gathering goes out now, and every batch of the
         key answers first, so the single statement sees their jobs ahead of it (priority, then arrival)."""
         gathering = self.gathering.get(key)
         if gathering is not None:
             self.send_batch(gathering)
-        out = self.batches_out.get(key)
+        out = self.local.batches_out.get(key)
         if out:
             await asyncio.wait(list(out))
 
-    def batches_seen(self, key: Key) -> tuple[int, bool]:
+    def batches_seen(self, key: SubmitKey) -> tuple[int, bool]:
         """How many batches of the key went out, and whether one is out now (a completion compares before and
         after its statement: a batch out meanwhile may be one it could not see, nor the batch the machine idle)."""
-        return self.batches_sent.get(key, 0), bool(self.batches_out.get(key))
+        return self.local.batches_sent.get(key, 0), bool(self.local.batches_out.get(key))
 
-    async def place_after_batches(self, key: Key) -> None:
-        out = self.batches_out.get(key)
+    async def place_after_batches(self, key: SubmitKey) -> None:
+        out = self.local.batches_out.get(key)
         if out:
             await asyncio.wait(list(out))
-        self.events.emit(PLACEMENT_WANTED)
+        self.wants_placement()
 
     def close(self) -> list[asyncio.Task[None]]:
         """Every batch gathering goes out (its callers get their jobs, not a cancelled write); the batches out."""
         for batch in list(self.gathering.values()):
             self.send_batch(batch)
-        return [task for out in self.batches_out.values() for task in out]
+        return [task for out in self.local.batches_out.values() for task in out]
 
-    def _may_take(self, freed: MachineFreed) -> None:
+    def may_take(self, key: SubmitKey) -> None:
         """A machine of the key went idle here: its next submit has its own statement, which can claim it."""
-        key = (freed.tenant_id, freed.machine_type, freed.image)
-        self.outlook.pop(key, None)
+        self.local.outlooks.pop(key, None)
         gathering = self.gathering.get(key)
         if gathering is not None:  # its answer sees the machine idle and pokes placement: no wait for the window
             self.send_batch(gathering)

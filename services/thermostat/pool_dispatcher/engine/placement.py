@@ -11,7 +11,7 @@ Which warm machine gets a job:
 Which machines start: one pass counts the queue and the fleet and inserts the machine rows, in one transaction
 under one advisory lock across processes (thermostat.policy.pool.placement decides, `plan_placement`); the first
 queued job in line is handed to each new machine as `dispatched`. The boots run outside the lock (fleet.py,
-each a `BootPlan`). A pass asked for while one runs runs again after it (`poke`, the `PlacementWanted` event).
+each a `BootPlan`). A pass asked for while one runs runs again after it (`poke`, which the parts below call).
 Hitting the fleet cap logs one warning per pass, however often it places again.
 
 A placement (or a hint) whose commit landed with its answer lost started no boot: `recover_unbooted` (the scaler's)
@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.hint import HintDecision, HintReason, decide_hint
 from thermostat.policy.pool.machines import Machine, MachineState, is_stale
 from thermostat.policy.pool.placement import Demand, PlacementPlan, plan_placement
@@ -40,13 +41,12 @@ from ..repository import PoolRepository
 from ..repository.machines import Conn
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, MachineBooted, MachineFreed, PlacementWanted
 from .fair_share import FairShare
 from .fleet import BootPlan, Fleet
+from .local import Local, SubmitKey
 from .ownership import Ownership
 from .runner import Runner
 from .tasks import Tasks
-from .writes import Sleep
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -80,11 +80,11 @@ class Placement:
         runner: Runner,
         fleet: Fleet,
         tasks: Tasks,
-        events: Events,
         metrics: PoolMetrics,
         max_workers_total: int | None,
         before_place: Callable[[], Awaitable[None]] | None = None,
-        sleep: Sleep = asyncio.sleep,
+        local: Local,
+        clock: Clock,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -98,21 +98,18 @@ class Placement:
         self.fair = FairShare(
             repo=repo, ownership=ownership, metrics=metrics, max_workers_total=max_workers_total, catalogue=catalogue
         )
-        self.sleep = sleep
+        self.clock = clock
         self.recheck: asyncio.Task[None] | None = None  # a pass due when a holder's tenure ends (rotation)
         self.lock = asyncio.Lock()
         self.again = False
-        self.closing = False
-        events.on(PlacementWanted, lambda _: self.poke())
-        if max_workers_total is not None:
-            # at the fleet cap a machine gone idle, or one just booted (fair share never takes a booting one), may be
-            # the slot a waiting tenant needs: place now, not at the scaler's next pass, which nothing else brings
-            # forward while every machine goes from job to job
-            events.on(MachineFreed, lambda _: self.poke())
-            events.on(MachineBooted, lambda _: self.poke())
+        self.local = local
 
-    def poke(self) -> None:
-        if self.closing:
+    def poke(self, *, at_cap: bool = False) -> None:
+        """Place now, or again after the pass in flight (local.py's `WantsPlacement`). `at_cap`: a machine gone idle,
+        or one just booted (fair share never takes a booting one), may be the slot a tenant waiting at the fleet
+        cap needs: place now, not at the scaler's next pass, which nothing else brings forward while every machine
+        goes from job to job; with no fleet cap nobody waits for it."""
+        if self.local.draining or (at_cap and self.max_workers_total is None):
             return
         if self.lock.locked():
             self.again = True
@@ -132,7 +129,7 @@ class Placement:
                 starts, capped = await self._plan_and_insert()
                 held = capped if capped is not None else held
                 for start in starts:
-                    self.tasks.spawn(self.fleet.booting(start), f"pool-boot-{start.machine_id}")
+                    self.tasks.spawn(self.runner.boot(start), f"pool-boot-{start.machine_id}")
         if held is not None:
             log.warning(
                 "fleet cap of %s machines reached: %d queued job(s) wait for capacity", self.max_workers_total, held
@@ -153,10 +150,7 @@ class Placement:
             driver = object()
             assignment = await self.runner.take_next(machine.id, machine.image, driver)
             if assignment is not None:
-                self.tasks.spawn(
-                    self.runner.run(assignment, machine.tenant_id, machine.machine_type, machine.image, driver=driver),
-                    f"pool-run-{assignment.job_id}",
-                )
+                self.runner.start(assignment, SubmitKey(machine.tenant_id, machine.machine_type, machine.image), driver)
 
     async def _plan_and_insert(self) -> tuple[list[BootPlan], int | None]:
         """One transaction under the placement lock: count the queue and the fleet, carry out the plan's retirements
@@ -223,7 +217,7 @@ class Placement:
         self.recheck = self.tasks.spawn(self._place_after(seconds), "pool-place-at-tenure")
 
     async def _place_after(self, seconds: float) -> None:
-        await self.sleep(seconds)
+        await self.clock.sleep(seconds)
         self.poke()
 
     def _placement(self, wanted: list[Demand], seen: list[Machine]) -> PlacementPlan:
@@ -307,7 +301,7 @@ class Placement:
                     )
                     boot = BootPlan(machine_id=machine_id, tenant_id=tenant_id, machine_type=kind, token=token)
             if boot is not None:
-                self.tasks.spawn(self.fleet.booting(boot), f"pool-boot-{machine_id}")
+                self.tasks.spawn(self.runner.boot(boot), f"pool-boot-{machine_id}")
         finally:
             self.drivers.release(machine_id, reserved)  # the boot registered its own driver in its place, if it started
         self._stop_after_commit(stops)
@@ -335,9 +329,9 @@ class Placement:
                     machines=[PlacedMachine(machine=r.machine, started=r.started) for r in rows.values()],
                     driven=self.drivers.machines(),
                     catalogue=self.catalogue.catalogue,
-                    boot_began=self.drivers.boot_died,
+                    boot_began=self.local.boot_died,
                 )
-                self.drivers.boot_died.intersection_update(rows)  # the others' rows are gone or moved on
+                self.local.boot_died.intersection_update(rows)  # the others' rows are gone or moved on
                 for action in actions:
                     row = rows[action.machine_id]
                     machine_type = self.catalogue.get(row.machine.machine_type)
@@ -351,7 +345,7 @@ class Placement:
                             job_id=row.job_id,
                             trace=row.trace,
                         )
-                        self.tasks.spawn(self.fleet.booting(plan), f"pool-boot-{row.machine.id}")
+                        self.tasks.spawn(self.runner.boot(plan), f"pool-boot-{row.machine.id}")
                         continue
                     log.warning("machine %s: released unbooted (%s)", row.machine.id, action.reason)
                     driver = self.drivers.drive(row.machine.id)  # held while releasing, as a boot would be

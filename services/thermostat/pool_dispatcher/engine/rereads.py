@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from thermostat.policy.pool.jobs import JobState
 
 from ..repository import JobView
-from .events import PLACEMENT_WANTED, Events
+from .local import WantsPlacement
 
 GATHER_SECONDS = 0.05
 """How long a timer's re-read waits for others to share its statement (its wait's backstop is 1 s)."""
@@ -27,9 +27,11 @@ ReadMany = Callable[[Sequence[str]], Awaitable[dict[str, JobView]]]
 
 
 class Rereads:
-    def __init__(self, read_many: ReadMany, events: Events, *, gather_seconds: float = GATHER_SECONDS) -> None:
+    def __init__(
+        self, read_many: ReadMany, wants_placement: WantsPlacement, *, gather_seconds: float = GATHER_SECONDS
+    ) -> None:
         self.read_many = read_many
-        self.events = events
+        self.wants_placement = wants_placement
         self.gather_seconds = gather_seconds
         self.asked: dict[str, list[asyncio.Future[JobView | None]]] = {}
         self.gathering: asyncio.TimerHandle | None = None
@@ -74,4 +76,4 @@ class Rereads:
                 if not answer.done():
                     answer.set_result(view)
         if queued:  # the backstop for a completion that raced a submit, as each wait's own read asked
-            self.events.emit(PLACEMENT_WANTED)
+            self.wants_placement()

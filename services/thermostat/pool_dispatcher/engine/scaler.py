@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from thermostat.chassis.clock import Clock
 from thermostat.chassis.periodic import Periodic
@@ -26,11 +27,12 @@ from ..metrics import PoolMetrics
 from ..repository import PoolRepository
 from .catalogue import CatalogueCache
 from .drivers import Drivers
-from .events import Events, JobChanged
 from .fleet import Fleet, RetirePlan
+from .local import Local
 from .ownership import Ownership, lease_name
 from .placement import Placement
 from .tasks import Tasks
+from .waits import Waits
 
 log = logging.getLogger("thermostat.pool_dispatcher")
 
@@ -52,12 +54,12 @@ class Scaler:
         fleet: Fleet,
         placement: Placement,
         tasks: Tasks,
-        events: Events,
+        waits: Waits,
         metrics: PoolMetrics,
-        now: Callable[[], float],
         listen: Callable[[], Awaitable[None]],
         every_seconds: float,
         clock: Clock,
+        local: Local,
     ) -> None:
         self.repo = repo
         self.ownership = ownership
@@ -66,12 +68,13 @@ class Scaler:
         self.fleet = fleet
         self.placement = placement
         self.tasks = tasks
-        self.events = events
+        self.waits = waits
         self.metrics = metrics
-        self.now = now
+        self.local = local
         self._listen = listen
         # a pass in flight at close gets a second to end cleanly (a stop and its forget not cut apart), then it is
         # cancelled: close stops every machine of the process itself, within the service's termination grace
+        self.clock = clock
         self.loop = Periodic(
             f"pool-scaler-{ownership.instance_id}", every_seconds, self.scaler_pass, log=log, what="scaler pass",
             clock=clock, stop_grace=STOP_GRACE_SECONDS,
@@ -135,21 +138,21 @@ class Scaler:
             )
             if failed:
                 log.warning("job %s on machine %s: %s; failed, machine retired", row.job_id, row.machine.id, ABANDONED)
-                self.events.emit(JobChanged(row.job_id))
+                self.waits.changed(row.job_id)
             if retired:
                 self.tasks.spawn(self.fleet.finish_stop(row.machine.id, provider_id), f"pool-stop-{row.machine.id}")
 
     async def reap(self) -> None:
         """Stop this process's machines idle past their type's cool-down (monotonic: immune to clock steps)."""
-        now = self.now()
+        now = self.clock.monotonic()
         own = await self.repo.machines.own_machines(self.ownership.owner)
         seen = []
         for row in own:
             machine = row.machine
             if machine.state is MachineState.WARM:
                 # first seen here (claimed from another process, or adopted): its row's clock says since when
-                idle = self.fleet.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
-                seen.append(_with_idle(machine, idle))
+                idle = self.local.idle.setdefault(machine.id, now - (row.idle_seconds or 0.0))
+                seen.append(replace(machine, idle_since=idle))
         for retirement in plan_reaping(machines=seen, catalogue=self.catalogue.catalogue, now=now):
             provider = next((r.provider_id for r in own if r.machine.id == retirement.machine_id), None)
             plan = RetirePlan(machine_id=retirement.machine_id, provider_id=provider, reason=str(retirement.reason))
@@ -195,18 +198,3 @@ class Scaler:
                 log.warning("machine %s retired: stopped answering health checks", machine_id)
 
         await asyncio.gather(*(retire(machine_id) for machine_id in verdict.retire))
-
-
-def _with_idle(machine: Machine, idle_since: float) -> Machine:
-    return Machine(
-        id=machine.id,
-        tenant_id=machine.tenant_id,
-        machine_type=machine.machine_type,
-        image=machine.image,
-        state=machine.state,
-        idle_since=idle_since,
-        last_session_id=machine.last_session_id,
-        health_misses=machine.health_misses,
-        cool_down_seconds=machine.cool_down_seconds,
-        yield_to=machine.yield_to,
-    )

@@ -1,6 +1,6 @@
 """Waits: a sync submit's wait for its job (wait_finished) and WaitJob's (wait), on in-process events.
 
-The events are set by this process's completions (`JobFinished`, `JobChanged`) and by notifications of other
+The events are set by this process's completions and changes (`finished`, `changed`) and by notifications of other
 processes' (listener.py); NOTIFY is a hint, so every wait also re-reads the job once a second (a sync wait's
 re-reads gathered into one statement with the others': rereads.py). A completion notifies only where a wait may
 be in another process: the channel of the process whose sync submit waits (recorded on the job by the submit;
@@ -19,10 +19,11 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.jobs import TERMINAL_STATES, JobState
 
 from ..repository import Finished, JobView, PoolRepository, parse_job_done
-from .events import PLACEMENT_WANTED, Events, JobChanged, JobFinished
+from .local import WantsPlacement
 from .rereads import Rereads
 
 REPOLL_SECONDS = 1.0
@@ -84,20 +85,24 @@ class Waits:
     def __init__(
         self,
         repo: PoolRepository,
-        events: Events,
-        now: Callable[[], float],
+        wants_placement: WantsPlacement,
+        clock: Clock,
         *,
         before_wait: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.repo = repo
-        self.events = events
+        self.wants_placement = wants_placement
         self.before_wait = before_wait
-        self._now = now  # the monotonic reading
+        self.clock = clock
         self.repoll_seconds = REPOLL_SECONDS
         self.waiters = Waiters()
-        self.rereads = Rereads(repo.jobs.get_jobs, events)
-        events.on(JobFinished, lambda e: self.waiters.finish(e.job_id, e.finished))
-        events.on(JobChanged, lambda e: self.waiters.wake(e.job_id))
+        self.rereads = Rereads(repo.jobs.get_jobs, wants_placement)
+
+    def finished(self, job_id: str, finished: Finished) -> None:  # this process's completion: no read
+        self.waiters.finish(job_id, finished)
+
+    def changed(self, job_id: str) -> None:  # ended or moved outside a wait's sight: its waiters read it
+        self.waiters.wake(job_id)
 
     @contextlib.contextmanager
     def completing(self, job_id: str) -> Iterator[None]:
@@ -126,7 +131,7 @@ class Waits:
         arrives by NOTIFY and is read once (job and result together)."""
         if self.before_wait is not None:
             await self.before_wait(job.id)
-        now = self._now
+        now = self.clock.monotonic
         deadline = now() + timeout
         waiter = self.waiters.add(job.id)
         try:
@@ -137,7 +142,7 @@ class Waits:
                 if waiter.finished is not None:
                     return waiter.finished
                 if waiter.announced is not None:
-                    completed = replace(job, state=str(JobState.COMPLETED), has_result=True)
+                    completed = replace(job, state=JobState.COMPLETED, has_result=True)
                     return Finished(job=completed, result=waiter.announced)
                 remaining = deadline - now()
                 if timed_out and remaining > self.rereads.gather_seconds:
@@ -146,7 +151,7 @@ class Waits:
                     timed_out = False
                     waiter.event.clear()
                     view = await self.rereads.read(job.id)
-                    if view is None or view.tenant_id != job.tenant_id or JobState(view.state) in TERMINAL_STATES:
+                    if view is None or view.tenant_id != job.tenant_id or view.state in TERMINAL_STATES:
                         stale = True
                         continue
                     latest = Finished(job=view, result=None)
@@ -157,11 +162,11 @@ class Waits:
                     if read is None:
                         return latest
                     latest = read
-                    state = JobState(read.job.state)
+                    state = read.job.state
                     if state in TERMINAL_STATES or remaining <= 0:
                         return read
                     if state is JobState.QUEUED:
-                        self.events.emit(PLACEMENT_WANTED)
+                        self.wants_placement()
                     remaining = deadline - now()  # the read took a while: the wait is that much shorter
                 stale = True  # a wake-up: read again
                 try:
@@ -180,18 +185,18 @@ class Waits:
         after it notifies and wakes this wait; one before it is what the read finds)."""
         if self.before_wait is not None:
             await self.before_wait(job_id)
-        now = self._now
+        now = self.clock.monotonic
         deadline = now() + timeout
         waiter = self.waiters.add(job_id)
         try:
             job, marked = await self.repo.jobs.watch_job(job_id, tenant_id)
             if marked and job is not None and job.state == JobState.QUEUED:
                 # a machine freed while the mark held the row passed the job over (SKIP LOCKED) and went idle
-                self.events.emit(PLACEMENT_WANTED)
+                self.wants_placement()
             while True:
                 remaining = deadline - now()
                 moved = since_state is not None and job is not None and job.state != since_state
-                if job is None or moved or JobState(job.state) in TERMINAL_STATES or remaining <= 0:
+                if job is None or moved or job.state in TERMINAL_STATES or remaining <= 0:
                     return job
                 # asyncio.timeout, not wait_for: Python 3.11's wait_for can drop a cancellation (the caller gone)
                 # that lands as the event fires, and this loop would then poll on until its deadline

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from thermostat.chassis.clock import Clock
 from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.store_retry import HeldAction, resume_held, retry_delay
 from thermostat.store.connections import TRANSIENT_STORE_ERRORS
@@ -22,15 +23,14 @@ from .ownership import Ownership
 log = logging.getLogger("thermostat.pool_dispatcher")
 
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class Writes:
-    def __init__(self, repo: PoolRepository, ownership: Ownership, drivers: Drivers, sleep: Sleep) -> None:
+    def __init__(self, repo: PoolRepository, ownership: Ownership, drivers: Drivers, clock: Clock) -> None:
         self.repo = repo
         self.ownership = ownership
         self.drivers = drivers
-        self.sleep = sleep
+        self.clock = clock
 
     async def durably(self, what: str, write: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """The write's answer once the store takes it, and whether an attempt failed first (its answer may have
@@ -44,7 +44,7 @@ class Writes:
                 delay = retry_delay(attempt)
                 if attempt == 1 or delay >= retry_delay(attempt + 1):  # the first, then one line per capped wait
                     log.warning("%s: the store did not answer (%s); writing again in %.2f s", what, error, delay)
-                await self.sleep(delay)
+                await self.clock.sleep(delay)
 
     async def read_back(self, machine_id: str, driver: object) -> tuple[str | None, Assignment | None, str | None]:
         """After a write whose answer was lost: the machine's state, the job to resume on it and its provider id,

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from thermostat.policy.pool.hand_back import handed_to_machines
+from thermostat.policy.pool.jobs import JobState
 from thermostat.policy.pool.machines import Machine, MachineState
 from thermostat.policy.pool.queue_order import QueuedJob
 
@@ -83,7 +84,7 @@ class JobView:
     id: str
     tenant_id: str
     machine_type: str
-    state: str
+    state: JobState
     submitted_at: datetime
     priority: int
     session_id: str | None
@@ -101,7 +102,7 @@ class JobView:
             id=str(row["id"]),
             tenant_id=row["tenant_id"],
             machine_type=row["machine_type"],
-            state=row["state"],
+            state=JobState(row["state"]),
             submitted_at=row["submitted_at"],
             priority=row["priority"],
             session_id=row["session_id"],
@@ -227,7 +228,7 @@ class Completion:
                 id=job_id,
                 tenant_id=tenant_id,
                 machine_type=machine_type,
-                state=row["job_state"],
+                state=JobState(row["job_state"]),
                 submitted_at=row["job_submitted_at"],
                 priority=row["job_priority"],
                 session_id=row["job_session_id"],
