@@ -1,13 +1,13 @@
 """The whole loop on a real vLLM (issue 34): the RunPod simulator runs a real engine (CPU build, a tiny random-weight
 model) behind each simulated pod, started when the pod boots and stopped when it stops, and the official `openai`
 package speaks to the edge's /openai/v1. A chat to a stopped pod wakes it and returns the engine's own answer; the
-next is forwarded at once; a stream arrives chunk by chunk; the idle monitor stops the engine after its window, and a
-request right after wakes it again. Required in CI (THERMOSTAT_REQUIRE_VLLM=1); skipped here without `make engine`.
-The tests run in order on one stack: each engine start costs 40-60 s on two cores."""
+next is forwarded at once; a stream arrives as the engine's own events; the idle monitor stops the engine after its
+window, and a request right after wakes it again. Required in CI (THERMOSTAT_REQUIRE_VLLM=1); skipped here without
+`make engine`. The tests run in order on one stack: each engine start costs 40-60 s on two cores."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -84,39 +84,30 @@ async def test_the_next_request_is_forwarded_at_once(loop: Loop) -> None:
     assert len([e for e in await history(loop.stack) if e.get("wake")]) == 1
 
 
-async def test_a_stream_arrives_chunk_by_chunk(loop: Loop) -> None:
-    """Through the edge and the gateway, the engine's stream keeps the pace of the same stream asked of the engine
-    directly (through the pod's proxy), chunk for chunk: none held back, none lost. The engine's own pace is the
-    yardstick, not a clock figure: on a loaded machine its API server can send a short answer in one burst, and a
-    process on the way that sleeps a scheduler's slice reads a short answer in one read (seen: 300 tokens streamed in
-    0.18 s arrived in one burst through the gateway on a machine loaded 2.5 times over); 2,000 tokens stream for
-    longer than any such pause; and the two are asked side by side, so the engine gives both its pace (asked one after
-    the other, one was seen burst and the other paced at load 10)."""
-    body = {"prompt": "once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True, "ignore_eos": True}
+async def test_a_stream_arrives_event_by_event_as_the_engine_sends_it(loop: Loop) -> None:
+    """Through the edge and the gateway, the engine's stream arrives as the engine's own SSE events, the same text the
+    same engine streams when asked directly (through the pod's proxy). Its pace is judged where the engine keeps one:
+    against the stand-in engine (test_openai_through_edge.py::test_a_stream_arrives_chunk_by_chunk) and per chunk in
+    bench/gateway_latency.py. A real vLLM's API server on a loaded machine bursts its own stream (measured at load 25:
+    2,000 events asked of it directly arrived within 0.08 s), so a clock here would judge the machine, not the path."""
+    body = {"prompt": "once upon a time", "max_tokens": 300, "temperature": 0, "stream": True, "ignore_eos": True}
     async with httpx.AsyncClient(base_url=loop.stack.edge_url, timeout=60) as edge:
         proxy = (await edge.get("/api/pods/qwen")).json()["proxyUrl"]
-    tries: list[dict[str, float]] = []
-    for _ in range(3):  # a starved API server sends a whole answer in one burst now and then, whoever asked
-        # side by side: the engine batches the two answers, so both have its pace, whatever its load does to it
-        direct, via = await asyncio.gather(
-            _arrivals(f"{proxy}/v1/completions", {**body, "model": "tiny"}, BROWSER),
-            _arrivals(
-                f"{loop.stack.edge_url}/openai/v1/completions",
-                {**body, "model": "qwen"},
-                {"Authorization": f"Bearer {INFERENCE_TOKEN}"},
-            ),
-        )
-        # a loaded engine sends several tokens in one event now and then: the counts differ by that, never by much
-        assert len(direct) >= 1000 and len(via) >= 0.9 * len(direct), (len(via), len(direct))
-        tries.append({"via": via[-1] - via[0], "direct": direct[-1] - direct[0]})
-        if tries[-1]["via"] >= 0.5 * tries[-1]["direct"] > 0:
-            return
-    raise AssertionError(f"held back in every try: {tries}")
+    direct = await _events(f"{proxy}/v1/completions", {**body, "model": "tiny"}, BROWSER)
+    via = await _events(
+        f"{loop.stack.edge_url}/openai/v1/completions",
+        {**body, "model": "qwen"},
+        {"Authorization": f"Bearer {INFERENCE_TOKEN}"},
+    )
+    # a loaded engine sends several tokens in one event now and then: the counts differ by that, never by much
+    assert len(direct) >= 250 and len(via) >= 0.9 * len(direct), (len(via), len(direct))
+    assert "".join(via) == "".join(direct)
 
 
-async def _arrivals(url: str, body: dict[str, object], headers: dict[str, str]) -> list[float]:
-    """When each SSE event of a streamed answer arrived."""
-    arrivals: list[float] = []
+async def _events(url: str, body: dict[str, object], headers: dict[str, str]) -> list[str]:
+    """The text of each SSE event of a streamed completion, in order; the stream ends with `data: [DONE]`."""
+    texts: list[str] = []
+    done = False
     async with (
         httpx.AsyncClient(timeout=120) as http,
         http.stream("POST", url, json=body, headers=headers) as answer,
@@ -124,8 +115,10 @@ async def _arrivals(url: str, body: dict[str, object], headers: dict[str, str]) 
         assert answer.status_code == 200, await answer.aread()
         async for line in answer.aiter_lines():
             if line.startswith("data: {"):
-                arrivals.append(time.monotonic())
-    return arrivals
+                texts.append(json.loads(line.removeprefix("data: "))["choices"][0]["text"])
+            done = done or line == "data: [DONE]"
+    assert done
+    return texts
 
 
 async def test_the_idle_monitor_stops_the_engine_and_a_request_right_after_wakes_it_again(loop: Loop) -> None:

@@ -45,6 +45,7 @@ from enum import StrEnum
 from thermostat.policy.common.pod_model import Lookup, VolumeLookup
 from thermostat.policy.common.warm_hours import WarmHours, inside_warm_hours
 from thermostat.policy.idle.idle_phase import (
+    Phase,
     PhaseEdge,
     PhaseStep,
     StopTrigger,
@@ -238,7 +239,7 @@ def tick(
         for pod_id in listed
     )
     requests = classify_requests(observation.requests, state.requests_seen)
-    aggregate = with_requests(aggregate_signal(volume, verdicts), requests)
+    aggregate = with_requests(aggregate_signal(volume, verdicts), requests, ready=state.counters.phase is Phase.READY)
     if ready_pods_gone(state, verdicts, aggregate.signal):
         restarted += (_ready_gone_event(aggregate),)
         state = stepped_down(state)

@@ -11,8 +11,12 @@ tick:
 - the counts unreadable (store or gateway absent) ⇒ no evidence either way; the baseline is kept, so requests made
   meanwhile still count on the next readable tick.
 
-The evidence only ever turns an answering pod's Idle (or UnreachableButRunning: the engine answered the gateway)
-into Busy; it never makes a pod that is down or booting look up. Only the direction of the count is used.
+The evidence only ever turns an answering pod's Idle into Busy, and UnreachableButRunning (the engine answered the
+gateway, not the scrape) only while the pod is Ready; it never makes a pod that is down or booting look up. A running
+pod whose engine still loads reads UnreachableButRunning too, and a request counted while it loads (a warm forward
+that met the stopped pod's proxy, a stream the engine refused) did not reach an engine: read as Busy there it took a
+loading pod to Ready, and its idle window then stopped it mid-load (CI, stop 39). Only the direction of the count is
+used.
 """
 
 from __future__ import annotations
@@ -66,11 +70,10 @@ def classify_requests(counts: RequestCounts | None, baseline: int | None) -> Req
     return RequestVerdict(busy=False, reason=RequestReason.NONE_SINCE_LAST_TICK, baseline=baseline)
 
 
-_ANSWERING = frozenset({PodSignal.IDLE, PodSignal.UNREACHABLE_BUT_RUNNING})
-
-
-def with_requests(aggregate: AggregateSignal, verdict: RequestVerdict) -> AggregateSignal:
-    """The volume's signal with the gateway's evidence: an answering pod read idle is busy when requests say so."""
-    if verdict.busy and aggregate.signal in _ANSWERING:
+def with_requests(aggregate: AggregateSignal, verdict: RequestVerdict, *, ready: bool) -> AggregateSignal:
+    """The volume's signal with the gateway's evidence (`ready`: the phase is Ready): an answering pod read idle is
+    busy when requests say so, and an unscraped one only once it is Ready."""
+    answering = aggregate.signal is PodSignal.IDLE or (ready and aggregate.signal is PodSignal.UNREACHABLE_BUT_RUNNING)
+    if verdict.busy and answering:
         return AggregateSignal(signal=PodSignal.BUSY, pod_id=aggregate.pod_id)
     return aggregate

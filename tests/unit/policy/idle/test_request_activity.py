@@ -62,24 +62,34 @@ def test_classify_requests(
 
 
 @pytest.mark.parametrize(
-    ("signal", "expected"),
+    ("signal", "ready", "expected"),
     [
-        pytest.param(PodSignal.IDLE, PodSignal.BUSY, id="idle engine with requests is busy"),
-        pytest.param(PodSignal.UNREACHABLE_BUT_RUNNING, PodSignal.BUSY, id="unscraped but answering is busy"),
-        pytest.param(PodSignal.BOOTING, PodSignal.BOOTING, id="a booting pod stays booting"),
-        pytest.param(PodSignal.NOT_RUNNING, PodSignal.NOT_RUNNING, id="a stopped pod never looks up"),
-        pytest.param(PodSignal.UNKNOWN, PodSignal.UNKNOWN, id="unknown stays unknown"),
+        pytest.param(PodSignal.IDLE, True, PodSignal.BUSY, id="idle engine with requests is busy"),
+        pytest.param(PodSignal.IDLE, False, PodSignal.BUSY, id="an engine that answered the scrape is up: busy"),
+        pytest.param(
+            PodSignal.UNREACHABLE_BUT_RUNNING, True, PodSignal.BUSY, id="ready, unscraped but answering: busy"
+        ),
+        pytest.param(
+            PodSignal.UNREACHABLE_BUT_RUNNING,
+            False,
+            PodSignal.UNREACHABLE_BUT_RUNNING,
+            id="running while the model loads stays unreachable: a request counted then reached no engine",
+        ),
+        pytest.param(PodSignal.BOOTING, True, PodSignal.BOOTING, id="a booting pod stays booting"),
+        pytest.param(PodSignal.NOT_RUNNING, True, PodSignal.NOT_RUNNING, id="a stopped pod never looks up"),
+        pytest.param(PodSignal.UNKNOWN, True, PodSignal.UNKNOWN, id="unknown stays unknown"),
     ],
 )
-def test_requests_only_ever_turn_an_answering_pod_busy(signal: PodSignal, expected: PodSignal) -> None:
+def test_requests_only_ever_turn_an_answering_pod_busy(signal: PodSignal, ready: bool, expected: PodSignal) -> None:
     """The gateway's evidence never makes a pod that is down or booting look up."""
     busy = classify_requests(RequestCounts(in_flight=1, events=1), 0)
-    assert with_requests(AggregateSignal(signal=signal, pod_id="p1"), busy).signal is expected
+    assert with_requests(AggregateSignal(signal=signal, pod_id="p1"), busy, ready=ready).signal is expected
 
 
 def test_no_requests_leave_the_signal_as_the_engine_said() -> None:
     idle = classify_requests(RequestCounts(in_flight=0, events=2), 2)
-    assert with_requests(AggregateSignal(signal=PodSignal.IDLE, pod_id="p1"), idle).signal is PodSignal.IDLE
+    aggregate = AggregateSignal(signal=PodSignal.IDLE, pod_id="p1")
+    assert with_requests(aggregate, idle, ready=True).signal is PodSignal.IDLE
 
 
 def _ready(streak: int) -> MonitorState:
@@ -125,3 +135,24 @@ def test_the_request_baseline_survives_the_state_round_trip_and_older_states_hav
     written_before_the_gateway = state.to_dict()
     del written_before_the_gateway["requests_seen"]
     assert MonitorState.from_dict(written_before_the_gateway).requests_seen is None
+
+
+def test_a_request_counted_while_the_woken_pods_model_loads_never_makes_it_ready() -> None:
+    """CI, stop 39: the idle stop accepted, a warm forward met the stopped pod's proxy and was counted, the request's
+    wake started the pod again; on the next tick the pod runs with its model loading (no /metrics) and the counts
+    moved. The pod boots: it is not Ready (whose idle window would stop it mid-load, the request still held)."""
+    stopped = MonitorState(counters=PhaseCounters(phase=Phase.DOWN), pods={"p1": PodMemory()}, requests_seen=4)
+    loading = PodReading(
+        pod_id="p1",
+        scrape=None,
+        observation=PodObservation(lookup=Lookup.FOUND, pod_id="p1", status=PodStatus.RUNNING, gpu_count=1),
+    )
+    observation = TickObservation(
+        volume=VolumeLookup(lookup=Lookup.FOUND, pod_ids=("p1",)),
+        pods=(loading,),
+        requests=RequestCounts(in_flight=0, events=6),
+    )
+    decision = tick(stopped, observation, T0, MonitorOptions(idle_minutes=0.25, check_seconds=0.5))
+    assert decision.signal.signal is PodSignal.UNREACHABLE_BUT_RUNNING
+    assert decision.state.counters.phase is Phase.BOOTING
+    assert decision.readiness == ()
