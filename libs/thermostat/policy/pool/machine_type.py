@@ -44,7 +44,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -348,34 +348,30 @@ def _checked_text(entry: dict[str, Any], key: str, refusal: Any) -> str | None:
 
 
 def _capabilities(entry: dict[str, Any], key: str) -> tuple[str, ...] | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _Invalid(f"must be a list of capability names, not {_json_type(value)}")
-    for name in value:
-        if not isinstance(name, str):
-            raise _Invalid(f"must be a list of capability names, holding {_json_type(name)}")
-        problem = capability_refusal(name)
-        if problem is not None:
-            raise _Invalid(f"{quoted(name)}: {problem}")
-    return tuple(dict.fromkeys(value))
+    return _checked_list(entry, key, "capability names", capability_refusal)
 
 
 def _egress_hosts(entry: dict[str, Any], key: str) -> tuple[str, ...] | None:
+    return _checked_list(entry, key, "host or host:port", egress_host_refusal, maximum=MAX_EGRESS_HOSTS)
+
+
+def _checked_list(
+    entry: dict[str, Any], key: str, what: str, refusal: Callable[[str], str | None], *, maximum: int | None = None
+) -> tuple[str, ...] | None:
+    """A list of strings each passing `refusal` (None: accepted), duplicates dropped in order; absent is None."""
     value = entry.get(key)
     if value is None:
         return None
     if not isinstance(value, list):
-        raise _Invalid(f"must be a list of host or host:port, not {_json_type(value)}")
-    if len(value) > MAX_EGRESS_HOSTS:
-        raise _Invalid(f"must list at most {MAX_EGRESS_HOSTS} hosts, got {len(value)}")
-    for host in value:
-        if not isinstance(host, str):
-            raise _Invalid(f"must be a list of host or host:port, holding {_json_type(host)}")
-        problem = egress_host_refusal(host)
+        raise _Invalid(f"must be a list of {what}, not {_json_type(value)}")
+    if maximum is not None and len(value) > maximum:
+        raise _Invalid(f"must list at most {maximum} hosts, got {len(value)}")
+    for item in value:
+        if not isinstance(item, str):
+            raise _Invalid(f"must be a list of {what}, holding {_json_type(item)}")
+        problem = refusal(item)
         if problem is not None:
-            raise _Invalid(f"{quoted(host)}: {problem}")
+            raise _Invalid(f"{quoted(item)}: {problem}")
     return tuple(dict.fromkeys(value))
 
 
