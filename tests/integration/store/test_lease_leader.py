@@ -116,14 +116,15 @@ async def test_of_two_replicas_one_leads_and_the_other_leads_once_it_is_gone(db_
     clock, first, second = FakeClock(), Leading(), Leading()
     a = leader(LeaseStore(db_pool), clock, first, "a")
     b = leader(LeaseStore(db_pool), clock, second, "b")
-    async with running(a) as a_task, running(b):
-        await calls(first, 1)
-        await clock.settled(2)  # a's keeper renewing and b's campaign retrying
-        assert (second.calls, await holder(db_pool)) == (0, "a")
-        a_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await a_task
-        assert first.stepped_down == 1 and await holder(db_pool) is None
-        clock.advance(RETRY)
-        await calls(second, 1)
-        assert b.leading and await holder(db_pool) == "b"
+    async with running(a) as a_task:
+        await calls(first, 1)  # a leads before b campaigns: started together, either could have won the lease
+        async with running(b):
+            await clock.settled(2)  # a's keeper renewing and b's campaign retrying
+            assert (second.calls, await holder(db_pool)) == (0, "a")
+            a_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await a_task
+            assert first.stepped_down == 1 and await holder(db_pool) is None
+            clock.advance(RETRY)
+            await calls(second, 1)
+            assert b.leading and await holder(db_pool) == "b"
