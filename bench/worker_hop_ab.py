@@ -1,14 +1,14 @@
 """The worker hop's HTTP client, A/B in one run: the whole job's CPU and latency, old client against new.
 
-Run: .venv/bin/python bench/worker_hop_ab.py [--baseline dbd0bce] [--candidate REV] [--jobs 1500] [--rounds 4]
+Run: .venv/bin/python bench/worker_hop_ab.py [--baseline 04678e3] [--candidate REV] [--jobs 1500] [--rounds 4]
      [--clients 32] [--single 300] [--paths services,libs]
 
 Issue 37 item 5's rule: the hop goes onto aiohttp's client unless the whole job's CPU rises more than 10 %. Two
 rigs as bench/pool_throughput.py builds them (each its own embedded Postgres, two dispatcher processes, four warm
 reference workers, its own Envoy edge), side by side: A runs `--baseline`'s services and libraries (default
-dbd0bce: the hand-written HTTP/1.1 client, providers/pool/http1.py), B `--candidate`'s (default the working tree;
-the aiohttp hop measured is commit 3e9f70b, branch i37-aiohttp-swap), through bench/pool_throughput_ab.py's
-`code_of` and `rig_on`. Every job goes the whole way, REST `POST /v1/jobs/sync`
+04678e3: the hand-written HTTP/1.1 client, providers/pool/http1.py), B `--candidate`'s (default the working tree;
+the aiohttp hop measured is bench/candidates/worker_hop_aiohttp.patch, see bench/README.md), through
+bench/pool_throughput_ab.py's `code_of` and `rig_on`. Every job goes the whole way, REST `POST /v1/jobs/sync`
 through the edge to a dispatcher, the hop to a worker and back, its result checked against its payload.
 
 The same rig judged `LendingPool` (a free list in front of asyncpg's pool, removed by issue 37) by the same rule:
@@ -37,7 +37,7 @@ import aiohttp  # noqa: E402
 import pool_throughput as throughput  # noqa: E402
 import pool_throughput_ab as ab  # noqa: E402
 
-BASELINE = "dbd0bce"  # main before the worker hop moved onto aiohttp's client (issue 37 item 5)
+BASELINE = "04678e3"  # main before the worker hop moved onto aiohttp's client (issue 37 item 5)
 ROLES = ("bench process", "envoy", "dispatchers", "workers", "postgres")
 
 
