@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.parallel",
     "tests.fixtures.vllm_engine",
     "tests.fixtures.tiers",
+    "tests.fixtures.crash_site",
 ]
 
 for _service in SERVICES:
