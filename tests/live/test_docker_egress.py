@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.docker import SOCKET, docker_required
+from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
 from tests.live.test_docker_escape import _answers, _host_address, reach
 from thermostat.providers.pool.docker import LABEL_POOL
 
@@ -166,7 +167,9 @@ async def test_an_egress_type_reaches_its_allowed_host_and_nothing_else(
               "boot_timeout_seconds": 120, "env": {"STRATA_WORKER_HANDLER": "python"}}  # fmt: skip
     types = [{"name": "web", "egress_hosts": [f"{allowed}:{PORT}"], **common}, {"name": "python", **common}]
     env = pool_env(types, POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=pool_name, POOL_EGRESS_IMAGE=docker_egress_image)
-    store = await Store.open(database_url, max_size=12, application_name="pool-docker-egress")
+    store = await Store.open(
+        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-docker-egress"
+    )
     try:
         async with start_pool(store, env) as pool:
             assert (await run_cell(pool, PROXY_VARIABLES, tenant="tenant-b")).startswith("completed VARIABLES")

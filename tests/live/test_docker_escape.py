@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.docker import SOCKET, docker_required
+from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
 from thermostat.providers.pool.docker import LABEL_POOL
 
 POOL = "thermostat-escape"
@@ -212,7 +213,9 @@ async def test_hostile_cells_are_refused_and_the_other_tenants_next_job_complete
 
     python = {"name": "python", "image": docker_worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
               "boot_timeout_seconds": 120, "env": {"STRATA_WORKER_HANDLER": "python"}}  # fmt: skip
-    store = await Store.open(database_url, max_size=12, application_name="pool-docker-escape")
+    store = await Store.open(
+        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-docker-escape"
+    )
     try:
         async with start_pool(store, pool_env([python], POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=pool_name)) as pool:
             assert await run_cell(pool, "print('b warm')", tenant="tenant-b") == "completed b warm\n"

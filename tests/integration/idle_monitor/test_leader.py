@@ -25,6 +25,7 @@ import pytest
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
+from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
 from tests.fixtures.services import VOLUME, RunningService
 from tests.integration.idle_monitor.conftest import (
     POD,
@@ -86,7 +87,7 @@ class Replica:
 @contextlib.asynccontextmanager
 async def replica(name: str, database_url: str, controller: RunningService, clock: FakeClock) -> AsyncIterator[Replica]:
     """One monitor replica in this process: its own pools, channel and HTTP client, like its own process."""
-    store = await Store.open(database_url, max_size=2, application_name=name)
+    store = await Store.open(database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name=name)
     try:
         async with controller.channel() as channel, ScrapeClients() as scrapes:
             states = MonitorRepository(store.pool)
@@ -177,7 +178,9 @@ async def test_a_replica_killed_mid_streak_is_taken_over_once_its_lease_lapses_a
     # a lease no stall on a busy machine outlives: it lapses only when the test says so
     env = monitor_env(database_url, pod_controller.address, MONITOR_LEASE_SECONDS="30", **TIMINGS)
     log = tmp_path / "monitor-a.log"
-    store = await Store.open(database_url, max_size=2, application_name="observer")
+    store = await Store.open(
+        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="observer"
+    )
     try:
         states = MonitorRepository(store.pool)
         async with monitor_process(env, log) as process:

@@ -9,6 +9,7 @@ import uuid
 import grpc
 import pytest
 
+from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, api_calls, controller, history, pods_on, start
 from thermostat.pod_controller.wake_service import WakeService
@@ -90,7 +91,9 @@ async def test_a_stop_succeeds_with_the_store_down_and_get_still_answers(runpod_
     """The controller's pools closed under it: stop still stops and answers ok; GET still reports the pod."""
     caplog.set_level(logging.INFO)
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    store = await Store.open(database_url, max_size=2, application_name="doomed")
+    store = await Store.open(
+        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="doomed"
+    )
     try:
         async with controller(runpod_sim, store) as c:
             await store.close()
@@ -109,7 +112,9 @@ async def test_a_stop_succeeds_with_the_store_down_and_get_still_answers(runpod_
 
 async def test_a_wake_with_the_store_down_is_refused_before_any_runpod_call(runpod_sim, database_url) -> None:
     """Without the store there is no cross-replica gate: fail closed (UNAVAILABLE), nothing asked of RunPod."""
-    store = await Store.open(database_url, max_size=2, application_name="doomed")
+    store = await Store.open(
+        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="doomed"
+    )
     try:
         async with controller(runpod_sim, store) as c:
             await store.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 
 from tests.fixtures.polling import eventually
+from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
 from tests.fixtures.services import VOLUME, pod_controller_env
 from tests.integration.pod_controller.harness import (
     A100,
@@ -53,8 +54,12 @@ async def test_two_replicas_woken_at_the_same_moment_make_one_create_and_share_i
     """Two controllers on one database (separate pools): exactly one POST /v2/pods, both get its pod id."""
     runpod_sim.configure(provisioning_seconds=0.3)
     async with (
-        await Store.open(database_url, max_size=4, application_name="replica-a") as store_a,
-        await Store.open(database_url, max_size=4, application_name="replica-b") as store_b,
+        await Store.open(
+            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="replica-a"
+        ) as store_a,
+        await Store.open(
+            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="replica-b"
+        ) as store_b,
         controller(runpod_sim, store_a, RUNPOD_GPU_ALLOWLIST=A100) as a,
         controller(runpod_sim, store_b, RUNPOD_GPU_ALLOWLIST=A100) as b,
     ):
