@@ -121,36 +121,41 @@ def test_a_chat_completion_through_the_proxy_is_the_engines_own_answer(booted: B
     assert (relayed["object"], relayed["usage"]) == ("chat.completion", direct["usage"])
 
 
-def streamed(client: httpx.Client, body: dict[str, object]) -> tuple[list[float], list[str]]:
-    """When each chunk arrived (from the response's headers) and the `data:` payloads."""
-    arrivals: list[float] = []
-    text = b""
+def streamed_events(client: httpx.Client, body: dict[str, object]) -> list[str]:
+    """The `data:` payloads of a streamed completion, in order."""
     with client.stream("POST", "/v1/completions", json=body) as answer:
         assert (answer.status_code, answer.headers["content-type"]) == (200, "text/event-stream; charset=utf-8")
-        began = time.monotonic()
-        for chunk in answer.iter_raw():
-            arrivals.append(time.monotonic() - began)
-            text += chunk
-    return arrivals, [line[6:] for line in text.decode().split("\n\n") if line.startswith("data: ")]
+        return [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
 
 
-def test_a_stream_arrives_chunk_by_chunk(booted: Booted) -> None:
-    """SSE relayed as it comes: as many chunks, spread over as long, as the engine's own stream of the answer."""
-    body = {**LONG, "max_tokens": 1000}
-    arrivals, events = streamed(booted.proxy, body)
-    direct_arrivals, direct_events = streamed(booted.direct, body)
+def test_a_stream_is_relayed_while_the_engine_still_decodes_it(booted: Booted) -> None:
+    """SSE relayed as it comes, not once whole: fifty events of a 30,000-token answer come through the proxy while
+    the engine still holds the request (its own gauge says so); the client then leaves and the engine is freed.
+
+    Judged by the engine's gauge, not by a clock: on a loaded machine the API server and this client are starved in
+    turns, so arrival times judge the machine (CI once saw a relayed stream of 1,000 tokens read within 21 ms after
+    its direct twin took 2 s). Pace against an engine that keeps one: test_runpod_simulator_engine_relay.py."""
+    body = {**LONG, "max_tokens": 30_000}
+    with booted.proxy.stream("POST", "/v1/completions", json=body) as answer:
+        assert (answer.status_code, answer.headers["content-type"]) == (200, "text/event-stream; charset=utf-8")
+        events = 0
+        for line in answer.iter_lines():
+            events += line.startswith("data: {")
+            if events == 50:
+                break
+        assert (events, held(booted.direct.get("/metrics").text)) == (50, 1)
+    left = time.monotonic()
+    while held(booted.direct.get("/metrics").text) and time.monotonic() < left + 30:
+        time.sleep(0.05)  # the next test counts the engine's requests from nothing held
+    assert held(booted.direct.get("/metrics").text) == 0
+
+
+def test_a_relayed_stream_is_the_engines_own_stream(booted: Booted) -> None:
+    """The same events' text and the closing `[DONE]` as the engine streams the same answer when asked directly."""
+    relayed, direct = streamed_events(booted.proxy, LONG), streamed_events(booted.direct, LONG)
     # a token that decodes to nothing (a special one: the model is random) sends no event
-    assert (len(events) > 500, events[-1]) == (True, "[DONE]")
-    span, direct_span = arrivals[-1] - arrivals[0], direct_arrivals[-1] - direct_arrivals[0]
-    windows = len({int(at / 0.01) for at in arrivals})
-    direct_windows = len({int(at / 0.01) for at in direct_arrivals})
-    seen = (f"{len(arrivals)} chunks over {span:.3f}s in {windows} windows of 10 ms; directly "
-            f"{len(direct_arrivals)} over {direct_span:.3f}s in {direct_windows}")  # fmt: skip
-    assert len(arrivals) >= 100, f"{seen}: held back and sent together"
-    # a busy API server sends in bursts of its own: the relay keeps the engine's pace, whatever that is
-    assert windows >= max(2, direct_windows // 2) and span >= direct_span / 2, f"{seen}: held back"
-    texts = ["".join(json.loads(event)["choices"][0]["text"] for event in stream[:-1])
-             for stream in (events, direct_events)]  # fmt: skip
+    assert (len(relayed) > 500, relayed[-1], direct[-1]) == (True, "[DONE]", "[DONE]")
+    texts = ["".join(json.loads(event)["choices"][0]["text"] for event in stream[:-1]) for stream in (relayed, direct)]
     assert texts[0] == texts[1]
 
 
