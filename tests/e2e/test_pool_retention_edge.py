@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.test_pool_through_edge import edge_for, fresh_tenant, problem, tenant_headers
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import local_type, pool_env, start_pool
 from thermostat.policy.pool.retention import mint_job_id
 from thermostat.store.db import Store
@@ -29,9 +29,7 @@ RETENTION_HOURS = "0.0003"  # 1.08 s
 
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=8, application_name="pool-retention-edge"
-    )
+    opened = await open_store(database_url, max_size=8, application_name="pool-retention-edge")
     yield opened
     await opened.close()
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.docker import SOCKET, docker_required
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.live.test_docker_escape import _answers, _host_address, reach
 from thermostat.providers.pool.docker import LABEL_POOL
 
@@ -160,16 +160,13 @@ async def test_an_egress_type_reaches_its_allowed_host_and_nothing_else(
     the host's own services and tenant B's proxy are refused; directly it has no route; the same tenant's python
     type has no proxy and no route; every proxy and network goes with the machines."""
     from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
-    from thermostat.store.db import Store
 
     allowed, other = stand_ins
     common = {"image": docker_worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
               "boot_timeout_seconds": 120, "env": {"STRATA_WORKER_HANDLER": "python"}}  # fmt: skip
     types = [{"name": "web", "egress_hosts": [f"{allowed}:{PORT}"], **common}, {"name": "python", **common}]
     env = pool_env(types, POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=pool_name, POOL_EGRESS_IMAGE=docker_egress_image)
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-docker-egress"
-    )
+    store = await open_store(database_url, max_size=12, application_name="pool-docker-egress")
     try:
         async with start_pool(store, env) as pool:
             assert (await run_cell(pool, PROXY_VARIABLES, tenant="tenant-b")).startswith("completed VARIABLES")

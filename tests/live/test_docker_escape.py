@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.fixtures.docker import SOCKET, docker_required
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from thermostat.providers.pool.docker import LABEL_POOL
 
 POOL = "thermostat-escape"
@@ -209,13 +209,10 @@ async def test_hostile_cells_are_refused_and_the_other_tenants_next_job_complete
     address, the outside, B's token, the root filesystem, a fork bomb, a memory bomb and the Docker socket; every
     one is refused, and B's warm machine answers its next job."""
     from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
-    from thermostat.store.db import Store
 
     python = {"name": "python", "image": docker_worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
               "boot_timeout_seconds": 120, "env": {"STRATA_WORKER_HANDLER": "python"}}  # fmt: skip
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-docker-escape"
-    )
+    store = await open_store(database_url, max_size=12, application_name="pool-docker-escape")
     try:
         async with start_pool(store, pool_env([python], POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=pool_name)) as pool:
             assert await run_cell(pool, "print('b warm')", tenant="tenant-b") == "completed b warm\n"

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.docker import SOCKET, WORKER_IMAGE
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.live.conftest import live_spec, until_healthy
 from thermostat.policy.pool.docker_api import SUPPORTED, Negotiated, negotiate
 from thermostat.policy.pool.job_outcome import ReplyKind
@@ -135,14 +135,11 @@ async def test_a_warm_container_killed_hands_the_next_job_to_a_new_one(
     container killed behind its back, and a job submitted at once completes on a new container; the dead one is
     removed and nothing of the pool is left after shutdown."""
     from tests.integration.pool_dispatcher.conftest import pool_env, start_pool
-    from thermostat.store.db import Store
 
     docker_type = {"name": "docker-cpu", "image": worker_image, "backend": "docker", "cpus": 1, "memory_mb": 256,
                    "boot_timeout_seconds": 120}  # fmt: skip
     env = pool_env([docker_type], POOL_DOCKER_SOCKET=SOCKET, POOL_NAME=POOL)
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-docker-live"
-    )
+    store = await open_store(database_url, max_size=12, application_name="pool-docker-live")
     try:
         async with start_pool(store, env) as pool:
             first, _ = await pool.run(b"warm", machine_type="docker-cpu", wait_seconds="120")

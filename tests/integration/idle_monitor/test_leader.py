@@ -25,7 +25,7 @@ import pytest
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.fixtures.services import VOLUME, RunningService
 from tests.integration.idle_monitor.conftest import (
     POD,
@@ -42,7 +42,6 @@ from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.idle_monitor.ticker import PodTicker
 from thermostat.pods.v1 import pods_pb2_grpc
 from thermostat.policy.idle.monitor_tick import TickDecision
-from thermostat.store.db import Store
 
 CHECK = 1.0
 LEASE = 60.0  # fake seconds for the keepers, real ones for the database: never lapses, never renews in a test
@@ -87,7 +86,7 @@ class Replica:
 @contextlib.asynccontextmanager
 async def replica(name: str, database_url: str, controller: RunningService, clock: FakeClock) -> AsyncIterator[Replica]:
     """One monitor replica in this process: its own pools, channel and HTTP client, like its own process."""
-    store = await Store.open(database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name=name)
+    store = await open_store(database_url, max_size=2, application_name=name)
     try:
         async with controller.channel() as channel, ScrapeClients() as scrapes:
             states = MonitorRepository(store.pool)
@@ -178,9 +177,7 @@ async def test_a_replica_killed_mid_streak_is_taken_over_once_its_lease_lapses_a
     # a lease no stall on a busy machine outlives: it lapses only when the test says so
     env = monitor_env(database_url, pod_controller.address, MONITOR_LEASE_SECONDS="30", **TIMINGS)
     log = tmp_path / "monitor-a.log"
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="observer"
-    )
+    store = await open_store(database_url, max_size=2, application_name="observer")
     try:
         states = MonitorRepository(store.pool)
         async with monitor_process(env, log) as process:

@@ -9,20 +9,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.idle_monitor.conftest import POD_ID, MakeRig, MonitorRig, minutes
 from thermostat.idle_monitor.repository import MonitorRepository
 from thermostat.idle_monitor.scrape_clients import ScrapeClients
 from thermostat.policy.idle.idle_phase import Phase, StopTrigger
-from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
 async def restarted(rig: MonitorRig, database_url: str) -> AsyncIterator[None]:
     """A new process's worth of monitor: its own pools, its own HTTP client, nothing carried in memory."""
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="restarted-monitor"
-    )
+    store = await open_store(database_url, max_size=2, application_name="restarted-monitor")
     try:
         async with ScrapeClients() as scrapes:
             rig.ticker = rig.new_ticker("replica-after-restart", states=MonitorRepository(store.pool), scrapes=scrapes)

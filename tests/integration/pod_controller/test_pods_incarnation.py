@@ -5,11 +5,10 @@ RunPod reuses a pod id across stop/start, so the idle monitor tells a new proces
 
 from __future__ import annotations
 
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import controller, start
 from thermostat.pods.v1 import pods_pb2
-from thermostat.store.db import Store
 
 
 async def incarnations(internal_stub) -> dict[str, int | None]:
@@ -53,9 +52,7 @@ async def test_incarnations_are_per_pod_id(pods_stub, internal_stub, runpod_sim)
 async def test_with_the_store_down_the_volume_is_observed_without_incarnations(runpod_sim, database_url) -> None:
     """Unset, not 0: the monitor must not read "no action recorded" into a store it could not read."""
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="doomed"
-    )
+    store = await open_store(database_url, max_size=2, application_name="doomed")
     try:
         async with controller(runpod_sim, store) as c:
             await store.close()

@@ -9,12 +9,11 @@ import uuid
 import grpc
 import pytest
 
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import A100, api_calls, controller, history, pods_on, start
 from thermostat.pod_controller.wake_service import WakeService
 from thermostat.pods.v1 import pods_pb2
-from thermostat.store.db import Store
 
 OTHER_VOLUME = "agv6w2qcg7"  # the simulator's US-TX-3 volume
 
@@ -91,9 +90,7 @@ async def test_a_stop_succeeds_with_the_store_down_and_get_still_answers(runpod_
     """The controller's pools closed under it: stop still stops and answers ok; GET still reports the pod."""
     caplog.set_level(logging.INFO)
     pod = runpod_sim.add_pod(volume_id=VOLUME, status="RUNNING")
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="doomed"
-    )
+    store = await open_store(database_url, max_size=2, application_name="doomed")
     try:
         async with controller(runpod_sim, store) as c:
             await store.close()
@@ -112,9 +109,7 @@ async def test_a_stop_succeeds_with_the_store_down_and_get_still_answers(runpod_
 
 async def test_a_wake_with_the_store_down_is_refused_before_any_runpod_call(runpod_sim, database_url) -> None:
     """Without the store there is no cross-replica gate: fail closed (UNAVAILABLE), nothing asked of RunPod."""
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=2, application_name="doomed"
-    )
+    store = await open_store(database_url, max_size=2, application_name="doomed")
     try:
         async with controller(runpod_sim, store) as c:
             await store.close()

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.fixtures.services import OPERATOR, VOLUME
 from tests.integration.pod_controller.harness import Controller, action, actions, controller, start, wakes, writes
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
@@ -32,11 +32,7 @@ async def two_controllers(
     """The stopping and the waking controller: one replica, or two replicas on one database."""
     async with contextlib.AsyncExitStack() as stack:
         stores = [
-            await stack.enter_async_context(
-                await Store.open(
-                    database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name=f"replica-{i}"
-                )
-            )
+            await stack.enter_async_context(await open_store(database_url, max_size=4, application_name=f"replica-{i}"))
             for i in range(replicas)
         ]
         running = [await stack.enter_async_context(controller(sim, store)) for store in stores]

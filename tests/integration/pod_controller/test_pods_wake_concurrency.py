@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.fixtures.services import VOLUME, pod_controller_env
 from tests.integration.pod_controller.harness import (
     A100,
@@ -26,7 +26,6 @@ from tests.integration.pod_controller.harness import (
 from thermostat.chassis.ports import free_port
 from thermostat.dev.simulators.runpod.server import RunPodSimulator
 from thermostat.pods.v1 import pods_pb2_grpc
-from thermostat.store.db import Store
 
 ROOT = Path(__file__).resolve().parents[3]
 # A caller that gives up mid-wake: its deadline must outlast reaching the handler on a loaded machine (a call that
@@ -54,12 +53,8 @@ async def test_two_replicas_woken_at_the_same_moment_make_one_create_and_share_i
     """Two controllers on one database (separate pools): exactly one POST /v2/pods, both get its pod id."""
     runpod_sim.configure(provisioning_seconds=0.3)
     async with (
-        await Store.open(
-            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="replica-a"
-        ) as store_a,
-        await Store.open(
-            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="replica-b"
-        ) as store_b,
+        await open_store(database_url, max_size=4, application_name="replica-a") as store_a,
+        await open_store(database_url, max_size=4, application_name="replica-b") as store_b,
         controller(runpod_sim, store_a, RUNPOD_GPU_ALLOWLIST=A100) as a,
         controller(runpod_sim, store_b, RUNPOD_GPU_ALLOWLIST=A100) as b,
     ):

@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from tests.fixtures.clock import FakeClock
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from thermostat.pod_controller.repository import PodRepository, WakeCompletion
 from thermostat.pod_controller.wake_gate import WakeGate
 from thermostat.policy.wake.wake_result import WakeOutcome, WakeResult
@@ -21,12 +21,8 @@ def _gate(store: Store, replica: str) -> WakeGate:
 async def test_two_replicas_at_the_same_moment_run_one_wake_even_when_it_is_fast(database_url) -> None:
     """A wake shorter than the joiner's poll must still be joined, not run a second time; both get its result."""
     async with (
-        await Store.open(
-            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="a"
-        ) as store_a,
-        await Store.open(
-            database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="b"
-        ) as store_b,
+        await open_store(database_url, max_size=4, application_name="a") as store_a,
+        await open_store(database_url, max_size=4, application_name="b") as store_b,
     ):
         gate_a, gate_b = _gate(store_a, "a"), _gate(store_b, "b")
         doubled = 0

@@ -21,7 +21,7 @@ import pytest
 
 from tests.fixtures.clock import RealWaits
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.seams import Seam
 from thermostat.chassis.clock import SYSTEM_CLOCK
 from thermostat.chassis.server import ServiceHost
@@ -214,8 +214,6 @@ def leases_on(store: Store, clock: Any) -> Store:
 
 @pytest.fixture
 async def pool_store(database_url: str) -> AsyncIterator[Store]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-tests"
-    )
+    store = await open_store(database_url, max_size=12, application_name="pool-tests")
     yield store
     await store.close()

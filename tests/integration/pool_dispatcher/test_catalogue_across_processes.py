@@ -14,17 +14,14 @@ import grpc
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import ADMIN, RunningPool, local_type, pool_env, start_pool
 from thermostat.pool.v1 import pool_pb2
-from thermostat.store.db import Store
 
 
 @contextlib.asynccontextmanager
 async def instance(database_url: str, instance_id: str, types: list[dict[str, Any]]) -> AsyncIterator[RunningPool]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name=f"pool-{instance_id}"
-    )
+    store = await open_store(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
         async with start_pool(store, pool_env(types, POOL_INSTANCE_ID=instance_id)) as pool:
             yield pool

@@ -23,7 +23,7 @@ import pytest
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import RunningPool, pool_env, sleepy_type, start_pool
 from tests.integration.pool_dispatcher.seams import Seam, wrap_before
 from thermostat.pool_dispatcher.dispatcher import Dispatcher, lease_name
@@ -46,9 +46,7 @@ async def process(
 ) -> AsyncIterator[tuple[RunningPool, Store]]:
     """One dispatcher process: its own store pools, its instance id (None: generated), a long lease (so nothing
     here is a lease lapsing), local machines that outlive it."""
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=8, application_name=f"pool-{instance_id}"
-    )
+    store = await open_store(database_url, max_size=8, application_name=f"pool-{instance_id}")
     settings = {**KEEPS, "POOL_LEASE_SECONDS": "600", **env}
     if instance_id is not None:
         settings["POOL_INSTANCE_ID"] = instance_id
@@ -244,9 +242,7 @@ async def test_generated_instance_ids_differ_per_process(database_url: str) -> N
 
 async def test_the_instance_lease_defaults_to_30_seconds(database_url: str) -> None:
     assert PoolDispatcherSettings.model_fields["pool_lease_seconds"].default == 30.0
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=4, application_name="pool-lease-default"
-    )
+    store = await open_store(database_url, max_size=4, application_name="pool-lease-default")
     try:
         env = {
             k: v for k, v in pool_env([sleepy_type()], POOL_INSTANCE_ID="alpha").items() if k != "POOL_LEASE_SECONDS"
@@ -262,9 +258,7 @@ async def test_the_instance_lease_defaults_to_30_seconds(database_url: str) -> N
 
 
 async def store_exec(database_url: str, sql: str) -> None:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=1, application_name="pool-deploy-test"
-    )
+    store = await open_store(database_url, max_size=1, application_name="pool-deploy-test")
     try:
         await store.pool.execute(sql)
     finally:

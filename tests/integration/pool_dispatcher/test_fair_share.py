@@ -16,7 +16,7 @@ from datetime import datetime
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
 from tests.integration.pool_dispatcher.seams import (
     before_complete,
@@ -225,9 +225,7 @@ async def test_the_waiting_job_cancelled_while_the_retired_machine_stops_gives_t
 
 @contextlib.asynccontextmanager
 async def instance(database_url: str, name: str, held: Held) -> AsyncIterator[tuple[RunningPool, Store]]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name=f"pool-{name}"
-    )
+    store = await open_store(database_url, max_size=12, application_name=f"pool-{name}")
     try:
         env = pool_env(TYPES, POOL_MAX_WORKERS_TOTAL=CAP, POOL_INSTANCE_ID=name)
         async with start_pool(store, env, seams=[before_complete(held)]) as pool:

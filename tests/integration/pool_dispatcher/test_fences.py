@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import RunningPool, caller, pool_env, sleepy_type, start_pool
 from tests.integration.pool_dispatcher.seams import Seam, before_complete, before_send
 from thermostat.pool.v1 import pool_pb2
@@ -83,9 +83,7 @@ async def test_a_job_cancelled_between_its_claim_and_its_send_never_reaches_the_
 async def alpha(
     database_url: str, types: list[dict[str, Any]], *, seams: Sequence[Seam] = (), lease_clock: Any = None
 ) -> AsyncIterator[tuple[RunningPool, Store]]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name="pool-alpha"
-    )
+    store = await open_store(database_url, max_size=12, application_name="pool-alpha")
     try:
         env = pool_env(types, POOL_INSTANCE_ID="alpha")
         async with start_pool(store, env, seams=seams, lease_clock=lease_clock) as pool:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.metrics import assert_documented, scrape
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import (
     RunningPool,
     caller,
@@ -321,9 +321,7 @@ async def test_under_the_fleet_cap_the_job_waits_until_the_dead_machine_is_gone(
 
 @contextlib.asynccontextmanager
 async def instance(database_url: str, instance_id: str, seams: Sequence[Seam] = ()) -> AsyncIterator[RunningPool]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name=f"pool-{instance_id}"
-    )
+    store = await open_store(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
         async with start_pool(store, pool_env(POOL_INSTANCE_ID=instance_id), seams=seams) as pool:
             yield pool

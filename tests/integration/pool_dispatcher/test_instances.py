@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 import psutil
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import (
     RunningPool,
     local_type,
@@ -29,9 +29,7 @@ from thermostat.store.db import Store
 async def instance(
     database_url: str, instance_id: str, types: list[dict[str, object]], *, seams: Sequence[Seam] = (), **env: str
 ) -> AsyncIterator[tuple[RunningPool, Store]]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name=f"pool-{instance_id}"
-    )
+    store = await open_store(database_url, max_size=12, application_name=f"pool-{instance_id}")
     try:
         async with start_pool(store, pool_env(types, POOL_INSTANCE_ID=instance_id, **env), seams=seams) as pool:
             yield pool, store

@@ -23,7 +23,7 @@ import pytest
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import caller, pool_env, start_pool
 from thermostat.policy.pool.machine_type import Catalogue
 from thermostat.policy.pool.retention import BatchSize, mint_job_id
@@ -118,9 +118,7 @@ async def ids(conn: asyncpg.Connection, query: str) -> set[Any]:
 
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=8, application_name="retention-tests"
-    )
+    opened = await open_store(database_url, max_size=8, application_name="retention-tests")
     yield opened
     await opened.close()
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fixtures.clock import FakeClock
 from tests.fixtures.polling import eventually
-from tests.fixtures.postgres import FIXTURE_CONNECT_SECONDS
+from tests.fixtures.postgres import open_store
 from tests.integration.pool_dispatcher.conftest import (
     ADMIN,
     RunningPool,
@@ -79,9 +79,7 @@ async def test_an_image_change_under_a_tenant_cap_retires_the_idle_old_machine_b
 
 @contextlib.asynccontextmanager
 async def instance(database_url: str, name: str) -> AsyncIterator[tuple[RunningPool, Store]]:
-    store = await Store.open(
-        database_url, connect_timeout=FIXTURE_CONNECT_SECONDS, max_size=12, application_name=f"pool-{name}"
-    )
+    store = await open_store(database_url, max_size=12, application_name=f"pool-{name}")
     try:
         async with start_pool(store, pool_env([CAPPED], POOL_INSTANCE_ID=name)) as pool:
             yield pool, store
