@@ -307,7 +307,7 @@ async def test_a_machine_whose_port_another_machines_worker_took_is_not_healthy(
     answers the token-free `GET /health` for ours, but refuses ours's token, so ours is not healthy."""
     async with machine(backend) as first:
         taken = int(first.endpoint.rsplit(":", 1)[1])
-        monkeypatch.setattr(local_module, "_free_port", lambda: taken)
+        monkeypatch.setattr(local_module, "free_port", lambda _host: taken)
         silent = spec(worker_type(image="sleep 30"), token="another-machines-token")  # alive, binds nothing
         second = await backend.start(silent)
         try:

@@ -12,8 +12,8 @@ from opentelemetry import trace as otel
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.fixtures.tracing import Spans, names
-from tests.fixtures.workers import free_port
 from tests.integration.pool.conftest import MACHINE_TOKEN, machine
+from thermostat.chassis.ports import free_port
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.providers.pool.local import LocalBackend
 from thermostat.providers.pool.worker_client import WorkerClient

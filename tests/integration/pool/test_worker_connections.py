@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.fixtures.workers import free_port
+from thermostat.chassis.ports import free_port
 from thermostat.policy.pool.job_outcome import ReplyKind
 from thermostat.providers.pool.worker_client import WorkerClient
 

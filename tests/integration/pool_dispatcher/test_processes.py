@@ -25,8 +25,8 @@ import grpc
 import psutil
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.workers import free_port
 from tests.integration.pool_dispatcher.conftest import ADMIN, caller, local_type, pool_env, sleepy_type
+from thermostat.chassis.ports import free_port
 from thermostat.pool.v1 import pool_pb2, pool_pb2_grpc
 from thermostat.pool_dispatcher.dispatcher import lease_name
 from thermostat.pool_dispatcher.settings import PoolDispatcherSettings

@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from tests.fixtures.polling import eventually
-from tests.fixtures.workers import RunningWorker, answers_health, free_port, reference_worker, worker_env
+from tests.fixtures.workers import RunningWorker, answers_health, reference_worker, worker_env
+from thermostat.chassis.ports import free_port
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 
+from thermostat.chassis.ports import free_port
 from thermostat.dev.simulators.serving import Answer
 
 REFERENCE_WORKER: tuple[str, ...] = (sys.executable, "-m", "thermostat.worker")
@@ -43,13 +44,6 @@ def free_address(port: int, *, tries: int = 32) -> str | None:
                 continue
         return address
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class SimMachine:

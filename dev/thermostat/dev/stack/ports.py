@@ -12,7 +12,9 @@ port 0 and outgoing connections' local ports: `make run` once failed at random w
 port came out 50061, the pod controller's default. Each service's port in the stack is its registry port moved
 below the range (`stack_port`: 50061 → 10061, its /metrics 11061), so a new registry entry gets its stack port the
 same way; the registry's ports stay the deployment's (a container has its own network namespace). Every port the
-stack picks free avoids the fixed ones it wants (`free_port_except`).
+stack picks free avoids the fixed ones it wants (`free_port_except`), and lies below the range too
+(`thermostat.chassis.ports.free_port`): a child binds it seconds after it was picked, and a port the OS picked could be
+handed to an outgoing connection meanwhile.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def stack_metrics_port(service: ServiceDef) -> int:
 
 
 def free_port_except(wanted: Collection[int], host: str = "127.0.0.1", attempts: int = 50) -> int:
-    """A free port (the OS's pick) that is none of `wanted`: a port the stack will bind later is free until then,
-    so the OS may hand it out meanwhile (an explicit port inside the ephemeral range)."""
+    """A free port (free_port's pick) that is none of `wanted`: a port the stack will bind later is free until then,
+    so it may be picked meanwhile."""
     for _ in range(attempts):
         port = free_port(host)
         if port not in wanted:

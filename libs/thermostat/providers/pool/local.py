@@ -52,12 +52,12 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from thermostat.chassis.ports import free_port
 from thermostat.providers.pool.backend import Backend, BackendError, MachineHandle, MachineSpec, ReportsEnd
 from thermostat.providers.pool.provider_errors import ended_reason, machine_secrets, output_tail
 from thermostat.providers.pool.worker_client import WorkerClient
@@ -114,7 +114,7 @@ class LocalBackend:
             raise BackendError(f"image is not a command line: {error}") from None
         if not argv:
             raise BackendError("image is an empty command line")
-        port = _free_port()
+        port = free_port(LOOPBACK)
         env = {**self._inherited, **spec.env(), "STRATA_WORKER_PORT": str(port), "PORT": str(port)}
         if shutil.which(argv[0], path=env.get("PATH")) is None:  # the launcher would only learn it after exec
             raise BackendError(f"cannot start {argv[0]!r}: no such executable")
@@ -327,13 +327,6 @@ def _running(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _signal_group(pid: int, signum: signal.Signals) -> None:

@@ -22,9 +22,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from thermostat.chassis.ports import free_port
 from thermostat.dev.engine.process import EngineProcess
 from thermostat.dev.engine.recipe import Installation
-from thermostat.dev.simulators.machines import free_port
 from thermostat.dev.simulators.runpod.streaming import Head, Streamed
 from thermostat.dev.simulators.runpod.world import PodWorld
 from thermostat.dev.simulators.serving import Answer, RecordedRequest
