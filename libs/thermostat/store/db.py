@@ -93,6 +93,7 @@ class Store:
         max_size: int = 10,
         lease_pool_size: int = 2,
         connect_timeout: float = 5.0,
+        lease_statement_timeout: float = 5.0,
         ping_timeout: float = 1.0,
         application_name: str = "thermostat",
     ) -> Store:
@@ -113,8 +114,9 @@ class Store:
                 min_size=1,
                 max_size=lease_pool_size,
                 connect_timeout=connect_timeout,
-                # A lease statement is a single-row write; anything slower is a stalled store.
-                command_timeout=max(connect_timeout, 5.0),
+                # A lease statement is a single-row write; anything slower is a stalled store. Its own bound, not
+                # the connect bound: a slow connect allowed for must not let a stalled lease write hold a keeper.
+                command_timeout=lease_statement_timeout,
                 application_name=f"{application_name}:leases",
             )
         except BaseException:

@@ -4,6 +4,8 @@ import asyncio
 import time
 from urllib.parse import urlsplit
 
+import pytest
+
 from tests.fixtures.polling import eventually
 from tests.fixtures.tcp_proxy import FreezableProxy
 from thermostat.store.db import Store
@@ -91,3 +93,19 @@ async def test_ping_answers_while_the_main_pool_is_exhausted(database_url):
             for connection in held:
                 await store.pool.release(connection)
     assert answered is True
+
+
+async def test_a_lease_write_keeps_its_own_bound_whatever_the_connect_bound(database_url):
+    """A store allowed 30 s to connect (as the tests' own are) still gives up a lease write stalled on a lock within
+    its lease statement bound: a slow connect allowed for never lets a stalled lease write hold a keeper."""
+    async with await Store.open(
+        database_url, run_migrations=False, max_size=2, connect_timeout=30, lease_statement_timeout=0.5
+    ) as store:
+        lease = await store.leases.acquire("bounded", "holder-a", ttl=30)
+        assert lease is not None
+        async with store.pool.acquire() as blocker, blocker.transaction():
+            await blocker.execute("SELECT 1 FROM leases WHERE name = 'bounded' FOR UPDATE")
+            began = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await store.leases.renew(lease)
+            assert time.monotonic() - began < PING_BOUND
